@@ -1,0 +1,5 @@
+import sys
+
+from meshops.cli import main
+
+sys.exit(main())

@@ -1,0 +1,209 @@
+"""Reading meshes as functions (:func:`read_mesh`) and writing fields back (:func:`write_mesh`)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import meshio
+import numpy as np
+import torch
+
+from meshops.data import MeshData
+from meshops.errors import MeshError
+from meshops.quadrature import CELL_DIMS, check_points, quadrature_weights, top_dimension
+
+
+def _to_tensor(a: np.ndarray) -> torch.Tensor:
+    a = np.ascontiguousarray(a)
+    if a.dtype == np.float16 or a.dtype.kind == "b":
+        a = a.astype(np.float32 if a.dtype.kind == "f" else np.uint8)
+    return torch.from_numpy(a.copy())
+
+
+def _spatial_dim(points: np.ndarray, tdim: int) -> int:
+    """Drop trailing all-zero coordinate columns (2-D meshes stored with z = 0)."""
+    d = points.shape[1]
+    while d > max(tdim, 1) and not points[:, d - 1].any():
+        d -= 1
+    return d
+
+
+def _check_duplicates(points: np.ndarray, used: np.ndarray, source: str) -> None:
+    """Unreferenced points that coincide with another point are a broken mesh
+    (typically a file with merged-but-not-removed nodes), not a harmless extra."""
+    unused = np.flatnonzero(~used)
+    if not len(unused):
+        return
+    order = np.lexsort(points.T[::-1])
+    sp = points[order]
+    same_as_prev = np.r_[False, (sp[1:] == sp[:-1]).all(axis=1)]
+    dup = np.zeros(len(points), bool)
+    dup[order[same_as_prev]] = True
+    dup[order[np.r_[same_as_prev[1:], False]]] = True
+    bad = unused[dup[unused]]
+    if len(bad):
+        i = int(bad[0])
+        raise MeshError(
+            f"{source}: point {i} at {points[i].tolist()} is used by no cell and duplicates "
+            f"another point ({len(bad)} such points); merge or remove duplicate nodes")
+    warnings.warn(f"{source}: {len(unused)} points are used by no cell; they get weight 0",
+                  stacklevel=3)
+
+
+def mesh_from_arrays(points, cells, point_data: Mapping | None = None,
+                     cell_data: Mapping | None = None, *, fields: Sequence[str] | None = None,
+                     source: str = "mesh") -> MeshData:
+    """Build a :class:`MeshData` from points, cell blocks and point data.
+
+    Same checks and conventions as :func:`read_mesh` (which calls it), for meshes
+    that live in memory (generators, adapters).
+    """
+    points = np.asarray(points, dtype=np.float64)
+    if points.ndim != 2 or not 1 <= points.shape[1] <= 3:
+        raise MeshError(f"{source}: points must have shape [N, d], d in 1..3, "
+                        f"got {tuple(points.shape)}")
+    check_points(points, source)
+    blocks = [(b.type, b.data) if hasattr(b, "type") else (str(b[0]), np.asarray(b[1]))
+              for b in (cells.items() if isinstance(cells, Mapping) else cells)]
+    n = len(points)
+    weight = quadrature_weights(points, blocks, source=source)
+    tdim = top_dimension(blocks)
+    used = np.zeros(n, bool)
+    for t, c in blocks:
+        if CELL_DIMS[t] == tdim:
+            used[np.asarray(c).ravel()] = True
+    _check_duplicates(points, used, source)
+
+    point_data = dict(point_data or {})
+    for name, arr in point_data.items():
+        if len(arr) != n:
+            raise MeshError(f"{source}: point field {name!r} has {len(arr)} values but the "
+                            f"mesh has {n} points")
+    if fields is not None:
+        missing = [f for f in fields if f not in point_data]
+        if missing:
+            raise MeshError(f"{source}: point field(s) {missing} not found; available: "
+                            f"{sorted(point_data) or 'none'}")
+        point_data = {f: point_data[f] for f in fields}
+    d = _spatial_dim(points, tdim)
+    return MeshData(
+        pos=torch.from_numpy(np.ascontiguousarray(points[:, :d])),
+        weight=weight,
+        fields={k: _to_tensor(np.asarray(v)) for k, v in point_data.items()},
+        cells=[(t, torch.from_numpy(np.ascontiguousarray(c, dtype=np.int64)))
+               for t, c in blocks],
+        cell_data={k: [_to_tensor(np.asarray(a)) for a in v] for k, v in (cell_data or {}).items()},
+        source=source,
+    )
+
+
+def read_mesh(path: str | os.PathLike, fields: Sequence[str] | None = None) -> MeshData:
+    """Read a mesh file (any format meshio reads: .vtu, .vtk, .msh, .xdmf, .stl, ...)
+    as a function with quadrature weights.
+
+    Args:
+        path: Mesh file.
+        fields: Point-data arrays to keep (default: all). A name that is not in the
+            file raises :class:`MeshError` listing the available ones.
+
+    Returns:
+        :class:`MeshData` with ``pos [N, d]`` (float64; a 2-D mesh stored with a zero
+        z column comes back with ``d = 2``), ``weight [N]``, ``fields``, ``cells`` and
+        ``cell_data`` as in the file, and ``source``.
+
+    Raises:
+        MeshError: missing or unreadable file, unknown format, and every mesh
+            defect listed in :func:`meshops.quadrature_weights`, plus point fields
+            whose length is not N and unused duplicate points.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise MeshError(f"{path}: no such file")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            m = meshio.read(path)
+    except MeshError:
+        raise
+    except meshio.ReadError as e:
+        raise MeshError(f"{path}: cannot read mesh ({e})") from e
+    except Exception as e:  # meshio raises assorted errors on corrupt files
+        raise MeshError(f"{path}: cannot read mesh ({type(e).__name__}: {e})") from e
+    return mesh_from_arrays(m.points, m.cells, m.point_data, m.cell_data, fields=fields,
+                            source=str(path))
+
+
+def _numpy(a) -> np.ndarray:
+    return a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+
+
+def write_mesh(path: str | os.PathLike, mesh: MeshData,
+               point_data: Mapping[str, "torch.Tensor | np.ndarray"] | None = None,
+               file_format: str | None = None) -> Path:
+    """Write a mesh with its fields (plus ``point_data``) through meshio, atomically.
+
+    The file is written to a temporary file in the target folder and renamed over
+    ``path`` only once complete, so a failure never leaves a half-written file.
+    XDMF is written with inline XML data so that it is a single file.
+
+    Args:
+        path: Output file; the format follows the suffix (.vtu, .vtk, .xdmf, .msh, ...).
+        mesh: Mesh with ``pos`` and ``cells`` (e.g. from :func:`read_mesh`).
+        point_data: Extra point fields ``[N]`` or ``[N, c]``, e.g. predictions; they
+            override fields of the same name.
+        file_format: meshio format name when the suffix is ambiguous.
+
+    Returns:
+        The written path.
+    """
+    path = Path(path)
+    pos = _numpy(mesh.pos).astype(np.float64, copy=False)
+    n = len(pos)
+    cells = getattr(mesh, "cells", None)
+    if not cells:  # a point cloud: one vertex cell per point, so ParaView shows it
+        cells = [("vertex", np.arange(n)[:, None])]
+    data = {k: _numpy(v) for k, v in (getattr(mesh, "fields", None) or {}).items()}
+    for k, v in (point_data or {}).items():
+        v = _numpy(v)
+        if len(v) != n:
+            raise MeshError(f"{path}: point_data {k!r} has {len(v)} values but the mesh has "
+                            f"{n} points")
+        data[k] = v
+    if pos.shape[1] < 3:  # most formats store 3-D points
+        pos = np.hstack([pos, np.zeros((n, 3 - pos.shape[1]))])
+    cell_data = {k: [_numpy(a) for a in v]
+                 for k, v in (getattr(mesh, "cell_data", None) or {}).items()}
+    out = meshio.Mesh(pos, [(t, _numpy(c)) for t, c in cells], point_data=data,
+                      cell_data=cell_data)
+    fmt = file_format
+    if fmt is None:
+        types = meshio.extension_to_filetypes.get(path.suffix.lower())
+        if not types:
+            raise MeshError(f"{path}: cannot tell the mesh format from the suffix "
+                            f"{path.suffix!r}; pass file_format")
+        fmt = types[0]
+    # Inline XML keeps XDMF a single file, so the rename below is atomic for it too.
+    kwargs = {"data_format": "XML"} if fmt == "xdmf" else {}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix + ".tmp",
+                               dir=path.parent)
+    os.close(fd)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            meshio.write(tmp, out, file_format=fmt, **kwargs)
+        # mkstemp creates 0600; give the file the mode a plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException as e:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, Exception) and not isinstance(e, MeshError):
+            raise MeshError(f"{path}: writing failed ({type(e).__name__}: {e})") from e
+        raise
+    return path
