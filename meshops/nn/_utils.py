@@ -1,0 +1,111 @@
+"""Conventions shared by every layer in :mod:`meshops.nn`.
+
+Flat (PyG) form: ``x [N, C]``, ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (sorted).
+Cross forms take pairs ``(src, dst)`` for ``x``, ``pos`` and ``batch``; ``weight``
+always belongs to the source (it is the quadrature rule of the integral).
+
+Dense form: ``x [B, N, C]``, ``weight [B, N]``, ``mask [B, N]`` (True = real point).
+Padding gets weight 0 and therefore ``log w = -inf``: a padded point contributes
+nothing to any integral, which is also how samples of different sizes are kept
+from attending to each other.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Tuple
+
+import torch
+from torch import Tensor
+from torch_geometric.utils import to_dense_batch
+
+Pair = Tuple[Any, Any]
+
+
+def as_pair(value: Any) -> Pair:
+    """``(src, dst)`` from a pair or a single value used for both (self-attention)."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ValueError(f"expected a (src, dst) pair, got {len(value)} items")
+        return value[0], value[1]
+    return value, value
+
+
+def check_channels(channels: int, heads: int, name: str = "channels") -> None:
+    """``channels`` must be positive and divisible by ``heads``."""
+    if heads < 1:
+        raise ValueError(f"heads must be >= 1, got {heads}")
+    if channels < 1 or channels % heads:
+        raise ValueError(f"{name}={channels} is not divisible by heads={heads}")
+
+
+def check_weight(weight: Tensor, num_points: int, name: str = "weight") -> Tensor:
+    """Validate quadrature weights: shape ``[N]``, finite and non-negative.
+
+    Raises:
+        ValueError: naming the problem and the first offending index.
+    """
+    if not isinstance(weight, Tensor):
+        raise ValueError(f"{name} must be a tensor of quadrature weights, got {type(weight)}")
+    if weight.dim() != 1 or weight.shape[0] != num_points:
+        raise ValueError(f"{name} has shape {tuple(weight.shape)} but the source has "
+                         f"{num_points} points (expected [{num_points}])")
+    _check_values(weight, name)
+    return weight
+
+
+def _check_values(weight: Tensor, name: str) -> None:
+    # One fused reduction on the hot path; the index is only looked up on failure.
+    if not bool(torch.isfinite(weight).all() & (weight >= 0).all()):
+        bad = ~(torch.isfinite(weight) & (weight >= 0))
+        i = int(bad.flatten().nonzero()[0])
+        raise ValueError(f"{name} must be finite and non-negative; entry {i} is "
+                         f"{weight.flatten()[i].item()}")
+
+
+def check_dense_weight(weight: Tensor, x: Tensor, name: str = "weight") -> Tensor:
+    """Validate dense weights ``[B, N]`` against ``x [B, N, C]``."""
+    if weight.shape != x.shape[:2]:
+        raise ValueError(f"{name} has shape {tuple(weight.shape)}, expected {tuple(x.shape[:2])}")
+    _check_values(weight, name)
+    return weight
+
+
+def check_length(t: Tensor | None, n: int, name: str) -> None:
+    """``t`` (if given) must have ``n`` rows."""
+    if t is not None and t.shape[0] != n:
+        raise ValueError(f"{name} has {t.shape[0]} rows, expected {n}")
+
+
+def num_graphs(*batches: Tensor | None) -> int:
+    """Number of samples implied by (possibly several) batch vectors."""
+    sizes = [int(b.max()) + 1 for b in batches if b is not None and b.numel()]
+    return max(sizes, default=1)
+
+
+def to_dense(x: Tensor, batch: Tensor | None, batch_size: int | None = None
+             ) -> tuple[Tensor, Tensor]:
+    """Flat ``[N, C]`` to dense ``[B, Nmax, C]`` and ``mask [B, Nmax]``."""
+    if batch is None:
+        return x.unsqueeze(0), torch.ones(1, x.shape[0], dtype=torch.bool, device=x.device)
+    return to_dense_batch(x, batch, batch_size=batch_size)
+
+
+def log_weight_bias(weight: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Attention bias ``log w`` ``[B, 1, 1, N]`` from dense weights ``[B, N]``.
+
+    Zero weights and padding give ``-inf``, i.e. the point drops out of the integral.
+    """
+    w = weight if mask is None else weight.masked_fill(~mask, 0)
+    return torch.log(w)[:, None, None, :]
+
+
+def split_heads(x: Tensor, heads: int) -> Tensor:
+    """``[B, N, H*D]`` to ``[B, H, N, D]``."""
+    B, N, C = x.shape
+    return x.view(B, N, heads, C // heads).transpose(1, 2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """``[B, H, N, D]`` to ``[B, N, H*D]``."""
+    B, H, N, D = x.shape
+    return x.transpose(1, 2).reshape(B, N, H * D)
