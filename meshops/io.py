@@ -19,6 +19,8 @@ from meshops.quadrature import CELL_DIMS, check_points, quadrature_weights, top_
 
 def _to_tensor(a: np.ndarray) -> torch.Tensor:
     a = np.ascontiguousarray(a)
+    if not a.dtype.isnative:  # legacy VTK stores big-endian arrays
+        a = a.astype(a.dtype.newbyteorder("="))
     if a.dtype == np.float16 or a.dtype.kind == "b":
         a = a.astype(np.float32 if a.dtype.kind == "f" else np.uint8)
     return torch.from_numpy(a.copy())
@@ -70,6 +72,9 @@ def mesh_from_arrays(points, cells, point_data: Mapping | None = None,
     blocks = [(b.type, b.data) if hasattr(b, "type") else (str(b[0]), np.asarray(b[1]))
               for b in (cells.items() if isinstance(cells, Mapping) else cells)]
     n = len(points)
+    tdim = top_dimension(blocks) if all(t in CELL_DIMS for t, _ in blocks) else 0
+    # Drop a zero z column first: a 2-D mesh is checked and integrated as 2-D.
+    points = points[:, :_spatial_dim(points, tdim)]
     weight = quadrature_weights(points, blocks, source=source)
     tdim = top_dimension(blocks)
     used = np.zeros(n, bool)
@@ -89,9 +94,8 @@ def mesh_from_arrays(points, cells, point_data: Mapping | None = None,
             raise MeshError(f"{source}: point field(s) {missing} not found; available: "
                             f"{sorted(point_data) or 'none'}")
         point_data = {f: point_data[f] for f in fields}
-    d = _spatial_dim(points, tdim)
     return MeshData(
-        pos=torch.from_numpy(np.ascontiguousarray(points[:, :d])),
+        pos=torch.from_numpy(np.ascontiguousarray(points)),
         weight=weight,
         fields={k: _to_tensor(np.asarray(v)) for k, v in point_data.items()},
         cells=[(t, torch.from_numpy(np.ascontiguousarray(c, dtype=np.int64)))
@@ -131,7 +135,8 @@ def read_mesh(path: str | os.PathLike, fields: Sequence[str] | None = None) -> M
         raise
     except meshio.ReadError as e:
         raise MeshError(f"{path}: cannot read mesh ({e})") from e
-    except Exception as e:  # meshio raises assorted errors on corrupt files
+    except (Exception, SystemExit) as e:  # meshio raises assorted errors (even
+        # SystemExit) on corrupt files
         raise MeshError(f"{path}: cannot read mesh ({type(e).__name__}: {e})") from e
     return mesh_from_arrays(m.points, m.cells, m.point_data, m.cell_data, fields=fields,
                             source=str(path))
@@ -185,7 +190,10 @@ def write_mesh(path: str | os.PathLike, mesh: MeshData,
         if not types:
             raise MeshError(f"{path}: cannot tell the mesh format from the suffix "
                             f"{path.suffix!r}; pass file_format")
-        fmt = types[0]
+        # ".msh" is both ANSYS and Gmsh to meshio; Gmsh is what this field means by
+        # it. Gmsh 2.2 (read by every Gmsh and FEniCS tool) stores mixed cell types
+        # without the entity tags that meshio's 4.1 writer demands.
+        fmt = "gmsh22" if "gmsh" in types else types[0]
     # Inline XML keeps XDMF a single file, so the rename below is atomic for it too.
     kwargs = {"data_format": "XML"} if fmt == "xdmf" else {}
     path.parent.mkdir(parents=True, exist_ok=True)

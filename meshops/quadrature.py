@@ -223,12 +223,12 @@ def _tensor_weights(ctype: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     _, dNc = _basis(ctype, cp)
     Jall = np.concatenate([J, np.einsum("mnd,qnk->mqdk", x, dNc)], axis=1)
     normal = None
-    d = x.shape[2]
-    if k == d - 1 == 2:
-        _, dN0 = _basis(ctype, np.full((1, k), 0.5))
-        J0 = np.einsum("mnd,qnk->mdk", x, dN0)
-        normal = np.cross(J0[:, :, 0], J0[:, :, 1])
-        normal /= np.maximum(np.linalg.norm(normal, axis=1, keepdims=True), 1e-300)
+    if k == x.shape[2] - 1 == 2:
+        # Reference normal of an embedded surface cell: the largest area element
+        # (the centre's can vanish, e.g. on a bow-tie).
+        nq = np.cross(J[..., 0], J[..., 1])  # [M, Q, 3]
+        best = np.linalg.norm(nq, axis=2).argmax(axis=1)
+        normal = nq[np.arange(len(x)), best]
     signed = _signed_density(Jall, normal)
     return vol, w_node, signed
 

@@ -1,0 +1,207 @@
+"""read_mesh / write_mesh: round trips, dimension handling, errors, atomic writes."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import meshio
+import numpy as np
+import pytest
+import torch
+from torch_geometric.loader import DataLoader
+
+from meshops import MeshError
+from meshops.cli import main as cli_main
+from meshops.io import mesh_from_arrays, read_mesh, write_mesh
+
+from _meshes import cube_mesh, square_mesh
+
+ANNULUS = Path(__file__).parents[1] / "examples" / "meshes" / "annulus.vtu"
+
+
+def _write_meshio(path, pts, cells, **kw):
+    meshio.write(path, meshio.Mesh(pts, cells, **kw))
+    return path
+
+
+def test_2d_mesh_with_zero_z_column_comes_back_2d(tmp_path):
+    pts, cells = square_mesh(3, "mixed", amount=0.2)
+    p3 = np.column_stack([pts, np.zeros(len(pts))])
+    f = _write_meshio(tmp_path / "sq.vtu", p3, cells, point_data={"T": pts[:, 0]})
+    mesh = read_mesh(f)
+    assert mesh.dim == 2 and mesh.pos.dtype == torch.float64
+    assert mesh.measure == pytest.approx(1.0, abs=1e-12)
+    torch.testing.assert_close(mesh.integrate(mesh.fields["T"]),
+                               torch.tensor(0.5, dtype=torch.float64), rtol=0, atol=1e-12)
+
+
+def test_surface_in_3d_keeps_three_columns(tmp_path):
+    pts, cells = square_mesh(2, "triangle")
+    p3 = np.column_stack([pts, pts[:, 0]])  # tilted plane, z not zero
+    mesh = read_mesh(_write_meshio(tmp_path / "tilt.vtu", p3, cells))
+    assert mesh.dim == 3 and mesh.measure == pytest.approx(math.sqrt(2), abs=1e-12)
+
+
+@pytest.mark.parametrize("suffix", [".vtu", ".vtk", ".xdmf", ".msh"])
+def test_round_trip_bit_for_bit(tmp_path, suffix):
+    pts, cells = cube_mesh(2, amount=0.2, seed=4)
+    rng = np.random.default_rng(0)
+    fields = {"p": rng.standard_normal(len(pts)), "u": rng.standard_normal((len(pts), 3))}
+    mesh = mesh_from_arrays(pts, cells, fields)
+    f1 = write_mesh(tmp_path / f"a{suffix}", mesh)
+    m1 = read_mesh(f1)
+    m2 = read_mesh(write_mesh(tmp_path / f"b{suffix}", m1))
+    for m in (m1, m2):
+        assert torch.equal(m.pos, mesh.pos)
+        assert [t for t, _ in m.cells] == [t for t, _ in mesh.cells]
+        for (_, c), (_, c0) in zip(m.cells, mesh.cells):
+            assert torch.equal(c, c0)
+        for k in ("p", "u"):
+            assert torch.equal(m.fields[k].reshape(mesh.fields[k].shape), mesh.fields[k])
+        assert torch.equal(m.weight, mesh.weight)
+
+
+def test_annulus_example_mesh():
+    mesh = read_mesh(ANNULUS)
+    assert mesh.dim == 2 and set(mesh.cell_counts()) == {"triangle", "quad"}
+    # Inscribed polygons: the area is a little below pi (1 - 1/4).
+    assert 0.999 * math.pi * 0.75 < mesh.measure < math.pi * 0.75
+    # u = x^2 - y; integral over the annulus of x^2 is pi (1 - 1/16)/4, of y is 0.
+    integral = float(mesh.integrate(mesh.fields["u"]))
+    assert integral == pytest.approx(math.pi * (1 - 1 / 16) / 4, rel=5e-3)
+
+
+def test_fields_selection_and_missing_field(tmp_path):
+    pts, cells = square_mesh(2)
+    f = _write_meshio(tmp_path / "m.vtu", pts, cells,
+                      point_data={"a": pts[:, 0], "b": pts[:, 1]})
+    assert read_mesh(f, fields=["b"]).field_names == ["b"]
+    with pytest.raises(MeshError, match=r"m\.vtu: point field\(s\) \['c'\] not found; "
+                                        r"available: \['a', 'b'\]"):
+        read_mesh(f, fields=["c"])
+
+
+def test_meshdata_batches_with_pyg(tmp_path):
+    meshes = [mesh_from_arrays(*square_mesh(n), {"u": np.ones((n + 1) ** 2)}) for n in (2, 3)]
+    batch = next(iter(DataLoader(meshes, batch_size=2)))
+    assert batch.num_graphs == 2 and batch.pos.shape[0] == 9 + 16
+    torch.testing.assert_close(batch.integrate(batch.fields["u"]),
+                               torch.ones(2, dtype=torch.float64))
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(MeshError, match=r"nope\.vtu: no such file"):
+        read_mesh(tmp_path / "nope.vtu")
+
+
+def test_unreadable_and_unknown_format(tmp_path):
+    bad = tmp_path / "garbage.vtu"
+    bad.write_text("this is not xml")
+    with pytest.raises(MeshError, match=r"garbage\.vtu: cannot read mesh"):
+        read_mesh(bad)
+    unknown = tmp_path / "mesh.foo"
+    unknown.write_text("1 2 3")
+    with pytest.raises(MeshError, match=r"mesh\.foo: cannot read mesh"):
+        read_mesh(unknown)
+
+
+def test_nan_in_file_names_file_and_point(tmp_path):
+    pts, cells = square_mesh(2)
+    pts[3] = [np.inf, 0]
+    f = _write_meshio(tmp_path / "nan.vtu", pts, cells)
+    with pytest.raises(MeshError, match=r"nan\.vtu: point 3 has a non-finite coordinate"):
+        read_mesh(f)
+
+
+def test_tangled_cell_in_file(tmp_path):
+    pts, cells = square_mesh(2)
+    q = cells[0][1].copy()
+    q[1] = q[1][[0, 2, 1, 3]]
+    f = _write_meshio(tmp_path / "tangled.vtu", pts, [("quad", q)])
+    with pytest.raises(MeshError, match=r"tangled\.vtu: quad cell 1 .*tangled"):
+        read_mesh(f)
+
+
+def test_field_length_mismatch():
+    pts, cells = square_mesh(2)
+    with pytest.raises(MeshError, match=r"m\.vtu: point field 'T' has 5 values but the mesh has "
+                                        r"9 points"):
+        mesh_from_arrays(pts, cells, {"T": np.zeros(5)}, source="m.vtu")
+
+
+def test_unsupported_cell_type_in_file(tmp_path):
+    pts = np.array([[0, 0], [1, 0], [0, 1], [0.5, 0], [0.5, 0.5], [0, 0.5]])
+    f = _write_meshio(tmp_path / "p2.vtu", pts, [("triangle6", np.arange(6)[None])])
+    with pytest.raises(MeshError, match=r"p2\.vtu: unsupported cell type 'triangle6'"):
+        read_mesh(f)
+
+
+def test_unreferenced_duplicate_point(tmp_path):
+    pts, cells = square_mesh(2)
+    pts = np.vstack([pts, pts[4]])
+    with pytest.raises(MeshError, match=r"dup: point 9 .* is used by no cell and duplicates"):
+        mesh_from_arrays(pts, cells, source="dup")
+
+
+def test_unreferenced_point_warns_and_gets_zero_weight():
+    pts, cells = square_mesh(2)
+    pts = np.vstack([pts, [[5.0, 5.0]]])
+    with pytest.warns(UserWarning, match="1 points are used by no cell"):
+        mesh = mesh_from_arrays(pts, cells)
+    assert mesh.weight[-1] == 0 and mesh.measure == pytest.approx(1.0)
+
+
+def test_failed_write_leaves_nothing_and_keeps_old_file(tmp_path):
+    pts, cells = cube_mesh(1)
+    mesh = mesh_from_arrays(pts, cells)
+    target = tmp_path / "out.vtu"
+    target.write_text("previous content")
+    # meshio fails half-way through the XML when it meets a string array.
+    with pytest.raises(MeshError, match=r"out\.vtu: writing failed"):
+        write_mesh(target, mesh, point_data={"label": np.array(["a"] * len(pts))})
+    assert target.read_text() == "previous content"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.vtu"]
+
+
+def test_write_rejects_bad_point_data_and_unknown_suffix(tmp_path):
+    mesh = mesh_from_arrays(*square_mesh(2))
+    with pytest.raises(MeshError, match=r"point_data 'pred' has 3 values but the mesh has 9"):
+        write_mesh(tmp_path / "a.vtu", mesh, point_data={"pred": np.zeros(3)})
+    with pytest.raises(MeshError, match="cannot tell the mesh format"):
+        write_mesh(tmp_path / "a.unknownext", mesh)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_predictions_back(tmp_path):
+    mesh = read_mesh(ANNULUS)
+    pred = torch.randn(mesh.num_nodes, dtype=torch.float64)
+    out = read_mesh(write_mesh(tmp_path / "pred.vtu", mesh, point_data={"u_pred": pred}))
+    assert torch.equal(out.fields["u_pred"], pred) and torch.equal(out.fields["u"], mesh.fields["u"])
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def test_cli_info_json(capsys):
+    assert cli_main(["info", "--json", str(ANNULUS)]) == 0
+    info = json.loads(capsys.readouterr().out)
+    mesh = read_mesh(ANNULUS)
+    assert info["points"] == mesh.num_nodes and info["dimension"] == 2
+    assert info["cells"] == mesh.cell_counts()
+    assert info["measure"] == pytest.approx(mesh.measure, rel=1e-15)
+    assert info["fields"] == {"u": [mesh.num_nodes]}
+    assert info["bounding_box"]["max"][0] == pytest.approx(1.0)
+
+
+def test_cli_info_text_and_error_exit_code(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "meshops", "info", str(ANNULUS)],
+                         capture_output=True, text=True, check=True).stdout
+    assert "area" in out and "triangle" in out and "quad" in out
+    bad = subprocess.run([sys.executable, "-m", "meshops", "info", str(tmp_path / "x.vtu")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "x.vtu: no such file" in bad.stderr
