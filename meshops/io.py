@@ -14,7 +14,13 @@ import torch
 
 from meshops.data import MeshData
 from meshops.errors import MeshError
+from meshops.pointcloud import point_cloud_weights
 from meshops.quadrature import CELL_DIMS, check_points, quadrature_weights, top_dimension
+
+
+# Point field that carries the quadrature weights of a point cloud (a mesh without
+# cells) through a file, so that a written cloud reads back with the same weights.
+WEIGHT_FIELD = "meshops:weight"
 
 
 def _to_tensor(a: np.ndarray) -> torch.Tensor:
@@ -56,6 +62,21 @@ def _check_duplicates(points: np.ndarray, used: np.ndarray, source: str) -> None
                   stacklevel=3)
 
 
+def _point_cloud_weight(points: np.ndarray, stored, source: str) -> torch.Tensor:
+    """Weights of a mesh without cells: the stored ones, else the kNN estimate."""
+    if stored is not None:
+        w = np.asarray(stored, dtype=np.float64).reshape(-1)
+        bad = ~(np.isfinite(w) & (w >= 0))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise MeshError(f"{source}: point field {WEIGHT_FIELD!r} must be finite and "
+                            f"non-negative; point {i} has {w[i]}")
+        return torch.from_numpy(w.copy())
+    warnings.warn(f"{source}: a point cloud without cells or stored weights; using the "
+                  "kNN volume estimate (meshops.point_cloud_weights)", stacklevel=3)
+    return point_cloud_weights(points, "knn", source=source)
+
+
 def mesh_from_arrays(points, cells, point_data: Mapping | None = None,
                      cell_data: Mapping | None = None, *, fields: Sequence[str] | None = None,
                      source: str = "mesh") -> MeshData:
@@ -72,22 +93,25 @@ def mesh_from_arrays(points, cells, point_data: Mapping | None = None,
     blocks = [(b.type, b.data) if hasattr(b, "type") else (str(b[0]), np.asarray(b[1]))
               for b in (cells.items() if isinstance(cells, Mapping) else cells)]
     n = len(points)
-    tdim = top_dimension(blocks) if all(t in CELL_DIMS for t, _ in blocks) else 0
-    # Drop a zero z column first: a 2-D mesh is checked and integrated as 2-D.
-    points = points[:, :_spatial_dim(points, tdim)]
-    weight = quadrature_weights(points, blocks, source=source)
-    tdim = top_dimension(blocks)
-    used = np.zeros(n, bool)
-    for t, c in blocks:
-        if CELL_DIMS[t] == tdim:
-            used[np.asarray(c).ravel()] = True
-    _check_duplicates(points, used, source)
-
     point_data = dict(point_data or {})
     for name, arr in point_data.items():
         if len(arr) != n:
             raise MeshError(f"{source}: point field {name!r} has {len(arr)} values but the "
                             f"mesh has {n} points")
+    tdim = top_dimension(blocks) if all(t in CELL_DIMS for t, _ in blocks) else 0
+    # Drop a zero z column first: a 2-D mesh is checked and integrated as 2-D.
+    points = points[:, :_spatial_dim(points, tdim)]
+    stored_weight = point_data.pop(WEIGHT_FIELD, None)
+    if tdim == 0 and all(t in CELL_DIMS for t, _ in blocks):
+        weight = _point_cloud_weight(points, stored_weight, source)
+    else:
+        weight = quadrature_weights(points, blocks, source=source)
+        used = np.zeros(n, bool)
+        for t, c in blocks:
+            if CELL_DIMS[t] == tdim:
+                used[np.asarray(c).ravel()] = True
+        _check_duplicates(points, used, source)
+
     if fields is not None:
         missing = [f for f in fields if f not in point_data]
         if missing:
@@ -178,6 +202,8 @@ def write_mesh(path: str | os.PathLike, mesh: MeshData,
             raise MeshError(f"{path}: point_data {k!r} has {len(v)} values but the mesh has "
                             f"{n} points")
         data[k] = v
+    if all(t == "vertex" for t, _ in cells):  # keep a cloud's weights in the file
+        data[WEIGHT_FIELD] = _numpy(mesh.weight)
     if pos.shape[1] < 3:  # most formats store 3-D points
         pos = np.hstack([pos, np.zeros((n, 3 - pos.shape[1]))])
     cell_data = {k: [_numpy(a) for a in v]

@@ -10,9 +10,10 @@ import meshio
 import numpy as np
 import pytest
 import torch
+from scipy.spatial import ConvexHull
 from torch_geometric.loader import DataLoader
 
-from meshops import MeshError
+from meshops import MeshData, MeshError
 from meshops.cli import main as cli_main
 from meshops.io import mesh_from_arrays, read_mesh, write_mesh
 
@@ -205,3 +206,18 @@ def test_cli_info_text_and_error_exit_code(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "meshops", "info", str(tmp_path / "x.vtu")],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "x.vtu: no such file" in bad.stderr
+
+
+def test_point_cloud_round_trip_keeps_weights(tmp_path):
+    rng = np.random.default_rng(1)
+    pts = rng.random((50, 2))
+    w = torch.from_numpy(rng.random(50))
+    cloud = MeshData(pos=torch.from_numpy(pts), weight=w, fields={"s": torch.ones(50)})
+    back = read_mesh(write_mesh(tmp_path / "cloud.vtu", cloud))
+    assert torch.equal(back.pos, cloud.pos) and torch.equal(back.weight, w)
+    assert back.field_names == ["s"]
+    # Without stored weights a cloud gets the documented kNN estimate, with a warning.
+    meshio.write(tmp_path / "bare.vtu", meshio.Mesh(pts, [("vertex", np.arange(50)[:, None])]))
+    with pytest.warns(UserWarning, match="kNN volume estimate"):
+        bare = read_mesh(tmp_path / "bare.vtu")
+    assert bare.measure == pytest.approx(float(ConvexHull(pts).volume), rel=1e-12)
