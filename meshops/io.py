@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -12,6 +11,7 @@ import meshio
 import numpy as np
 import torch
 
+from meshops._atomic import atomic_write
 from meshops.data import MeshData
 from meshops.errors import MeshError
 from meshops.pointcloud import point_cloud_weights
@@ -222,22 +222,16 @@ def write_mesh(path: str | os.PathLike, mesh: MeshData,
         fmt = "gmsh22" if "gmsh" in types else types[0]
     # Inline XML keeps XDMF a single file, so the rename below is atomic for it too.
     kwargs = {"data_format": "XML"} if fmt == "xdmf" else {}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix + ".tmp",
-                               dir=path.parent)
-    os.close(fd)
-    try:
+
+    def write(tmp: str) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             meshio.write(tmp, out, file_format=fmt, **kwargs)
-        # mkstemp creates 0600; give the file the mode a plain open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException as e:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, Exception) and not isinstance(e, MeshError):
-            raise MeshError(f"{path}: writing failed ({type(e).__name__}: {e})") from e
+
+    try:
+        atomic_write(path, write)
+    except MeshError:
         raise
+    except Exception as e:
+        raise MeshError(f"{path}: writing failed ({type(e).__name__}: {e})") from e
     return path

@@ -1,0 +1,163 @@
+"""`NeuralOperator`: the base of every meshops model (config, normalisers, checkpoints)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from meshops._atomic import atomic_write
+from meshops.training.normalizer import UnitGaussianNormalizer
+
+CHECKPOINT_FORMAT = "meshops-checkpoint-1"
+
+# name -> class, filled by @register_model
+MODELS: dict[str, type["NeuralOperator"]] = {}
+
+
+def register_model(name: str):
+    """Class decorator: make a model available to :func:`get_model` and checkpoints."""
+    def deco(cls):
+        if name in MODELS and MODELS[name] is not cls:
+            raise ValueError(f"model name {name!r} is already registered to {MODELS[name]}")
+        MODELS[name] = cls
+        cls.model_name = name
+        return cls
+    return deco
+
+
+def get_model(name: str, **config: Any) -> "NeuralOperator":
+    """Build a registered model by name, e.g. ``get_model("pit", in_channels=1, out_channels=1)``."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; available: {sorted(MODELS)}")
+    return MODELS[name](**config)
+
+
+class NeuralOperator(nn.Module):
+    """Base class: an encoder -> processor -> decoder from fields on one mesh to
+    fields at query points.
+
+    Subclasses implement ``forward(data) -> Tensor[M, out_channels]`` on a PyG
+    batch of :class:`~meshops.MeshData` with
+
+    * ``x [N, in_channels]`` input features (``[N, 0]`` for geometry-only problems),
+    * ``pos [N, d]``, ``weight [N]``, ``batch [N]`` (``batch`` absent for one sample),
+    * optional ``query_pos [M, d]`` and ``query_batch [M]``: where the output is
+      wanted; without them the output is at the input points (``M = N``).
+
+    The constructor's arguments are recorded as :attr:`config` automatically, so
+    ``Model.from_checkpoint`` can rebuild the model. Normalisers for inputs and
+    outputs (fitted on the training split) are part of the model and its
+    checkpoint; :meth:`predict` applies them.
+    """
+
+    model_name = "neural_operator"
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            return
+
+        @functools.wraps(init)
+        def recording_init(self, *args, **kw):
+            init(self, *args, **kw)
+            if type(self) is cls:  # the concrete class records its own arguments
+                bound = inspect.signature(init).bind(self, *args, **kw)
+                bound.apply_defaults()
+                config = dict(bound.arguments)
+                config.pop("self")
+                extra = config.pop("kwargs", None)
+                if isinstance(extra, dict):
+                    config.update(extra)
+                self.config = config
+
+        cls.__init__ = recording_init
+
+    # ------------------------------------------------------------ normalisers
+    def set_normalizers(self, input: UnitGaussianNormalizer | None = None,
+                        output: UnitGaussianNormalizer | None = None) -> "NeuralOperator":
+        """Attach fitted normalisers; they are saved with the model."""
+        self.input_normalizer = input
+        self.output_normalizer = output
+        return self
+
+    @torch.no_grad()
+    def predict(self, data) -> Tensor:
+        """Outputs in physical units: normalise ``data.x``, run, de-normalise."""
+        was_training = self.training
+        self.eval()
+        try:
+            norm_in = getattr(self, "input_normalizer", None)
+            norm_out = getattr(self, "output_normalizer", None)
+            if norm_in is not None and data.x.shape[-1]:
+                data = data.clone()
+                data.x = norm_in.encode(data.x)
+            out = self(data)
+            return norm_out.decode(out) if norm_out is not None else out
+        finally:
+            self.train(was_training)
+
+    # ------------------------------------------------------------ checkpoints
+    def save(self, path: str | os.PathLike, **metadata: Any) -> Path:
+        """Save weights, config, normalisers, ``metadata`` (e.g. field names) and the
+        meshops version to ``path``, atomically."""
+        from meshops import __version__
+
+        norms = {k: getattr(self, f"{k}_normalizer").channels
+                 for k in ("input", "output") if getattr(self, f"{k}_normalizer", None) is not None}
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "version": __version__,
+            "model": self.model_name,
+            "config": dict(self.config),
+            "normalizers": norms,
+            "metadata": metadata,
+            "state_dict": {k: v.detach().cpu() for k, v in self.state_dict().items()},
+        }
+        return atomic_write(path, lambda tmp: torch.save(state, tmp))
+
+    @classmethod
+    def from_checkpoint(cls, path: str | os.PathLike, map_location: Any = "cpu"
+                        ) -> "NeuralOperator":
+        """Rebuild a model saved with :meth:`save` (on CPU by default).
+
+        Called on the base class it builds whichever registered model the file
+        holds; called on a subclass it checks that the file holds that model.
+        The checkpoint's metadata is available as ``model.metadata``.
+        """
+        from meshops import __version__
+
+        path = Path(path)
+        try:
+            state = torch.load(path, map_location=map_location, weights_only=True)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path}: no such checkpoint") from None
+        except Exception as e:
+            raise ValueError(f"{path}: not a readable meshops checkpoint ({e})") from e
+        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"{path}: not a meshops checkpoint (format "
+                             f"{state.get('format') if isinstance(state, dict) else None!r})")
+        name = state["model"]
+        if name not in MODELS:
+            raise ValueError(f"{path}: unknown model {name!r}; available: {sorted(MODELS)}")
+        model_cls = MODELS[name]
+        if cls is not NeuralOperator and not issubclass(model_cls, cls):
+            raise ValueError(f"{path}: holds a {model_cls.__name__}, not a {cls.__name__}")
+        if state["version"] != __version__:
+            warnings.warn(f"{path}: saved by meshops {state['version']}, loading with "
+                          f"{__version__}", UserWarning, stacklevel=2)
+        model = model_cls(**state["config"])
+        norms = state.get("normalizers", {})
+        model.set_normalizers(
+            input=UnitGaussianNormalizer(norms["input"]) if "input" in norms else None,
+            output=UnitGaussianNormalizer(norms["output"]) if "output" in norms else None)
+        model.load_state_dict(state["state_dict"])
+        model.metadata = state.get("metadata", {})
+        return model.to(map_location) if isinstance(map_location, (str, torch.device)) else model
