@@ -90,13 +90,31 @@ def to_dense(x: Tensor, batch: Tensor | None, batch_size: int | None = None
     return to_dense_batch(x, batch, batch_size=batch_size)
 
 
+def safe_log(weight: Tensor) -> Tensor:
+    """``log w`` with ``-inf`` at ``w = 0`` and a zero (not NaN) gradient there."""
+    positive = weight > 0
+    logw = torch.log(torch.where(positive, weight, torch.ones_like(weight)))
+    return logw.masked_fill(~positive, float("-inf"))
+
+
 def log_weight_bias(weight: Tensor, mask: Tensor | None = None) -> Tensor:
     """Attention bias ``log w`` ``[B, 1, 1, N]`` from dense weights ``[B, N]``.
 
     Zero weights and padding give ``-inf``, i.e. the point drops out of the integral.
     """
     w = weight if mask is None else weight.masked_fill(~mask, 0)
-    return torch.log(w)[:, None, None, :]
+    return safe_log(w)[:, None, None, :]
+
+
+def check_batch(batch: Tensor | None, name: str) -> None:
+    """A PyG batch vector must be 1-D and sorted (samples contiguous)."""
+    if batch is None:
+        return
+    if batch.dim() != 1:
+        raise ValueError(f"{name} must be a 1-D vector of sample indices, got shape "
+                         f"{tuple(batch.shape)}")
+    if batch.numel() > 1 and bool((batch[1:] < batch[:-1]).any()):
+        raise ValueError(f"{name} must be sorted (PyG batch vector)")
 
 
 def split_heads(x: Tensor, heads: int) -> Tensor:

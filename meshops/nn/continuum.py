@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from meshops.nn._utils import (as_pair, check_channels, check_dense_weight, check_length,
-                               check_weight, log_weight_bias, merge_heads, num_graphs,
-                               split_heads, to_dense)
+from meshops.nn._utils import (as_pair, check_batch, check_channels, check_dense_weight,
+                               check_length, check_weight, log_weight_bias, merge_heads,
+                               num_graphs, safe_log, split_heads, to_dense)
 
 __all__ = ["ContinuumAttention"]
 
@@ -29,16 +29,6 @@ Channels = Union[int, Tuple[int, int]]
 
 def _is_pair(value: Any) -> bool:
     return isinstance(value, (tuple, list))
-
-
-def _check_sorted(batch: Optional[Tensor], name: str) -> None:
-    if batch is None:
-        return
-    if batch.dim() != 1:
-        raise ValueError(f"{name} must be a 1-D vector of sample indices, got shape "
-                         f"{tuple(batch.shape)}")
-    if batch.numel() > 1 and bool((batch[1:] < batch[:-1]).any()):
-        raise ValueError(f"{name} must be sorted (PyG batch vector)")
 
 
 def _check_mask(mask: Optional[Tensor], x: Tensor, name: str) -> Optional[Tensor]:
@@ -112,9 +102,9 @@ class _QuadratureAttention(torch.nn.Module):
             raise ValueError("batch_src and batch_dst must both be given or both be None")
         check_length(b_src, n_src, "batch" + s)
         check_length(b_dst, n_dst, "batch" + d)
-        _check_sorted(b_src, "batch" + s)
+        check_batch(b_src, "batch" + s)
         if b_dst is not b_src:
-            _check_sorted(b_dst, "batch" + d)
+            check_batch(b_dst, "batch" + d)
         check_weight(weight, n_src)
 
         size = num_graphs(b_src, b_dst)
@@ -190,13 +180,6 @@ class _QuadratureAttention(torch.nn.Module):
         in_ch = self.in_channels
         return (f"{self.__class__.__name__}({in_ch}, {self.out_channels}, "
                 f"heads={self.heads}{self._repr_extra()})")
-
-
-def _safe_log(weight: Tensor) -> Tensor:
-    """``log w`` with ``-inf`` at ``w = 0`` and a zero (not NaN) gradient there."""
-    positive = weight > 0
-    logw = torch.log(torch.where(positive, weight, torch.ones_like(weight)))
-    return logw.masked_fill(~positive, float("-inf"))
 
 
 class ContinuumAttention(_QuadratureAttention):
@@ -338,7 +321,7 @@ def _sdpa_folded(q: Tensor, k: Tensor, v: Tensor, weight: Tensor, dropout_p: flo
     """
     B, H, Ns, D = k.shape
     scale = 1.0 / math.sqrt(D)
-    col = (_safe_log(weight) * math.sqrt(D))[:, None, :, None].expand(B, H, Ns, 1)
+    col = (safe_log(weight) * math.sqrt(D))[:, None, :, None].expand(B, H, Ns, 1)
     q2 = torch.cat([q, q.new_ones(q.shape[:-1] + (1,))], dim=-1)
     k2 = torch.cat([k, col.to(k.dtype)], dim=-1)
     v2 = torch.cat([v, v.new_zeros(v.shape[:-1] + (1,))], dim=-1)
@@ -349,7 +332,7 @@ def _sdpa_folded(q: Tensor, k: Tensor, v: Tensor, weight: Tensor, dropout_p: flo
 def _naive_attention(q: Tensor, k: Tensor, v: Tensor, weight: Tensor, dropout_p: float) -> Tensor:
     """Reference path: the explicit ``[B, H, Nd, Ns]`` weighted softmax."""
     scale = 1.0 / math.sqrt(q.shape[-1])
-    logits = (q @ k.transpose(-1, -2)) * scale + _safe_log(weight)[:, None, None, :]
+    logits = (q @ k.transpose(-1, -2)) * scale + safe_log(weight)[:, None, None, :]
     attn = torch.softmax(logits, dim=-1)
     if dropout_p > 0:
         attn = F.dropout(attn, dropout_p)
