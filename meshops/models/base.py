@@ -105,14 +105,14 @@ class NeuralOperator(nn.Module):
             self.train(was_training)
 
     # ------------------------------------------------------------ checkpoints
-    def save(self, path: str | os.PathLike, **metadata: Any) -> Path:
-        """Save weights, config, normalisers, ``metadata`` (e.g. field names) and the
-        meshops version to ``path``, atomically."""
+    def checkpoint_state(self, **metadata: Any) -> dict[str, Any]:
+        """The dict :meth:`save` writes: weights, config, normalisers, ``metadata`` and
+        the meshops version (the Trainer adds its training state to it)."""
         from meshops import __version__
 
         norms = {k: getattr(self, f"{k}_normalizer").channels
                  for k in ("input", "output") if getattr(self, f"{k}_normalizer", None) is not None}
-        state = {
+        return {
             "format": CHECKPOINT_FORMAT,
             "version": __version__,
             "model": self.model_name,
@@ -121,6 +121,10 @@ class NeuralOperator(nn.Module):
             "metadata": metadata,
             "state_dict": {k: v.detach().cpu() for k, v in self.state_dict().items()},
         }
+
+    def save(self, path: str | os.PathLike, **metadata: Any) -> Path:
+        """Save :meth:`checkpoint_state` to ``path``, atomically."""
+        state = self.checkpoint_state(**metadata)
         return atomic_write(path, lambda tmp: torch.save(state, tmp))
 
     @classmethod

@@ -1,6 +1,12 @@
-"""Training utilities: losses, normalisers, the Trainer."""
+"""Training utilities: losses, normalisers, datasets, the Trainer, torchrun/DDP."""
 
+from meshops.training import distributed
+from meshops.training.dataset import assemble, fit_normalizers, make_loader, prepare_batch
 from meshops.training.loss import RelativeLpLoss, relative_lp
 from meshops.training.normalizer import UnitGaussianNormalizer
+from meshops.training.seed import seed_everything
+from meshops.training.trainer import Trainer, targets_of
 
-__all__ = ["RelativeLpLoss", "relative_lp", "UnitGaussianNormalizer"]
+__all__ = ["RelativeLpLoss", "Trainer", "UnitGaussianNormalizer", "assemble", "distributed",
+           "fit_normalizers", "make_loader", "prepare_batch", "relative_lp", "seed_everything",
+           "targets_of"]

@@ -1,0 +1,156 @@
+"""Data-parallel training across GPUs and nodes through ``torchrun`` + DDP.
+
+Launch the same training script on every process with ``torchrun``::
+
+    torchrun --nproc_per_node=4 train.py                    # one node, 4 GPUs
+    torchrun --nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d \\
+             --rdzv_endpoint=HOST:29500 train.py              # two nodes
+
+:class:`~meshops.training.Trainer` detects the ``WORLD_SIZE`` / ``RANK`` /
+``LOCAL_RANK`` variables torchrun sets and then initialises the process group
+(NCCL on CUDA, Gloo on CPU), gives each process the GPU ``LOCAL_RANK``, shards the
+training set with a :class:`~torch.utils.data.DistributedSampler`, wraps the model
+in :class:`~torch.nn.parallel.DistributedDataParallel`, all-reduces the metrics,
+and writes checkpoints, logs and progress bars on rank 0 only. Nothing in the
+training script changes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+
+def torchrun_env() -> tuple[int, int, int] | None:
+    """``(world_size, rank, local_rank)`` from the environment torchrun sets, or
+    ``None`` when this process was not started by it."""
+    if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
+        return None
+    world = int(os.environ["WORLD_SIZE"])
+    rank = int(os.environ["RANK"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    return world, rank, local
+
+
+@dataclass
+class DistContext:
+    """Where this process stands in a data-parallel run.
+
+    Attributes:
+        world_size: Number of processes (1 without torchrun).
+        rank: Global rank of this process.
+        local_rank: Rank on this node; the GPU index on CUDA.
+        owns_group: Whether :func:`setup` created the process group (and so
+            :func:`cleanup` destroys it).
+    """
+
+    world_size: int = 1
+    rank: int = 0
+    local_rank: int = 0
+    owns_group: bool = False
+
+    @property
+    def active(self) -> bool:
+        """Whether collectives are needed: several processes and a live process group."""
+        return self.world_size > 1 and dist.is_available() and dist.is_initialized()
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the process that writes files, logs and progress bars."""
+        return self.rank == 0
+
+
+def setup(device: str | torch.device | None = None) -> tuple[DistContext, torch.device]:
+    """Join the torchrun process group, if launched by torchrun, and pick the device.
+
+    Args:
+        device: ``"cpu"``, ``"cuda"`` (this process's GPU is chosen from
+            ``LOCAL_RANK``), an explicit device, or ``None`` for CUDA when available.
+
+    Returns:
+        ``(context, device)``. Without torchrun (or with ``WORLD_SIZE=1``) the
+        context is the single-process one and no process group is created. A
+        process group the caller initialised already is used as it is.
+    """
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    env = torchrun_env()
+    if env is None or env[0] <= 1:
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        return DistContext(), device
+
+    world, rank, local = env
+    if device.type == "cuda":
+        # One GPU per process; set before init so NCCL binds to the right one.
+        device = torch.device("cuda", local)
+        torch.cuda.set_device(device)
+    owns = False
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
+                                init_method="env://", world_size=world, rank=rank)
+        owns = True
+    return DistContext(world, rank, local, owns), device
+
+
+def cleanup(ctx: DistContext) -> None:
+    """Destroy the process group if :func:`setup` created it (after a last barrier,
+    so that no rank leaves while another still waits on a collective)."""
+    if ctx.owns_group and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+        ctx.owns_group = False
+
+
+def wrap_model(model: nn.Module, ctx: DistContext, device: torch.device,
+               find_unused_parameters: bool = False) -> nn.Module:
+    """``DistributedDataParallel(model)`` in a data-parallel run, else ``model``.
+
+    DDP broadcasts rank 0's parameters and buffers (the fitted normalisers
+    included) when it wraps the model, so every rank starts from the same state.
+    """
+    if not ctx.active:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None,
+        find_unused_parameters=find_unused_parameters)
+
+
+def all_reduce_sum(t: Tensor, ctx: DistContext) -> Tensor:
+    """Sum of ``t`` over all ranks (``t`` itself in a single process)."""
+    if ctx.active:
+        t = t.clone()
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t
+
+
+def all_gather_objects(obj: Any, ctx: DistContext) -> list[Any]:
+    """``[obj of rank 0, obj of rank 1, ...]`` on every rank (``[obj]`` in a single process)."""
+    if not ctx.active:
+        return [obj]
+    out: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def shard(n: int, ctx: DistContext) -> list[int]:
+    """Indices ``rank, rank + world, ...`` of ``n`` items: an even split without the
+    padding of :class:`~torch.utils.data.DistributedSampler`, for evaluation, where
+    a duplicated sample would bias the metrics."""
+    if not ctx.active:
+        return list(range(n))
+    return list(range(ctx.rank, n, ctx.world_size))
+
+
+def barrier(ctx: DistContext) -> None:
+    """Wait for every rank (no-op in a single process)."""
+    if ctx.active:
+        dist.barrier()

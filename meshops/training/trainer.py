@@ -1,0 +1,507 @@
+"""`Trainer`: fit a :class:`~meshops.models.NeuralOperator` on meshes, resumably and
+on one or many devices."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.utils.data import DistributedSampler
+from tqdm.auto import tqdm
+
+from meshops._atomic import atomic_write
+from meshops.training import distributed
+from meshops.training.dataset import fit_normalizers, make_loader, prepare_batch
+from meshops.training.loss import RelativeLpLoss, relative_lp
+from meshops.training.normalizer import UnitGaussianNormalizer
+from meshops.training.seed import epoch_seed, get_rng_state, seed_everything, set_rng_state
+
+if TYPE_CHECKING:
+    from meshops.models.base import NeuralOperator
+
+# meshops.models.base imports meshops.training (for the normaliser), so this module
+# imports it lazily: meshops.training may then export the Trainer without a cycle.
+
+LAST = "last.pt"
+BEST = "best.pt"
+HISTORY = "history.json"
+
+
+def targets_of(batch) -> tuple[Tensor, Tensor | None, Tensor]:
+    """Targets of a batch with the quadrature weights and batch vector of their points.
+
+    Without query points the targets live at the mesh points (``weight``,
+    ``batch``); with ``query_pos`` they live at the queries, weighted by
+    ``query_weight`` when the samples carry it and uniformly otherwise (equal
+    weights: the relative error is then the plain one over the queries).
+
+    Shapes:
+        -> y ``[M, C_out]``, weight ``[M]``, batch ``[M]``
+    """
+    y = batch.y
+    if getattr(batch, "query_pos", None) is not None:
+        w = getattr(batch, "query_weight", None)
+        if w is None:
+            w = torch.ones(y.shape[0], dtype=y.dtype, device=y.device)
+        return y, w, batch.query_batch
+    return y, batch.weight, batch.batch
+
+
+def _make_logger(log) -> Callable[[str], None]:
+    if log is None:
+        return lambda msg: None
+    if isinstance(log, logging.Logger):
+        return log.info
+    return log
+
+
+class Trainer:
+    """Train a neural operator with a relative L2 loss, checkpoints and resumption.
+
+    The model is trained in physical units: when it carries normalisers (fitted
+    here on the training split if ``normalize`` and it has none yet, and then
+    saved with it), it sees normalised inputs, its raw outputs are decoded with
+    the output normaliser, and the loss compares the decoded prediction with the
+    raw target, exactly as :meth:`NeuralOperator.predict` will be used. The
+    training loss and the validation metric are then the same relative L2.
+
+    Samples with ``query_pos`` have their targets ``y`` at the query points; the
+    loss and metrics then weight them with the samples' ``query_weight`` when
+    present and uniformly otherwise (see :func:`targets_of`), and the output
+    normaliser is fitted with the same weights.
+
+    Every epoch the model is evaluated on ``val_data`` (mean, median and max of
+    the per-sample relative L2 error, quadrature-weighted and unweighted). With
+    ``out_dir`` the trainer writes, atomically:
+
+    * ``last.pt`` after every epoch: a model checkpoint (loadable with
+      :meth:`NeuralOperator.from_checkpoint`) plus the full training state
+      (optimizer, scheduler, grad scaler, epoch, every rank's RNG states,
+      history), so a killed run loses at most one epoch;
+    * ``best.pt`` whenever the validation error improves, through
+      :meth:`NeuralOperator.save` with ``epoch``, ``metric`` and the validation
+      metrics (and ``metadata``) as metadata; without ``val_data`` no ``best.pt``
+      is written;
+    * ``history.json``: the per-epoch history that :meth:`fit` returns.
+
+    ``resume=True`` continues from ``out_dir/last.pt`` (and starts afresh, with a
+    log line, when there is none yet, so that the same command can be relaunched
+    after a pre-emption). With the same seed a resumed run ends with the same
+    weights as an uninterrupted one: the data order of an epoch depends only on
+    ``(seed, epoch)`` and the global generators (dropout) are restored.
+
+    Under ``torchrun`` the trainer trains data-parallel (see
+    :mod:`meshops.training.distributed`): ``batch_size`` is per process, so the
+    global batch is ``batch_size * world_size``; each epoch's permutation is the
+    one a single process would draw, dealt out to the ranks, so a run on ``W``
+    processes takes the same steps as a single process with ``W`` times the batch
+    (when the number of training samples is a multiple of ``W``; otherwise the
+    sampler repeats a few samples to even the shards out).
+
+    Args:
+        model: The model; its parameters' dtype decides the training precision
+            (e.g. ``model.double()`` with samples assembled in float64).
+        train_data: Sequence of samples (:func:`~meshops.training.assemble`) with
+            ``x``, ``y``, ``pos``, ``weight`` and optionally ``query_pos``,
+            ``query_weight``.
+        val_data: Validation samples, or ``None``.
+        epochs: Number of epochs.
+        batch_size: Samples per step (per process under torchrun).
+        val_batch_size: Samples per evaluation step (default ``batch_size``).
+        lr: Learning rate (the peak rate for ``"onecycle"``).
+        weight_decay: Decoupled weight decay for ``"adamw"``, L2 penalty for ``"adam"``.
+        optimizer: ``"adamw"`` or ``"adam"``.
+        scheduler: ``"cosine"`` (cosine decay to 0 over the run), ``"onecycle"``,
+            ``None`` (constant rate) or a callable ``(optimizer, total_steps) ->
+            LRScheduler``. Schedulers are stepped after every batch (not every
+            epoch), so that runs of a few epochs still get a smooth schedule.
+        grad_clip: Maximum total gradient norm, or ``None``.
+        loss: ``loss(pred, target, weight, batch) -> scalar``; default
+            :class:`RelativeLpLoss` with quadrature weights (``RelativeLpLoss(
+            quadrature=False)`` for numbers comparable with published benchmarks).
+            The validation metric that picks ``best.pt`` follows its
+            ``quadrature`` attribute (weighted when absent).
+        seed: Seeds the global generators (rank ``r`` uses ``seed + r``, so that
+            dropout differs across ranks) and the data order.
+        device: ``"cpu"``, ``"cuda"``, a device, or ``None`` for CUDA when available.
+        amp: Mixed precision on CUDA: ``True`` (bfloat16 where supported, else
+            float16 with a gradient scaler), ``"bf16"`` or ``"fp16"``. On CPU it is
+            ignored with a warning and the model trains in its own dtype.
+        out_dir: Folder for ``last.pt``, ``best.pt`` and ``history.json``, or ``None``.
+        normalize: Fit input/output normalisers on ``train_data`` when the model
+            has none. Normalisers the model already has are always used.
+        shuffle: Shuffle the training data each epoch.
+        progress: Show a tqdm bar per epoch (running loss, ETA); rank 0 only.
+        log: ``print``, a :class:`logging.Logger`, any ``str -> None`` callable, or
+            ``None``; rank 0 only.
+        resume: Continue from ``out_dir/last.pt`` (see above).
+        metadata: Extra metadata for ``best.pt`` (e.g. field names).
+        num_workers: DataLoader worker processes.
+        find_unused_parameters: Passed to DDP, for models with parameters that a
+            forward pass may not use.
+    """
+
+    def __init__(self, model: "NeuralOperator", train_data: Sequence, val_data: Sequence | None = None,
+                 *, epochs: int, batch_size: int = 8, val_batch_size: int | None = None,
+                 lr: float = 1e-3, weight_decay: float = 1e-4, optimizer: str = "adamw",
+                 scheduler: str | Callable | None = "cosine", grad_clip: float | None = None,
+                 loss: Callable | None = None, seed: int = 0,
+                 device: str | torch.device | None = None, amp: bool | str = False,
+                 out_dir: str | Path | None = None, normalize: bool = True,
+                 shuffle: bool = True, progress: bool = True, log: Any = print,
+                 resume: bool = False, metadata: dict | None = None, num_workers: int = 0,
+                 find_unused_parameters: bool = False) -> None:
+        if epochs < 1 or batch_size < 1:
+            raise ValueError(f"epochs and batch_size must be positive, got {epochs}, {batch_size}")
+        if len(train_data) == 0:
+            raise ValueError("Trainer: train_data is empty")
+        if resume and out_dir is None:
+            raise ValueError("Trainer: resume=True needs out_dir")
+        if optimizer not in ("adamw", "adam"):
+            raise ValueError(f"optimizer must be 'adamw' or 'adam', got {optimizer!r}")
+        if not (scheduler is None or callable(scheduler) or scheduler in ("cosine", "onecycle")):
+            raise ValueError(f"scheduler must be 'cosine', 'onecycle', None or a callable, "
+                             f"got {scheduler!r}")
+        params = list(model.parameters())
+        if not params:
+            raise ValueError("Trainer: the model has no parameters")
+        self.dtype = params[0].dtype
+        self._check_dtype(train_data[0])
+        self.train_data, self.val_data = train_data, val_data
+        self.epochs, self.batch_size = int(epochs), int(batch_size)
+        self.val_batch_size = int(val_batch_size or batch_size)
+        self.grad_clip, self.seed, self.normalize = grad_clip, int(seed), normalize
+        self.shuffle, self.progress, self.resume = shuffle, progress, resume
+        self.metadata = dict(metadata or {})
+        self.num_workers, self.find_unused_parameters = num_workers, find_unused_parameters
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.loss_fn = loss if loss is not None else RelativeLpLoss()
+        # The metric that picks best.pt: the one the loss optimises.
+        self.metric = "l2_mean" if getattr(self.loss_fn, "quadrature", True) else "l2_unweighted_mean"
+
+        # Arguments are checked above, before a process group exists that an error
+        # would leave behind.
+        self.dist, self.device = distributed.setup(device)
+        self._log = _make_logger(log) if self.dist.is_main else (lambda msg: None)
+        seed_everything(self.seed + self.dist.rank)
+        self.model = model.to(self.device)
+
+        self.amp_dtype = self._amp_dtype(amp)
+        self.scaler = (torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None)
+
+        # The sampler is a DistributedSampler in a single process too (one replica):
+        # the permutation of an epoch then depends only on (seed, epoch), and a run on
+        # W processes deals out exactly the permutation a single process would use.
+        self.sampler = DistributedSampler(
+            train_data, num_replicas=self.dist.world_size if self.dist.active else 1,
+            rank=self.dist.rank if self.dist.active else 0, shuffle=shuffle,
+            seed=epoch_seed(self.seed, 0), drop_last=False)
+        # The loader draws its workers' base seed from this generator rather than the
+        # global one, so iterating it does not shift the dropout stream.
+        self._loader_gen = torch.Generator()
+        self.train_loader = make_loader(train_data, self.batch_size, sampler=self.sampler,
+                                        generator=self._loader_gen, num_workers=num_workers)
+        self.steps_per_epoch = len(self.train_loader)
+
+        self.optimizer = self._make_optimizer(optimizer, lr, weight_decay)
+        self.scheduler = self._make_scheduler(scheduler, lr)
+        self.history: list[dict[str, Any]] = []
+        self.best: dict[str, Any] = {"value": math.inf, "epoch": None}
+        self.epoch = 0  # completed epochs
+        self._net: nn.Module | None = None  # the (DDP-wrapped) model, built in fit()
+
+    # ------------------------------------------------------------------ set-up
+    def _check_dtype(self, sample) -> None:
+        for key in ("x", "pos"):
+            t = getattr(sample, key, None)
+            if t is not None and t.is_floating_point() and t.dtype != self.dtype:
+                raise ValueError(
+                    f"train_data[0].{key} is {t.dtype} but the model's parameters are "
+                    f"{self.dtype}; assemble the samples with dtype={self.dtype} or cast "
+                    f"the model")
+
+    def _amp_dtype(self, amp) -> torch.dtype | None:
+        if not amp:
+            return None
+        if self.device.type != "cuda":
+            warnings.warn(f"amp={amp!r} has no effect on {self.device.type}: mixed precision "
+                          f"is used on CUDA only; training in {self.dtype}",
+                          UserWarning, stacklevel=3)
+            return None
+        if amp is True:
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        choices = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+                   "fp16": torch.float16, "float16": torch.float16}
+        if amp not in choices:
+            raise ValueError(f"amp must be True, False, 'bf16' or 'fp16', got {amp!r}")
+        return choices[amp]
+
+    def _make_optimizer(self, name: str, lr: float, weight_decay: float):
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if name == "adamw":
+            return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+        if name == "adam":
+            return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+        raise ValueError(f"optimizer must be 'adamw' or 'adam', got {name!r}")
+
+    def _make_scheduler(self, name, lr: float):
+        total = self.epochs * self.steps_per_epoch
+        if name is None:
+            return None
+        if callable(name):
+            return name(self.optimizer, total)
+        if name == "cosine":
+            return torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, T_max=total)
+        if name == "onecycle":
+            return torch.optim.lr_scheduler.OneCycleLR(self.optimizer, max_lr=lr,
+                                                       total_steps=total)
+        raise ValueError(f"scheduler must be 'cosine', 'onecycle', None or a callable, got {name!r}")
+
+    def _attach_normalizers(self, norm_in: UnitGaussianNormalizer | None,
+                            norm_out: UnitGaussianNormalizer | None) -> None:
+        # Statistics in the model's dtype and on its device, like its own buffers.
+        cast = (lambda n: n.to(device=self.device, dtype=self.dtype) if n is not None else None)
+        self.model.set_normalizers(input=cast(norm_in), output=cast(norm_out))
+
+    def _has_normalizers(self) -> bool:
+        return any(getattr(self.model, f"{k}_normalizer", None) is not None
+                   for k in ("input", "output"))
+
+    def _prepare(self, resume: bool) -> None:
+        """Normalisers, resumed state and the DDP wrapper, once, before the first epoch."""
+        if self._net is not None:
+            return
+        last = self.out_dir / LAST if self.out_dir is not None else None
+        if resume and last is not None and last.exists():
+            self._load_state(last)
+        else:
+            if resume:
+                self._log(f"resume: no {last} yet, starting from scratch")
+            if self.normalize and not self._has_normalizers():
+                # Training split only: statistics that have seen the validation data
+                # would leak it into the model.
+                self._attach_normalizers(*fit_normalizers(self.train_data))
+        # Wrapped after the normalisers are attached: DDP registers the buffers it
+        # broadcasts when it is built.
+        self._net = distributed.wrap_model(self.model, self.dist, self.device,
+                                           self.find_unused_parameters)
+
+    # ------------------------------------------------------------------ forward
+    def _forward(self, net: nn.Module, batch) -> Tensor:
+        """Decoded predictions (physical units) of ``net`` on a prepared batch."""
+        norm_in = getattr(self.model, "input_normalizer", None)
+        norm_out = getattr(self.model, "output_normalizer", None)
+        if norm_in is not None and batch.x.shape[-1]:
+            batch.x = norm_in.encode(batch.x)  # the batch is a fresh collation: safe to edit
+        if self.amp_dtype is not None:
+            with torch.autocast(device_type=self.device.type, dtype=self.amp_dtype):
+                out = net(batch)
+            # Decode and compute the loss in full precision.
+            out = out.to(self.dtype)
+        else:
+            out = net(batch)
+        return norm_out.decode(out) if norm_out is not None else out
+
+    # ------------------------------------------------------------------ training
+    def _train_epoch(self, epoch: int) -> float:
+        net = self._net
+        net.train()
+        self.sampler.set_epoch(epoch)
+        self._loader_gen.manual_seed(epoch_seed(self.seed, epoch))
+        total = torch.zeros(2, dtype=torch.float64)  # sum of per-sample losses, samples
+        bar = tqdm(self.train_loader, total=self.steps_per_epoch, unit="batch",
+                   desc=f"epoch {epoch + 1}/{self.epochs}", leave=False, dynamic_ncols=True,
+                   disable=not (self.progress and self.dist.is_main))
+        for step, batch in enumerate(bar):
+            batch = prepare_batch(batch, self.device)
+            self.optimizer.zero_grad(set_to_none=True)
+            pred = self._forward(net, batch)
+            y, w, b = targets_of(batch)
+            loss = self.loss_fn(pred, y, w, b)
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                raise FloatingPointError(
+                    f"non-finite training loss {value} at epoch {epoch + 1}, step {step + 1}; "
+                    f"lower lr, set grad_clip, or check the data")
+            if self.scaler is not None:
+                self.scaler.scale(loss).backward()
+                if self.grad_clip is not None:
+                    self.scaler.unscale_(self.optimizer)  # clip the true gradients
+                    nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                loss.backward()
+                if self.grad_clip is not None:
+                    nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+                self.optimizer.step()
+            if self.scheduler is not None:
+                self.scheduler.step()
+            n = int(batch.num_graphs)
+            total += torch.tensor([value * n, n], dtype=torch.float64)
+            bar.set_postfix(loss=f"{total[0] / total[1]:.3e}", refresh=False)
+        bar.close()
+        total = distributed.all_reduce_sum(total.to(self.device), self.dist).cpu()
+        return float(total[0] / total[1])
+
+    @torch.no_grad()
+    def evaluate(self, data: Sequence | None = None) -> dict[str, float]:
+        """Per-sample relative L2 errors of the model on ``data`` (default ``val_data``).
+
+        Predictions are decoded to physical units as in training. Under torchrun
+        every rank evaluates its share and the errors are gathered, so all ranks
+        return the same numbers.
+
+        Returns:
+            ``l2_mean``, ``l2_median``, ``l2_max`` (quadrature-weighted),
+            ``l2_unweighted_mean``, ``..._median``, ``..._max`` and ``n`` (samples).
+        """
+        data = self.val_data if data is None else data
+        if data is None or len(data) == 0:
+            raise ValueError("evaluate: no data (and no val_data)")
+        if self._net is None and self.normalize and not self._has_normalizers():
+            self._attach_normalizers(*fit_normalizers(self.train_data))
+        idx = distributed.shard(len(data), self.dist)
+        loader = make_loader([data[i] for i in idx], self.val_batch_size,
+                             generator=torch.Generator(), num_workers=self.num_workers)
+        # The bare model, not DDP: ranks may hold different numbers of batches, and a
+        # DDP forward would wait for the others (it broadcasts buffers).
+        model = self.model
+        was_training = model.training
+        model.eval()
+        errs = []
+        try:
+            for batch in loader:
+                batch = prepare_batch(batch, self.device)
+                pred = self._forward(model, batch).to(torch.float64)
+                y, w, b = targets_of(batch)
+                y = y.to(torch.float64)
+                errs.append(torch.stack([relative_lp(pred, y, w, b, reduction="none"),
+                                         relative_lp(pred, y, None, b, reduction="none")], 1))
+        finally:
+            model.train(was_training)
+        local = torch.cat(errs).cpu() if errs else torch.zeros(0, 2, dtype=torch.float64)
+        gathered = distributed.all_gather_objects((idx, local), self.dist)
+        order = np.concatenate([np.asarray(i, dtype=np.int64) for i, _ in gathered])
+        values = torch.cat([e for _, e in gathered]).numpy()[np.argsort(order, kind="stable")]
+        out: dict[str, float] = {"n": int(values.shape[0])}
+        for j, name in enumerate(("l2", "l2_unweighted")):
+            v = values[:, j]
+            out[f"{name}_mean"] = float(v.mean())
+            out[f"{name}_median"] = float(np.median(v))
+            out[f"{name}_max"] = float(v.max())
+        return out
+
+    def fit(self, resume: bool | None = None) -> list[dict[str, Any]]:
+        """Train to ``epochs`` (from ``out_dir/last.pt`` when resuming).
+
+        Returns:
+            The history: one dict per epoch with ``epoch`` (1-based),
+            ``train_loss`` (mean per-sample loss over the epoch), ``val_l2`` (the
+            metric that picks ``best.pt``, ``None`` without ``val_data``), ``val``
+            (all metrics of :meth:`evaluate`), ``lr`` (at the end of the epoch) and
+            ``time_s``.
+        """
+        resume = self.resume if resume is None else resume
+        if resume and self.out_dir is None:
+            raise ValueError("fit: resume=True needs out_dir")
+        try:
+            self._prepare(resume)
+            if self.epoch >= self.epochs:
+                self._log(f"already trained {self.epoch}/{self.epochs} epochs")
+            while self.epoch < self.epochs:
+                self._run_epoch(self.epoch)
+        finally:
+            distributed.cleanup(self.dist)
+        return self.history
+
+    def _run_epoch(self, epoch: int) -> None:
+        t0 = time.perf_counter()
+        train_loss = self._train_epoch(epoch)
+        val = self.evaluate() if self.val_data is not None else None
+        entry = {"epoch": epoch + 1, "train_loss": train_loss,
+                 "val_l2": val[self.metric] if val is not None else None, "val": val,
+                 "lr": float(self.optimizer.param_groups[0]["lr"]),
+                 "time_s": time.perf_counter() - t0}
+        self.history.append(entry)
+        self.epoch = epoch + 1
+        improved = val is not None and val[self.metric] < self.best["value"]
+        if improved:
+            self.best = {"value": val[self.metric], "epoch": epoch + 1}
+        if self.out_dir is not None and self.dist.is_main:
+            if improved:
+                self.model.save(self.out_dir / BEST, **{
+                    **self.metadata, "epoch": epoch + 1, "metric": self.metric, "val": val})
+            atomic_write(self.out_dir / HISTORY, lambda tmp: Path(tmp).write_text(
+                json.dumps(self.history, indent=1)))
+        # Every rank takes part (its RNG state is gathered); rank 0 writes.
+        self._save_state()
+        msg = f"epoch {epoch + 1}/{self.epochs}  train {train_loss:.4e}"
+        if val is not None:
+            msg += (f"  val l2 {val['l2_mean']:.4e} (median {val['l2_median']:.4e}, "
+                    f"max {val['l2_max']:.4e}; unweighted {val['l2_unweighted_mean']:.4e})")
+        msg += f"  lr {entry['lr']:.2e}  {entry['time_s']:.1f}s" + ("  *best*" if improved else "")
+        self._log(msg)
+
+    # ------------------------------------------------------------------ state
+    def _save_state(self) -> None:
+        if self.out_dir is None:
+            return
+        rng = distributed.all_gather_objects(get_rng_state(), self.dist)
+        if not self.dist.is_main:
+            return
+        state = self.model.checkpoint_state(**self.metadata, epoch=self.epoch)
+        state["training"] = {
+            "epoch": self.epoch, "epochs": self.epochs, "seed": self.seed,
+            "world_size": self.dist.world_size if self.dist.active else 1,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "rng": rng, "history": self.history, "best": self.best,
+        }
+        atomic_write(self.out_dir / LAST, lambda tmp: torch.save(state, tmp))
+
+    def _load_state(self, path: Path) -> None:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict) or "training" not in state:
+            raise ValueError(f"{path}: not a meshops training state")
+        m = self.model
+        if state["model"] != m.model_name or state["config"] != dict(m.config):
+            raise ValueError(f"{path}: saved for {state['model']} {state['config']}, "
+                             f"cannot resume {m.model_name} {dict(m.config)}")
+        tr = state["training"]
+        if tr["epochs"] != self.epochs:
+            # The learning-rate schedule was laid out for the old number of epochs.
+            warnings.warn(f"{path}: saved by a run of {tr['epochs']} epochs, resuming with "
+                          f"epochs={self.epochs}; the schedule keeps its old length",
+                          UserWarning, stacklevel=4)
+        norms = state.get("normalizers", {})
+        self._attach_normalizers(
+            UnitGaussianNormalizer(norms["input"]) if "input" in norms else None,
+            UnitGaussianNormalizer(norms["output"]) if "output" in norms else None)
+        m.load_state_dict(state["state_dict"])
+        self.optimizer.load_state_dict(tr["optimizer"])
+        if self.scheduler is not None and tr["scheduler"] is not None:
+            self.scheduler.load_state_dict(tr["scheduler"])
+        if self.scaler is not None and tr["scaler"] is not None:
+            self.scaler.load_state_dict(tr["scaler"])
+        world = self.dist.world_size if self.dist.active else 1
+        if tr["world_size"] == world:
+            set_rng_state(tr["rng"][self.dist.rank])
+        else:
+            # Different ranks now; a per-(seed, rank, epoch) seed keeps it deterministic.
+            warnings.warn(f"{path}: saved on {tr['world_size']} processes, resuming on "
+                          f"{world}; random streams are re-seeded", UserWarning, stacklevel=4)
+            seed_everything(epoch_seed(self.seed + self.dist.rank, tr["epoch"]))
+        self.history = list(tr["history"])
+        self.best = dict(tr["best"])
+        self.epoch = int(tr["epoch"])
+        self._log(f"resumed from {path} after epoch {self.epoch}/{self.epochs}")
