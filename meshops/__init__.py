@@ -6,9 +6,17 @@ operator with those weights, so it gives (nearly) the same answer on any mesh of
 the same geometry.
 """
 
-from meshops.errors import MeshError
-from meshops.data import MeshData
-
 __version__ = "0.1.0"
 
-__all__ = ["MeshError", "MeshData", "__version__"]
+from meshops.errors import MeshError
+from meshops.data import MeshData
+from meshops.io import mesh_from_arrays, read_mesh, write_mesh
+from meshops.pointcloud import point_cloud_weights
+from meshops.quadrature import grid_weights, quadrature_weights, structured_grid_cells
+from meshops.search import available_backends, default_backend, fps, knn, partition, radius
+
+__all__ = [
+    "MeshData", "MeshError", "__version__", "available_backends", "default_backend", "fps",
+    "grid_weights", "knn", "mesh_from_arrays", "partition", "point_cloud_weights",
+    "quadrature_weights", "radius", "read_mesh", "structured_grid_cells", "write_mesh",
+]

@@ -1,0 +1,25 @@
+"""Neighbour search, farthest point sampling and spatial partitions.
+
+All functions follow PyG's conventions (``torch_geometric.nn.knn``, ``radius``,
+``fps``): points are ``[N, d]`` tensors, samples of a batch are given by sorted batch
+vectors, returned indices are global, and neighbours/samples never cross samples.
+
+Several backends implement the same interface and return the same results (ties
+between equal distances aside); the fastest available one is chosen per call from
+the device of the inputs, or named with ``backend=``:
+
+* ``torch_cluster`` - PyG's kernels, when installed (default on CUDA);
+* ``scipy`` - ``cKDTree``, multi-threaded (CPU default for :func:`knn`, :func:`radius`);
+* ``fpsample`` - QuickFPS (CPU default for :func:`fps`);
+* ``torch`` - exact chunked brute force on any device.
+
+:func:`available_backends` and :func:`default_backend` tell which is used.
+:func:`partition` (k-d, voxel, k-means) needs no backend.
+"""
+
+from meshops.search.backends import available_backends, default_backend
+from meshops.search.fps import fps
+from meshops.search.knn import knn, radius
+from meshops.search.partition import partition
+
+__all__ = ["knn", "radius", "fps", "partition", "available_backends", "default_backend"]
