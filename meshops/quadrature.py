@@ -172,25 +172,40 @@ def top_dimension(blocks: list[tuple[str, np.ndarray]]) -> int:
     return max((CELL_DIMS[t] for t, c in blocks if len(c)), default=0)
 
 
+def _det(A: np.ndarray) -> np.ndarray:
+    """Determinants of ``[..., k, k]`` matrices; closed form for k <= 3, where batched
+    LAPACK calls on millions of tiny matrices dominate the cost."""
+    k = A.shape[-1]
+    if k == 1:
+        return A[..., 0, 0]
+    if k == 2:
+        return A[..., 0, 0] * A[..., 1, 1] - A[..., 0, 1] * A[..., 1, 0]
+    if k == 3:
+        return (A[..., 0, 0] * (A[..., 1, 1] * A[..., 2, 2] - A[..., 1, 2] * A[..., 2, 1])
+                - A[..., 0, 1] * (A[..., 1, 0] * A[..., 2, 2] - A[..., 1, 2] * A[..., 2, 0])
+                + A[..., 0, 2] * (A[..., 1, 0] * A[..., 2, 1] - A[..., 1, 1] * A[..., 2, 0]))
+    return np.linalg.det(A)
+
+
 def _jacobian_measure(J: np.ndarray) -> np.ndarray:
     """Measure density ``sqrt(det(J^T J))`` for ``J [..., d, k]``; ``|det J|`` when ``k == d``."""
     d, k = J.shape[-2:]
     if k == d:
-        return np.abs(np.linalg.det(J))
-    return np.sqrt(np.clip(np.linalg.det(np.swapaxes(J, -1, -2) @ J), 0.0, None))
+        return np.abs(_det(J))
+    return np.sqrt(np.clip(_det(np.swapaxes(J, -1, -2) @ J), 0.0, None))
 
 
 def _signed_density(J: np.ndarray, normal: np.ndarray | None) -> np.ndarray | None:
     """Signed Jacobian used to detect tangling; ``None`` where orientation is undefined."""
     d, k = J.shape[-2:]
     if k == d:
-        return np.linalg.det(J)
+        return _det(J)
     if k == d - 1 and normal is not None:
         # Orientation relative to the cell's centre normal: a folded surface cell
         # flips sign somewhere.
         full = np.concatenate([J, np.broadcast_to(normal[:, None, :, None],
                                                   J.shape[:-1] + (1,))], axis=-1)
-        return np.linalg.det(full)
+        return _det(full)
     return None
 
 
