@@ -1,0 +1,209 @@
+"""A folder of mesh files as a data set: one file per sample, inputs and targets in
+the point data (any format meshio reads: .vtu, .vtk, .msh, .xdmf, ...), and
+:func:`export_to_folder` to write any adapter's samples to such a folder (to look at
+them in ParaView, or to train on them with ``meshops train --data DIR``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import meshio
+import torch
+
+from meshops.data import MeshData
+from meshops.errors import MeshError
+from meshops.io import WEIGHT_FIELD, read_mesh, write_mesh
+
+from data_adapters._sample import as_dtype, finish
+
+# Suffixes meshio reads, minus those that are not sample files on their own
+# (.ele pairs with .node; .xml is DOLFIN's with side files) or not meshes (.svg, .wkt).
+_EXCLUDED = {".ele", ".xml", ".svg", ".wkt"}
+DEFAULT_SUFFIXES = tuple(sorted((set(meshio.extension_to_filetypes) - _EXCLUDED),
+                                key=lambda s: (-len(s), s)))
+
+
+def _natural_key(name: str):
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def list_mesh_files(root, suffixes: Sequence[str] | None = None) -> list[Path]:
+    """Mesh files directly in ``root`` (not in subfolders), sorted by name.
+
+    Names are compared in natural order (``sample_2`` before ``sample_10``; with
+    zero-padded numbers, as :func:`export_to_folder` writes them, this is the plain
+    alphabetical order). Hidden files (``.name``, e.g. the temporary files of an
+    interrupted atomic write) are skipped.
+
+    Args:
+        root: Folder.
+        suffixes: File suffixes to take (case-insensitive, with the dot); default all
+            meshio formats except companion files (.ele, .xml) and .svg/.wkt.
+    """
+    root = Path(root)
+    suffixes = tuple(s.lower() for s in (suffixes or DEFAULT_SUFFIXES))
+    files = [p for p in root.iterdir()
+             if p.is_file() and not p.name.startswith(".")
+             and p.name.lower().endswith(suffixes)]
+    return sorted(files, key=lambda p: _natural_key(p.name))
+
+
+class MeshFolderDataset(torch.utils.data.Dataset):
+    """One mesh file per sample, with input and target arrays in the point data.
+
+    Item ``k`` (file ``files[k]``) is the :class:`meshops.MeshData` that
+    :func:`meshops.io.read_mesh` gives (``pos``, ``weight`` from the cells or the
+    stored point-cloud weights, ``fields``, ``cells``, ``source``) plus
+
+    * ``x [N, C_in]``: the ``inputs`` point fields concatenated in the given order
+      (a ``[N]`` field is one channel, ``[N, c]`` is ``c``); ``[N, 0]`` when ``inputs``
+      is empty (geometry-only problems: the input is ``pos``),
+    * ``y [N, C_out]``: the ``targets``, likewise,
+
+    with every floating tensor in ``dtype``. Every file must give the same channel
+    counts as the first.
+
+    Args:
+        root: The folder.
+        inputs: Point-field names for ``x`` (may be empty).
+        targets: Point-field names for ``y`` (may be empty, e.g. for inference).
+        dtype: ``torch.float32`` (default) or ``torch.float64``.
+        suffixes: File suffixes to take (see :func:`list_mesh_files`).
+        cache: Keep parsed samples in memory (each file is read once).
+
+    Raises:
+        MeshError: a missing or empty folder; a file that cannot be read or is broken
+            (see :func:`meshops.io.read_mesh`, which also rejects fields whose length
+            is not N); a missing field (the message lists the available ones);
+            channel counts that differ from the first file's. The first file is
+            checked at construction, the others when they are read.
+
+    Shapes:
+        item: pos ``[N, d]``, weight ``[N]``, x ``[N, C_in]``, y ``[N, C_out]``
+
+    Example:
+        >>> ds = MeshFolderDataset("runs/", inputs=["k"], targets=["T"])
+        >>> ds[0].x.shape, ds[0].y.shape
+        (torch.Size([520, 1]), torch.Size([520, 1]))
+    """
+
+    def __init__(self, root, inputs: Sequence[str] = (), targets: Sequence[str] = (),
+                 dtype=torch.float32, suffixes: Sequence[str] | None = None,
+                 cache: bool = False) -> None:
+        self.root = Path(root)
+        if isinstance(inputs, str) or isinstance(targets, str):
+            raise MeshError("inputs and targets are lists of field names, e.g. ['T'], "
+                            "not a single string")
+        self.inputs, self.targets = list(inputs), list(targets)
+        self.dtype = as_dtype(dtype)
+        if not self.root.is_dir():
+            raise MeshError(f"{self.root}: no such folder")
+        self.files = list_mesh_files(self.root, suffixes)
+        if not self.files:
+            shown = ", ".join(suffixes or (".vtu", ".vtk", ".msh", ".xdmf", "..."))
+            raise MeshError(f"{self.root}: no mesh files in this folder (looked for {shown})")
+        self.cache = cache
+        self._cache: dict[int, MeshData] = {}
+        self._channels: tuple[int, int] | None = None
+        self[0]  # fail early on a missing field or a broken first file
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def _check_fields(self, path: Path, mesh: MeshData) -> None:
+        fields = getattr(mesh, "fields", None) or {}
+        cell_data = getattr(mesh, "cell_data", None) or {}
+        for role, names in (("input", self.inputs), ("target", self.targets)):
+            for name in names:
+                if name in fields:
+                    continue
+                if name in cell_data:
+                    raise MeshError(f"{path}: {role} field {name!r} is cell data; "
+                                    "MeshFolderDataset needs point data")
+                available = sorted(k for k in fields if k != WEIGHT_FIELD)
+                raise MeshError(f"{path}: {role} field {name!r} not found; available point "
+                                f"fields: {', '.join(available) or 'none'}")
+
+    def __getitem__(self, k: int) -> MeshData:
+        if not -len(self) <= k < len(self):
+            raise IndexError(f"index {k} out of range for {len(self)} files")
+        k = k % len(self)
+        if k in self._cache:
+            return self._cache[k]
+        path = self.files[k]
+        mesh = read_mesh(path)
+        self._check_fields(path, mesh)
+        mesh = finish(mesh, self.inputs, self.targets, self.dtype)
+        counts = (int(mesh.x.shape[1]), int(mesh.y.shape[1]))
+        if self._channels is None:
+            self._channels = counts
+        elif counts != self._channels:
+            raise MeshError(f"{path}: inputs/targets have {counts[0]}/{counts[1]} channels but "
+                            f"{self.files[0].name} has {self._channels[0]}/{self._channels[1]}")
+        if self.cache:
+            self._cache[k] = mesh
+        return mesh
+
+    @property
+    def num_channels(self) -> tuple[int, int]:
+        """``(C_in, C_out)`` of the samples (from the first file)."""
+        return self._channels
+
+
+def export_to_folder(samples: Iterable[MeshData], root, fmt: str = ".vtu",
+                     prefix: str = "sample", overwrite: bool = False) -> list[Path]:
+    """Write samples (of any adapter) to a folder that :class:`MeshFolderDataset` reads.
+
+    Sample ``k`` goes to ``root/{prefix}_{k:0Wd}{fmt}`` (``W`` digits, at least 4),
+    written atomically by :func:`meshops.io.write_mesh` with its ``fields`` as point
+    data (a sample without ``fields`` gets its ``x``/``y`` written as ``"x"``/``"y"``).
+    Point clouds (no cells) are written as vertex cells with their quadrature
+    weights, so they read back with the same weights. Per-sample attributes that
+    are not point data (``params``, ``cl``, ``grid_shape``, ...) are not written.
+
+    Args:
+        samples: ``MeshData`` samples (a list or a data set).
+        root: Output folder (created if needed).
+        fmt: File suffix, e.g. ``".vtu"``, ``".vtk"``, ``".xdmf"``, ``".msh"``.
+        prefix: File name prefix.
+        overwrite: Replace files of an earlier export (``{prefix}_<digits>{fmt}``).
+            Without it, a folder that already holds such files is an error, so that
+            two exports are never mixed into one data set.
+
+    Returns:
+        The written paths, in sample order.
+
+    Example:
+        >>> export_to_folder(load_elasticity("data/elasticity", "test"), "elasticity_vtu")
+        >>> MeshFolderDataset("elasticity_vtu", inputs=[], targets=["sigma"])
+    """
+    root = Path(root)
+    samples = samples if hasattr(samples, "__len__") else list(samples)
+    if not fmt.startswith("."):
+        fmt = "." + fmt
+    if root.exists() and not root.is_dir():
+        raise MeshError(f"{root}: exists and is not a folder")
+    pattern = re.compile(rf"^{re.escape(prefix)}_\d+{re.escape(fmt)}$")
+    old = [p for p in root.iterdir() if pattern.match(p.name)] if root.is_dir() else []
+    if old and not overwrite:
+        raise MeshError(f"{root}: already holds {len(old)} exported files such as {old[0].name}; "
+                        "pass overwrite=True to replace them or choose another folder")
+    width = max(4, len(str(max(len(samples) - 1, 0))))
+    written = []
+    for k in range(len(samples)):
+        s = samples[k]
+        if not isinstance(s, MeshData):
+            raise MeshError(f"export_to_folder: sample {k} is a {type(s).__name__}, "
+                            "not a MeshData")
+        extra = None
+        if not (getattr(s, "fields", None) or {}):
+            extra = {name: getattr(s, name) for name in ("x", "y")
+                     if getattr(s, name, None) is not None and getattr(s, name).shape[1] > 0}
+        written.append(write_mesh(root / f"{prefix}_{k:0{width}d}{fmt}", s, point_data=extra))
+    for p in old:  # stale files of an earlier, longer export
+        if p not in written:
+            p.unlink()
+    return written
