@@ -1,5 +1,12 @@
-"""Neural-operator models: encoder -> processor -> decoder on meshes."""
+"""Neural-operator models: encoder -> processor -> decoder on meshes.
+
+Importing this package registers every model with :func:`get_model`.
+"""
 
 from meshops.models.base import MODELS, NeuralOperator, get_model, register_model
+from meshops.models.galerkin_transformer import GalerkinTransformer
+from meshops.models.patched import PatchedTransformer
+from meshops.models.transformer_no import TransformerNO
 
-__all__ = ["MODELS", "NeuralOperator", "get_model", "register_model"]
+__all__ = ["MODELS", "GalerkinTransformer", "NeuralOperator", "PatchedTransformer",
+           "TransformerNO", "get_model", "register_model"]
