@@ -3,5 +3,18 @@
 Every layer approximates an integral operator with the quadrature weights of the
 source mesh, so the same parameters give (nearly) the same function on any mesh
 of the same geometry. Flat PyG batches: ``layer(x, pos, weight, batch=None)``;
-dense batches: ``layer.dense(x, pos, weight, mask=None)``.
+cross forms take ``(src, dst)`` pairs; dense batches: ``layer.dense(...)``.
 """
+
+from meshops.nn.block import TransformerBlock
+from meshops.nn.continuum import ContinuumAttention
+from meshops.nn.galerkin import FourierAttention, GalerkinAttention
+from meshops.nn.local import LocalAttention, LocalPositionAttention, knn_graph, quantile_k
+from meshops.nn.patch import PatchAttention, PatchTokenAttention, WindowAttention
+from meshops.nn.position import PositionAttention, position_kernel
+
+__all__ = [
+    "ContinuumAttention", "FourierAttention", "GalerkinAttention", "LocalAttention",
+    "LocalPositionAttention", "PatchAttention", "PatchTokenAttention", "PositionAttention",
+    "TransformerBlock", "WindowAttention", "knn_graph", "position_kernel", "quantile_k",
+]
