@@ -55,13 +55,27 @@ def probe_rows(pts: np.ndarray, probes: np.ndarray) -> np.ndarray:
 
 def _layers():
     """name -> (factory, convergence order)."""
-    from meshops.nn.continuum import ContinuumAttention
-    from meshops.nn.galerkin import FourierAttention, GalerkinAttention
+    from meshops.nn import (ContinuumAttention, FourierAttention, GalerkinAttention,
+                            LocalAttention, LocalPositionAttention, PatchAttention,
+                            PositionAttention)
 
+    # Smooth kernels converge at the order of the nodal quadrature (2). A hard
+    # cut-off (a ball, a patch border) is integrated to first order, because the
+    # nodal rule does not resolve where the border cuts a cell.
     layers = {
         "continuum": (lambda: ContinuumAttention(IN_CHANNELS, 8, heads=2), 2),
         "galerkin": (lambda: GalerkinAttention(IN_CHANNELS, 8, heads=2), 2),
         "fourier": (lambda: FourierAttention(IN_CHANNELS, 8, heads=2), 2),
+        "position": (lambda: PositionAttention(IN_CHANNELS, 8, heads=2, lam_init=[5.0, 20.0]), 2),
+        "local_position_radius": (lambda: LocalPositionAttention(
+            IN_CHANNELS, 8, heads=2, radius=0.3, lam_init=[5.0, 20.0]), 1),
+        "local_radius": (lambda: LocalAttention(IN_CHANNELS, 8, heads=2, radius=0.3), 1),
+        # Voxel patches are fixed boxes of the domain; kd patches balance point
+        # counts and so move with the point density (not mesh-independent).
+        "patch_window_voxel": (lambda: PatchAttention(
+            IN_CHANNELS, 8, heads=2, num_patches=4, method="voxel", mode="window"), 1),
+        "patch_token_voxel": (lambda: PatchAttention(
+            IN_CHANNELS, 8, heads=2, num_patches=4, method="voxel", mode="token", pos_dim=2), 1),
     }
     return layers
 
@@ -88,8 +102,12 @@ def test_converges_under_nested_refinement(name):
     errs = [float((outs[i] - outs[i + 1]).abs().max()) for i in range(len(outs) - 1)]
     ratios = [errs[i] / errs[i + 1] for i in range(len(errs) - 1)]
     print(f"\n{name}: successive differences {errs}, ratios {ratios}")
-    # Order p gives ratio 2^p on halving h; allow for pre-asymptotic noise.
-    assert min(ratios) > 0.75 * 2 ** order, ratios
+    # Order p gives a ratio of 2^p per halving of h. Points entering and leaving a
+    # ball or patch make single ratios of cut-off layers erratic, so the mean
+    # ratio over the refinement range is checked (with 25% slack).
+    mean_ratio = (errs[0] / errs[-1]) ** (1 / (len(errs) - 1))
+    assert mean_ratio > 0.75 * 2 ** order, ratios
+    assert errs[-1] < 0.03 * float(outs[-1].abs().max())
 
 
 @pytest.mark.parametrize("name", sorted(LAYERS))

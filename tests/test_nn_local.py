@@ -127,6 +127,33 @@ def test_local_position_cross_matches_reference(cfg):
         torch.testing.assert_close(out[bd == s], ref, rtol=0, atol=1e-10)
 
 
+def test_radius_ball_matches_reference_for_both_layers():
+    """radius=r keeps exactly the source points with |x_i - y_j| <= r (no count cap)."""
+    r = 0.35
+    x, ps, w, bs = sample(SRC, 5, seed=4)
+    _, pd, _, bd = sample(DST, 5, seed=5)
+    xd = torch.randn(sum(DST), 5, dtype=DT)
+    lpa = make_lpa(2, 5, 6, radius=r)
+    torch.manual_seed(0)
+    la = LocalAttention(5, 8, heads=2, radius=r).double()
+    assert la.k is None and "radius=0.35" in repr(la) and "radius=0.35" in repr(lpa)
+    out_p = lpa((x, None), (ps, pd), w, (bs, bd))
+    out_a = la((x, xd), (ps, pd), w, (bs, bd))
+    for s in range(3):
+        D = sqdist(pd[bd == s], ps[bs == s])
+        mask = D <= r * r
+        has = mask.any(1)  # destinations with an empty ball get no message
+        ref_p = ref_locposatt(lpa, x[bs == s], ps[bs == s], pd[bd == s], w[bs == s], mask)
+        torch.testing.assert_close(out_p[bd == s][has], ref_p[has], rtol=0, atol=1e-10)
+        ref_a = ref_localatt(la, x[bs == s], xd[bd == s], w[bs == s], mask)
+        torch.testing.assert_close(out_a[bd == s][has], ref_a[has], rtol=0, atol=1e-10)
+    assert int((sqdist(pd, ps) <= r * r).sum()) > 3 * sum(DST)  # balls hold several points
+    with pytest.raises(ValueError, match="radius must be a positive finite number"):
+        LocalPositionAttention(5, 6, radius=-1.0)
+    with pytest.raises(ValueError, match="exactly one of k, quantile and radius"):
+        LocalPositionAttention(5, 6, k=3, radius=0.5)
+
+
 def test_local_position_is_local_and_differs_from_global():
     """The kNN restriction matters (the reference test could fail), and with k =
     N_src it is exactly global position attention."""
@@ -356,9 +383,9 @@ def test_invalid_arguments():
         LocalPositionAttention(4, quantile=0.0)
     with pytest.raises(ValueError, match=r"quantile must be in \(0, 1\]"):
         LocalPositionAttention(4, quantile=1.5)
-    with pytest.raises(ValueError, match="exactly one of k and quantile"):
+    with pytest.raises(ValueError, match="exactly one of k, quantile and radius"):
         LocalPositionAttention(4)
-    with pytest.raises(ValueError, match="exactly one of k and quantile"):
+    with pytest.raises(ValueError, match="exactly one of k, quantile and radius"):
         LocalPositionAttention(4, k=3, quantile=0.1)
     with pytest.raises(ValueError, match="not divisible by heads"):
         LocalPositionAttention(4, 6, heads=4, k=2)
@@ -387,7 +414,7 @@ def test_invalid_arguments():
         layer(x, pos, w, edge_index=torch.zeros(3, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="out of range"):
         layer(x, pos, w, edge_index=torch.tensor([[0], [99]]))
-    with pytest.raises(ValueError, match="exactly one of k and quantile"):
+    with pytest.raises(ValueError, match="exactly one of k, quantile and radius"):
         knn_graph(pos, pos)
 
 

@@ -58,11 +58,16 @@ def quantile_k(quantile: float, num_src: Union[int, Tensor]) -> Union[int, Tenso
 
 def knn_graph(pos_src: Tensor, pos_dst: Tensor, k: Optional[int] = None,
               quantile: Optional[float] = None, batch_src: Optional[Tensor] = None,
-              batch_dst: Optional[Tensor] = None) -> Tensor:
-    """Edges from each destination point to its k nearest source points.
+              batch_dst: Optional[Tensor] = None, radius: Optional[float] = None) -> Tensor:
+    """Edges from each destination point to its k nearest source points, or to all
+    source points within ``radius``.
 
     ``k`` is fixed, or per sample from ``quantile`` (:func:`quantile_k` of the
     sample's number of source points; samples with equal k share one search).
+    A fixed ``k`` or ``quantile`` counts points, so the neighbourhood shrinks as the
+    mesh is refined and follows the local point density; ``radius`` is a ball of
+    fixed size, the only one of the three whose layer converges to one integral
+    operator on every mesh (graded ones included).
     Self graphs (``pos_src is pos_dst``) contain the self loops (distance 0).
 
     Returns:
@@ -73,10 +78,16 @@ def knn_graph(pos_src: Tensor, pos_dst: Tensor, k: Optional[int] = None,
             number of source points, or a sample with destination points but no
             source points.
     """
-    from meshops.search import knn
+    from meshops.search import knn, radius as radius_graph
 
-    if (k is None) == (quantile is None):
-        raise ValueError("give exactly one of k and quantile")
+    if sum(v is not None for v in (k, quantile, radius)) != 1:
+        raise ValueError("give exactly one of k, quantile and radius")
+    if radius is not None:
+        # No cap on the neighbour count: a truncated ball is no longer a quadrature.
+        counts = (torch.bincount(batch_src) if batch_src is not None
+                  else torch.tensor([pos_src.shape[0]]))
+        return radius_graph(pos_src, pos_dst, radius, batch_src, batch_dst,
+                            max_num_neighbors=max(int(counts.max()), 1))
     if k is not None:
         return knn(pos_src, pos_dst, k, batch_src, batch_dst)
     if batch_src is None:
@@ -111,7 +122,11 @@ def _check_x(x: Optional[Tensor], channels: int, name: str) -> None:
         raise ValueError(f"{name} has {x.shape[-1]} channels, expected {channels}")
 
 
-def _check_k(k: Optional[int], quantile: Optional[float]) -> None:
+def _check_k(k: Optional[int], quantile: Optional[float], radius: Optional[float] = None
+             ) -> None:
+    if radius is not None and not (isinstance(radius, (int, float)) and not isinstance(radius, bool)
+                                   and math.isfinite(radius) and radius > 0):
+        raise ValueError(f"radius must be a positive finite number, got {radius!r}")
     if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
         raise ValueError(f"k must be an int >= 1, got {k!r}")
     if quantile is not None and not (isinstance(quantile, (int, float))
@@ -140,6 +155,7 @@ class _LocalBase(torch.nn.Module):
     out_channels: int
     k: Optional[int]
     quantile: Optional[float]
+    radius: Optional[float] = None
 
     def _inputs(self, x: PairOrTensor, pos: PairOrTensor, weight: Tensor,
                 batch: PairOrTensor, need_dst: bool):
@@ -175,7 +191,7 @@ class _LocalBase(torch.nn.Module):
         across layers with the same neighbourhoods (``forward(..., edge_index=...)``)."""
         pos_src, pos_dst = as_pair(pos)
         b_src, b_dst = as_pair(batch)
-        return knn_graph(pos_src, pos_dst, self.k, self.quantile, b_src, b_dst)
+        return knn_graph(pos_src, pos_dst, self.k, self.quantile, b_src, b_dst, self.radius)
 
     def _softmax(self, logits: Tensor, edge_index: Tensor, weight: Tensor, n_dst: int
                  ) -> Tensor:
@@ -240,6 +256,8 @@ class _LocalBase(torch.nn.Module):
         return dense
 
     def _repr_k(self) -> str:
+        if self.radius is not None:
+            return f"radius={self.radius}"
         return f"quantile={self.quantile}" if self.quantile is not None else f"k={self.k}"
 
 
@@ -307,21 +325,22 @@ class LocalPositionAttention(_LocalBase):
     def __init__(self, in_channels: int, out_channels: Optional[int] = None, heads: int = 1,
                  k: Optional[int] = None, quantile: Optional[float] = None,
                  lam_init: Union[float, Sequence[float]] = 1.0,
-                 bias: bool = True) -> None:
+                 bias: bool = True, radius: Optional[float] = None) -> None:
         super().__init__()
         if not isinstance(in_channels, int) or in_channels < 1:
             raise ValueError(f"in_channels must be a positive int, got {in_channels!r}")
         out_channels = in_channels if out_channels is None else out_channels
         check_channels(out_channels, heads, "out_channels")
-        _check_k(k, quantile)
-        if (k is None) == (quantile is None):
-            raise ValueError("give exactly one of k and quantile")
+        _check_k(k, quantile, radius)
+        if sum(v is not None for v in (k, quantile, radius)) != 1:
+            raise ValueError("give exactly one of k, quantile and radius")
         init = lam_init_values(lam_init, heads)
         self.in_channels = self.in_src = self.in_dst = in_channels
         self.out_channels = out_channels
         self.heads = heads
         self.k = k
         self.quantile = None if quantile is None else float(quantile)
+        self.radius = None if radius is None else float(radius)
         self.lam_init = init
         self.lin = torch.nn.Linear(in_channels, out_channels, bias=bias)
         self.lam_raw = torch.nn.Parameter(torch.empty(heads))
@@ -347,7 +366,7 @@ class LocalPositionAttention(_LocalBase):
             x, pos, weight, batch, need_dst=False)
         n_dst = pos_dst.shape[0]
         if edge_index is None:
-            edge_index = knn_graph(pos_src, pos_dst, self.k, self.quantile, b_src, b_dst)
+            edge_index = self.graph((pos_src, pos_dst), (b_src, b_dst))
         else:
             _check_edge_index(edge_index, n_dst, x_src.shape[0])
         dst, src = edge_index[0], edge_index[1]
@@ -412,7 +431,8 @@ class LocalAttention(_LocalBase):
     quantile = None
 
     def __init__(self, in_channels: Channels, out_channels: Optional[int] = None,
-                 heads: int = 4, k: int = 16, bias: bool = True) -> None:
+                 heads: int = 4, k: Optional[int] = 16, bias: bool = True,
+                 radius: Optional[float] = None) -> None:
         super().__init__()
         src, dst = as_pair(in_channels)
         for ch in (src, dst):
@@ -421,7 +441,12 @@ class LocalAttention(_LocalBase):
                                  f"them, got {in_channels!r}")
         out_channels = dst if out_channels is None else out_channels
         check_channels(out_channels, heads, "out_channels")
-        _check_k(k, None)
+        if radius is not None:  # a ball replaces the default k
+            k = None
+        elif k is None:
+            raise ValueError("give k or radius")
+        _check_k(k, None, radius)
+        self.radius = None if radius is None else float(radius)
         self.in_channels = in_channels
         self.in_src, self.in_dst = src, dst
         self.out_channels = out_channels
@@ -447,7 +472,7 @@ class LocalAttention(_LocalBase):
             x, pos, weight, batch, need_dst=True)
         n_dst = x_dst.shape[0]
         if edge_index is None:
-            edge_index = knn_graph(pos_src, pos_dst, self.k, None, b_src, b_dst)
+            edge_index = self.graph((pos_src, pos_dst), (b_src, b_dst))
         else:
             _check_edge_index(edge_index, n_dst, x_src.shape[0])
         dst, src = edge_index[0], edge_index[1]
@@ -462,4 +487,4 @@ class LocalAttention(_LocalBase):
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.in_channels}, {self.out_channels}, "
-                f"heads={self.heads}, k={self.k})")
+                f"heads={self.heads}, {self._repr_k()})")
