@@ -51,7 +51,7 @@ def main(argv=None):
         title = "Airfoil STAND-IN (panel method)"
     grid_shape = [int(n) for n in train[0].grid_shape.view(-1)]
     return run(args, train, test, target="mach", model_config=model_config(grid_shape),
-               title=title)
+               title=title, window=((-0.5, 1.5), (-0.6, 0.6)))
 
 
 if __name__ == "__main__":

@@ -65,7 +65,8 @@ def per_sample_errors(model: NeuralOperator, samples) -> np.ndarray:
     return np.array(errors)
 
 
-def run(args, train, test, *, target: str, model_config: dict, title: str) -> dict:
+def run(args, train, test, *, target: str, model_config: dict, title: str,
+        window=None) -> dict:
     """Train ``args.model`` on ``train``, evaluate on ``test``, write results to ``args.out``.
 
     Returns the summary written to ``args.out/summary.json``.
@@ -95,7 +96,8 @@ def run(args, train, test, *, target: str, model_config: dict, title: str) -> di
     figure = plot_comparisons(
         [(test[i], test[i].y[:, 0], best.predict(test[i])[:, 0], label, target)
          for i, label in ((median, "median"), (worst, "worst"))],
-        out / "test_samples.png", title=f"{title}: test samples (truth, prediction, error)")
+        out / "test_samples.png", title=f"{title}: test samples (truth, prediction, error)",
+        window=window)
     pred_dir = out / "predictions"
     for i, s in enumerate(test):
         write_mesh(pred_dir / f"test_{i:04d}.vtu", s,

@@ -176,7 +176,8 @@ def _limits(*arrays: np.ndarray, symmetric: bool = False) -> tuple[float, float]
     return lo, hi
 
 
-def _draw(fig, ax_spec, panel: _Panel, max_scatter: int, cloud_edge_factor: float):
+def _draw(fig, ax_spec, panel: _Panel, max_scatter: int, cloud_edge_factor: float,
+          window=None):
     from matplotlib.colors import Normalize
 
     mesh = panel.mesh
@@ -219,6 +220,9 @@ def _draw(fig, ax_spec, panel: _Panel, max_scatter: int, cloud_edge_factor: floa
         mappable = ax.tripcolor(tri, vals, shading="gouraud", cmap=panel.cmap, norm=norm,
                                 rasterized=True)
         ax.set_aspect("equal")
+        if window is not None:  # e.g. the body in a large far-field domain
+            ax.set_xlim(*window[0])
+            ax.set_ylim(*window[1])
         ax.set_xlabel("x")
         ax.set_ylabel("y")
     elif d == 1:
@@ -240,7 +244,8 @@ def _draw(fig, ax_spec, panel: _Panel, max_scatter: int, cloud_edge_factor: floa
 
 
 def _render(rows: Sequence[Sequence[_Panel | None]], path, suptitle: str | None = None,
-            max_scatter: int = 20000, cloud_edge_factor: float = 3.0, dpi: int = DPI) -> Path:
+            max_scatter: int = 20000, cloud_edge_factor: float = 3.0, dpi: int = DPI,
+            window=None) -> Path:
     from matplotlib.figure import Figure
 
     nrows = len(rows)
@@ -253,7 +258,7 @@ def _render(rows: Sequence[Sequence[_Panel | None]], path, suptitle: str | None 
         for j, panel in enumerate(row):
             if panel is not None:
                 _draw(fig, (nrows, ncols, i * ncols + j + 1), panel, max_scatter,
-                      cloud_edge_factor)
+                      cloud_edge_factor, window)
     if suptitle:
         fig.suptitle(suptitle, fontsize=11)
     path = Path(path)
@@ -375,7 +380,7 @@ def plot_comparison(mesh, truth, pred, path: str | os.PathLike = "comparison.png
 def plot_comparisons(items: Sequence[tuple], path: str | os.PathLike, *,
                      name: str | None = None, title: str | None = None,
                      cloud_edge_factor: float = 3.0, max_scatter: int = 20000,
-                     dpi: int = DPI) -> Path:
+                     dpi: int = DPI, window=None) -> Path:
     """Several :func:`plot_comparison` rows in one picture.
 
     Args:
@@ -386,6 +391,8 @@ def plot_comparisons(items: Sequence[tuple], path: str | os.PathLike, *,
         path: Output picture, written atomically.
         name: Field name for the titles.
         title: Title over the figure.
+        window: ``((xmin, xmax), (ymin, ymax))`` to zoom 2-D panels (the relative L2
+            in the titles is still over the whole mesh).
     """
     rows = []
     for item in items:
@@ -393,4 +400,4 @@ def plot_comparisons(items: Sequence[tuple], path: str | os.PathLike, *,
             raise MeshError("plot_comparisons: items are (mesh, truth, pred, label[, name])")
         m, t, p, lab = item[:4]
         rows.append(_comparison_row(m, t, p, item[4] if len(item) == 5 else name, lab))
-    return _render(rows, path, title, max_scatter, cloud_edge_factor, dpi)
+    return _render(rows, path, title, max_scatter, cloud_edge_factor, dpi, window)
