@@ -17,12 +17,13 @@ import io
 import json
 import os
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
+
+from meshops._atomic import atomic_write
 
 ENV_VAR = "MESHOPS_CACHE"
 _EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -55,12 +56,10 @@ def cache_path(root: Path, meta: dict) -> Path:
 
 def save_arrays(path: Path, arrays: Mapping[str, np.ndarray], meta: dict) -> None:
     """Write ``arrays`` (plus ``meta``) to ``path`` atomically (temp file + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     members = dict(arrays)
     members["meta"] = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+
+    def write(tmp: str) -> None:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as z:
             for name in sorted(members):
                 buf = io.BytesIO()
@@ -70,13 +69,8 @@ def save_arrays(path: Path, arrays: Mapping[str, np.ndarray], meta: dict) -> Non
                 info.compress_type = zipfile.ZIP_DEFLATED
                 info.external_attr = 0o644 << 16
                 z.writestr(info, buf.getvalue())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    atomic_write(path, write)
 
 
 def load_arrays(path: Path, meta: dict) -> dict[str, np.ndarray] | None:
