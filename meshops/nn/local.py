@@ -27,7 +27,7 @@ from torch_geometric.utils import scatter, softmax
 
 from meshops.nn._utils import (as_pair, check_batch, check_channels, check_length,
                                check_weight, num_graphs, safe_log)
-from meshops.nn.position import (head_values, inverse_softplus, lam_init_values, project_after,
+from meshops.nn.position import (PositionParameters, head_values, project_after,
                                  project_heads)
 
 __all__ = ["LocalPositionAttention", "LocalAttention", "knn_graph", "quantile_k"]
@@ -262,7 +262,7 @@ class _LocalBase(torch.nn.Module):
 
 
 # --------------------------------------------------------------------------- layers
-class LocalPositionAttention(_LocalBase):
+class LocalPositionAttention(PositionParameters, _LocalBase):
     r"""PiT's local position attention on the kNN graph, with quadrature weights.
 
     PiT eq. (10) with the source weights :math:`w_j` in the softmax:
@@ -334,29 +334,14 @@ class LocalPositionAttention(_LocalBase):
         _check_k(k, quantile, radius)
         if sum(v is not None for v in (k, quantile, radius)) != 1:
             raise ValueError("give exactly one of k, quantile and radius")
-        init = lam_init_values(lam_init, heads)
         self.in_channels = self.in_src = self.in_dst = in_channels
         self.out_channels = out_channels
         self.heads = heads
         self.k = k
         self.quantile = None if quantile is None else float(quantile)
         self.radius = None if radius is None else float(radius)
-        self.lam_init = init
-        self.lin = torch.nn.Linear(in_channels, out_channels, bias=bias)
-        self.lam_raw = torch.nn.Parameter(torch.empty(heads))
+        self._init_position_parameters(in_channels, out_channels, heads, lam_init, bias)
         self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        torch.nn.init.xavier_uniform_(self.lin.weight)
-        if self.lin.bias is not None:
-            torch.nn.init.zeros_(self.lin.bias)
-        with torch.no_grad():
-            self.lam_raw.copy_(inverse_softplus(self.lam_init))
-
-    @property
-    def lam(self) -> Tensor:
-        r""":math:`\lambda_h = \mathrm{softplus}(\rho_h) > 0`, ``[heads]``."""
-        return F.softplus(self.lam_raw)
 
     def forward(self, x: PairOrTensor, pos: PairOrTensor, weight: Tensor,
                 batch: PairOrTensor = None, edge_index: Optional[Tensor] = None) -> Tensor:

@@ -344,7 +344,31 @@ def project_heads(layer: torch.nn.Module, out: Tensor) -> Tensor:
 
 
 # -------------------------------------------------------------------------- module
-class PositionAttention(torch.nn.Module):
+class PositionParameters:
+    """The parameters shared by global and local position attention: a positive
+    ``lambda_h`` per head (``softplus`` of a raw parameter) and the value projection
+    ``W_V`` (``self.lin``)."""
+
+    def _init_position_parameters(self, in_channels: int, out_channels: int, heads: int,
+                                  lam_init: Union[float, Sequence[float]], bias: bool) -> None:
+        self.lam_init = lam_init_values(lam_init, heads)
+        self.lin = torch.nn.Linear(in_channels, out_channels, bias=bias)
+        self.lam_raw = torch.nn.Parameter(torch.empty(heads))
+
+    def reset_parameters(self) -> None:
+        torch.nn.init.xavier_uniform_(self.lin.weight)
+        if self.lin.bias is not None:
+            torch.nn.init.zeros_(self.lin.bias)
+        with torch.no_grad():
+            self.lam_raw.copy_(inverse_softplus(self.lam_init))
+
+    @property
+    def lam(self) -> Tensor:
+        r""":math:`\lambda_h = \mathrm{softplus}(\rho_h) > 0`, ``[heads]``."""
+        return F.softplus(self.lam_raw)
+
+
+class PositionAttention(PositionParameters, torch.nn.Module):
     r"""Position attention of PiT (global, self or cross) with quadrature weights.
 
     PiT's eqs. (5) and (9), with the source mesh's quadrature weights :math:`w_j`
@@ -439,27 +463,12 @@ class PositionAttention(torch.nn.Module):
         check_channels(out_channels, heads, "out_channels")
         if path not in PATHS:
             raise ValueError(f"path must be one of {PATHS}, got {path!r}")
-        init = lam_init_values(lam_init, heads)
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.heads = heads
         self.path = path
-        self.lam_init = init
-        self.lin = torch.nn.Linear(in_channels, out_channels, bias=bias)
-        self.lam_raw = torch.nn.Parameter(torch.empty(heads))
+        self._init_position_parameters(in_channels, out_channels, heads, lam_init, bias)
         self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        torch.nn.init.xavier_uniform_(self.lin.weight)
-        if self.lin.bias is not None:
-            torch.nn.init.zeros_(self.lin.bias)
-        with torch.no_grad():
-            self.lam_raw.copy_(inverse_softplus(self.lam_init))
-
-    @property
-    def lam(self) -> Tensor:
-        r""":math:`\lambda_h = \mathrm{softplus}(\rho_h) > 0`, ``[heads]``."""
-        return F.softplus(self.lam_raw)
 
     def kernel(self, pos: PairOrTensor, weight: Tensor, batch: PairOrTensor = None,
                mask: Optional[Tensor] = None) -> Tensor:
