@@ -1,0 +1,321 @@
+"""Position-induced Transformer (PiT; Chen & Wu, §2.3) with quadrature weights."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence, Union
+
+import torch
+from torch import Tensor, nn
+from torch.nn.functional import gelu
+
+from meshops.models._common import (MLP, check_positive_int, fps_latent, grid_latent,
+                                    measure_ball_graph, read_inputs, voronoi_weights)
+from meshops.models.base import NeuralOperator, register_model
+from meshops.nn.local import LocalPositionAttention, knn_graph
+from meshops.nn.position import KERNEL_LIMIT, PositionAttention, position_kernel
+
+__all__ = ["PiT"]
+
+_LATENTS = ("fps", "input", "grid")
+_BALLS = ("measure", "count")
+
+
+def _lam_spread(heads: int, lam_min: float, lam_max: float) -> list[float]:
+    """``heads`` values geometrically spaced in ``[lam_min, lam_max]``."""
+    if heads == 1:
+        return [math.sqrt(lam_min * lam_max)]
+    r = (lam_max / lam_min) ** (1.0 / (heads - 1))
+    return [lam_min * r ** h for h in range(heads)]
+
+
+class _Latent:
+    """The latent mesh of a batch: indices into the inputs (or None), positions,
+    quadrature weights, batch vector, and whether all samples share one mesh."""
+
+    def __init__(self, pos: Tensor, weight: Tensor, batch: Optional[Tensor],
+                 index: Optional[Tensor], num_graphs: int) -> None:
+        self.pos, self.weight, self.batch, self.index = pos, weight, batch, index
+        self.num_graphs = num_graphs
+        self.shared = False
+        if batch is not None and num_graphs > 1:
+            n = pos.shape[0]
+            if n % num_graphs == 0 and bool((torch.bincount(batch) == n // num_graphs).all()):
+                p = pos.view(num_graphs, n // num_graphs, -1)
+                w = weight.view(num_graphs, -1)
+                self.shared = bool((p == p[:1]).all() and (w == w[:1]).all())
+
+
+@register_model("pit")
+class PiT(NeuralOperator):
+    r"""Position-induced Transformer with quadrature-weighted position attention.
+
+    PiT (Chen & Wu, "Positional Knowledge is All You Need: Position-induced Transformer
+    (PiT) for Operator Learning", §2.3) is an encoder - processor - decoder whose
+    attention kernels depend only on positions, :math:`\mathrm{softmax}_j(-\lambda_h
+    \|x_i - y_j\|^2 + \log w_j)`; here every softmax carries the quadrature weights
+    :math:`w_j` of its source mesh, so each layer discretises PiT's integral operator
+    (eqs. (7)-(8), (11)) on any mesh (:class:`~meshops.nn.position.PositionAttention`,
+    :class:`~meshops.nn.local.LocalPositionAttention`). With ``B`` samples, ``N`` input
+    points, ``Nv`` latent points, ``M`` query points and ``C = width``:
+
+    1. **Encoder** :math:`\sigma \circ \mathrm{LocPosAtt}_{in}(\cdot; X_a \to X_v) \circ
+       \sigma \circ \mathrm{LINEAR}`: the input function and the coordinates
+       ``[x, pos] [N, in_channels + pos_dim]`` are lifted pointwise to ``[N, C]`` (the
+       reference code lifts the coordinates for Elasticity/NACA, whose input is the
+       geometry), then local position attention maps them to the latent mesh,
+       ``[Nv, C]``, with the input quadrature weights.
+    2. **Processor**: ``blocks`` (4 in the paper) global position-attention blocks on
+       the latent mesh with its latent weights,
+       :math:`h = \sigma(\mathrm{PosAtt}(U)),\ U \leftarrow \sigma(\mathrm{MLP}(h) +
+       \mathrm{LINEAR}(U))`, ``[Nv, C] -> [Nv, C]``. Each block's kernel
+       ``[H, Nv, Nv]`` is built once per forward and applied to all channels (and to all
+       samples at once when the batch shares one latent mesh, e.g. a fixed grid);
+       ``shared_lambda=True`` gives the blocks one set of :math:`\lambda_h`, so a single
+       kernel serves all of them.
+    3. **Decoder** :math:`\mathrm{MLP} \circ \sigma \circ \mathrm{LocPosAtt}_{out}(\cdot;
+       X_v \to X_u)`: local position attention from the latent mesh to the query points
+       (``query_pos``, default the input points), ``[M, C]``, then a 2-layer MLP to
+       ``[M, out_channels]``. The same formula at every query point: querying the input
+       points explicitly reproduces the default output.
+
+    **Latent mesh** (``latent``):
+
+    * ``"fps"``: farthest-point sampling of ``num_latent`` of each sample's input
+      points (:func:`meshops.search.fps`; PiT's choice for unstructured data);
+    * ``"input"``: the input points themselves (PiT's Elasticity model: 972 points);
+    * ``"grid"``: a strided sub-grid of structured samples with ``grid_shape`` (C order)
+      and ``stride`` (per axis; the last row is always kept): the 221 x 51 NACA C-grid
+      with stride 2 gives PiT's 111 x 26 latent mesh.
+
+    **Latent quadrature weights**: every input point gives its weight to its nearest
+    latent point (Voronoi aggregation, :func:`~meshops.models._common.voronoi_weights`),
+    so the latent weights sum to the domain measure and converge to the Voronoi cell
+    measures of the latent points as the input mesh is refined (``"input"`` keeps the
+    input weights).
+
+    **Local balls**: PiT restricts the encoder/decoder softmax to a ball holding a
+    fraction ``quantile`` of each row of the distance matrix. With ``ball="measure"``
+    (default) the fraction is of the source *measure* (the ball holds ``q |Ω|`` of
+    quadrature weight, :func:`~meshops.models._common.measure_ball_graph`), which is
+    mesh independent also on graded meshes; ``ball="count"`` is PiT's count quantile
+    (``k = floor(q (N - 1)) + 1`` nearest points, :func:`~meshops.nn.local.quantile_k`).
+    With uniform weights both agree.
+
+    :math:`\lambda_h > 0` per head and layer (units: 1/length² of ``pos``), initialised
+    geometrically spread over ``[lam_min, lam_max]`` across the heads (the reference
+    code draws :math:`\lambda = \tan(\tfrac{\pi}{4}(1 + \sin r))`, :math:`r \sim U(0, 1)`,
+    i.e. :math:`\lambda \in [1, 7.9]`, on coordinates of order one; the default
+    ``[1, 64]`` also covers kernels of width ~0.1). Activation GELU. No bias in the
+    attention value maps (as the reference code).
+
+    Args:
+        in_channels (int): input channels (``0``: geometry-only input).
+        out_channels (int): output channels.
+        pos_dim (int): spatial dimension. (default: ``2``)
+        width (int): encoding dimension :math:`d_v`. (default: ``256``)
+        heads (int): heads of every position-attention layer. (default: ``2``)
+        blocks (int): processor blocks. (default: ``4``)
+        latent (str): ``"fps"`` (default), ``"input"`` or ``"grid"``.
+        num_latent (int): latent points per sample for ``"fps"``. (default: ``1024``)
+        grid_shape (list of int, optional): structured shape for ``"grid"``.
+        stride (int or list of int): sub-grid stride for ``"grid"``. (default: ``2``)
+        quantile_in (float): encoder locality quantile. (default: ``0.02``)
+        quantile_out (float): decoder locality quantile. (default: ``0.02``)
+        ball (str): ``"measure"`` (default) or ``"count"``, see above.
+        lam_min, lam_max (float): range of the initial :math:`\lambda`. (default:
+            ``1``, ``64``)
+        shared_lambda (bool): one :math:`\lambda` per head for all processor blocks (one
+            kernel for the whole processor). (default: ``False``)
+
+    Defaults per benchmark size (``PiT.PRESETS``; the paper's Table 7-9 for
+    Elasticity and NACA):
+
+    ===============================  =====  =====  ========================  =========
+    preset                           width  heads  latent                    q in/out
+    ===============================  =====  =====  ========================  =========
+    ``"elasticity"`` (972 points)    512    8      input (972)               2% / 2%
+    ``"naca"`` (221x51 = 11,271)     256    2      grid 221x51 stride 2      0.5% / 2%
+                                                   (111x26 = 2,886)
+    ``"large"`` (100k+ points)       128    2      fps, 2,048                0.5% / 1%
+    ===============================  =====  =====  ========================  =========
+
+    Shapes:
+        - **input:** ``x [N, in_channels]``, ``pos [N, pos_dim]``, ``weight [N]``,
+          ``batch [N]`` (optional), ``query_pos [M, pos_dim]``/``query_batch [M]``
+          (optional).
+        - **output:** ``[M, out_channels]``.
+    """
+
+    PRESETS: dict[str, dict[str, Any]] = {
+        "elasticity": dict(width=512, heads=8, latent="input", quantile_in=0.02,
+                           quantile_out=0.02),
+        "naca": dict(width=256, heads=2, latent="grid", grid_shape=[221, 51], stride=2,
+                     quantile_in=0.005, quantile_out=0.02),
+        "large": dict(width=128, heads=2, latent="fps", num_latent=2048, quantile_in=0.005,
+                      quantile_out=0.01),
+    }
+
+    def __init__(self, in_channels: int, out_channels: int, pos_dim: int = 2, width: int = 256,
+                 heads: int = 2, blocks: int = 4, latent: str = "fps", num_latent: int = 1024,
+                 grid_shape: Optional[Sequence[int]] = None,
+                 stride: Union[int, Sequence[int]] = 2, quantile_in: float = 0.02,
+                 quantile_out: float = 0.02, ball: str = "measure", lam_min: float = 1.0,
+                 lam_max: float = 64.0, shared_lambda: bool = False) -> None:
+        super().__init__()
+        check_positive_int(in_channels, "in_channels", minimum=0)
+        check_positive_int(out_channels, "out_channels")
+        check_positive_int(pos_dim, "pos_dim")
+        check_positive_int(width, "width")
+        check_positive_int(heads, "heads")
+        check_positive_int(blocks, "blocks", minimum=0)
+        check_positive_int(num_latent, "num_latent")
+        if latent not in _LATENTS:
+            raise ValueError(f"latent must be one of {_LATENTS}, got {latent!r}")
+        if latent == "grid":
+            if grid_shape is None or len(grid_shape) != pos_dim or min(grid_shape) < 1:
+                raise ValueError(f"latent='grid' needs grid_shape with pos_dim={pos_dim} "
+                                 f"positive sizes, got {grid_shape!r}")
+        if ball not in _BALLS:
+            raise ValueError(f"ball must be one of {_BALLS}, got {ball!r}")
+        for name, q in (("quantile_in", quantile_in), ("quantile_out", quantile_out)):
+            if not 0.0 < q <= 1.0:
+                raise ValueError(f"{name} must be in (0, 1], got {q!r}")
+        if not 0 < lam_min <= lam_max:
+            raise ValueError(f"need 0 < lam_min <= lam_max, got {lam_min}, {lam_max}")
+        self.in_channels, self.out_channels, self.pos_dim = in_channels, out_channels, pos_dim
+        self.width, self.heads, self.latent = width, heads, latent
+        self.num_latent = num_latent
+        self.grid_shape = None if grid_shape is None else [int(s) for s in grid_shape]
+        self.stride = stride
+        self.quantile_in, self.quantile_out, self.ball = quantile_in, quantile_out, ball
+        self.shared_lambda = shared_lambda
+        lam = _lam_spread(heads, lam_min, lam_max)
+
+        self.lift = nn.Linear(in_channels + pos_dim, width)
+        self.encoder = LocalPositionAttention(width, width, heads=heads, quantile=quantile_in,
+                                              lam_init=lam, bias=False)
+        self.attn = nn.ModuleList([PositionAttention(width, width, heads=heads, lam_init=lam,
+                                                     bias=False) for _ in range(blocks)])
+        self.mlp = nn.ModuleList([MLP(width, width, width) for _ in range(blocks)])
+        self.linear = nn.ModuleList([nn.Linear(width, width) for _ in range(blocks)])
+        self.decoder = LocalPositionAttention(width, width, heads=heads, quantile=quantile_out,
+                                              lam_init=lam, bias=False)
+        self.head = MLP(width, width, out_channels)
+        if shared_lambda:
+            # one lambda per head for the whole processor: the first block's
+            for att in list(self.attn)[1:]:
+                att.lam_raw.requires_grad_(False)
+
+    @classmethod
+    def from_preset(cls, preset: str, **kwargs: Any) -> "PiT":
+        """Build with the defaults of a benchmark size (:attr:`PRESETS`) and ``kwargs``."""
+        if preset not in cls.PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; available: {sorted(cls.PRESETS)}")
+        return cls(**{**cls.PRESETS[preset], **kwargs})
+
+    def reset_parameters(self) -> None:
+        self.lift.reset_parameters()
+        self.encoder.reset_parameters()
+        self.decoder.reset_parameters()
+        for att, mlp, lin in zip(self.attn, self.mlp, self.linear):
+            att.reset_parameters()
+            mlp.reset_parameters()
+            lin.reset_parameters()
+        self.head.reset_parameters()
+
+    # ----------------------------------------------------------------- pieces
+    def latent_mesh(self, inp) -> _Latent:
+        """The latent mesh of a batch (see the class docstring)."""
+        if self.latent == "input":
+            return _Latent(inp.pos, inp.weight, inp.batch, None, inp.num_graphs)
+        if self.latent == "fps":
+            idx = fps_latent(inp.pos, inp.batch, self.num_latent)
+        else:
+            idx = grid_latent(self.grid_shape, self.stride, inp.batch, inp.pos.shape[0],
+                              device=inp.pos.device)
+        pos = inp.pos[idx]
+        batch = None if inp.batch is None else inp.batch[idx]
+        weight = voronoi_weights(inp.pos, inp.weight, inp.batch, pos, batch)
+        return _Latent(pos, weight, batch, idx, inp.num_graphs)
+
+    def _graph(self, pos_src: Tensor, w_src: Tensor, b_src: Optional[Tensor], pos_dst: Tensor,
+               b_dst: Optional[Tensor], quantile: float) -> Tensor:
+        if self.ball == "measure":
+            return measure_ball_graph(pos_src, w_src, b_src, pos_dst, b_dst, quantile)
+        return knn_graph(pos_src, pos_dst, None, quantile, b_src, b_dst)
+
+    def _process(self, u: Tensor, lat: _Latent) -> Tensor:
+        batch = lat.batch
+        shared_kernel = None
+        if self.shared_lambda and len(self.attn):
+            # one kernel for all blocks (and all samples when they share the latent mesh)
+            n = lat.pos.shape[0] // (lat.num_graphs if lat.shared else 1)
+            entries = self.heads * n * n * (1 if lat.shared else lat.num_graphs)
+            if entries <= KERNEL_LIMIT:
+                if lat.shared:
+                    shared_kernel = position_kernel(lat.pos[:n], lat.pos[:n], lat.weight[:n],
+                                                    self.attn[0].lam)
+                else:
+                    shared_kernel = position_kernel(lat.pos, lat.pos, lat.weight,
+                                                    self.attn[0].lam, batch=batch)
+        for i, (att, mlp, lin) in enumerate(zip(self.attn, self.mlp, self.linear)):
+            if self.shared_lambda and i > 0 and shared_kernel is None:
+                att = _SharedLambda(att, self.attn[0])
+            if lat.shared:
+                B = lat.num_graphs
+                n = u.shape[0] // B
+                ud = u.view(B, n, -1)
+                if shared_kernel is not None:
+                    h = att.dense(ud, None, None, kernel=shared_kernel)
+                else:
+                    h = att.dense(ud, lat.pos[:n], lat.weight[:n])
+                h = h.reshape(B * n, -1)
+            elif shared_kernel is not None:
+                h = att(u, None, None, batch if batch is None else (batch, batch),
+                        kernel=shared_kernel)
+            else:
+                h = att(u, lat.pos, lat.weight, batch)
+            h = gelu(h)
+            u = gelu(mlp(h) + lin(u))
+        return u
+
+    def forward(self, data) -> Tensor:
+        inp = read_inputs(data, self.in_channels, self.pos_dim, self.lift.weight.dtype,
+                          self.lift.weight.device)
+        lat = self.latent_mesh(inp)
+        u = gelu(self.lift(inp.lifted()))
+        # encoder: input mesh -> latent mesh (input quadrature weights)
+        e_in = self._graph(inp.pos, inp.weight, inp.batch, lat.pos, lat.batch, self.quantile_in)
+        pair = None if inp.batch is None else (inp.batch, lat.batch)
+        u = gelu(self.encoder((u, None), (inp.pos, lat.pos), inp.weight, pair, edge_index=e_in))
+        u = self._process(u, lat)
+        # decoder: latent mesh -> query points (latent quadrature weights)
+        e_out = self._graph(lat.pos, lat.weight, lat.batch, inp.query_pos, inp.query_batch,
+                            self.quantile_out)
+        pair = None if lat.batch is None else (lat.batch, inp.query_batch)
+        h = gelu(self.decoder((u, None), (lat.pos, inp.query_pos), lat.weight, pair,
+                              edge_index=e_out))
+        return self.head(h)
+
+
+class _SharedLambda(nn.Module):
+    """A position-attention layer evaluated with another layer's lambda."""
+
+    def __init__(self, att: PositionAttention, lam_from: PositionAttention) -> None:
+        super().__init__()
+        self.att, self.lam_from = att, lam_from
+
+    def _swap(self, fn, *args, **kwargs):
+        raw = self.att.lam_raw
+        try:
+            self.att._parameters["lam_raw"] = self.lam_from.lam_raw
+            return fn(*args, **kwargs)
+        finally:
+            self.att._parameters["lam_raw"] = raw
+
+    def forward(self, *args, **kwargs):
+        return self._swap(self.att.forward, *args, **kwargs)
+
+    def dense(self, *args, **kwargs):
+        return self._swap(self.att.dense, *args, **kwargs)
