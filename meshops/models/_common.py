@@ -19,7 +19,6 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor, nn
 
-from meshops.errors import MeshError
 
 __all__ = ["MLP", "FourierFeatures", "make_activation", "MeshInputs", "read_inputs",
            "knn_interpolate", "measure_ball_graph", "fps_latent", "grid_latent",
@@ -270,7 +269,8 @@ def knn_interpolate(h: Tensor, pos_src: Tensor, pos_dst: Tensor, batch_src: Opti
     r"""Inverse-distance interpolation of point features to other points.
 
     .. math::
-        h(y) = \frac{\sum_{j \in \mathrm{kNN}(y)} d_j^{-p}\, h_j}{\sum_{j \in \mathrm{kNN}(y)} d_j^{-p}},
+        h(y) = \frac{\sum_{j \in \mathrm{kNN}(y)} d_j^{-p}\, h_j}
+                    {\sum_{j \in \mathrm{kNN}(y)} d_j^{-p}},
         \qquad d_j = |y - x_j|,
 
     over the ``k`` nearest source points of the same sample
@@ -317,10 +317,9 @@ def fps_latent(pos: Tensor, batch: Optional[Tensor], num: int) -> Tensor:
         idx = fps(pos.detach(), None, num=min(num, pos.shape[0]))
         return idx.sort().values
     counts = torch.bincount(batch).tolist()
-    nums = [min(num, c) if c else 1 for c in counts]
-    if any(c == 0 for c in counts):  # empty samples cannot be sampled: drop them
+    if any(c == 0 for c in counts):
         raise ValueError("a sample of the batch has no points")
-    idx = fps(pos.detach(), batch, num=nums)
+    idx = fps(pos.detach(), batch, num=[min(num, c) for c in counts])
     return idx.sort().values
 
 
@@ -370,9 +369,12 @@ def voronoi_weights(pos: Tensor, weight: Tensor, batch: Optional[Tensor], latent
     r"""Quadrature weights of a latent point set by Voronoi aggregation.
 
     Every input point gives its weight to its nearest latent point of the same sample
-    (:func:`meshops.search.knn`, ``k = 1``):
+    (:func:`meshops.search.knn`); a point equidistant from several latent points (common
+    on strided sub-grids, whose fine nodes sit midway between coarse ones) splits its
+    weight equally among them, so the rule stays symmetric:
 
-    .. math::  w^{lat}_a = \sum_{i:\ \mathrm{nn}(x_i) = a} w_i \approx |V_a \cap \Omega|,
+    .. math::  w^{lat}_a = \sum_{i:\ \mathrm{nn}(x_i) \ni a} w_i / |\mathrm{nn}(x_i)|
+               \approx |V_a \cap \Omega|,
 
     the measure of latent point ``a``'s Voronoi cell. The latent weights sum exactly to
     the input measure :math:`\sum_i w_i = |\Omega|`, and as the input mesh is refined
@@ -385,9 +387,22 @@ def voronoi_weights(pos: Tensor, weight: Tensor, batch: Optional[Tensor], latent
     """
     from meshops.search import knn
 
+    n = pos.shape[0]
+    if latent_batch is None:
+        n_lat = latent_pos.shape[0]
+    else:
+        counts = torch.bincount(latent_batch)
+        n_lat = int(counts[torch.unique(batch)].min()) if batch is not None else int(counts.min())
+    k = max(1, min(2 ** pos.shape[1], n_lat))       # enough for the ties of a grid
     with torch.no_grad():
-        nearest = knn(latent_pos.detach(), pos.detach(), 1, latent_batch, batch)[1]
-    return weight.new_zeros(latent_pos.shape[0]).index_add(0, nearest, weight)
+        edge = knn(latent_pos.detach(), pos.detach(), k, latent_batch, batch)
+        near = edge[1].view(n, k)
+        d2 = (pos.detach().double()[edge[0]] - latent_pos.detach().double()[edge[1]]
+              ).pow(2).sum(-1).view(n, k)
+        tied = d2 <= d2[:, :1] * (1 + 1e-9) + 1e-300
+        share = tied.to(weight.dtype) / tied.sum(1, keepdim=True).to(weight.dtype)
+    return weight.new_zeros(latent_pos.shape[0]).index_add(
+        0, near.reshape(-1), (share * weight[:, None]).reshape(-1))
 
 
 def measure_ball_graph(pos_src: Tensor, weight_src: Tensor, batch_src: Optional[Tensor],
@@ -396,21 +411,26 @@ def measure_ball_graph(pos_src: Tensor, weight_src: Tensor, batch_src: Optional[
     r"""Neighbourhoods holding a fixed fraction of the domain's *measure*.
 
     For each destination point :math:`x_i` the ball :math:`B(x_i, r_i)` is the smallest
-    ball around :math:`x_i` whose source points carry a fraction ``quantile`` of the
-    sample's total weight, i.e. the nearest source points :math:`y_{(1)}, y_{(2)},
+    closed ball around :math:`x_i` whose source points carry a fraction ``quantile`` of
+    the sample's total weight: the nearest source points :math:`y_{(1)}, y_{(2)},
     \dots` are taken until
 
-    .. math:: \sum_{m \le k_i} w_{(m)} \ge q \sum_j w_j \qquad (k_i \ge k_{min}).
+    .. math:: \sum_{m \le k_i} w_{(m)} \ge q \sum_j w_j \qquad (k_i \ge k_{min}),
+
+    plus every point at the same distance as :math:`y_{(k_i)}` (so ties, common on
+    structured grids, are never broken arbitrarily).
 
     This is PiT's per-row distance quantile (a fraction of the *points*) with every point
     counted by its quadrature weight, i.e. a quantile of the measure
     :math:`\mu_\Omega`: the radius converges to the geometric radius holding a fraction
     ``q`` of :math:`|\Omega|` as the mesh is refined, on graded and uniform meshes
     alike, whereas a count quantile shrinks the ball where the mesh is dense. With
-    equal weights both coincide (up to the rank rounding of :func:`quantile_k`).
+    equal weights both coincide (up to the rank rounding of
+    :func:`~meshops.nn.local.quantile_k`). Sums are exact (float64), so a ball never
+    depends on the other samples of a batch.
 
-    The search starts with about ``q N`` neighbours and doubles ``k`` until every ball is
-    complete (``k`` is capped by the smallest sample).
+    The search starts with about ``2 q N`` neighbours and doubles ``k`` until every ball
+    is complete.
 
     Returns:
         LongTensor ``[2, E]``: row 0 destination index, row 1 source index.
@@ -422,11 +442,12 @@ def measure_ball_graph(pos_src: Tensor, weight_src: Tensor, batch_src: Optional[
     m = pos_dst.shape[0]
     if m == 0:
         return torch.empty(2, 0, dtype=torch.long, device=pos_dst.device)
-    w = weight_src.detach()
+    w = weight_src.detach().double()
+    ps, pd = pos_src.detach(), pos_dst.detach()
     if batch_src is None:
-        counts = torch.tensor([pos_src.shape[0]], device=pos_src.device)
+        counts = torch.tensor([ps.shape[0]], device=ps.device)
         total = w.sum().reshape(1)
-        bd = torch.zeros(m, dtype=torch.long, device=pos_dst.device)
+        bd = torch.zeros(m, dtype=torch.long, device=pd.device)
     else:
         size = int(max(int(batch_src.max()), int(batch_dst.max()))) + 1
         counts = torch.bincount(batch_src, minlength=size)
@@ -434,21 +455,24 @@ def measure_ball_graph(pos_src: Tensor, weight_src: Tensor, batch_src: Optional[
         bd = batch_dst
         counts = counts[torch.unique(bd)]
     n_cap = int(counts.min())
-    target = (quantile * total)[bd]                                     # [M]
-    # a first guess: the count quantile, then double until every ball is complete
+    target = (quantile * total)[bd] * (1 - 1e-9)                      # [M]
     k = max(k_min, 2 * (math.floor(quantile * (int(counts.max()) - 1)) + 1))
     while True:
         k = min(k, n_cap)
-        with torch.no_grad():
-            edge = knn(pos_src.detach(), pos_dst.detach(), k, batch_src, batch_dst)
+        edge = knn(ps, pd, k, batch_src, batch_dst)
         ws = w[edge[1]].view(m, k)
+        d2 = (pd.double()[edge[0]] - ps.double()[edge[1]]).pow(2).sum(-1).view(m, k)
         cum = torch.cumsum(ws, dim=1)
-        complete = cum[:, -1] >= target * (1 - 1e-6)
+        reached = cum >= target[:, None]
+        # the neighbour that completes the ball (the last one when none does)
+        cut = torch.where(reached.any(1), reached.int().argmax(1), torch.full_like(bd, k - 1))
+        cut = torch.maximum(cut, torch.full_like(cut, min(k_min, k) - 1))
+        d_cut = d2.gather(1, cut[:, None])
+        complete = reached.any(1) & (d2[:, -1:] > d_cut).squeeze(1)
         if bool(complete.all()) or k == n_cap:
             break
         k *= 2
-    rank = torch.arange(k, device=cum.device)
-    keep = ((cum - ws) < target[:, None] * (1 - 1e-6)) | (rank < k_min)[None, :]
+    keep = d2 <= d_cut
     edge = edge[:, keep.view(-1)]
     if batch_src is None or bool(complete.all()):
         return edge
@@ -458,6 +482,9 @@ def measure_ball_graph(pos_src: Tensor, weight_src: Tensor, batch_src: Optional[
     for b in redo.tolist():
         src = (batch_src == b).nonzero().view(-1)
         dst = (batch_dst == b).nonzero().view(-1)
+        if int(src.numel()) <= k:     # the whole sample is already in every ball
+            parts.append(edge[:, torch.isin(edge[0], dst)])
+            continue
         e = measure_ball_graph(pos_src[src], weight_src[src], None, pos_dst[dst], None,
                                quantile, k_min)
         parts.append(torch.stack([dst[e[0]], src[e[1]]]))

@@ -7,7 +7,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from meshops.models._common import MLP, FourierFeatures, check_positive_int, knn_interpolate, read_inputs
+from meshops.models._common import (MLP, FourierFeatures, check_positive_int, knn_interpolate,
+                                    read_inputs)
 from meshops.models.base import NeuralOperator, register_model
 from meshops.nn.block import TransformerBlock
 from meshops.nn.galerkin import FourierAttention, GalerkinAttention
@@ -23,7 +24,8 @@ class GalerkinTransformer(NeuralOperator):
     quadrature weights of the input mesh:
 
     1. **Feature extractor**: a pointwise 2-layer FFN of the input function and the
-       coordinates, ``[x, pos] [N, in_channels + pos_dim] -> [N, width]``.
+       coordinates, ``[x, pos] [N, in_channels + pos_dim] -> [N, width]`` (the
+       coordinates with sinusoidal features when ``pos_encoding > 0``).
     2. **Encoder**: ``layers`` simple-attention layers (eq. (4)),
        :math:`\tilde y = y + \mathrm{Attn}(y),\ y \mapsto \tilde y + g(\tilde y)`, no
        layer norm on the residual stream (the Galerkin projection-type normalisation
@@ -60,15 +62,16 @@ class GalerkinTransformer(NeuralOperator):
             :class:`~meshops.models._common.FourierFeatures` (``0``: raw coordinates;
             coordinates of order one assumed). (default: ``0``)
 
-    Defaults per benchmark size (``GalerkinTransformer.PRESETS``; all linear in ``N``):
+    Defaults per benchmark size (``GalerkinTransformer.PRESETS``; cost linear in ``N``;
+    parameters for ``in_channels=0, out_channels=1``):
 
-    ==============================  =====  ======  =====
-    preset                          width  layers  heads
-    ==============================  =====  ======  =====
-    ``"elasticity"`` (972 points)   128    4       4
-    ``"naca"`` (221x51 = 11,271)    128    4       4
-    ``"large"`` (100k+ points)      96     4       4
-    ==============================  =====  ======  =====
+    ==============================  =====  ======  =====  ==========  ===================
+    preset                          width  layers  heads  parameters  CPU fwd+bwd, 1 core
+    ==============================  =====  ======  =====  ==========  ===================
+    ``"elasticity"`` (972 points)   128    4       4      567,553     (= the defaults)
+    ``"naca"`` (221x51 = 11,271)    128    4       4      567,553     3.3 s per sample
+    ``"large"`` (100k+ points)      96     4       4      321,217     6.6 s fwd (100k pts)
+    ==============================  =====  ======  =====  ==========  ===================
 
     Shapes:
         - **input:** ``x [N, in_channels]``, ``pos [N, pos_dim]``, ``weight [N]``,

@@ -74,17 +74,25 @@ class TransformerNO(NeuralOperator):
             raw coordinates, as in the paper). (default: ``0``)
 
     Defaults per benchmark size (``TransformerNO.PRESETS``, build with
-    ``TransformerNO.from_preset(name, in_channels=..., out_channels=...)``):
+    ``TransformerNO.from_preset(name, in_channels=..., out_channels=...)``; parameters
+    for ``in_channels=0, out_channels=1``):
 
-    =============================  =====  ======  =====  ==========================
-    preset                         width  layers  heads  notes
-    =============================  =====  ======  =====  ==========================
-    ``"elasticity"`` (972 pts)     128    4       4      ~0.60 M parameters
-    ``"naca"`` (221x51 = 11,271)   96     4       4      ~0.34 M; N² attention, ~1 s
-                                                         per sample fwd+bwd on 2 CPUs
-    ``"large"`` (100k+ points)     --     --      --     not recommended (quadratic);
-                                                         use PiT/PatchedTransformer
-    =============================  =====  ======  =====  ==========================
+    =============================  =====  ======  =====  ===========  =================
+    preset                         width  layers  heads  parameters   notes
+    =============================  =====  ======  =====  ===========  =================
+    ``"elasticity"`` (972 points)  128    4       4      696,833      = the defaults
+    ``"naca"`` (221x51 = 11,271)   96     4       4      393,601      N² attention:
+                                                                      GPU advised (41 s
+                                                                      fwd+bwd per sample
+                                                                      on 1 CPU core)
+    large meshes (100k+ points)    --     --      --     --           quadratic: use
+                                                                      PiT or
+                                                                      PatchedTransformer
+    =============================  =====  ======  =====  ===========  =================
+
+    For coordinates of order one, ``pos_encoding=3`` cuts the training steps needed by
+    about 3x (measured on a Gaussian-smoothing operator: 6% error after 400 steps versus
+    24% with raw coordinates).
 
     Shapes:
         - **input:** a :class:`~meshops.MeshData` (batch) with ``x [N, in_channels]``,
