@@ -58,6 +58,15 @@ class NeuralOperator(nn.Module):
     """
 
     model_name = "neural_operator"
+    # Named default configurations per benchmark size, e.g. {"elasticity": {...}}.
+    PRESETS: dict[str, dict[str, Any]] = {}
+
+    @classmethod
+    def from_preset(cls, preset: str, **kwargs: Any) -> "NeuralOperator":
+        """Build with the defaults of a benchmark size (:attr:`PRESETS`) and ``kwargs``."""
+        if preset not in cls.PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; available: {sorted(cls.PRESETS)}")
+        return cls(**{**cls.PRESETS[preset], **kwargs})
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -249,12 +249,6 @@ class PiT(NeuralOperator):
             for att in list(self.attn)[1:]:
                 att.lam_raw.requires_grad_(False)
 
-    @classmethod
-    def from_preset(cls, preset: str, **kwargs: Any) -> "PiT":
-        """Build with the defaults of a benchmark size (:attr:`PRESETS`) and ``kwargs``."""
-        if preset not in cls.PRESETS:
-            raise ValueError(f"unknown preset {preset!r}; available: {sorted(cls.PRESETS)}")
-        return cls(**{**cls.PRESETS[preset], **kwargs})
 
     def _pointwise_linears(self) -> list[nn.Linear]:
         mods = [self.lift, *self.linear]

@@ -139,12 +139,6 @@ class TransformerNO(NeuralOperator):
         self.norm_out = nn.LayerNorm(width) if pre_norm else nn.Identity()
         self.head = MLP(width, width, out_channels, layers=2, activation=activation)
 
-    @classmethod
-    def from_preset(cls, preset: str, **kwargs: Any) -> "TransformerNO":
-        """Build with the defaults of a benchmark size (:attr:`PRESETS`) and ``kwargs``."""
-        if preset not in cls.PRESETS:
-            raise ValueError(f"unknown preset {preset!r}; available: {sorted(cls.PRESETS)}")
-        return cls(**{**cls.PRESETS[preset], **kwargs})
 
     def reset_parameters(self) -> None:
         self.lift.reset_parameters()
