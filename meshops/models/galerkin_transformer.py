@@ -113,7 +113,6 @@ class GalerkinTransformer(NeuralOperator):
             for _ in range(layers)])
         self.head = MLP(width, width, out_channels, layers=2, activation=activation)
 
-
     def reset_parameters(self) -> None:
         self.lift.reset_parameters()
         for blk in self.blocks:

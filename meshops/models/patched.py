@@ -146,7 +146,6 @@ class PatchedTransformer(NeuralOperator):
         self.norm_out = nn.LayerNorm(width)
         self.head = MLP(width, width, out_channels, layers=2, activation=activation)
 
-
     def reset_parameters(self) -> None:
         self.lift.reset_parameters()
         for blk in self.blocks:

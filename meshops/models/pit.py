@@ -249,7 +249,6 @@ class PiT(NeuralOperator):
             for att in list(self.attn)[1:]:
                 att.lam_raw.requires_grad_(False)
 
-
     def _pointwise_linears(self) -> list[nn.Linear]:
         mods = [self.lift, *self.linear]
         for mlp in (*self.mlp, self.head):

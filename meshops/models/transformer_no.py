@@ -139,7 +139,6 @@ class TransformerNO(NeuralOperator):
         self.norm_out = nn.LayerNorm(width) if pre_norm else nn.Identity()
         self.head = MLP(width, width, out_channels, layers=2, activation=activation)
 
-
     def reset_parameters(self) -> None:
         self.lift.reset_parameters()
         for blk in self.blocks:
