@@ -56,9 +56,12 @@ def _join(*parts: str) -> str:
     return "; ".join(p for p in parts if p)
 
 
-def _missing(rows, suite, case, run_cfg) -> str:
+def _missing(rows, suite, case, run_cfg, n: Optional[int] = None) -> str:
     if not any(r["suite"] == suite and r["case"] == case for r in rows):
         return f"{suite}/{case} not measured in this run"
+    if n is not None and any(r["suite"] == suite and r["case"] == case and r["n"] == n
+                             for r in rows):
+        return f"N={n} not completed by every implementation"
     return "size not measured in this run" + (" (--quick)" if run_cfg.get("quick") else "")
 
 
@@ -74,7 +77,7 @@ def evaluate_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
     tl, tr = _val(lib, "fwdbwd_s"), _val(ref, "fwdbwd_s")
     ml, mr = _val(lib, "fwdbwd_mem"), _val(ref, "fwdbwd_mem")
     if tl is None or tr is None or ml is None or mr is None:
-        why = _missing(rows, "layers", "continuum", cfg)
+        why = _missing(rows, "layers", "continuum", cfg, n)
         if ref is not None and ref.get("notes"):
             why += "; ref: " + "; ".join(ref["notes"])
         out.append(_t("T1", tgt, NA, "-", why))

@@ -525,6 +525,10 @@ class Case:
     max_run_s: Optional[float] = None
     quick_max_run_s: Optional[float] = None
     warm_n: int = 256
+    #: sizes a target needs: never skipped on a *predicted* time (only an actual run over
+    #: a budget at a smaller size stops the series before them)
+    must: tuple[int, ...] = ()
+    must_impls: tuple[str, ...] = ("lib",)
 
 
 @dataclass
@@ -628,7 +632,8 @@ def run_series(iso: Isolated, case: Case, budget: Budget, device: str, quick: bo
         for k in keys:
             if alive[k]:
                 pred = predict_time(hist[k], n)
-                if pred is not None and pred > max_run_s:
+                must = n in case.must and k[0] in case.must_impls
+                if pred is not None and pred > max_run_s and not must:
                     alive[k] = False
                     why_stopped[k] = f"skipped from N={n}: predicted {pred:.1f} s > {max_run_s:g} s"
                     row(k[0])[f"{k[1]}_status"] = "skipped"

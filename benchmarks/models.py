@@ -110,9 +110,10 @@ def cases(models: Optional[list[str]] = None) -> list[Case]:
         else:
             sizes, quick = [1024, 4096, 16384, 65536, 262144, 1_000_000], [1024, 4096]
         mem = 16 << 30 if name == "patched_transformer" else None
+        must = (100_000, 1_000_000) if name == "patched_transformer" else ()
         out.append(Case("models", name, B, sizes, quick, params={"model": name, "preset": preset},
                         desc=f"{name} (preset {preset})", ref_desc="dense attention",
-                        mem_budget=mem, max_run_s=120.0, warm_n=512))
+                        mem_budget=mem, max_run_s=120.0, warm_n=512, must=must))
         if name == "pit":
             out.append(Case("models", "pit_large", B, [16384, 100_000, 250_000, 1_000_000],
                             [16384], impls=("lib",), params={"model": name, "preset": "large"},
@@ -123,7 +124,8 @@ def cases(models: Optional[list[str]] = None) -> list[Case]:
                             impls=("lib",), params={"model": name, "preset": preset,
                                                     "patch_size": 4096},
                             desc=f"{name} (preset {preset}, num_patches = N/4096)",
-                            mem_budget=mem, max_run_s=120.0, warm_n=8192))
+                            mem_budget=mem, max_run_s=120.0, warm_n=8192,
+                            must=(100_000, 1_000_000)))
     return out
 
 

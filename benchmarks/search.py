@@ -61,16 +61,18 @@ def backends_for(op: str, device: str) -> list[str]:
 
 
 def cases(device: str = "cpu") -> list[Case]:
+    from meshops.search import default_backend
     from meshops.search.partition import METHODS
 
     B = "benchmarks.search:"
     return [
         Case("search", "knn", B + "build_knn", SIZES, QUICK, impls=tuple(backends_for(
             "knn", device)), modes=("fwd",), desc=f"knn(pos, pos, k={K}), 3-D", warm_n=2048,
-            max_run_s=60.0),
+            max_run_s=60.0, must=(1_000_000,), must_impls=(default_backend("knn", device),)),
         Case("search", "fps", B + "build_fps", SIZES, QUICK, impls=tuple(backends_for(
             "fps", device)), modes=("fwd",), desc=f"fps(pos, num={FPS_NUM}), 3-D",
-            warm_n=8192, max_run_s=60.0),
+            warm_n=8192, max_run_s=60.0, must=(1_000_000,),
+            must_impls=(default_backend("fps", device),)),
         Case("search", "partition", B + "build_partition", SIZES, QUICK, impls=tuple(METHODS),
              modes=("fwd",), desc=f"partition(pos, {PARTS}, method), 3-D", warm_n=4096,
              max_run_s=60.0),
