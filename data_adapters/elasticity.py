@@ -47,6 +47,7 @@ from meshops.data import MeshData
 from meshops.errors import MeshError
 from meshops.pointcloud import point_cloud_weights
 
+from data_adapters._geometry import periodic_radius, polygon_distance, star_polygon
 from data_adapters._npy import check_finite, check_shape, open_npy
 from data_adapters._sample import as_dtype, finish
 from data_adapters.splits import split_indices
@@ -129,12 +130,17 @@ class ElasticityDataset(torch.utils.data.Dataset):
     * ``fields = {"sigma": [P]}``: the von Mises stress, ``sigma[:, s]``,
     * ``x [P, 0]`` (the input is the geometry, ``pos``), ``y [P, 1]`` (sigma),
     * ``params [1, 42]``: ``rr[:, s]``, when ``with_params=True``,
+    * with ``void_distance=True``: ``fields["void_distance"]``, each point's distance
+      to the void's boundary (the periodic cubic spline through ``rr``), and
+      ``x [P, 1]`` = that distance (needs the rr file with radii),
     * ``sample_id`` (``s``), ``standin=False`` and ``source``.
 
     Args:
         root: Folder with the ``.npy`` files.
         split: ``"train"`` (``[:n_train]``), ``"test"`` (``[-n_test:]``) or ``"all"``.
         with_params: Attach ``rr`` as ``params`` (needs the rr file).
+        void_distance: Add the distance to the void's boundary as the input channel
+            (needs the rr file with radii).
         measure: Domain measure for the weights: ``"auto"``, ``"rr"``, ``"points"``,
             ``"hull"`` or a number (see the module docstring).
         weights: ``"knn"`` (default) or ``"uniform"`` (:func:`meshops.point_cloud_weights`).
@@ -158,12 +164,14 @@ class ElasticityDataset(torch.utils.data.Dataset):
     """
 
     def __init__(self, root, split: str = "train", with_params: bool = False,
-                 measure: float | str = "auto", weights: str = "knn", k: int = 8,
+                 void_distance: bool = False, measure: float | str = "auto",
+                 weights: str = "knn", k: int = 8,
                  dtype=torch.float32, n_train: int = 1000, n_test: int = 200,
                  validate: bool = True) -> None:
         self.root = Path(root)
         self.split = split
         self.with_params = with_params
+        self.void_distance = void_distance
         self.weights = weights
         self.k = int(k)
         self.dtype = as_dtype(dtype)
@@ -196,9 +204,10 @@ class ElasticityDataset(torch.utils.data.Dataset):
             self.rr = open_npy(self.rr_path)
             check_shape(self.rr_path, self.rr, (None, num_samples),
                         f"(radius samples, samples) to match {XY_FILE} {tuple(self.xy.shape)}")
-        elif with_params or measure == "rr":
-            raise MeshError(f"{self.rr_path}: no such file (needed for "
-                            f"{'with_params=True' if with_params else 'measure=rr'})")
+        elif with_params or void_distance or measure == "rr":
+            need = ("with_params=True" if with_params else "void_distance=True"
+                    if void_distance else "measure=rr")
+            raise MeshError(f"{self.rr_path}: no such file (needed for {need})")
         self.num_points, self.num_samples = num_points, num_samples
         self.measure = measure
         self.indices = split_indices(num_samples, split, n_train, n_test, test_at_end=True)
@@ -257,12 +266,21 @@ class ElasticityDataset(torch.utils.data.Dataset):
         measure = self._measure(s, pos, rr)
         weight = point_cloud_weights(pos, self.weights, measure=measure, k=self.k,
                                      source=source)
-        mesh = MeshData(pos=torch.from_numpy(pos), weight=weight,
-                        fields={"sigma": torch.from_numpy(sigma)}, source=source)
+        fields = {"sigma": torch.from_numpy(sigma)}
+        if self.void_distance:
+            if not _looks_like_radii(rr):
+                raise MeshError(f"{self.rr_path.name}: sample {s} has rr values in "
+                                f"[{rr.min():.4g}, {rr.max():.4g}], not void radii in (0, 0.5), "
+                                "so the distance to the void cannot be computed; pass "
+                                "void_distance=False")
+            polygon = star_polygon(periodic_radius(rr), CENTER)
+            fields["void_distance"] = torch.from_numpy(polygon_distance(pos, polygon))
+        mesh = MeshData(pos=torch.from_numpy(pos), weight=weight, fields=fields, source=source)
         attrs = {"sample_id": int(s), "standin": False}
         if self.with_params:
             attrs["params"] = torch.from_numpy(rr)[None]
-        return finish(mesh, [], ["sigma"], self.dtype, **attrs)
+        inputs = ["void_distance"] if self.void_distance else []
+        return finish(mesh, inputs, ["sigma"], self.dtype, **attrs)
 
 
 def load_elasticity(root, split: str = "train", with_params: bool = False,
@@ -274,7 +292,7 @@ def load_elasticity(root, split: str = "train", with_params: bool = False,
             and optionally ``Random_UnitCell_rr_10.npy``.
         split: ``"train"`` (``[:1000]``), ``"test"`` (``[-200:]``) or ``"all"``.
         with_params: Attach ``rr[:, s]`` as ``params [1, 42]``.
-        **kwargs: Passed to :class:`ElasticityDataset` (``measure``, ``weights``,
+        **kwargs: Passed to :class:`ElasticityDataset` (``void_distance``, ``measure``, ``weights``,
             ``dtype``, ``n_train``, ``n_test``, ...).
 
     Returns:

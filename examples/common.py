@@ -66,7 +66,7 @@ def per_sample_errors(model: NeuralOperator, samples) -> np.ndarray:
 
 
 def run(args, train, test, *, target: str, model_config: dict, title: str,
-        window=None) -> dict:
+        window=None, inputs: tuple = ()) -> dict:
     """Train ``args.model`` on ``train``, evaluate on ``test``, write results to ``args.out``.
 
     Returns the summary written to ``args.out/summary.json``.
@@ -85,7 +85,8 @@ def run(args, train, test, *, target: str, model_config: dict, title: str,
                       lr=args.lr, optimizer="adam", scheduler="cosine", seed=args.seed,
                       device=args.device, out_dir=out,
                       loss=RelativeLpLoss(quadrature=not args.unweighted_loss),
-                      metadata={"targets": [target], "example": title})
+                      metadata={"inputs": list(inputs), "targets": [target],
+                                "example": title})
     history = trainer.fit()
     minutes = (time.perf_counter() - start) / 60
 

@@ -503,3 +503,49 @@ def test_folder_order_cache_and_export_guard(tmp_path, elasticity_dir):
     export_to_folder([bare], tmp_path / "bare")
     m = read_mesh(tmp_path / "bare" / "sample_0000.vtu")
     assert set(m.fields) == {"y"} and np.allclose(m.fields["y"].ravel(), bare.y.ravel())
+
+
+def _distance_to_curve(points, s, samples=200_000):
+    """Reference: the smallest distance to 200k points on the exact void boundary."""
+    th = np.linspace(0, 2 * np.pi, samples, endpoint=False)
+    r = _radius(th, s)
+    curve = np.stack([0.5 + r * np.cos(th), 0.5 + r * np.sin(th)], 1)
+    tree = __import__("scipy.spatial", fromlist=["cKDTree"]).cKDTree(curve)
+    return tree.query(points)[0]
+
+
+def test_elasticity_void_distance(elasticity_dir, elasticity_arrays, tmp_path):
+    XY, sigma, rr = elasticity_arrays
+    ds = ElasticityDataset(elasticity_dir, "all", void_distance=True, dtype=F64)
+    for s in (0, 13):
+        m = ds[s]
+        assert m.x.shape == (P, 1)
+        assert torch.equal(m.x[:, 0], m.fields["void_distance"])
+        ref = _distance_to_curve(XY[:, :, s], s)
+        # The spline through 41 distinct radii of r = r0 + 0.05 cos(3 theta) is
+        # accurate to O(h^4 r'''') ~ 1e-5; the reference's chords are 1e-5 apart.
+        np.testing.assert_allclose(m.x[:, 0].numpy(), ref, atol=5e-5)
+        assert m.x[:96, 0].abs().max() < 5e-5         # the nodes on the void
+    with pytest.raises(MeshError, match=r"no such file \(needed for void_distance=True\)"):
+        ElasticityDataset(_write_elasticity(tmp_path / "no_rr", XY, sigma), "all",
+                          void_distance=True)
+    bad = _write_elasticity(tmp_path / "bad_rr", XY, sigma, rr - 1.0)
+    with pytest.raises(MeshError, match=r"sample 2 has rr values .*not void radii.*"
+                                        r"void_distance=False"):
+        ElasticityDataset(bad, "all", void_distance=True, measure="points")[2]
+
+
+def test_polygon_distance_to_a_circle():
+    """Distance to a regular M-gon inscribed in a circle of radius R: within the
+    chord sag R (1 - cos(pi / M)) of | |p - c| - R |, exact at the vertices."""
+    from data_adapters._geometry import polygon_distance, star_polygon
+    R, M = 0.3, 1024
+    poly = star_polygon(lambda t: np.full_like(t, R), (0.5, 0.5), M)
+    rng = np.random.default_rng(1)
+    p = rng.uniform(0, 1, (5000, 2))
+    exact = np.abs(np.hypot(p[:, 0] - 0.5, p[:, 1] - 0.5) - R)
+    d = polygon_distance(p, poly, chunk=777)
+    sag = R * (1 - np.cos(np.pi / M))
+    assert np.abs(d - exact).max() <= sag + 1e-15
+    assert np.abs(d - exact).max() > 0.1 * sag          # the test can see the sag
+    np.testing.assert_allclose(polygon_distance(poly, poly), 0, atol=1e-15)

@@ -161,6 +161,20 @@ def test_elasticity_standin_samples(tmp_path, capsys):
                                     dtype=torch.float64, **EL_FAST)
     assert "loaded 3 elasticity STAND-IN" in capsys.readouterr().err
     assert all(torch.equal(a.pos, b.pos) and torch.equal(a.y, b.y) for a, b in zip(data, again))
+    # the distance to the void as the input: zero on the void's nodes (they lie on
+    # the curve; the 1024-gon's chords deviate by ~ L^2 kappa / 8 ~ 1e-6 for chords
+    # L ~ 2e-3 and curvature kappa up to ~10), at least 0.1 on the sides
+    feat = make_elasticity_standin(3, seed=0, cache_dir=tmp_path, progress=False,
+                                   dtype=torch.float64, void_distance=True, **EL_FAST)
+    for m, plain in zip(feat, data):
+        assert torch.equal(m.pos, plain.pos) and m.x.shape == (m.pos.shape[0], 1)
+        pos, dist = m.pos.numpy(), m.x[:, 0].numpy()
+        r = np.hypot(pos[:, 0] - 0.5, pos[:, 1] - 0.5)
+        on_void = np.isclose(r, void_radius(np.arctan2(pos[:, 1] - 0.5, pos[:, 0] - 0.5),
+                                            m.params[0].numpy()), atol=1e-12)
+        assert on_void.sum() >= 16 and dist[on_void].max() < 1e-5
+        on_side = (pos.min(1) < 1e-12) | (pos.max(1) > 1 - 1e-12)
+        assert dist[on_side].min() >= 0.1 - 1e-9 and (dist[~on_void] > 0).all()
 
 
 def test_default_elasticity_mesh_size():

@@ -41,6 +41,7 @@ from meshops.data import MeshData
 from meshops.errors import MeshError
 from meshops.io import mesh_from_arrays
 
+from data_adapters._geometry import polygon_distance, star_polygon
 from data_adapters._sample import as_dtype, finish
 from data_adapters.standins._cache import describe, generate_or_load
 from data_adapters.standins.fem import nodal_stress, solve_plane_strain, von_mises_plane_strain
@@ -168,18 +169,25 @@ def _generate(num_samples: int, seed: int, cfg: dict, progress: bool) -> dict[st
     }
 
 
-def _build(arrays: dict, seed: int, dtype: torch.dtype) -> list[MeshData]:
+def _build(arrays: dict, seed: int, dtype: torch.dtype,
+           void_distance: bool = False) -> list[MeshData]:
     out = []
     po, co = arrays["point_offsets"], arrays["cell_offsets"]
     for k in range(len(po) - 1):
         points = arrays["points"][po[k]:po[k + 1]]
         tri = arrays["triangles"][co[k]:co[k + 1]].astype(np.int64)
         source = f"stand-in:elasticity v{VERSION} seed={seed} sample={k} (P1 FEM, not Geo-FNO)"
+        fields = {"sigma": torch.from_numpy(arrays["sigma"][po[k]:po[k + 1]].copy())}
+        if void_distance:
+            prm = arrays["params"][k]
+            polygon = star_polygon(lambda t: void_radius(t, prm), CENTER)
+            fields["void_distance"] = torch.from_numpy(polygon_distance(points, polygon))
         mesh = MeshData(pos=torch.from_numpy(points.copy()),
                         weight=torch.from_numpy(arrays["weight"][po[k]:po[k + 1]].copy()),
-                        fields={"sigma": torch.from_numpy(arrays["sigma"][po[k]:po[k + 1]].copy())},
-                        cells=[("triangle", torch.from_numpy(tri))], cell_data={}, source=source)
-        out.append(finish(mesh, [], ["sigma"], dtype, sample_id=k, standin=True,
+                        fields=fields, cells=[("triangle", torch.from_numpy(tri))],
+                        cell_data={}, source=source)
+        inputs = ["void_distance"] if void_distance else []
+        out.append(finish(mesh, inputs, ["sigma"], dtype, sample_id=k, standin=True,
                           params=torch.from_numpy(arrays["params"][k].copy())[None]))
     return out
 
@@ -187,7 +195,8 @@ def _build(arrays: dict, seed: int, dtype: torch.dtype) -> list[MeshData]:
 def make_elasticity_standin(num_samples: int = 200, seed: int = 0, cache_dir=None,
                             progress: bool = True, *, dtype=torch.float32,
                             h_void: float = 0.012, h_outer: float = 0.047, E: float = 1.0,
-                            nu: float = 0.3, traction: float = 1.0) -> list[MeshData]:
+                            nu: float = 0.3, traction: float = 1.0,
+                            void_distance: bool = False) -> list[MeshData]:
     """Generate (or load from the cache) the Elasticity **stand-in** data set.
 
     See the module docstring for the geometry, mesh, physics and target. The data
@@ -206,6 +215,9 @@ def make_elasticity_standin(num_samples: int = 200, seed: int = 0, cache_dir=Non
         h_void, h_outer: Mesh sizes on the void and on the cell's sides (defaults
             give about 1000 nodes).
         E, nu, traction: Material and load.
+        void_distance: Add ``fields["void_distance"]``, each point's distance to the
+            void's boundary, and use it as the input ``x [N, 1]`` (the stress
+            concentrates on that boundary; see :mod:`data_adapters._geometry`).
 
     Returns:
         ``list[MeshData]``: ``pos [N, 2]``, ``weight [N]`` (from the triangles),
@@ -214,7 +226,8 @@ def make_elasticity_standin(num_samples: int = 200, seed: int = 0, cache_dir=Non
         ``source``.
 
     Shapes:
-        item: pos ``[N, 2]``, weight ``[N]``, x ``[N, 0]``, y ``[N, 1]``, params ``[1, 11]``
+        item: pos ``[N, 2]``, weight ``[N]``, x ``[N, 0]`` (``[N, 1]`` with
+        ``void_distance``), y ``[N, 1]``, params ``[1, 11]``
     """
     dtype = as_dtype(dtype)
     cfg = {"h_void": float(h_void), "h_outer": float(h_outer), "E": float(E), "nu": float(nu),
@@ -222,4 +235,4 @@ def make_elasticity_standin(num_samples: int = 200, seed: int = 0, cache_dir=Non
     meta = describe(GENERATOR, VERSION, cfg, seed, num_samples)
     arrays, _ = generate_or_load(meta, lambda: _generate(num_samples, seed, cfg, progress),
                                  cache_dir, progress, "elasticity")
-    return _build(arrays, seed, dtype)
+    return _build(arrays, seed, dtype, void_distance)
