@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.utils import scatter, softmax
 
+from meshops.nn._edge_sum import edge_sum
 from meshops.nn._utils import (as_pair, check_batch, check_channels, check_length,
                                check_weight, num_graphs, safe_log)
 from meshops.nn.position import (PositionParameters, head_values, project_after,
@@ -286,8 +287,9 @@ class LocalPositionAttention(PositionParameters, _LocalBase):
     ``out_channels`` of :math:`U W_V`; heads are concatenated.
 
     The softmax over each destination's edges runs through
-    :func:`torch_geometric.utils.softmax` and the weighted values are summed with
-    :func:`torch_geometric.utils.scatter`; memory is ``O(N_dst k out_channels)``.
+    :func:`torch_geometric.utils.softmax` and the weighted values are summed as a
+    sparse-matrix product (CSR, :mod:`meshops.nn._edge_sum`), so no per-edge message
+    tensor is formed: memory is ``O(N_dst k heads)`` for the kernel.
     Pass ``edge_index`` (e.g. from :meth:`graph`) to reuse a graph across layers.
 
     Note that a kNN ball shrinks as the mesh is refined (fixed k) - a fixed
@@ -359,7 +361,7 @@ class LocalPositionAttention(PositionParameters, _LocalBase):
         diff = (pos_dst[dst] - pos_src[src]).to(v.dtype)
         dist = (diff * diff).sum(-1, keepdim=True)                         # [E, 1]
         alpha = self._softmax(-dist * self.lam.to(v.dtype), edge_index, weight, n_dst)
-        out = scatter(alpha.unsqueeze(-1) * v[src], dst, dim=0, dim_size=n_dst, reduce="sum")
+        out = edge_sum(alpha, v, dst, src, n_dst)
         return project_heads(self, out)
 
     @property
@@ -467,7 +469,7 @@ class LocalAttention(_LocalBase):
         v = self.lin_v(x_src).view(-1, H, c)
         logits = (q[dst] * k[src]).sum(-1) / math.sqrt(c)                   # [E, H]
         alpha = self._softmax(logits, edge_index, weight, n_dst)
-        out = scatter(alpha.unsqueeze(-1) * v[src], dst, dim=0, dim_size=n_dst, reduce="sum")
+        out = edge_sum(alpha, v, dst, src, n_dst)
         return self.lin_out(out.view(n_dst, H * c))
 
     def __repr__(self) -> str:
