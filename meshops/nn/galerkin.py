@@ -59,6 +59,10 @@ def galerkin_init_(weight: Tensor, eta: float, delta: float) -> Tensor:
     return weight
 
 
+#: rows (points per sample) per block in the two passes of :meth:`_SimpleAttention._attend`
+ROWS = 16384
+
+
 class _SimpleAttention(_QuadratureAttention):
     """Shared body of Galerkin and Fourier attention (they differ in which of
     Q, K, V are layer-normalised)."""
@@ -118,23 +122,37 @@ class _SimpleAttention(_QuadratureAttention):
         pos = pos.to(t.dtype).unsqueeze(1).expand(B, H, N, self.pos_dim)
         return torch.cat([pos, t], dim=-1)  # coordinates first, as the reference code
 
+    def _project(self, x: Tensor, lin: torch.nn.Linear, name: str, pos: Optional[Tensor],
+                 pos_name: str) -> Tensor:
+        t = split_heads(lin(x), self.heads)
+        if name in self.norms:
+            t = self.norms[name](t)
+        return self._with_pos(t, pos, pos_name)
+
     def _attend(self, x_src, x_dst, pos_src, pos_dst, weight, m_src, m_dst):
-        H = self.heads
-        q = split_heads(self.lin_q(x_dst), H)
-        k = split_heads(self.lin_k(x_src), H)
-        v = split_heads(self.lin_v(x_src), H)
-        qkv = {"q": q, "k": k, "v": v}
-        for name, norm in self.norms.items():
-            qkv[name] = norm(qkv[name])
-        q = self._with_pos(qkv["q"], pos_dst, "pos_dst")
-        k = self._with_pos(qkv["k"], pos_src, "pos_src")
-        v = self._with_pos(qkv["v"], pos_src, "pos_src")
+        # Two passes over row blocks, so that the [B, H, rows, D'] intermediates of a
+        # block stay in cache on large meshes (on 2 CPU cores one pass over 262k
+        # points ran at 3.3 us per point, blocks of 16k at ~2 us); the result is the
+        # same sum, in a different order.
         # K^T diag(w) V: a [B, H, D', D'] matrix per sample and head, O(N D'^2).
         # Padded and zero-weight source points drop out of the sum.
-        kv = (k * weight[:, None, :, None]).transpose(-1, -2) @ v
+        kv = None
+        for s in range(0, max(x_src.shape[1], 1), ROWS):   # one block even if empty
+            rows = slice(s, s + ROWS)
+            p = None if pos_src is None else pos_src[:, rows]
+            k = self._project(x_src[:, rows], self.lin_k, "k", p, "pos_src")
+            v = self._project(x_src[:, rows], self.lin_v, "v", p, "pos_src")
+            part = (k * weight[:, None, rows, None]).transpose(-1, -2) @ v
+            kv = part if kv is None else kv + part
         if self.training and self.dropout > 0:
             kv = F.dropout(kv, self.dropout)
-        return self.lin_out(merge_heads(q @ kv))
+        out = []
+        for s in range(0, max(x_dst.shape[1], 1), ROWS):
+            rows = slice(s, s + ROWS)
+            p = None if pos_dst is None else pos_dst[:, rows]
+            q = self._project(x_dst[:, rows], self.lin_q, "q", p, "pos_dst")
+            out.append(self.lin_out(merge_heads(q @ kv)))
+        return out[0] if len(out) == 1 else torch.cat(out, dim=1)
 
 
 class GalerkinAttention(_SimpleAttention):
