@@ -297,6 +297,7 @@ def test_row_blocks_give_the_same_result(cls, monkeypatch):
     one = layer.dense((xs, xd), (ps, pd), w)
     g_one = torch.autograd.grad(one.square().sum(), xs)[0]
     monkeypatch.setattr(gal, "ROWS", 7)
+    monkeypatch.setattr(gal, "BLOCK_ABOVE", 10)
     blocks = layer.dense((xs, xd), (ps, pd), w)
     g_blocks = torch.autograd.grad(blocks.square().sum(), xs)[0]
     with torch.no_grad():

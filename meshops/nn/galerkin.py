@@ -59,8 +59,10 @@ def galerkin_init_(weight: Tensor, eta: float, delta: float) -> Tensor:
     return weight
 
 
-#: rows (points per sample) per block in the two passes of :meth:`_SimpleAttention._attend`
+#: rows (points per sample) per block in the two passes of :meth:`_SimpleAttention._attend`,
+#: used without autograd on meshes of more than ``BLOCK_ABOVE`` points
 ROWS = 16384
+BLOCK_ABOVE = 131072
 
 
 def _blocks(*tensors: Optional[Tensor], rows: int) -> list:
@@ -143,11 +145,13 @@ class _SimpleAttention(_QuadratureAttention):
         # intermediates of a block stay in cache on large meshes (on 2 CPU cores one
         # pass over 262k points ran at 3.3 us per point, blocks of 16k at ~2 us); the
         # result is the same sum in a different order. With autograd one block: the
-        # backward pass gained nothing from blocks (it was 10-15 % slower).
+        # backward pass gained nothing from blocks (it was 10-15 % slower); nor did
+        # meshes that fit in cache anyway (64k points: 8 % slower in a model).
         grad = torch.is_grad_enabled() and (
             x_src.requires_grad or x_dst.requires_grad or weight.requires_grad
             or any(p.requires_grad for p in self.parameters()))
-        rows = max(x_src.shape[1], x_dst.shape[1], 1) if grad else ROWS
+        n = max(x_src.shape[1], x_dst.shape[1], 1)
+        rows = n if grad or n <= BLOCK_ABOVE else ROWS
         # K^T diag(w) V: a [B, H, D', D'] matrix per sample and head, O(N D'^2).
         # Padded and zero-weight source points drop out of the sum.
         kv = None
