@@ -13,8 +13,9 @@ import meshops
 from meshops.models import NeuralOperator, register_model
 from meshops.training.dataset import fit_normalizers
 from meshops.training.trainer import Trainer
-# _one_thread: the autouse fixture that keeps tiny training runs on one intra-op thread.
-from test_training import ToyOperator, _one_thread, make_samples  # noqa: F401
+from test_training import ToyOperator, make_samples
+
+pytestmark = pytest.mark.usefixtures("one_thread")   # see conftest.py
 
 
 @register_model("_test_other")

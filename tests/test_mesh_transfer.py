@@ -112,12 +112,7 @@ def data():
     }
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")   # see conftest.py
 
 
 # model, config, Adam steps, peak learning rate, training-resolution error bound

@@ -34,13 +34,7 @@ SMALL = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Small problems on shared cores: more than one intra-op thread only thrashes.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")   # see conftest.py
 
 
 def build(name: str, in_channels: int = 1, out_channels: int = 1, seed: int = 0, **kw):

@@ -104,14 +104,7 @@ def ddp_model():
     return ToyOperator(hidden=16).double()
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny tensors: with two intra-op threads on busy shared cores every op pays
-    # for thread wake-ups (10x slower here). Restored for the other test files.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")   # see conftest.py
 
 
 def params(model) -> dict[str, torch.Tensor]:

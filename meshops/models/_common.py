@@ -40,6 +40,15 @@ def check_positive_int(value, name: str, minimum: int = 1) -> int:
     return value
 
 
+def check_model_sizes(in_channels, out_channels, pos_dim, width) -> None:
+    """The sizes every model takes: ``in_channels >= 0`` (0: geometry only), the others
+    ``>= 1``."""
+    check_positive_int(in_channels, "in_channels", minimum=0)
+    check_positive_int(out_channels, "out_channels")
+    check_positive_int(pos_dim, "pos_dim")
+    check_positive_int(width, "width")
+
+
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters (lazy, unmaterialised parameters excluded)."""
     return sum(p.numel() for p in model.parameters()

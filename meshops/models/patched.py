@@ -7,8 +7,8 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
-from meshops.models._common import (MLP, FourierFeatures, check_positive_int, knn_interpolate,
-                                    read_inputs)
+from meshops.models._common import (MLP, FourierFeatures, check_model_sizes, check_positive_int,
+                                    knn_interpolate, read_inputs)
 from meshops.models.base import NeuralOperator, register_model
 from meshops.nn.block import TransformerBlock
 from meshops.nn.patch import PatchTokenAttention, WindowAttention
@@ -114,10 +114,7 @@ class PatchedTransformer(NeuralOperator):
                  dropout: float = 0.0, interp_k: int = 4, activation: str = "gelu",
                  pos_encoding: int = 0) -> None:
         super().__init__()
-        check_positive_int(in_channels, "in_channels", minimum=0)
-        check_positive_int(out_channels, "out_channels")
-        check_positive_int(pos_dim, "pos_dim")
-        check_positive_int(width, "width")
+        check_model_sizes(in_channels, out_channels, pos_dim, width)
         check_positive_int(layers, "layers", minimum=0)
         check_positive_int(num_patches, "num_patches")
         check_positive_int(interp_k, "interp_k")

@@ -9,8 +9,9 @@ import torch
 from torch import Tensor, nn
 from torch.nn.functional import gelu
 
-from meshops.models._common import (MLP, check_positive_int, fps_latent, grid_latent,
-                                    measure_ball_graph, read_inputs, voronoi_weights)
+from meshops.models._common import (MLP, check_model_sizes, check_positive_int, fps_latent,
+                                    grid_latent, measure_ball_graph, read_inputs,
+                                    voronoi_weights)
 from meshops.models.base import NeuralOperator, register_model
 from meshops.nn.local import LocalPositionAttention, knn_graph
 from meshops.nn.position import KERNEL_LIMIT, PositionAttention, position_kernel
@@ -204,10 +205,7 @@ class PiT(NeuralOperator):
                  quantile_out: float = 0.02, ball: str = "measure", lam_min: float = 1.0,
                  lam_max: float = 1024.0, shared_lambda: bool = False) -> None:
         super().__init__()
-        check_positive_int(in_channels, "in_channels", minimum=0)
-        check_positive_int(out_channels, "out_channels")
-        check_positive_int(pos_dim, "pos_dim")
-        check_positive_int(width, "width")
+        check_model_sizes(in_channels, out_channels, pos_dim, width)
         check_positive_int(heads, "heads")
         check_positive_int(blocks, "blocks", minimum=0)
         check_positive_int(num_latent, "num_latent")

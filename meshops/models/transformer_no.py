@@ -7,7 +7,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from meshops.models._common import MLP, FourierFeatures, check_positive_int, read_inputs
+from meshops.models._common import (MLP, FourierFeatures, check_model_sizes, check_positive_int,
+                                    read_inputs)
 from meshops.models.base import NeuralOperator, register_model
 from meshops.nn.block import TransformerBlock
 from meshops.nn.continuum import ContinuumAttention
@@ -111,10 +112,7 @@ class TransformerNO(NeuralOperator):
                  pre_norm: bool = True, dropout: float = 0.0, activation: str = "gelu",
                  pos_encoding: int = 0) -> None:
         super().__init__()
-        check_positive_int(in_channels, "in_channels", minimum=0)
-        check_positive_int(out_channels, "out_channels")
-        check_positive_int(pos_dim, "pos_dim")
-        check_positive_int(width, "width")
+        check_model_sizes(in_channels, out_channels, pos_dim, width)
         check_positive_int(layers, "layers", minimum=0)
         if decoder not in ("cross", "pointwise"):
             raise ValueError(f"decoder must be 'cross' or 'pointwise', got {decoder!r}")
