@@ -183,6 +183,15 @@ def build_galerkin(n: int, impl: str, device: str) -> Runner:
     return _build_simple("GalerkinAttention", n, impl, device)
 
 
+def build_galerkin_keepmem(n: int, impl: str, device: str) -> Runner:
+    """``build_galerkin`` in a process whose glibc keeps freed memory (the builder runs in
+    a fresh child before anything is timed, so the setting covers the whole measurement)."""
+    from meshops.allocator import keep_freed_memory
+
+    keep_freed_memory()
+    return build_galerkin(n, impl, device)
+
+
 def build_fourier(n: int, impl: str, device: str) -> Runner:
     torch.manual_seed(0)
     return _build_simple("FourierAttention", n, impl, device)
@@ -291,6 +300,10 @@ def cases() -> list[Case]:
         Case("layers", "galerkin", B + "build_galerkin", _P4, [1024, 4096, 16384, 65536],
              desc="GalerkinAttention(64, heads=4, pos_dim=2)",
              ref_desc="dense (QK^T diag w) V", must=(16384, 65536, 262144, 1048576)),
+        Case("layers", "galerkin_keepmem", B + "build_galerkin_keepmem", _P4,
+             [16384, 65536], impls=("lib",),
+             desc="GalerkinAttention, glibc keeping freed memory (meshops.allocator)",
+             must=(16384, 65536, 262144, 1048576)),
         Case("layers", "fourier", B + "build_fourier", _P4, [1024, 4096],
              desc="FourierAttention(64, heads=4, pos_dim=2)",
              ref_desc="dense (QK^T diag w) V"),

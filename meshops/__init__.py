@@ -8,6 +8,7 @@ the same geometry.
 
 __version__ = "0.1.0"
 
+from meshops.allocator import keep_freed_memory
 from meshops.errors import MeshError
 from meshops.data import MeshData
 from meshops.io import mesh_from_arrays, read_mesh, write_mesh
@@ -17,6 +18,7 @@ from meshops.search import available_backends, default_backend, fps, knn, partit
 
 __all__ = [
     "MeshData", "MeshError", "__version__", "available_backends", "default_backend", "fps",
-    "grid_weights", "knn", "mesh_from_arrays", "partition", "point_cloud_weights",
-    "quadrature_weights", "radius", "read_mesh", "structured_grid_cells", "write_mesh",
+    "grid_weights", "keep_freed_memory", "knn", "mesh_from_arrays", "partition",
+    "point_cloud_weights", "quadrature_weights", "radius", "read_mesh",
+    "structured_grid_cells", "write_mesh",
 ]

@@ -147,6 +147,11 @@ def test_galerkin_linearity_target():
     assert _target(_doc(rows), "T3")["status"] == "PASS"
     rows[-1]["fwdbwd_s"] *= 1.3                             # 5.2x for the last step
     assert _target(_doc(rows), "T3")["status"] == "MISS"
+    # the keep_freed_memory() series is judged on its own rows
+    assert _target(_doc(rows), "T3k")["status"] == "N/A"
+    keep = [_row("galerkin_keepmem", "lib", n, n * 1e-7, n * 3e-7) for n in ns]
+    doc = _doc(rows + keep)
+    assert _target(doc, "T3")["status"] == "MISS" and _target(doc, "T3k")["status"] == "PASS"
 
 
 def test_patched_flatness_target():
