@@ -87,7 +87,7 @@ def densify(model: torch.nn.Module) -> torch.nn.Module:
 def build_model(n: int, impl: str, device: str, model: str, preset: Optional[str] = None,
                 patch_size: Optional[int] = None) -> Runner:
     torch.manual_seed(0)
-    over = {"num_patches": max(1, n // patch_size)} if patch_size else {}
+    over = {"patch_size": patch_size} if patch_size else {}
     net = make_model(model, preset, **over).to(device)
     if impl == "ref":
         densify(net)
@@ -123,7 +123,7 @@ def cases(models: Optional[list[str]] = None) -> list[Case]:
             out.append(Case("models", "patched_transformer_p4096", B, sizes[1:], [],
                             impls=("lib",), params={"model": name, "preset": preset,
                                                     "patch_size": 4096},
-                            desc=f"{name} (preset {preset}, num_patches = N/4096)",
+                            desc=f"{name} (preset {preset}, patch_size=4096: N/4096 patches)",
                             mem_budget=mem, max_run_s=120.0, warm_n=8192,
                             must=(100_000, 1_000_000)))
     return out

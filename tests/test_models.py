@@ -447,3 +447,26 @@ def test_patched_partition_computed_once_per_kind(monkeypatch):
     with torch.no_grad():
         model(make_sample(8, 0))
     assert len(calls) == 2          # window and token layers share both partitions
+
+
+def test_patched_patch_size_sets_patches_per_sample_and_round_trips(tmp_path):
+    # Two samples of 8x8 and 12x12 cells (81 and 169 points) with patch_size 40:
+    # ceil(81/40) = 3 and ceil(169/40) = 5 patches, the same model output as a fixed
+    # num_patches of 3 resp. 5 on each sample alone; the setting is saved with the model.
+    small, large = make_sample(8, 0), make_sample(12, 1)
+    model = build("patched_transformer", patch_size=40, method="kd").eval()
+    parts = model.partitions(torch.cat([small.pos, large.pos]),
+                             torch.tensor([0] * 81 + [1] * 169))[0]
+    assert [len(torch.unique(parts[:81])), len(torch.unique(parts[81:]))] == [3, 5]
+    with torch.no_grad():
+        both = model(batch_of([small, large]))
+        for data, num, rows in ((small, 3, slice(0, 81)), (large, 5, slice(81, None))):
+            fixed = build("patched_transformer", num_patches=num, method="kd").eval()
+            fixed.load_state_dict(model.state_dict())
+            torch.testing.assert_close(both[rows], fixed(data), atol=1e-5, rtol=1e-5)
+    model.save(tmp_path / "m.pt")
+    again = NeuralOperator.from_checkpoint(tmp_path / "m.pt")
+    assert again.config["patch_size"] == 40
+    assert all(blk.attention.patch_size == 40 for blk in again.blocks)
+    with pytest.raises(ValueError, match="patch_size"):
+        build("patched_transformer", patch_size=0)

@@ -255,6 +255,35 @@ def test_sample_smaller_than_num_patches():
     assert torch.allclose(out[batch == 1], layer.lin_out(v), atol=1e-14)
 
 
+@pytest.mark.parametrize("mode", ["window", "token"])
+@pytest.mark.parametrize("shift", [False, True])
+def test_patch_size_gives_patches_of_bounded_size_per_sample(mode, shift):
+    # Samples of 300, 97 and 64 points with patch_size 32: ceil(n / 32) = 10, 4, 2
+    # balanced k-d patches (one more in the alternate partition only without a rotation,
+    # which d = 2 has), i.e. at most 32 points per patch; ids never shared by samples.
+    x, pos, w, batch = _batch([300, 97, 64], 4)
+    layer = _layer(PatchAttention, 4, heads=2, patch_size=32, mode=mode, shift=shift)
+    parts = layer.partition(pos, batch)
+    for b, want in enumerate([10, 4, 2]):
+        ids, counts = torch.unique(parts[batch == b], return_counts=True)
+        assert len(ids) == want and counts.max() <= 32 and counts.max() - counts.min() <= 1
+        assert not set(ids.tolist()) & set(parts[batch != b].tolist())
+    # Same numbers as the layer with num_patches = ceil(n / 32), sample by sample.
+    out = layer(x, pos, w, batch)
+    for b, want in enumerate([10, 4, 2]):
+        fixed = _layer(PatchAttention, 4, heads=2, num_patches=want, mode=mode, shift=shift)
+        fixed.load_state_dict(layer.state_dict())
+        m = batch == b
+        assert torch.allclose(out[m], fixed(x[m], pos[m], w[m]), atol=1e-12, rtol=0)
+    assert "patch_size=32" in repr(layer)
+
+
+def test_patch_size_invalid():
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="patch_size must be None or an integer >= 1"):
+            WindowAttention(4, patch_size=bad)
+
+
 # ----------------------------------------------------------------------------- shared properties
 @pytest.mark.parametrize("mode", ["window", "token"])
 def test_duplicating_points_with_half_weight_is_invariant(mode):

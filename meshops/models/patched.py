@@ -65,6 +65,10 @@ class PatchedTransformer(NeuralOperator):
         layers (int): processor blocks. (default: ``4``)
         heads (int): attention heads. (default: ``4``)
         num_patches (int): patches per sample ``P``. (default: ``16``)
+        patch_size (int, optional): points per patch instead of ``num_patches``: a sample
+            of ``n`` points gets ``ceil(n / patch_size)`` patches, so the cost per point
+            is the same on a mesh of any size (a fixed ``P`` makes patches, and the
+            window attention's cost per point, grow with ``n``). (default: ``None``)
         method (str): ``"voxel"`` (default), ``"kd"`` or ``"kmeans"``.
         pattern (str): ``"window"`` (default), ``"token"`` or ``"alternate"``.
         ffn_ratio (float): FFN hidden width / ``width``. (default: ``2``)
@@ -77,7 +81,7 @@ class PatchedTransformer(NeuralOperator):
             coordinates of order one assumed). (default: ``0``)
 
     Defaults per benchmark size (``PatchedTransformer.PRESETS``; parameters for
-    ``in_channels=0, out_channels=1``; CPU times on one shared core, batch of one):
+    ``in_channels=0, out_channels=1``):
 
     ===============================  =====  ======  =====  ===========  =========  ==========
     preset                           width  layers  heads  num_patches  pattern    parameters
@@ -88,7 +92,11 @@ class PatchedTransformer(NeuralOperator):
     ===============================  =====  ======  =====  ===========  =========  ==========
 
     (The bare defaults - width 128, 4 window layers, 16 voxel patches - have 547,201
-    parameters.) Measured: NACA size 5.7 s fwd+bwd, 100k points 13.6 s forward. The NACA
+    parameters.) Measured on one shared CPU core: NACA size 5.7 s fwd+bwd. On 2 cores
+    (``python -m benchmarks --only models --cases patched_transformer``), ``"large"``:
+    100k points 4.0 s forward, 12 s fwd+bwd; 1M points 146 s forward in 4.1 GB. Its 256
+    patches grow with ``N``, and so does the window attention's cost per point (x3.7 from
+    100k to 1M); ``patch_size=4096`` keeps it flat (163 us per point from 100k to 1M). The NACA
     C-grid and large CFD meshes are strongly graded, hence ``"kd"`` there (balanced
     patches); their samples share one grid topology, so the k-d patches are the same
     pieces of every sample.
@@ -112,11 +120,13 @@ class PatchedTransformer(NeuralOperator):
                  layers: int = 4, heads: int = 4, num_patches: int = 16, method: str = "voxel",
                  pattern: str = "window", ffn_ratio: float = 2, num_basis: int = 8,
                  dropout: float = 0.0, interp_k: int = 4, activation: str = "gelu",
-                 pos_encoding: int = 0) -> None:
+                 pos_encoding: int = 0, patch_size: Optional[int] = None) -> None:
         super().__init__()
         check_model_sizes(in_channels, out_channels, pos_dim, width)
         check_positive_int(layers, "layers", minimum=0)
         check_positive_int(num_patches, "num_patches")
+        if patch_size is not None:
+            check_positive_int(patch_size, "patch_size")
         check_positive_int(interp_k, "interp_k")
         if pattern not in _PATTERNS:
             raise ValueError(f"pattern must be one of {_PATTERNS}, got {pattern!r}")
@@ -132,10 +142,11 @@ class PatchedTransformer(NeuralOperator):
                 kind, shift = pattern, i % 2 == 1
             if kind == "window":
                 att = WindowAttention(width, width, heads=heads, num_patches=num_patches,
-                                      method=method, shift=shift)
+                                      method=method, shift=shift, patch_size=patch_size)
             else:
                 att = PatchTokenAttention(width, width, heads=heads, num_patches=num_patches,
                                           method=method, shift=shift, num_basis=num_basis,
+                                          patch_size=patch_size,
                                           hidden=max(32, width // 2), pos_dim=pos_dim)
             blocks.append(TransformerBlock(att, width, ffn_ratio=ffn_ratio, dropout=dropout,
                                            activation=activation))
@@ -156,7 +167,7 @@ class PatchedTransformer(NeuralOperator):
         out = []
         for blk in self.blocks:
             att = blk.attention
-            key = (att.num_patches, att.method, att.shift)
+            key = (att.num_patches, att.patch_size, att.method, att.shift)
             if key not in cache:
                 cache[key] = att.partition(pos, batch)
             out.append(cache[key])

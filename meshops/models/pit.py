@@ -179,8 +179,10 @@ class PiT(NeuralOperator):
     the input function, so that the lifting sees 4 channels) the NACA preset has exactly
     the 1,250,061 parameters the paper reports for its NACA model; for Elasticity the
     paper reports 6,586,929, more than the architecture of its Table 9 gives (4,990,513
-    with ``in_channels=2``). Measured on one shared CPU core: NACA size 17.5 s fwd+bwd per
-    sample, 100k points 14 s forward (``"large"``); a GPU is advised.
+    with ``in_channels=2``). Measured on 2 CPU cores (``python -m benchmarks --only models
+    --cases pit,pit_large``): ``"large"`` at 100k points 1.9 s forward, 6.2 s fwd+bwd;
+    ``"elasticity"`` (latent = all input points, 8 heads) 0.39 s forward at 1,024 points
+    and 14 s at 8,192; a GPU is advised for the latter.
 
     Shapes:
         - **input:** ``x [N, in_channels]``, ``pos [N, pos_dim]``, ``weight [N]``,

@@ -144,8 +144,8 @@ class PatchAttention(nn.Module):
     * :meth:`partition`, the patch ids the layer uses when ``parts`` is not given;
     * ``reset_parameters()``.
 
-    Partition (``num_patches`` ``P``, ``method``): ``meshops.search.partition`` per sample
-    (``"kd"``: balanced recursive coordinate bisection, the default; ``"voxel"``: regular
+    Partition (``num_patches`` ``P``, or ``patch_size`` points per patch, and ``method``):
+    ``meshops.search.partition`` per sample (``"kd"``: balanced recursive coordinate bisection, the default; ``"voxel"``: regular
     grid over the sample's bounding box; ``"kmeans"``). ``shift=True`` selects the
     *alternate* partition, so that a model alternating ``shift=False`` / ``shift=True``
     layers moves information across patch borders (Swin's shifted windows):
@@ -175,16 +175,27 @@ class PatchAttention(nn.Module):
 
     # ----------------------------------------------------------------- shared helpers
     def _init_partition(self, num_patches: int, method: str, shift: bool, mode: str,
-                        own_mode: str) -> None:
+                        own_mode: str, patch_size: Optional[int] = None) -> None:
         if mode != own_mode:
             raise ValueError(f"{type(self).__name__} is mode={own_mode!r}, got mode={mode!r}")
         if isinstance(num_patches, bool) or not isinstance(num_patches, int) or num_patches < 1:
             raise ValueError(f"num_patches must be an integer >= 1, got {num_patches!r}")
+        if patch_size is not None and (isinstance(patch_size, bool)
+                                       or not isinstance(patch_size, int) or patch_size < 1):
+            raise ValueError(f"patch_size must be None or an integer >= 1, got {patch_size!r}")
         if method not in _METHODS:
             raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
         self.num_patches = num_patches
+        self.patch_size = patch_size
         self.method = method
         self.shift = bool(shift)
+
+    def patches_per_sample(self, n: int) -> int:
+        """Patches of a sample of ``n`` points (before the alternate partition's ``+1``):
+        ``num_patches``, or ``ceil(n / patch_size)`` when ``patch_size`` is set; never
+        more than ``n``."""
+        num = self.num_patches if self.patch_size is None else -(-n // self.patch_size)
+        return max(1, min(num, n))
 
     def partition(self, pos: Tensor, batch: Optional[Tensor] = None) -> Tensor:
         """Patch id of every point, as used by ``forward`` when ``parts`` is not given.
@@ -194,37 +205,42 @@ class PatchAttention(nn.Module):
             batch: ``[N]`` sorted sample index, or None for one sample.
 
         Returns:
-            LongTensor ``[N]`` of patch ids from ``meshops.search.partition`` (global:
-            ``sample * P + local``), with the rotation or ``P + 1`` of the alternate
-            partition when ``shift=True``. A sample with fewer points than patches gets
-            one patch per point.
+            LongTensor ``[N]`` of patch ids from ``meshops.search.partition``, distinct
+            across samples (with ``num_patches``: ``sample * P + local``), with the
+            rotation or one extra patch of the alternate partition when ``shift=True``.
+            A sample with fewer points than patches gets one patch per point.
         """
-        num = self.num_patches
         pos = pos.detach()
         batch = None if batch is None else batch.long()
+        extra = 0
         if self.shift:
             if pos.shape[-1] >= 2 and self.method in ("kd", "voxel"):
                 pos = rotate_positions(pos)
             else:
-                num = num + 1
-        if batch is None:
-            if pos.shape[0] >= num:
-                return _partition(pos, num, method=self.method)
-            return torch.arange(pos.shape[0], device=pos.device)
-        sizes = torch.bincount(batch, minlength=1)
-        if bool((sizes[sizes > 0] >= num).all()):
-            return _partition(pos, num, method=self.method, batch=batch)
-        # Rare: some sample has fewer points than patches. Partition sample by sample.
+                extra = 1
+        sizes = ([pos.shape[0]] if batch is None
+                 else torch.bincount(batch, minlength=1).tolist())
+        if self.patch_size is None:
+            nums = [self.num_patches + extra] * len(sizes)
+        else:
+            nums = [self.patches_per_sample(n) + extra for n in sizes]
+        if len(set(nums)) == 1 and all(n >= nums[0] for n in sizes if n > 0):
+            return _partition(pos, nums[0], method=self.method, batch=batch)
+        # Some sample has fewer points than patches, or samples differ in their number
+        # of patches (patch_size): partition sample by sample.
         out = torch.empty(pos.shape[0], dtype=torch.long, device=pos.device)
-        ptr = torch.cat([sizes.new_zeros(1), torch.cumsum(sizes, 0)]).tolist()
-        for b in range(len(sizes)):
-            lo, hi = ptr[b], ptr[b + 1]
-            if hi == lo:
-                continue
-            local = (_partition(pos[lo:hi], num, method=self.method) if hi - lo >= num
-                     else torch.arange(hi - lo, device=pos.device))
-            out[lo:hi] = local + b * num
+        lo = offset = 0
+        for n, num in zip(sizes, nums):
+            if n:
+                local = (_partition(pos[lo:lo + n], num, method=self.method) if n >= num
+                         else torch.arange(n, device=pos.device))
+                out[lo:lo + n] = local + offset
+            lo, offset = lo + n, offset + num
         return out
+
+    def _patches_repr(self) -> str:
+        return (f"num_patches={self.num_patches}" if self.patch_size is None
+                else f"patch_size={self.patch_size}")
 
     def _check_inputs(self, x: Tensor, pos: Tensor, weight: Tensor,
                       batch: Optional[Tensor], parts: Optional[Tensor]) -> None:
@@ -308,6 +324,9 @@ class WindowAttention(PatchAttention):
         out_channels (int, optional): output channels (default ``channels``).
         heads (int): attention heads; ``channels`` must be divisible by ``heads``.
         num_patches (int): patches per sample ``P >= 1``.
+        patch_size (int, optional): points per patch instead: each sample of ``n`` points
+            gets ``ceil(n / patch_size)`` patches (``num_patches`` is then ignored), so
+            the cost per point stays the same on meshes of any size.
         method (str): partition method of ``meshops.search.partition`` (``"kd"``,
             ``"voxel"``, ``"kmeans"``).
         shift (bool): use the alternate (rotated, or ``P + 1`` patches) partition.
@@ -322,13 +341,13 @@ class WindowAttention(PatchAttention):
 
     def __init__(self, channels: int, out_channels: Optional[int] = None, heads: int = 1,
                  num_patches: int = 16, method: str = "kd", shift: bool = False,
-                 bias: bool = True, mode: str = "window"):
+                 bias: bool = True, mode: str = "window", patch_size: Optional[int] = None):
         super().__init__()
         out_channels = channels if out_channels is None else out_channels
         check_channels(channels, heads)
         if out_channels < 1:
             raise ValueError(f"out_channels must be >= 1, got {out_channels}")
-        self._init_partition(num_patches, method, shift, mode, "window")
+        self._init_partition(num_patches, method, shift, mode, "window", patch_size)
         self.channels, self.out_channels, self.heads = channels, out_channels, heads
         self.lin_qkv = nn.Linear(channels, 3 * channels, bias=bias)
         self.lin_out = nn.Linear(channels, out_channels, bias=bias)
@@ -355,7 +374,7 @@ class WindowAttention(PatchAttention):
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.channels}, {self.out_channels}, "
-                f"heads={self.heads}, num_patches={self.num_patches}, "
+                f"heads={self.heads}, {self._patches_repr()}, "
                 f"method={self.method!r}, shift={self.shift})")
 
 
@@ -419,6 +438,9 @@ class PatchTokenAttention(PatchAttention):
         out_channels (int, optional): output channels (default ``channels``).
         heads (int): heads of the token attention; ``embed_dim`` must be divisible by it.
         num_patches (int): patches per sample ``P >= 1``.
+        patch_size (int, optional): points per patch instead: each sample of ``n`` points
+            gets ``ceil(n / patch_size)`` patches (``num_patches`` is then ignored), so
+            the cost per point stays the same on meshes of any size.
         method (str): partition method of ``meshops.search.partition``.
         shift (bool): use the alternate partition (see :class:`PatchAttention`).
         num_basis (int): learned functions ``M`` per patch (for ``g`` and ``h``).
@@ -437,7 +459,8 @@ class PatchTokenAttention(PatchAttention):
                  num_patches: int = 16, method: str = "kd", shift: bool = False,
                  num_basis: int = 8, token_channels: Optional[int] = None,
                  embed_dim: Optional[int] = None, hidden: int = 32, bias: bool = True,
-                 pos_dim: Optional[int] = None, mode: str = "token"):
+                 pos_dim: Optional[int] = None, mode: str = "token",
+                 patch_size: Optional[int] = None):
         super().__init__()
         out_channels = channels if out_channels is None else out_channels
         token_channels = channels if token_channels is None else token_channels
@@ -449,7 +472,7 @@ class PatchTokenAttention(PatchAttention):
                           ("num_basis", num_basis), ("hidden", hidden)):
             if val < 1:
                 raise ValueError(f"{name} must be >= 1, got {val}")
-        self._init_partition(num_patches, method, shift, mode, "token")
+        self._init_partition(num_patches, method, shift, mode, "token", patch_size)
         self.channels, self.out_channels, self.heads = channels, out_channels, heads
         self.num_basis, self.token_channels, self.embed_dim = num_basis, token_channels, embed_dim
         self.hidden = hidden
@@ -543,5 +566,5 @@ class PatchTokenAttention(PatchAttention):
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.channels}, {self.out_channels}, "
-                f"heads={self.heads}, num_patches={self.num_patches}, method={self.method!r}, "
+                f"heads={self.heads}, {self._patches_repr()}, method={self.method!r}, "
                 f"shift={self.shift}, num_basis={self.num_basis}, embed_dim={self.embed_dim})")
