@@ -188,7 +188,8 @@ def build_galerkin_keepmem(n: int, impl: str, device: str) -> Runner:
     a fresh child before anything is timed, so the setting covers the whole measurement)."""
     from meshops.allocator import keep_freed_memory
 
-    keep_freed_memory()
+    if not keep_freed_memory():
+        raise RuntimeError("galerkin_keepmem needs glibc (meshops.keep_freed_memory)")
     return build_galerkin(n, impl, device)
 
 

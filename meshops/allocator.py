@@ -48,7 +48,9 @@ def keep_freed_memory() -> bool:
     returned to the OS only above 2 GiB of free space at the top of the heap
     (``M_TRIM_THRESHOLD``).  Repeated training or inference steps on large meshes then
     stop paying a page fault per 4 KiB of every temporary tensor, at the cost of a
-    larger resident size (see the module docstring for measured figures).
+    larger resident size (see the module docstring for measured figures).  Covers the
+    main thread's heap, where PyTorch's CPU forward and backward passes allocate;
+    glibc's per-thread arenas still ``mmap`` blocks above their 64 MiB heap size.
 
     Returns:
         bool: True when the setting took effect; False (with a warning, nothing
@@ -60,6 +62,8 @@ def keep_freed_memory() -> bool:
                       "allocator left unchanged", RuntimeWarning, stacklevel=2)
         return False
     libc = ctypes.CDLL(None)
+    libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    libc.mallopt.restype = ctypes.c_int
     ok = libc.mallopt(_M_MMAP_MAX, 0) == 1 and libc.mallopt(_M_TRIM_THRESHOLD, _INT_MAX) == 1
     if not ok:  # pragma: no cover - glibc accepts both values
         warnings.warn("keep_freed_memory: glibc mallopt refused the setting",

@@ -278,6 +278,40 @@ def test_patch_size_gives_patches_of_bounded_size_per_sample(mode, shift):
     assert "patch_size=32" in repr(layer)
 
 
+@pytest.mark.parametrize("mode", ["window", "token"])
+def test_patch_size_with_extra_patch_and_equal_samples(mode):
+    # d = 1 has no rotation: the alternate partition takes one patch more,
+    # ceil(50/16) + 1 = 5; a 1-point sample gets one patch, not 2.
+    x, pos, w, batch = _batch([50, 1], 4, d=1)
+    layer = _layer(PatchAttention, 4, heads=2, patch_size=16, mode=mode, shift=True)
+    parts = layer.partition(pos, batch)
+    assert len(torch.unique(parts[batch == 0])) == 5 and len(torch.unique(parts[batch == 1])) == 1
+    out = layer(x, pos, w, batch)
+    for b in range(2):
+        m = batch == b
+        assert torch.allclose(out[m], layer(x[m], pos[m], w[m]), atol=1e-12, rtol=0)
+    # Samples of equal size share one patch count and take the batched path.
+    x, pos, w, batch = _batch([64, 64], 4)
+    parts = _layer(PatchAttention, 4, patch_size=16, mode=mode).partition(pos, batch)
+    for b in range(2):
+        counts = torch.unique(parts[batch == b], return_counts=True)[1]
+        assert counts.tolist() == [16] * 4
+    assert len(torch.unique(parts)) == 8
+
+
+@pytest.mark.parametrize("kw", [dict(num_patches=4), dict(patch_size=10)])
+def test_partition_with_an_empty_sample_and_empty_input(kw):
+    # A fully masked row of ``dense`` is a sample without points in the middle.
+    _, pos, _, batch = _batch([40, 40], 4)
+    batch = torch.where(batch == 1, 2, batch)
+    parts = WindowAttention(4, **kw).partition(pos, batch)
+    for b in (0, 2):                            # 4 patches: num_patches, or ceil(40 / 10)
+        counts = torch.unique(parts[batch == b], return_counts=True)[1]
+        assert len(counts) == 4 and counts.sum() == 40
+    assert not set(parts[batch == 0].tolist()) & set(parts[batch == 2].tolist())
+    assert WindowAttention(4, **kw).partition(pos[:0]).shape == (0,)
+
+
 def test_patch_size_invalid():
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="patch_size must be None or an integer >= 1"):

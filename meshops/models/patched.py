@@ -65,10 +65,12 @@ class PatchedTransformer(NeuralOperator):
         layers (int): processor blocks. (default: ``4``)
         heads (int): attention heads. (default: ``4``)
         num_patches (int): patches per sample ``P``. (default: ``16``)
-        patch_size (int, optional): points per patch instead of ``num_patches``: a sample
-            of ``n`` points gets ``ceil(n / patch_size)`` patches, so the cost per point
-            is the same on a mesh of any size (a fixed ``P`` makes patches, and the
-            window attention's cost per point, grow with ``n``). (default: ``None``)
+        patch_size (int, optional): points per patch instead of ``num_patches`` (which is
+            then ignored): a sample of ``n`` points gets ``ceil(n / patch_size)`` patches,
+            so the cost per point is the same on a mesh of any size (a fixed ``P`` makes
+            patches, and the window attention's cost per point, grow with ``n``). Use
+            it with ``method="kd"``, whose patches are balanced; voxel patches of a
+            graded mesh vary in size. (default: ``None``)
         method (str): ``"voxel"`` (default), ``"kd"`` or ``"kmeans"``.
         pattern (str): ``"window"`` (default), ``"token"`` or ``"alternate"``.
         ffn_ratio (float): FFN hidden width / ``width``. (default: ``2``)

@@ -20,7 +20,7 @@ combined with ``batch`` before use). The partition depends on coordinates only, 
 layers are permutation equivariant (up to exactly tied coordinates at a k-d cut, which
 the partition may break by input order); a precomputed partition (``parts=``, e.g. from
 :meth:`PatchAttention.partition`) can be shared by all layers of a model that use the
-same ``num_patches``/``method``/``shift``.
+same ``num_patches``/``patch_size``/``method``/``shift``.
 """
 
 from __future__ import annotations
@@ -211,6 +211,8 @@ class PatchAttention(nn.Module):
             A sample with fewer points than patches gets one patch per point.
         """
         pos = pos.detach()
+        if pos.shape[0] == 0:
+            return torch.zeros(0, dtype=torch.long, device=pos.device)
         batch = None if batch is None else batch.long()
         extra = 0
         if self.shift:
@@ -224,10 +226,11 @@ class PatchAttention(nn.Module):
             nums = [self.num_patches + extra] * len(sizes)
         else:
             nums = [self.patches_per_sample(n) + extra for n in sizes]
-        if len(set(nums)) == 1 and all(n >= nums[0] for n in sizes if n > 0):
+        if len(set(nums)) == 1 and all(n >= nums[0] for n in sizes):
             return _partition(pos, nums[0], method=self.method, batch=batch)
-        # Some sample has fewer points than patches, or samples differ in their number
-        # of patches (patch_size): partition sample by sample.
+        # Some sample has fewer points than patches (or none: a fully masked row of
+        # ``dense``), or samples differ in their number of patches (patch_size):
+        # partition sample by sample.
         out = torch.empty(pos.shape[0], dtype=torch.long, device=pos.device)
         lo = offset = 0
         for n, num in zip(sizes, nums):
@@ -326,7 +329,10 @@ class WindowAttention(PatchAttention):
         num_patches (int): patches per sample ``P >= 1``.
         patch_size (int, optional): points per patch instead: each sample of ``n`` points
             gets ``ceil(n / patch_size)`` patches (``num_patches`` is then ignored), so
-            the cost per point stays the same on meshes of any size.
+            the cost per point stays the same on meshes of any size. With ``"kd"``
+            every patch then has at most ``patch_size`` points; ``"voxel"`` and
+            ``"kmeans"`` patches only average ``n / P`` points (graded meshes make
+            some much larger).
         method (str): partition method of ``meshops.search.partition`` (``"kd"``,
             ``"voxel"``, ``"kmeans"``).
         shift (bool): use the alternate (rotated, or ``P + 1`` patches) partition.
@@ -440,7 +446,10 @@ class PatchTokenAttention(PatchAttention):
         num_patches (int): patches per sample ``P >= 1``.
         patch_size (int, optional): points per patch instead: each sample of ``n`` points
             gets ``ceil(n / patch_size)`` patches (``num_patches`` is then ignored), so
-            the cost per point stays the same on meshes of any size.
+            the cost per point stays the same on meshes of any size. With ``"kd"``
+            every patch then has at most ``patch_size`` points; ``"voxel"`` and
+            ``"kmeans"`` patches only average ``n / P`` points (graded meshes make
+            some much larger).
         method (str): partition method of ``meshops.search.partition``.
         shift (bool): use the alternate partition (see :class:`PatchAttention`).
         num_basis (int): learned functions ``M`` per patch (for ``g`` and ``h``).
