@@ -529,6 +529,11 @@ class Case:
     #: a budget at a smaller size stops the series before them)
     must: tuple[int, ...] = ()
     must_impls: tuple[str, ...] = ("lib",)
+    must_modes: tuple[str, ...] = ("fwd", "fwdbwd")
+
+    def needs(self, n: int, impl: str, mode: str) -> bool:
+        """Whether a target needs this size, implementation and mode."""
+        return n in self.must and impl in self.must_impls and mode in self.must_modes
 
 
 @dataclass
@@ -629,18 +634,29 @@ def run_series(iso: Isolated, case: Case, budget: Budget, device: str, quick: bo
                                 else case.desc, "notes": []}
             return rowmap[impl]
 
+        skip_now = set()
         for k in keys:
             if alive[k]:
                 pred = predict_time(hist[k], n)
-                must = n in case.must and k[0] in case.must_impls
-                if pred is not None and pred > max_run_s and not must:
-                    alive[k] = False
-                    why_stopped[k] = f"skipped from N={n}: predicted {pred:.1f} s > {max_run_s:g} s"
+                if pred is not None and pred > max_run_s and not case.needs(n, *k):
+                    # Skip this size; keep the series alive if a size a target needs
+                    # comes later (the prediction is no reason to give that one up).
+                    skip_now.add(k)
+                    if not any(case.needs(m, *k) for m in case.must if m > n):
+                        alive[k] = False
+                        why_stopped[k] = (f"skipped from N={n}: predicted {pred:.1f} s > "
+                                          f"{max_run_s:g} s")
                     row(k[0])[f"{k[1]}_status"] = "skipped"
                     row(k[0])["notes"].append(f"{k[1]}: predicted {pred:.3g} s > budget")
-        todo = [k for k in keys if alive[k]]
-        if not todo:
+        todo = [k for k in keys if alive[k] and k not in skip_now]
+        if not any(alive.values()):
             break
+        if not todo:
+            for impl in case.impls:
+                if impl in rowmap:
+                    log(format_progress(rowmap[impl]))
+                    rows.append(rowmap[impl])
+            continue
         spec = {"builder": case.builder, "n": n, "device": device, "params": case.params,
                 "kind": "time", "keys": [list(k) for k in todo], "reps": budget.reps,
                 "rep_budget_s": budget.rep_budget_s, "max_run_s": max_run_s,
