@@ -649,13 +649,13 @@ def run_series(iso: Isolated, case: Case, budget: Budget, device: str, quick: bo
                     row(k[0])[f"{k[1]}_status"] = "skipped"
                     row(k[0])["notes"].append(f"{k[1]}: predicted {pred:.3g} s > budget")
         todo = [k for k in keys if alive[k] and k not in skip_now]
-        if not any(alive.values()):
-            break
-        if not todo:
+        if not todo:   # nothing to measure at this size: keep its "skipped" rows
             for impl in case.impls:
                 if impl in rowmap:
                     log(format_progress(rowmap[impl]))
                     rows.append(rowmap[impl])
+            if not any(alive.values()):
+                break
             continue
         spec = {"builder": case.builder, "n": n, "device": device, "params": case.params,
                 "kind": "time", "keys": [list(k) for k in todo], "reps": budget.reps,

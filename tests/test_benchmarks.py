@@ -214,3 +214,33 @@ def test_update_merge_replaces_only_remeasured_cases():
     assert merged["updates"][0]["cases"] == ["layers/continuum"]
     with pytest.raises(SystemExit):
         merge(old, dict(new, machine_class="cuda-16core"))
+
+
+class _FakeIsolated:
+    """Stands in for ``harness.Isolated``: time = ``n`` ms for every key, memory 1 byte."""
+
+    def __init__(self):
+        self.timed = []
+
+    def run(self, target, spec, timeout, mem_limit=None):
+        if spec["kind"] == "mem":
+            return {"status": "ok", "peak_bytes": 1, "method": "fake"}
+        self.timed.append(spec["n"])
+        return {"status": "ok", "meta": {}, "results": {
+            "/".join(k): {"status": "ok", "median_s": spec["n"] * 1e-3, "min_s": 0, "reps": 1}
+            for k in spec["keys"]}}
+
+
+@pytest.mark.parametrize("must,measured", [((), [100, 200]), ((800,), [100, 200, 800])])
+def test_series_skips_predicted_sizes_but_keeps_sizes_a_target_needs(must, measured):
+    # 400 is predicted at 0.4 s > the 0.3 s budget: skipped.  The series then ends,
+    # unless a target needs 800, which is measured anyway.
+    case = harness.Case("layers", "fake", "x:y", [100, 200, 400, 800], [], impls=("lib",),
+                        modes=("fwd",), max_run_s=0.3, must=must)
+    budget = harness.Budget(max_run_s=0.3, mem_budget=1 << 30, reps=1, rep_budget_s=1.0)
+    iso = _FakeIsolated()
+    rows = harness.run_series(iso, case, budget, "cpu", False, lambda msg: None)
+    assert iso.timed == measured
+    by_n = {r["n"]: r for r in rows}
+    assert by_n[400]["fwd_status"] == "skipped" and "predicted" in by_n[400]["notes"][0]
+    assert [n for n, r in sorted(by_n.items()) if r.get("fwd_s") is not None] == measured
