@@ -98,10 +98,10 @@ class PatchedTransformer(NeuralOperator):
     (``python -m benchmarks --only models --cases patched_transformer``), ``"large"``:
     100k points 4.0 s forward, 12 s fwd+bwd; 1M points 146 s forward in 4.1 GB. Its 256
     patches grow with ``N``, and so does the window attention's cost per point (x3.7 from
-    100k to 1M); ``patch_size=4096`` keeps it flat (163 us per point from 100k to 1M). The NACA
-    C-grid and large CFD meshes are strongly graded, hence ``"kd"`` there (balanced
-    patches); their samples share one grid topology, so the k-d patches are the same
-    pieces of every sample.
+    100k to 1M); ``patch_size=4096`` keeps it flat (155 us per point at 100k, 137-146 up
+    to 1M). The NACA C-grid and large CFD meshes are strongly graded, hence ``"kd"``
+    there (balanced patches); their samples share one grid topology, so the k-d patches
+    are the same pieces of every sample.
 
     Shapes:
         - **input:** ``x [N, in_channels]``, ``pos [N, pos_dim]``, ``weight [N]``,
