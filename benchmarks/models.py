@@ -124,8 +124,8 @@ def cases(models: Optional[list[str]] = None) -> list[Case]:
             # forward only: the flatness target (T6) is about the forward pass, and the
             # fixed-P case above already has fwd+bwd
             out.append(Case("models", "patched_transformer_p4096", B, sizes[1:], [],
-                            impls=("lib",), modes=("fwd",), params={"model": name, "preset": preset,
-                                                    "patch_size": 4096},
+                            impls=("lib",), modes=("fwd",),
+                            params={"model": name, "preset": preset, "patch_size": 4096},
                             desc=f"{name} (preset {preset}, patch_size=4096: N/4096 patches)",
                             mem_budget=mem, max_run_s=120.0, warm_n=8192,
                             must=(100_000, 1_000_000), must_modes=("fwd",)))

@@ -145,8 +145,9 @@ class PatchAttention(nn.Module):
     * ``reset_parameters()``.
 
     Partition (``num_patches`` ``P``, or ``patch_size`` points per patch, and ``method``):
-    ``meshops.search.partition`` per sample (``"kd"``: balanced recursive coordinate bisection, the default; ``"voxel"``: regular
-    grid over the sample's bounding box; ``"kmeans"``). ``shift=True`` selects the
+    ``meshops.search.partition`` per sample (``"kd"``: balanced recursive coordinate
+    bisection, the default; ``"voxel"``: regular grid over the sample's bounding box;
+    ``"kmeans"``). ``shift=True`` selects the
     *alternate* partition, so that a model alternating ``shift=False`` / ``shift=True``
     layers moves information across patch borders (Swin's shifted windows):
 
