@@ -634,6 +634,12 @@ def run_series(iso: Isolated, case: Case, budget: Budget, device: str, quick: bo
                                 else case.desc, "notes": []}
             return rowmap[impl]
 
+        def keep_rows() -> None:
+            for impl in case.impls:
+                if impl in rowmap:
+                    log(format_progress(rowmap[impl]))
+                    rows.append(rowmap[impl])
+
         skip_now = set()
         for k in keys:
             if alive[k]:
@@ -650,10 +656,7 @@ def run_series(iso: Isolated, case: Case, budget: Budget, device: str, quick: bo
                     row(k[0])["notes"].append(f"{k[1]}: predicted {pred:.3g} s > budget")
         todo = [k for k in keys if alive[k] and k not in skip_now]
         if not todo:   # nothing to measure at this size: keep its "skipped" rows
-            for impl in case.impls:
-                if impl in rowmap:
-                    log(format_progress(rowmap[impl]))
-                    rows.append(rowmap[impl])
+            keep_rows()
             if not any(alive.values()):
                 break
             continue
@@ -722,10 +725,7 @@ def run_series(iso: Isolated, case: Case, budget: Budget, device: str, quick: bo
                 if mres.get("status") == "oom":
                     alive[k] = False
                     why_stopped[k] = f"stopped at N={n}: memory > {mem_budget / GB:.1f} GB budget"
-        for impl in case.impls:
-            if impl in rowmap:
-                log(format_progress(rowmap[impl]))
-                rows.append(rowmap[impl])
+        keep_rows()
     for k, why in why_stopped.items():
         log(f"  [{case.name}/{k[0]}/{k[1]}] {why}")
     return rows

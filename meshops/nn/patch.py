@@ -147,8 +147,12 @@ class PatchAttention(nn.Module):
     Partition (``num_patches`` ``P``, or ``patch_size`` points per patch, and ``method``):
     ``meshops.search.partition`` per sample (``"kd"``: balanced recursive coordinate
     bisection, the default; ``"voxel"``: regular grid over the sample's bounding box;
-    ``"kmeans"``). ``shift=True`` selects the
-    *alternate* partition, so that a model alternating ``shift=False`` / ``shift=True``
+    ``"kmeans"``). With ``patch_size`` a sample of ``n`` points gets ``ceil(n /
+    patch_size)`` patches (``num_patches`` is then ignored), so the cost per point stays
+    the same on meshes of any size; ``"kd"`` patches then hold at most ``patch_size``
+    points, while ``"voxel"`` and ``"kmeans"`` patches only average ``n / P`` points
+    (graded meshes make some much larger). ``shift=True`` selects the *alternate*
+    partition, so that a model alternating ``shift=False`` / ``shift=True``
     layers moves information across patch borders (Swin's shifted windows):
 
     * ``"kd"``/``"voxel"`` with ``d >= 2``: the partition of the positions after the fixed
@@ -328,12 +332,8 @@ class WindowAttention(PatchAttention):
         out_channels (int, optional): output channels (default ``channels``).
         heads (int): attention heads; ``channels`` must be divisible by ``heads``.
         num_patches (int): patches per sample ``P >= 1``.
-        patch_size (int, optional): points per patch instead: each sample of ``n`` points
-            gets ``ceil(n / patch_size)`` patches (``num_patches`` is then ignored), so
-            the cost per point stays the same on meshes of any size. With ``"kd"``
-            every patch then has at most ``patch_size`` points; ``"voxel"`` and
-            ``"kmeans"`` patches only average ``n / P`` points (graded meshes make
-            some much larger).
+        patch_size (int, optional): points per patch instead of ``num_patches``:
+            ``ceil(n / patch_size)`` patches per sample (see :class:`PatchAttention`).
         method (str): partition method of ``meshops.search.partition`` (``"kd"``,
             ``"voxel"``, ``"kmeans"``).
         shift (bool): use the alternate (rotated, or ``P + 1`` patches) partition.
@@ -445,12 +445,8 @@ class PatchTokenAttention(PatchAttention):
         out_channels (int, optional): output channels (default ``channels``).
         heads (int): heads of the token attention; ``embed_dim`` must be divisible by it.
         num_patches (int): patches per sample ``P >= 1``.
-        patch_size (int, optional): points per patch instead: each sample of ``n`` points
-            gets ``ceil(n / patch_size)`` patches (``num_patches`` is then ignored), so
-            the cost per point stays the same on meshes of any size. With ``"kd"``
-            every patch then has at most ``patch_size`` points; ``"voxel"`` and
-            ``"kmeans"`` patches only average ``n / P`` points (graded meshes make
-            some much larger).
+        patch_size (int, optional): points per patch instead of ``num_patches``:
+            ``ceil(n / patch_size)`` patches per sample (see :class:`PatchAttention`).
         method (str): partition method of ``meshops.search.partition``.
         shift (bool): use the alternate partition (see :class:`PatchAttention`).
         num_basis (int): learned functions ``M`` per patch (for ``g`` and ``h``).
