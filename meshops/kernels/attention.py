@@ -1,0 +1,190 @@
+r"""Fused CPU attention with a per-key bias, differentiable.
+
+.. math::
+    \mathrm{out}_i = \sum_j \mathrm{softmax}_j(s\, q_i \cdot k_j + b_j)\, v_j
+
+with one bias :math:`b_j` per key shared by all heads (``log w`` of a quadrature rule,
+``-inf`` for excluded keys).  This is the same function as
+``F.scaled_dot_product_attention(q, k, v, attn_mask=b[:, None, None, :], scale=s)``
+and the layers use it in place of that call on the CPU (see
+:func:`fused_attention_supported`).  The kernel (``attention_cpu.cpp``) keeps a
+block of queries and keys in L1 from the scores to the weighted values, which is
+what matters at the small head dimensions of neural operators; nothing of size
+``N_q x N_k`` is stored, forward or backward (the backward pass recomputes the
+scores from the saved log-sum-exp, as flash attention does).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from meshops.kernels import attention_extension
+
+__all__ = ["fused_attention", "fused_attention_supported", "MAX_VECTORS"]
+
+#: Widest head (query/key or value channels) the kernel takes, in SIMD vectors
+#: (8 vectors: 64 float32 or 32 float64 channels with AVX2).
+MAX_VECTORS = 8
+#: Keys per tile (scored, exponentiated and applied while in L1).
+KEY_TILE = 256
+
+
+def _width(dtype: torch.dtype) -> int:
+    ext = attention_extension()
+    return ext.simd_width_float() if dtype == torch.float32 else ext.simd_width_double()
+
+
+def _vectors(channels: int, width: int) -> int:
+    """Smallest of 1, 2, 4, 8 SIMD vectors holding ``channels``."""
+    need = -(-channels // width)
+    return next(m for m in (1, 2, 4, 8) if m >= need) if need <= MAX_VECTORS else 0
+
+
+def fused_attention_supported(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor] = None
+                              ) -> bool:
+    """Whether :func:`fused_attention` can run on these tensors: CPU, float32 or
+    float64, no autocast, head widths within :data:`MAX_VECTORS` SIMD vectors, and
+    the kernel built (:func:`meshops.kernels.attention_extension`)."""
+    tensors = [t for t in (q, k, v, bias) if t is not None]
+    if any(t.device.type != "cpu" for t in tensors):
+        return False
+    if q.dtype not in (torch.float32, torch.float64) or any(t.dtype != q.dtype for t in tensors):
+        return False
+    if torch.is_autocast_enabled("cpu"):
+        return False
+    if attention_extension() is None:
+        return False
+    w = _width(q.dtype)
+    return _vectors(max(q.shape[-1], v.shape[-1]), w) > 0
+
+
+def fused_attention(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor] = None,
+                    scale: Optional[float] = None) -> Tensor:
+    """Softmax attention with an additive per-key bias, through the fused CPU kernel.
+
+    Args:
+        q: queries.
+        k: keys (one set per head, or one set ``[B, 1, Nk, E]`` shared by the heads).
+        v: values (per head, or one set shared by the heads).
+        bias: per-key bias ``[B, Nk]`` (``-inf``: key excluded), or None. Every query
+            needs at least one key with a finite bias.
+        scale: score scale; defaults to ``1 / sqrt(E)``.
+
+    Returns:
+        Tensor: ``[B, H, Nq, C]``.
+
+    Gradients flow to ``q``, ``k``, ``v`` and ``bias`` (first order: the backward pass
+    is not itself differentiable).  Raises ``RuntimeError`` where
+    :func:`fused_attention_supported` is False.
+
+    Shapes:
+        - **q:** ``[B, H, Nq, E]``; **k:** ``[B, H or 1, Nk, E]``;
+          **v:** ``[B, H or 1, Nk, C]``; **bias:** ``[B, Nk]``
+        - **output:** ``[B, H, Nq, C]``
+    """
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"q, k, v must be [B, H, N, D], got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+    B, H, Nq, E = q.shape
+    if k.shape[0] != B or k.shape[1] not in (1, H) or k.shape[-1] != E:
+        raise ValueError(f"k has shape {tuple(k.shape)}, expected [{B}, {H} or 1, Nk, {E}]")
+    Nk = k.shape[2]
+    if v.dim() != 4 or v.shape[0] != B or v.shape[1] not in (1, H) or v.shape[2] != Nk:
+        raise ValueError(f"v has shape {tuple(v.shape)}, expected [{B}, {H} or 1, {Nk}, C]")
+    if bias is not None and bias.shape != (B, Nk):
+        raise ValueError(f"bias has shape {tuple(bias.shape)}, expected {(B, Nk)}")
+    if not fused_attention_supported(q, k, v, bias):
+        raise RuntimeError("fused_attention: unsupported input (needs CPU float32/float64 "
+                           "tensors, head width within the kernel's limit, and the kernel "
+                           "built; see meshops.kernels)")
+    s = 1.0 / math.sqrt(E) if scale is None else float(scale)
+    return _FusedAttention.apply(q, k, v, bias, s)
+
+
+# ------------------------------------------------------------------------------ layout
+def _key_tile(nk: int, width: int) -> int:
+    step = 2 * width
+    return KEY_TILE if nk >= KEY_TILE else -(-nk // step) * step
+
+
+def _heads(x: Tensor, H: int) -> Tensor:
+    """``[B, H or 1, N, D]`` -> ``[B*H, N, D]`` (a shared set is repeated per head)."""
+    B, _, N, D = x.shape
+    return x.expand(B, H, N, D).reshape(B * H, N, D)
+
+
+def _pad(x: Tensor, rows: int, cols: int) -> Tensor:
+    """Zero-pad ``[BH, N, D]`` to ``[BH, rows, cols]`` (contiguous)."""
+    return F.pad(x, (0, cols - x.shape[-1], 0, rows - x.shape[-2])).contiguous()
+
+
+def _tiles(x: Tensor, kb: int) -> Tensor:
+    """``[BH, Np, D]`` -> key tiles ``[BH, Np/kb, D, kb]`` (keys in SIMD lanes)."""
+    BH, Np, D = x.shape
+    return x.view(BH, Np // kb, kb, D).transpose(2, 3).contiguous()
+
+
+def _bias(bias: Optional[Tensor], B: int, H: int, nk: int, np_: int, like: Tensor) -> Tensor:
+    """``[B, Nk]`` or None -> ``[B*H, Np]`` with ``-inf`` on the padded keys."""
+    b = like.new_zeros(B, nk) if bias is None else bias.to(like.dtype)
+    b = F.pad(b, (0, np_ - nk), value=-math.inf)
+    return b[:, None].expand(B, H, np_).reshape(B * H, np_).contiguous()
+
+
+class _FusedAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], scale: float
+                ) -> Tensor:
+        ext = attention_extension()
+        B, H, Nq, E = q.shape
+        Nk, C = k.shape[2], v.shape[-1]
+        w = _width(q.dtype)
+        kb = _key_tile(Nk, w)
+        np_ = -(-Nk // kb) * kb
+        cp = _vectors(C, w) * w
+        qs = (q * scale).reshape(B * H, Nq, E).contiguous()
+        kt = _tiles(_pad(_heads(k, H), np_, E), kb)
+        vp = _pad(_heads(v, H), np_, cp)
+        b = _bias(bias, B, H, Nk, np_, q)
+        out, lse = ext.forward(qs, kt, vp, b)
+        ctx.save_for_backward(q, k, v, bias, out, lse)
+        ctx.scale = scale
+        return out[..., :C].view(B, H, Nq, C)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], ...]:
+        ext = attention_extension()
+        q, k, v, bias, out, lse = ctx.saved_tensors
+        scale = ctx.scale
+        B, H, Nq, E = q.shape
+        Nk, C = k.shape[2], v.shape[-1]
+        w = _width(q.dtype)
+        kb = _key_tile(Nk, w)
+        np_ = -(-Nk // kb) * kb
+        m = _vectors(max(E, C), w) * w
+        g = _pad(grad.reshape(B * H, Nq, C).to(q.dtype), Nq, m)
+        delta = (g[..., :C] * out[..., :C]).sum(-1).contiguous()
+        qs = _pad((q * scale).reshape(B * H, Nq, E), Nq, m)
+        kp = _pad(_heads(k, H), np_, m)
+        vp = _pad(_heads(v, H), np_, m)
+        b = _bias(bias, B, H, Nk, np_, q)
+        dq, dk, dv, db = ext.backward(qs, kp, _tiles(kp, kb), vp, _tiles(vp, kb), b, g,
+                                      lse.contiguous(), delta)
+        dq = dq[..., :E].reshape(B, H, Nq, E) * scale
+        dk = dk[:, :Nk, :E].reshape(B, H, Nk, E)
+        dv = dv[:, :Nk, :C].reshape(B, H, Nk, C)
+        if k.shape[1] == 1:  # one key set shared by the heads
+            dk = dk.sum(1, keepdim=True)
+        if v.shape[1] == 1:
+            dv = dv.sum(1, keepdim=True)
+        dbias = None
+        if bias is not None and ctx.needs_input_grad[3]:
+            dbias = db[:, :Nk].reshape(B, H, Nk).sum(1).to(bias.dtype)
+        return dq, dk, dv, dbias, None
