@@ -9,12 +9,17 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch_geometric.utils import to_dense_batch
 
+import meshops.nn.continuum as CA
+from meshops.kernels import attention_extension
 from meshops.nn.continuum import ContinuumAttention
 
 DT = torch.float64
 SIZES = (5, 9, 3)
 DST_SIZES = (4, 2, 6)
-IMPLS = ("sdpa", "fold", "naive")
+#: the fused CPU kernel where it could be built (tests/test_kernels.py insists on it
+#: on AVX2 machines)
+FUSED = ("fused",) if attention_extension() is not None else ()
+IMPLS = ("sdpa", "fold", "naive") + FUSED
 
 
 def make_batch(sizes, channels, seed, pos_dim=2):
@@ -175,7 +180,7 @@ def test_uniform_weights_give_standard_attention():
     torch.testing.assert_close(out, plain, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("impl", ("sdpa", "naive"))
+@pytest.mark.parametrize("impl", ("sdpa", "naive") + FUSED)
 def test_gradcheck_x_and_weight(impl):
     layer = layer_for((3, 2), out_channels=4, heads=2, impl=impl)
     xs = torch.randn(5, 3, dtype=DT, requires_grad=True)
@@ -223,24 +228,52 @@ class _RecordOps(TorchDispatchMode):
         return out
 
 
+@pytest.mark.parametrize("impl", ("sdpa",) + FUSED)
 @pytest.mark.parametrize("weight_grad", [False, True])
-def test_default_path_never_materialises_attention_matrix(weight_grad):
-    """The default path runs the fused SDPA kernel: no tensor of N x N entries,
-    forward and backward, with or without a gradient w.r.t. the weights."""
+def test_fused_paths_never_materialise_attention_matrix(impl, weight_grad):
+    """The SDPA and fused-kernel paths build no tensor of N x N entries, forward and
+    backward, with or without a gradient w.r.t. the weights."""
     n = 96
-    layer = ContinuumAttention(8, heads=2)
+    layer = ContinuumAttention(8, heads=2, impl=impl)
     x = torch.randn(2 * n, 8, requires_grad=True)
     w = torch.rand(2 * n).requires_grad_(weight_grad)
     batch = torch.arange(2).repeat_interleave(n)
     with _RecordOps() as rec:
         layer(x, None, w, batch).square().sum().backward()
-    assert any("scaled_dot_product" in name for name in rec.names), rec.names
+    if impl == "sdpa":
+        assert any("scaled_dot_product" in name for name in rec.names), rec.names
     assert rec.max_numel < n * n, rec.max_numel
     # the naive reference path does build it (so the check above can fail)
     layer.impl = "naive"
     with _RecordOps() as rec:
         layer(x, None, w, batch).square().sum().backward()
     assert rec.max_numel >= 2 * n * n
+
+
+def test_auto_takes_the_fused_kernel_where_it_applies(monkeypatch):
+    calls = []
+    real = CA.fused_attention
+
+    def spy(*args, **kw):
+        calls.append(args[0].shape)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(CA, "fused_attention", spy)
+    layer = ContinuumAttention(6, 8, heads=2).to(DT)
+    assert layer.impl == "auto"
+    x, _, w, batch = make_batch(SIZES, 6, seed=12)
+    out = layer(x, None, w, batch)
+    assert len(calls) == (1 if FUSED else 0)
+    torch.testing.assert_close(out, reference_flat(layer, x, x, w, batch, batch), rtol=0,
+                               atol=1e-10)
+    calls.clear()
+    layer.dropout = 0.5
+    layer.train()(x, None, w, batch)  # attention dropout: PyTorch's path
+    assert calls == []
+    layer.impl = "fused"
+    if FUSED:
+        with pytest.raises(ValueError, match="no attention dropout"):
+            layer(x, None, w, batch)
 
 
 def test_dropout_only_in_training():

@@ -170,11 +170,13 @@ def test_shifted_partition_crosses_borders(d, method):
 def test_window_tensor_sizes_scale_like_n_squared_over_p(monkeypatch):
     seen = []
 
-    def spy(q, k, v, attn_mask=None, **kw):
-        seen.append((tuple(q.shape), tuple(attn_mask.shape)))
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, **kw)
+    real = patch_mod._attention
 
-    monkeypatch.setattr(patch_mod, "_sdpa", spy)
+    def spy(q, k, v, bias):
+        seen.append((tuple(q.shape), tuple(bias.shape)))
+        return real(q, k, v, bias)
+
+    monkeypatch.setattr(patch_mod, "_attention", spy)
     N, P = 4096, 64
     x, pos, w = _sample(N, 8, seed=5)
     layer = WindowAttention(8, heads=2, num_patches=P).to(DT)

@@ -10,11 +10,14 @@ import pytest
 import torch
 from torch.func import functional_call
 
+from meshops.kernels import attention_extension
 from meshops.nn import position as P
 from meshops.nn.position import PositionAttention, position_kernel
 
 DT = torch.float64
-PATHS = ["kernel", "sdpa"]
+#: "fused" where the CPU kernel could be built (tests/test_kernels.py insists on it on
+#: AVX2 machines)
+PATHS = ["kernel", "sdpa"] + (["fused"] if attention_extension() is not None else [])
 
 
 # ----------------------------------------------------------------------- reference
@@ -150,6 +153,7 @@ def test_shared_mesh_dense_equals_per_sample(path, cfg, monkeypatch):
 
     calls = []
     real_kernel, real_sdpa = P._dense_kernel, P.F.scaled_dot_product_attention
+    real_fused = P.fused_attention
 
     def spy_kernel(*args):
         out = real_kernel(*args)
@@ -160,22 +164,28 @@ def test_shared_mesh_dense_equals_per_sample(path, cfg, monkeypatch):
         calls.append(("sdpa", tuple(q.shape)))
         return real_sdpa(q, k, v, **kw)
 
+    def spy_fused(q, k, v, *args, **kw):
+        calls.append(("fused", tuple(q.shape)))
+        return real_fused(q, k, v, *args, **kw)
+
     monkeypatch.setattr(P, "_dense_kernel", spy_kernel)
     monkeypatch.setattr(P.F, "scaled_dot_product_attention", spy_sdpa)
+    monkeypatch.setattr(P, "fused_attention", spy_fused)
     out = layer.dense((x, None), (ps, pd), w)
     # the position-only part was evaluated once, for all B samples
     if path == "kernel":
         assert calls == [("kernel", (heads, Nd, Ns))]
     else:
-        assert len(calls) == 1 and calls[0][0] == "sdpa" and calls[0][1][0] == 1
+        assert len(calls) == 1 and calls[0][0] == path and calls[0][1][0] == 1
     monkeypatch.undo()
     for s in range(B):
         torch.testing.assert_close(out[s], layer((x[s], None), (ps, pd), w), rtol=0, atol=1e-10)
         torch.testing.assert_close(out[s], ref_posatt(layer, x[s], ps, pd, w), rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize("path", [p for p in PATHS if p != "kernel"])
 @pytest.mark.parametrize("cfg", CONFIGS)
-def test_sdpa_equals_materialised_far_from_origin(cfg):
+def test_sdpa_equals_materialised_far_from_origin(cfg, path):
     """Centring makes the dot-product expansion exact to rounding at offset 1e3."""
     cin, cout, heads = cfg
     lam = (20.0, 200.0)
@@ -183,12 +193,12 @@ def test_sdpa_equals_materialised_far_from_origin(cfg):
     x, ps, w, bs = sample(sizes, cin, offset=1e3, seed=6)
     _, pd, _, bd = sample(dsizes, cin, offset=1e3, seed=7)
     a = make(cin, cout, heads, "kernel", lam)((x, None), (ps, pd), w, (bs, bd))
-    b = make(cin, cout, heads, "sdpa", lam)((x, None), (ps, pd), w, (bs, bd))
+    b = make(cin, cout, heads, path, lam)((x, None), (ps, pd), w, (bs, bd))
     torch.testing.assert_close(b, a, rtol=0, atol=1e-10)
     # shared mesh, dense form
     xb = torch.randn(3, 40, cin, dtype=DT)
     a = make(cin, cout, heads, "kernel", lam).dense((xb, None), (ps[:40], pd[:30]), w[:40])
-    b = make(cin, cout, heads, "sdpa", lam).dense((xb, None), (ps[:40], pd[:30]), w[:40])
+    b = make(cin, cout, heads, path, lam).dense((xb, None), (ps[:40], pd[:30]), w[:40])
     torch.testing.assert_close(b, a, rtol=0, atol=1e-10)
 
 
@@ -234,16 +244,28 @@ def test_sdpa_float32_accuracy():
 
 
 def test_auto_path_switches_on_size(monkeypatch):
+    """Materialised kernel while small; above KERNEL_LIMIT the fused CPU kernel where
+    it was built, else SDPA."""
     layer = make(path="auto")
     x, pos, w, _ = sample([30])
     seen = []
-    real = P._sdpa_attention
-    monkeypatch.setattr(P, "_sdpa_attention", lambda *a: seen.append(1) or real(*a))
+
+    def spy(name):
+        real = getattr(P, name)
+
+        def wrapped(*args, **kw):
+            if not kw.get("check_only"):
+                seen.append(name)
+            return real(*args, **kw)
+        return wrapped
+
+    for name in ("_sdpa_attention", "_fused_attention"):
+        monkeypatch.setattr(P, name, spy(name))
     small = layer(x, pos, w)
     assert not seen
     monkeypatch.setattr(P, "KERNEL_LIMIT", 100)
     big = layer(x, pos, w)
-    assert seen
+    assert seen == ["_fused_attention" if "fused" in PATHS else "_sdpa_attention"]
     torch.testing.assert_close(big, small, rtol=0, atol=1e-10)
 
 

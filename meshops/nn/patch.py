@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from meshops.kernels.attention import fused_attention, fused_attention_supported
 from meshops.nn._utils import (check_channels, check_dense_weight, check_length,
                                check_weight, log_weight_bias, merge_heads, split_heads,
                                to_dense)
@@ -41,9 +42,15 @@ from meshops.search.partition import METHODS as _METHODS
 __all__ = ["PatchAttention", "WindowAttention", "PatchTokenAttention", "rotate_positions",
            "SHIFT_ANGLE"]
 
-# Module-level alias (rather than ``F.scaled_dot_product_attention`` at the call site) so
-# that tests can observe the shapes of the padded window tensors.
-_sdpa = F.scaled_dot_product_attention
+
+def _attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
+    """``softmax(q k^T / sqrt(d) + bias) v`` for a broadcast key bias ``[B, 1, 1, n]``:
+    meshops' fused CPU kernel where it applies (:mod:`meshops.kernels.attention`),
+    else PyTorch's :func:`~torch.nn.functional.scaled_dot_product_attention`.  One
+    module-level function, so that tests can observe the padded window tensors."""
+    if fused_attention_supported(q, k, v, bias):
+        return fused_attention(q, k, v, bias[:, 0, 0, :])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
 
 #: Angle (radians) of the fixed rotation used by the shifted partition. Not pi/4: a
 #: rotation with a rational tangent would map regular grids onto exactly tied coordinates.
@@ -374,7 +381,7 @@ class WindowAttention(PatchAttention):
         qkv = groups.pad(self.lin_qkv(x))                           # [G, n, 3C]
         q, k, v = (split_heads(t, self.heads) for t in qkv.chunk(3, dim=-1))
         bias, empty = _safe_bias(groups.pad(weight.to(x.dtype)), groups.mask)
-        out = _sdpa(q, k, v, attn_mask=bias)                        # [G, H, n, C/H]
+        out = _attention(q, k, v, bias)                             # [G, H, n, C/H]
         if bool(empty.any()):
             out = out.masked_fill(empty[:, None, None, None], 0.0)
         return self.lin_out(groups.unpad(merge_heads(out)))
@@ -558,7 +565,7 @@ class PatchTokenAttention(PatchAttention):
         mdense, _ = to_dense(measure[:, None], groups.sample if batch is not None else None)
         q, k, v = (split_heads(z, self.heads) for z in qkv.chunk(3, dim=-1))
         bias, empty = _safe_bias(mdense[..., 0], tmask)
-        out = _sdpa(q, k, v, attn_mask=bias)                         # [B, H, P, D/H]
+        out = _attention(q, k, v, bias)                              # [B, H, P, D/H]
         if bool(empty.any()):
             out = out.masked_fill(empty[:, None, None, None], 0.0)
         coeff = self.lin_out(merge_heads(out)[tmask]).view(G, M, self.out_channels)
