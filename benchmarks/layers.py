@@ -10,6 +10,7 @@ way, materialising the ``N_dst x N_src`` matrix:
 case                        reference (``ref``)
 ==========================  ==============================================================
 ``continuum``               ``ContinuumAttention(impl="naive")``: explicit softmax
+                            (``continuum_sdpa``: the library through PyTorch's SDPA)
 ``galerkin`` / ``fourier``  ``(Q K^T diag(w)) V`` with the ``N x N`` product formed first
 ``window``                  global softmax with a same-patch mask ``[N, N]``
 ``token``                   tokens and read-out with dense one-hot ``[N, P*M]`` matrices
@@ -17,6 +18,7 @@ case                        reference (``ref``)
 ``position_batch``          8 samples on one mesh; the kernel recomputed per sample
                             (positions given per sample, ``path="kernel"``)
 ``position_cross``          100k-style input mesh -> 2,048-point latent mesh; kernel path
+                            (``position_cross_sdpa``: the library through PyTorch's SDPA)
 ``local_position_cross``    dense distances, top-k mask, softmax (same neighbourhoods)
 ``local_attention``         dense content logits with the kNN mask
 ==========================  ==============================================================
@@ -157,11 +159,13 @@ def _mod(module: torch.nn.Module, device: str) -> torch.nn.Module:
     return module.to(device)
 
 
-def build_continuum(n: int, impl: str, device: str) -> Runner:
+def build_continuum(n: int, impl: str, device: str, lib_impl: str = "auto") -> Runner:
+    """``lib_impl``: the library path measured as ``lib`` (``"auto"``: the default, i.e.
+    meshops' fused kernel on the CPU; ``"sdpa"``: PyTorch's fused kernel)."""
     torch.manual_seed(0)
     from meshops.nn.continuum import ContinuumAttention
 
-    att = _mod(ContinuumAttention(C, C, heads=H, impl="sdpa" if impl == "lib" else "naive"),
+    att = _mod(ContinuumAttention(C, C, heads=H, impl=lib_impl if impl == "lib" else "naive"),
                device)
     x, w = features(n, device), uniform_weight(n, device)
     return Runner(lambda: att(x, None, w), att.parameters(), [x])
@@ -251,9 +255,9 @@ def build_position_batch(n: int, impl: str, device: str, batch: int = 8) -> Runn
     return Runner(lambda: att.dense(x, pos_b, w_b), att.parameters(), [x])
 
 
-def build_position_cross(n: int, impl: str, device: str) -> Runner:
+def build_position_cross(n: int, impl: str, device: str, lib_path: str = "auto") -> Runner:
     torch.manual_seed(0)
-    att = _position("auto" if impl == "lib" else "kernel", device)
+    att = _position(lib_path if impl == "lib" else "kernel", device)
     x, pos, w = features(n, device), points(n, device), uniform_weight(n, device)
     lat = points(LATENT, device, seed=7)
     return Runner(lambda: att((x, None), (pos, lat), w), att.parameters(), [x])
@@ -295,9 +299,13 @@ def cases() -> list[Case]:
     B = "benchmarks.layers:"
     return [
         Case("layers", "continuum", B + "build_continuum", _P2, [1024, 4096, 8192],
-             desc="ContinuumAttention(64, heads=4), SDPA + log-w bias",
+             desc="ContinuumAttention(64, heads=4), default impl (fused CPU kernel)",
              ref_desc="ContinuumAttention(impl='naive')", max_run_s=90.0, quick_max_run_s=12.0,
              must=(8192, 65536), must_impls=("lib", "ref")),
+        Case("layers", "continuum_sdpa", B + "build_continuum", _P2, [1024, 4096],
+             impls=("lib",), params={"lib_impl": "sdpa"},
+             desc="ContinuumAttention(impl='sdpa'): PyTorch's fused kernel, for comparison",
+             max_run_s=90.0, quick_max_run_s=12.0),
         Case("layers", "galerkin", B + "build_galerkin", _P4, [1024, 4096, 16384, 65536],
              desc="GalerkinAttention(64, heads=4, pos_dim=2)",
              ref_desc="dense (QK^T diag w) V", must=(16384, 65536, 262144, 1048576)),
@@ -326,6 +334,9 @@ def cases() -> list[Case]:
              [4096, 16384, 100_000],
              desc=f"PositionAttention cross N -> {LATENT} latent, path=auto",
              ref_desc="materialised kernel [H, 2048, N]", must=(100_000,)),
+        Case("layers", "position_cross_sdpa", B + "build_position_cross", _CROSS,
+             [4096, 16384], impls=("lib",), params={"lib_path": "sdpa"},
+             desc=f"PositionAttention cross N -> {LATENT}, path='sdpa' (PyTorch's kernel)"),
         Case("layers", "local_position_cross", B + "build_local_position_cross", _LOCAL_CROSS,
              [4096, 100_000],
              desc=f"LocalPositionAttention cross N -> {LATENT}, quantile 0.01 (kNN incl.)",

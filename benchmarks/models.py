@@ -123,12 +123,14 @@ def cases(models: Optional[list[str]] = None) -> list[Case]:
         if name == "patched_transformer":
             # forward only: the flatness target (T6) is about the forward pass, and the
             # fixed-P case above already has fwd+bwd
-            out.append(Case("models", "patched_transformer_p4096", B, sizes[1:], [],
-                            impls=("lib",), modes=("fwd",),
-                            params={"model": name, "preset": preset, "patch_size": 4096},
-                            desc=f"{name} (preset {preset}, patch_size=4096: N/4096 patches)",
-                            mem_budget=mem, max_run_s=120.0, warm_n=8192,
-                            must=(100_000, 1_000_000), must_modes=("fwd",)))
+            for ps in (4096,):
+                out.append(Case("models", f"patched_transformer_p{ps}", B, sizes[1:], [],
+                                impls=("lib",), modes=("fwd",),
+                                params={"model": name, "preset": preset, "patch_size": ps},
+                                desc=f"{name} (preset {preset}, patch_size={ps}: N/{ps} "
+                                     f"patches)",
+                                mem_budget=mem, max_run_s=120.0, warm_n=2 * ps,
+                                must=(100_000, 1_000_000), must_modes=("fwd",)))
     return out
 
 

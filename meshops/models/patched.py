@@ -85,23 +85,23 @@ class PatchedTransformer(NeuralOperator):
     Defaults per benchmark size (``PatchedTransformer.PRESETS``; parameters for
     ``in_channels=0, out_channels=1``):
 
-    ===============================  =====  ======  =====  ===========  =========  ==========
-    preset                           width  layers  heads  num_patches  pattern    parameters
-    ===============================  =====  ======  =====  ===========  =========  ==========
-    ``"elasticity"`` (972 points)    128    4       4      8 (voxel)    alternate  1,076,385
-    ``"naca"`` (221x51 = 11,271)     128    6       4      32 (kd)      alternate  1,605,937
-    ``"large"`` (100k+ points)       96     6       4      256 (kd)     alternate  906,481
-    ===============================  =====  ======  =====  ===========  =========  ==========
+    ===============================  =====  ======  =====  =================  =========  ==========
+    preset                           width  layers  heads  patches            pattern    parameters
+    ===============================  =====  ======  =====  =================  =========  ==========
+    ``"elasticity"`` (972 points)    128    4       4      8 (voxel)          alternate  1,076,385
+    ``"naca"`` (221x51 = 11,271)     128    6       4      32 (kd)            alternate  1,605,937
+    ``"large"`` (100k+ points)       96     6       4      N/1024 (kd)        alternate  906,481
+    ===============================  =====  ======  =====  =================  =========  ==========
 
     (The bare defaults - width 128, 4 window layers, 16 voxel patches - have 547,201
     parameters.) Measured on one shared CPU core: NACA size 5.7 s fwd+bwd. On 2 cores
-    (``python -m benchmarks --only models --cases patched_transformer``), ``"large"``:
-    100k points 4.0 s forward, 12 s fwd+bwd; 1M points 146 s forward in 4.1 GB. Its 256
-    patches grow with ``N``, and so does the window attention's cost per point (x3.7 from
-    100k to 1M); ``patch_size=4096`` keeps it flat (155 us per point at 100k, 137-146 up
-    to 1M). The NACA C-grid and large CFD meshes are strongly graded, hence ``"kd"``
-    there (balanced patches); their samples share one grid topology, so the k-d patches
-    are the same pieces of every sample.
+    (``python -m benchmarks --only models --cases patched_transformer``), ``"large"``
+    (``patch_size=1024``): 100k points 6.4 s forward, 1M points 70 s forward in 4.1 GB,
+    i.e. 64-70 us per point from 100k to 1M. (Its earlier fixed 256 patches cost 146 s at
+    1M and x3.7 per point from 100k, as the patches grew with ``N``; ``patch_size=4096``:
+    155 us per point, flat.) The NACA C-grid and large CFD meshes are strongly graded,
+    hence ``"kd"`` there (balanced patches); their samples share one grid topology, so
+    the k-d patches are the same pieces of every sample.
 
     Shapes:
         - **input:** ``x [N, in_channels]``, ``pos [N, pos_dim]``, ``weight [N]``,
@@ -114,7 +114,7 @@ class PatchedTransformer(NeuralOperator):
         "elasticity": dict(width=128, layers=4, heads=4, num_patches=8, pattern="alternate"),
         "naca": dict(width=128, layers=6, heads=4, num_patches=32, method="kd",
                      pattern="alternate"),
-        "large": dict(width=96, layers=6, heads=4, num_patches=256, method="kd",
+        "large": dict(width=96, layers=6, heads=4, patch_size=1024, method="kd",
                       pattern="alternate"),
     }
 
