@@ -131,3 +131,42 @@ def test_unsupported_inputs_are_refused():
     with pytest.raises(RuntimeError, match="unsupported input"):
         fused_attention(q, k, v, bias)
     assert not fused_attention_supported(q.half(), k.half(), v.half())
+
+
+@needs_kernel
+def test_output_can_be_modified_in_place():
+    """As with SDPA's output: the result is a fresh tensor, not a view of the kernel's
+    padded buffer; the backward pass still sees the value it returned."""
+    q, k, v, bias = _inputs(1, 2, 2, 6, 20, 4, 5)
+    q.requires_grad_()
+    y = fused_attention(q, k, v, bias)
+    y.mul_(2)  # allowed; the autograd graph then refuses a backward through it
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+@needs_kernel
+def test_empty_dimensions_are_left_to_sdpa():
+    q, k, v, bias = _inputs(1, 2, 2, 6, 20, 4, 5)
+    assert fused_attention_supported(q, k, v, bias)
+    assert not fused_attention_supported(q, k[:, :, :0], v[:, :, :0], bias[:, :0])
+    assert not fused_attention_supported(q[:, :, :0], k, v, bias)
+
+
+@needs_kernel
+def test_torch_func_transforms_take_the_sdpa_path():
+    """torch.func cannot see into the compiled kernel: under a transform the layers
+    fall back to SDPA, so grad works as it does without the kernel."""
+    from torch.func import functional_call, grad
+
+    from meshops.nn.continuum import ContinuumAttention
+
+    torch.manual_seed(0)
+    layer = ContinuumAttention(4, heads=2).double()
+    x = torch.randn(9, 4, dtype=torch.float64)
+    w = torch.rand(9, dtype=torch.float64) + 0.1
+    params = dict(layer.named_parameters())
+    g = grad(lambda p: functional_call(layer, p, (x, None, w)).square().sum())(params)
+    layer(x, None, w).square().sum().backward()  # the fused path, outside torch.func
+    for name, p in layer.named_parameters():
+        torch.testing.assert_close(g[name], p.grad, rtol=1e-10, atol=1e-12)

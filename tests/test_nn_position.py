@@ -459,3 +459,13 @@ def test_invalid_arguments():
 
 def test_repr():
     assert repr(PositionAttention(16, 32, heads=4)) == "PositionAttention(16, 32, heads=4)"
+
+
+@pytest.mark.parametrize("path", [p for p in PATHS if p != "kernel"])
+def test_empty_batch_on_a_shared_mesh(path):
+    layer = make(3, 8, 2, path)
+    g = torch.Generator().manual_seed(3)
+    pos = torch.rand(50, 2, generator=g, dtype=DT)
+    w = torch.rand(50, generator=g, dtype=DT) + 0.1
+    out = layer.dense((torch.randn(0, 50, 3, dtype=DT), None), (pos, pos[:20]), w)
+    assert out.shape == (0, 20, 8)

@@ -46,14 +46,26 @@ def _vectors(channels: int, width: int) -> int:
     return next(m for m in (1, 2, 4, 8) if m >= need) if need <= MAX_VECTORS else 0
 
 
+def _functorch_active() -> bool:
+    try:
+        return bool(torch._C._are_functorch_transforms_active())
+    except AttributeError:  # older PyTorch without the query: be conservative
+        return True
+
+
 def fused_attention_supported(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor] = None
                               ) -> bool:
     """Whether :func:`fused_attention` can run on these tensors: CPU, float32 or
-    float64, no autocast, head widths within :data:`MAX_VECTORS` SIMD vectors, and
-    the kernel built (:func:`meshops.kernels.attention_extension`)."""
+    float64, no autocast, no :mod:`torch.func` transform active, no empty dimension,
+    head widths within :data:`MAX_VECTORS` SIMD vectors, and the kernel built
+    (:func:`meshops.kernels.attention_extension`)."""
     tensors = [t for t in (q, k, v, bias) if t is not None]
     if any(t.device.type != "cpu" for t in tensors):
         return False
+    if 0 in (q.shape[0], q.shape[1], q.shape[2], k.shape[2]):
+        return False  # nothing to attend over (SDPA handles the empty cases)
+    if _functorch_active():
+        return False  # torch.func transforms (grad, vmap) cannot see into the kernel
     if q.dtype not in (torch.float32, torch.float64) or any(t.dtype != q.dtype for t in tensors):
         return False
     if torch.is_autocast_enabled("cpu"):
@@ -101,8 +113,9 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor] = No
         raise ValueError(f"bias has shape {tuple(bias.shape)}, expected {(B, Nk)}")
     if not fused_attention_supported(q, k, v, bias):
         raise RuntimeError("fused_attention: unsupported input (needs CPU float32/float64 "
-                           "tensors, head width within the kernel's limit, and the kernel "
-                           "built; see meshops.kernels)")
+                           "tensors without empty dimensions, head widths within the "
+                           "kernel's limit, no torch.func transform, and the kernel built; "
+                           "see meshops.kernels)")
     s = 1.0 / math.sqrt(E) if scale is None else float(scale)
     return _FusedAttention.apply(q, k, v, bias, s)
 
@@ -132,7 +145,7 @@ def _tiles(x: Tensor, kb: int) -> Tensor:
 
 def _bias(bias: Optional[Tensor], B: int, H: int, nk: int, np_: int, like: Tensor) -> Tensor:
     """``[B, Nk]`` or None -> ``[B*H, Np]`` with ``-inf`` on the padded keys."""
-    b = like.new_zeros(B, nk) if bias is None else bias.to(like.dtype)
+    b = like.new_zeros(B, nk) if bias is None else bias
     b = F.pad(b, (0, np_ - nk), value=-math.inf)
     return b[:, None].expand(B, H, np_).reshape(B * H, np_).contiguous()
 
@@ -153,9 +166,12 @@ class _FusedAttention(torch.autograd.Function):
         vp = _pad(_heads(v, H), np_, cp)
         b = _bias(bias, B, H, Nk, np_, q)
         out, lse = ext.forward(qs, kt, vp, b)
+        # a fresh tensor, not a view of the kernel's padded output: callers may modify
+        # it in place (as they can SDPA's), and the backward pass reads it
+        out = out[..., :C].reshape(B, H, Nq, C).clone()
         ctx.save_for_backward(q, k, v, bias, out, lse)
         ctx.scale = scale
-        return out[..., :C].view(B, H, Nq, C)
+        return out
 
     @staticmethod
     @once_differentiable
@@ -170,7 +186,7 @@ class _FusedAttention(torch.autograd.Function):
         np_ = -(-Nk // kb) * kb
         m = _vectors(max(E, C), w) * w
         g = _pad(grad.reshape(B * H, Nq, C).to(q.dtype), Nq, m)
-        delta = (g[..., :C] * out[..., :C]).sum(-1).contiguous()
+        delta = (g[..., :C] * out.reshape(B * H, Nq, C)).sum(-1).contiguous()
         qs = _pad((q * scale).reshape(B * H, Nq, E), Nq, m)
         kp = _pad(_heads(k, H), np_, m)
         vp = _pad(_heads(v, H), np_, m)

@@ -185,7 +185,7 @@ template <typename T, int QB, int MV>
 void backward_kernel(const T* q, const T* k, const T* kt, const T* v, const T* vt,
                      const T* bias, const T* dout, const T* lse, const T* delta, T* dq_threads,
                      T* dk, T* dv, T* db, int64_t BH, int64_t Nq, int64_t nt, int64_t KB,
-                     int64_t TG) {
+                     int64_t TG, int64_t dq_slots) {
   using V = Vec<T>;
   constexpr int W = V::size();
   constexpr int64_t E = MV * W, C = MV * W;
@@ -194,7 +194,12 @@ void backward_kernel(const T* q, const T* k, const T* kt, const T* v, const T* v
   const int64_t tgroups = (nt + TG - 1) / TG;
   const T ninf = -std::numeric_limits<T>::infinity();
   at::parallel_for(0, BH * tgroups, 1, [&](int64_t begin, int64_t end) {
-    T* dq = dq_threads + at::get_thread_num() * BH * Nq * E;
+    // one task per bh (all its key tiles): tasks write disjoint dq rows, one buffer;
+    // otherwise one buffer per thread, summed by the caller
+    const int64_t slot = tgroups == 1 ? 0 : at::get_thread_num();
+    TORCH_CHECK(slot < dq_slots, "meshops fused attention: thread ", slot,
+                " outside the ", dq_slots, " dq buffers");
+    T* dq = dq_threads + slot * BH * Nq * E;
     std::vector<T> P(QB * KB), dS(QB * KB), qs(QB * E), gs(QB * C);
     for (int64_t t = begin; t < end; ++t) {
       const int64_t bh = t / tgroups, tile0 = (t % tgroups) * TG;
@@ -339,7 +344,8 @@ std::vector<at::Tensor> attention_backward(at::Tensor q, at::Tensor k, at::Tenso
   // as many key tiles per task as keeps >= 4 tasks per thread (up to 8 tiles)
   const int64_t tiles_per_task =
       std::max<int64_t>(1, std::min<int64_t>(8, BH * nt / (4 * threads)));
-  auto dq_threads = at::zeros({threads, BH, Nq, M}, q.options());
+  const int64_t dq_slots = tiles_per_task >= nt ? 1 : threads;
+  auto dq_threads = at::zeros({dq_slots, BH, Nq, M}, q.options());
   auto dk = at::zeros({BH, nt * KB, M}, q.options());
   auto dv = at::zeros({BH, nt * KB, M}, q.options());
   auto db = at::zeros({BH, nt * KB}, q.options());
@@ -354,7 +360,7 @@ std::vector<at::Tensor> attention_backward(at::Tensor q, at::Tensor k, at::Tenso
           q.data_ptr<T>(), k.data_ptr<T>(), kt.data_ptr<T>(), v.data_ptr<T>(), vt.data_ptr<T>(),
           bias.data_ptr<T>(), dout.data_ptr<T>(), lse.data_ptr<T>(), delta.data_ptr<T>(),
           dq_threads.data_ptr<T>(), dk.data_ptr<T>(), dv.data_ptr<T>(), db.data_ptr<T>(), BH,
-          Nq, nt, KB, tiles_per_task);
+          Nq, nt, KB, tiles_per_task, dq_slots);
     };
     using std::integral_constant;
     switch (M / W) {
@@ -365,7 +371,7 @@ std::vector<at::Tensor> attention_backward(at::Tensor q, at::Tensor k, at::Tenso
       default: TORCH_CHECK(false, "meshops fused attention: M / W must be 1, 2, 4 or 8");
     }
   });
-  return {dq_threads.sum(0), dk, dv, db};
+  return {dq_slots == 1 ? dq_threads[0] : dq_threads.sum(0), dk, dv, db};
 }
 
 int64_t simd_width_float() { return simd_width<float>(); }

@@ -283,11 +283,11 @@ def _shared_values(v: Tensor, shared: bool) -> Tensor:
     return v.transpose(1, 2)
 
 
-def _unshare(out: Tensor, B: int, shared: bool) -> Tensor:
+def _unshare(out: Tensor, B: int, c: int, shared: bool) -> Tensor:
     """Inverse of :func:`_shared_values` on the output: -> ``[B, Nd, H, c]``."""
     if shared:
-        _, H, Nd, Bc = out.shape
-        return out.reshape(H, Nd, B, Bc // B).permute(2, 1, 0, 3)
+        _, H, Nd, _ = out.shape
+        return out.reshape(H, Nd, B, c).permute(2, 1, 0, 3)
     return out.transpose(1, 2)
 
 
@@ -301,12 +301,15 @@ def _fused_attention(pos_src: Tensor, pos_dst: Tensor, weight: Tensor, lam: Tens
     if shared:
         pos_src, pos_dst, weight = pos_src[None], pos_dst[None], weight[None]
     vv = _shared_values(v, shared)
-    if check_only:
-        d = pos_src.shape[-1]
-        probe = vv.new_empty(1, 1, 1, d + 1)
-        return fused_attention_supported(probe, probe, vv[:1, :1, :1])
+    if check_only:  # stand-ins of the real shapes, without computing q and k
+        Bk, Nd, d = pos_dst.shape
+        zero = vv.new_zeros(())
+        q = zero.expand(Bk, vv.shape[1], Nd, d + 1)
+        k = zero.expand(Bk, 1, pos_src.shape[-2], d + 1)
+        return fused_attention_supported(q, k, vv)
     q, k, logw = _expanded(pos_src, pos_dst, weight, lam, v.dtype)
-    return _unshare(fused_attention(q, k, vv, logw, scale=1.0), v.shape[0], shared)
+    return _unshare(fused_attention(q, k, vv, logw, scale=1.0), v.shape[0], v.shape[-1],
+                    shared)
 
 
 def _sdpa_attention(pos_src: Tensor, pos_dst: Tensor, weight: Tensor, lam: Tensor,
@@ -343,7 +346,7 @@ def _sdpa_attention(pos_src: Tensor, pos_dst: Tensor, weight: Tensor, lam: Tenso
     k = F.pad(k, (0, E - d1 - 1)).expand(Bk, H, Ns, E)
     vv = F.pad(vv, (0, E - cv))
     out = F.scaled_dot_product_attention(q, k, vv, scale=1.0)[..., :cv]
-    return _unshare(out, B, shared)
+    return _unshare(out, B, c, shared)
 
 
 # ------------------------------------------- lambda and values (shared with local.py)
