@@ -210,7 +210,7 @@ class ContinuumAttention(_QuadratureAttention):
       ``log w`` per key (``-inf`` on padding and zero weights), gradients to ``w``
       included; no ``N_dst x N_src`` matrix, forward or backward.  Made for the small
       head dimensions of neural operators: at 8,192 points and 4 heads of 16 channels
-      PyTorch's fused kernel takes 1.19x as long forward and 1.14x forward+backward on
+      PyTorch's fused kernel takes 1.20x as long forward and 1.14x forward+backward on
       a 2-core AVX2 CPU (``python -m benchmarks.fused_attention``).
       CPU, float32/float64, head dimension up to 64, no attention dropout; compiled
       on first use (:mod:`meshops.kernels`).
