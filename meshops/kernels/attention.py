@@ -121,9 +121,11 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor] = No
 
 
 # ------------------------------------------------------------------------------ layout
-def _key_tile(nk: int, width: int) -> int:
+def _key_tiling(nk: int, width: int) -> Tuple[int, int]:
+    """Keys per tile (a multiple of two SIMD vectors) and the padded key count."""
     step = 2 * width
-    return KEY_TILE if nk >= KEY_TILE else -(-nk // step) * step
+    kb = KEY_TILE if nk >= KEY_TILE else -(-nk // step) * step
+    return kb, -(-nk // kb) * kb
 
 
 def _heads(x: Tensor, H: int) -> Tensor:
@@ -158,8 +160,7 @@ class _FusedAttention(torch.autograd.Function):
         B, H, Nq, E = q.shape
         Nk, C = k.shape[2], v.shape[-1]
         w = _width(q.dtype)
-        kb = _key_tile(Nk, w)
-        np_ = -(-Nk // kb) * kb
+        kb, np_ = _key_tiling(Nk, w)
         cp = _vectors(C, w) * w
         qs = (q * scale).reshape(B * H, Nq, E).contiguous()
         kt = _tiles(_pad(_heads(k, H), np_, E), kb)
@@ -182,8 +183,7 @@ class _FusedAttention(torch.autograd.Function):
         B, H, Nq, E = q.shape
         Nk, C = k.shape[2], v.shape[-1]
         w = _width(q.dtype)
-        kb = _key_tile(Nk, w)
-        np_ = -(-Nk // kb) * kb
+        kb, np_ = _key_tiling(Nk, w)
         m = _vectors(max(E, C), w) * w
         g = _pad(grad.reshape(B * H, Nq, C).to(q.dtype), Nq, m)
         delta = (g[..., :C] * out.reshape(B * H, Nq, C)).sum(-1).contiguous()

@@ -292,6 +292,22 @@ int64_t simd_width() {
   return Vec<T>::size();
 }
 
+// Calls run(QB, CV) with compile-time constants for a channel count of CV SIMD
+// vectors: QB * CV accumulators stay within the 16 vector registers of AVX2.
+template <typename F>
+void dispatch_vectors(int64_t vectors, F&& run) {
+  using std::integral_constant;
+  switch (vectors) {
+    case 1: run(integral_constant<int, 4>{}, integral_constant<int, 1>{}); break;
+    case 2: run(integral_constant<int, 4>{}, integral_constant<int, 2>{}); break;
+    case 4: run(integral_constant<int, 2>{}, integral_constant<int, 4>{}); break;
+    case 8: run(integral_constant<int, 1>{}, integral_constant<int, 8>{}); break;
+    default:
+      TORCH_CHECK(false, "meshops fused attention: ", vectors,
+                  " SIMD vectors per head; must be 1, 2, 4 or 8");
+  }
+}
+
 void check_inputs(const std::vector<at::Tensor>& ts) {
   for (const auto& t : ts) {
     TORCH_CHECK(t.device().is_cpu(), "meshops fused attention: CPU tensors only");
@@ -321,14 +337,7 @@ std::vector<at::Tensor> attention_forward(at::Tensor q, at::Tensor kt, at::Tenso
           q.data_ptr<T>(), kt.data_ptr<T>(), v.data_ptr<T>(), bias.data_ptr<T>(),
           out.data_ptr<T>(), lse.data_ptr<T>(), BH, Nq, nt, KB, E);
     };
-    using std::integral_constant;
-    switch (C / W) {
-      case 1: run(integral_constant<int, 4>{}, integral_constant<int, 1>{}); break;
-      case 2: run(integral_constant<int, 4>{}, integral_constant<int, 2>{}); break;
-      case 4: run(integral_constant<int, 2>{}, integral_constant<int, 4>{}); break;
-      case 8: run(integral_constant<int, 1>{}, integral_constant<int, 8>{}); break;
-      default: TORCH_CHECK(false, "meshops fused attention: C / W must be 1, 2, 4 or 8");
-    }
+    dispatch_vectors(C / W, run);
   });
   return {out, lse};
 }
@@ -362,14 +371,7 @@ std::vector<at::Tensor> attention_backward(at::Tensor q, at::Tensor k, at::Tenso
           dq_threads.data_ptr<T>(), dk.data_ptr<T>(), dv.data_ptr<T>(), db.data_ptr<T>(), BH,
           Nq, nt, KB, tiles_per_task, dq_slots);
     };
-    using std::integral_constant;
-    switch (M / W) {
-      case 1: run(integral_constant<int, 4>{}, integral_constant<int, 1>{}); break;
-      case 2: run(integral_constant<int, 4>{}, integral_constant<int, 2>{}); break;
-      case 4: run(integral_constant<int, 2>{}, integral_constant<int, 4>{}); break;
-      case 8: run(integral_constant<int, 1>{}, integral_constant<int, 8>{}); break;
-      default: TORCH_CHECK(false, "meshops fused attention: M / W must be 1, 2, 4 or 8");
-    }
+    dispatch_vectors(M / W, run);
   });
   return {dq_slots == 1 ? dq_threads[0] : dq_threads.sum(0), dk, dv, db};
 }

@@ -300,13 +300,14 @@ def _fused_attention(pos_src: Tensor, pos_dst: Tensor, weight: Tensor, lam: Tens
     shared = pos_src.dim() == 2
     if shared:
         pos_src, pos_dst, weight = pos_src[None], pos_dst[None], weight[None]
-    vv = _shared_values(v, shared)
-    if check_only:  # stand-ins of the real shapes, without computing q and k
+    if check_only:  # stand-ins of the real shapes: nothing computed or copied
+        B, Ns, H, c = v.shape
         Bk, Nd, d = pos_dst.shape
-        zero = vv.new_zeros(())
-        q = zero.expand(Bk, vv.shape[1], Nd, d + 1)
-        k = zero.expand(Bk, 1, pos_src.shape[-2], d + 1)
-        return fused_attention_supported(q, k, vv)
+        zero = v.new_zeros(())
+        return fused_attention_supported(zero.expand(Bk, H, Nd, d + 1),
+                                         zero.expand(Bk, 1, Ns, d + 1),
+                                         zero.expand(Bk, H, Ns, B * c if shared else c))
+    vv = _shared_values(v, shared)
     q, k, logw = _expanded(pos_src, pos_dst, weight, lam, v.dtype)
     return _unshare(fused_attention(q, k, vv, logw, scale=1.0), v.shape[0], v.shape[-1],
                     shared)
