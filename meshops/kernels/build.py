@@ -55,19 +55,22 @@ LOCK_NAME = "build.lock"
 _LOG = logging.getLogger("meshops.kernels")
 
 # The child that compiles: cpp_extension.load into a private folder (it also imports
-# the result, which checks that it loads).  On Linux it dies with its parent and
-# takes its process group (ninja, the compiler) with it, so a killed parent leaves
-# no compile running.
+# the result, which checks that it loads).  On Linux it gets SIGTERM when its parent
+# dies and passes it to its process group: ninja forwards it to the compilers, which
+# it runs in process groups of their own, so a killed parent leaves no compile running.
 _CHILD = """\
 import json, os, signal, sys
 args = json.loads(sys.argv[1])
+parent = args.pop("parent")
+def stop(*_):
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.killpg(0, signal.SIGTERM)
 if sys.platform.startswith("linux"):
     import ctypes
-    signal.signal(signal.SIGTERM, lambda *_: os.killpg(0, signal.SIGKILL))
+    signal.signal(signal.SIGTERM, stop)
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    if os.getppid() != args.pop("parent"):  # the parent died before prctl
-        os.killpg(0, signal.SIGKILL)
-args.pop("parent", None)
+    if os.getppid() != parent:  # the parent died before prctl
+        stop()
 from torch.utils.cpp_extension import load
 try:
     load(**args)
@@ -253,18 +256,18 @@ def _compile(ext: Extension, lib: Path, timeout: float, env: dict[str, str]) -> 
         args = {"name": ext.name, "sources": [str(s) for s in ext.sources],
                 "extra_cflags": list(ext.cflags), "extra_ldflags": list(ext.ldflags),
                 "build_directory": str(tmp), "verbose": False, "parent": os.getpid()}
-        proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(args)], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            raise KernelBuildTimeout(f"compiling {ext.title} took more than {timeout:g} s "
-                                     f"({TIMEOUT_ENV} sets the limit)") from None
-        except BaseException:  # Ctrl-C: stop the compiler too
-            _kill_group(proc)
-            raise
+        with subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(args)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True) as proc:
+            try:
+                out, err = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                raise KernelBuildTimeout(f"compiling {ext.title} took more than {timeout:g} "
+                                         f"s ({TIMEOUT_ENV} sets the limit)") from None
+            except BaseException:  # Ctrl-C: stop the compiler too
+                _kill_group(proc)
+                raise
         if proc.returncode != 0:
             raise KernelBuildError(f"compiling failed: {_tail(err + out)}")
         built = tmp / lib.name
@@ -276,13 +279,23 @@ def _compile(ext: Extension, lib: Path, timeout: float, env: dict[str, str]) -> 
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """Kill the compile child and its process group (ninja, the compiler)."""
+    """Stop the compile child and its process group.
+
+    SIGTERM first: ninja passes it on to the compilers, which it runs in process
+    groups of their own (a SIGKILL would leave them running); SIGKILL if that fails.
+    """
+    if os.name == "nt":
+        proc.kill()
+        proc.wait()
+        return
     with suppress(OSError):
-        if os.name == "nt":
-            proc.kill()
-        else:
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        with suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+        proc.wait()
 
 
 def _tail(text: str, chars: int = 600) -> str:
