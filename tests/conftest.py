@@ -21,3 +21,31 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+# ------------------------------------------------------------------ the compiled kernel
+# Nothing is compiled at collection (a build there escapes pytest's timeout); tests that
+# need the fused CPU kernel take the fixture below, which builds it once per session,
+# bounded by MESHOPS_KERNEL_TIMEOUT, and skips them where it cannot be had.
+@pytest.fixture(scope="session")
+def fused_kernel_available():
+    """Whether the fused CPU attention kernel could be built or loaded (once a session)."""
+    from meshops.kernels import attention_extension
+
+    return attention_extension() is not None
+
+
+@pytest.fixture
+def fused_kernel(fused_kernel_available):
+    """Skip the test where the fused CPU attention kernel is not available."""
+    if not fused_kernel_available:
+        pytest.skip("fused CPU attention kernel not available")
+
+
+@pytest.fixture(autouse=True)
+def _fused_parameter_needs_kernel(request):
+    """A test parametrised with the path ``"fused"`` needs the kernel."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and any(isinstance(v, str) and v == "fused"
+                                    for v in callspec.params.values()):
+        request.getfixturevalue("fused_kernel")

@@ -1,11 +1,21 @@
 """The fused CPU attention kernel (meshops.kernels) against a plain softmax in float64."""
 
 import math
+import os
+import subprocess
+import sys
+import time
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import torch
 
-from meshops.kernels import attention_extension, kernels_enabled
+import meshops.kernels as kernels
+from meshops.kernels import attention_extension, attention_kernel, kernels_enabled
+from meshops.kernels import build
+from meshops.kernels.build import Extension, KernelBuildError, KernelBuildTimeout
 from meshops.kernels.attention import fused_attention, fused_attention_supported
 
 
@@ -20,18 +30,18 @@ def _reference(q, k, v, bias, scale):
     return torch.softmax(s, -1) @ v
 
 
-def test_kernel_builds():
+def test_kernel_builds(fused_kernel_available):
     """On any machine with a compiler and AVX2 the kernel must build (CI has both);
     MESHOPS_KERNELS=0 is the documented way to run without it."""
     if not kernels_enabled():
         pytest.skip("MESHOPS_KERNELS=0")
     if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
         pytest.skip("no AVX2")
-    assert attention_extension() is not None
+    assert fused_kernel_available
 
 
-needs_kernel = pytest.mark.skipif(attention_extension() is None,
-                                  reason="fused CPU attention kernel not available")
+# built in a session fixture (conftest.py), never at collection
+needs_kernel = pytest.mark.usefixtures("fused_kernel")
 
 
 def _inputs(B, H, Hk, Nq, Nk, E, C, dtype=torch.float64, seed=0, excluded=0.1):
@@ -170,3 +180,310 @@ def test_torch_func_transforms_take_the_sdpa_path():
     layer(x, None, w).square().sum().backward()  # the fused path, outside torch.func
     for name, p in layer.named_parameters():
         torch.testing.assert_close(g[name], p.grad, rtol=1e-10, atol=1e-12)
+
+
+# ------------------------------------------------------------- building: never hang
+ROOT = Path(__file__).resolve().parents[1]
+needs_avx2 = pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"),
+                                reason="no AVX2: no kernel to build")
+
+
+def _env(**extra):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    env.pop("MESHOPS_KERNELS", None)
+    env.update(extra)
+    return env
+
+
+@contextmanager
+def _lock_held_by_other_process(path):
+    """Another live process holding the OS lock ``path`` (as a builder does)."""
+    code = ("import fcntl, os, sys, time\n"
+            "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "print('held', flush=True)\n"
+            "time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def fake_compiler(monkeypatch):
+    """Stands in for the compiler in the tests of the locking (no minute-long build)."""
+    def compile_(ext, lib, timeout, env):
+        lib.write_bytes(b"library")
+
+    monkeypatch.setattr(build, "_toolchain", dict)
+    monkeypatch.setattr(build, "_compile", compile_)
+
+
+def test_cache_folder_is_keyed_by_source_torch_python_and_cpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    src = tmp_path / "k.cpp"
+    src.write_text("int f() { return 1; }")
+    ext = Extension("k", (src,), cflags=("-mavx2",))
+    base = ext.folder()
+    assert base.parent == tmp_path / "ext" / "meshops"
+    assert f"torch{torch.__version__}" in base.name and sys.implementation.cache_tag in base.name
+    assert ext.library() == base / "k.so"
+    assert Extension("k", (src,), cflags=("-mavx512f",)).folder() != base  # CPU capability
+    with monkeypatch.context() as m:
+        m.setattr(torch, "__version__", "9.9.9")
+        assert ext.folder() != base
+    with monkeypatch.context() as m:
+        m.setattr(sys.implementation, "cache_tag", "cpython-399")
+        assert ext.folder() != base
+    assert ext.folder() == base
+    src.write_text("int f() { return 2; }")
+    assert ext.folder() != base
+
+
+def test_lock_of_a_killed_builder_is_free_at_once(tmp_path):
+    lock = tmp_path / "build.lock"
+    with _lock_held_by_other_process(lock) as holder:
+        start = time.perf_counter()
+        with pytest.raises(KernelBuildTimeout, match=r"build lock .* more than 0.5 s"):
+            with build.build_lock(lock, timeout=0.5):
+                pass
+        assert 0.5 <= time.perf_counter() - start < 5  # waited, but only as long as asked
+        holder.kill()  # kill -9: the lock file stays behind
+        holder.wait()
+        assert lock.exists()
+        start = time.perf_counter()
+        with build.build_lock(lock, timeout=60):
+            waited = time.perf_counter() - start
+    assert waited < 5, f"waited {waited:.1f} s on the lock of a dead process"
+
+
+def test_build_killed_midway_leaves_nothing_that_blocks_the_next(tmp_path, monkeypatch,
+                                                                  fake_compiler):
+    """kill -9 of a builder holding the lock and its private build folder: the next
+    build takes the lock at once, removes the leftovers and completes."""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    src = tmp_path / "k.cpp"
+    src.write_text("// kernel")
+    code = ("import sys, tempfile, time\n"
+            "from pathlib import Path\n"
+            "from meshops.kernels import build\n"
+            "def stuck(ext, lib, timeout, env):\n"
+            "    tempfile.mkdtemp(prefix=build.TMP_PREFIX, dir=lib.parent)\n"
+            "    print('compiling', flush=True)\n"
+            "    time.sleep(600)\n"
+            "build._compile, build._toolchain = stuck, dict\n"
+            "build.ensure_built(build.Extension('k', (Path(sys.argv[1]),)), timeout=600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(src)], stdout=subprocess.PIPE,
+                            text=True, env=_env(TORCH_EXTENSIONS_DIR=str(tmp_path / "ext")))
+    try:
+        assert proc.stdout.readline().strip() == "compiling"
+    finally:
+        proc.kill()
+        proc.wait()
+    ext = Extension("k", (src,))
+    assert list(ext.folder().glob(build.TMP_PREFIX + "*"))  # what the killed build left
+    start = time.perf_counter()
+    built = build.ensure_built(ext, timeout=60)
+    assert time.perf_counter() - start < 5
+    assert built.path == ext.library() and built.path.read_bytes() == b"library"
+    assert built.seconds is not None
+    assert not list(ext.folder().glob(build.TMP_PREFIX + "*"))
+
+
+def test_every_build_says_so_and_how_long_it_took(tmp_path, monkeypatch, caplog, fake_compiler):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    src = tmp_path / "k.cpp"
+    src.write_text("// kernel")
+    ext = Extension("k", (src,), title="the test kernel")
+    with caplog.at_level("WARNING", logger="meshops.kernels"):
+        first = build.ensure_built(ext)
+        again = build.ensure_built(ext)
+        forced = build.ensure_built(ext, force=True)
+    notices = [r.getMessage() for r in caplog.records]
+    assert first.seconds is not None and again.seconds is None and forced.seconds is not None
+    assert sum("compiling the test kernel (takes one to three minutes" in m
+               for m in notices) == 2
+    assert sum(m.startswith("meshops: compiled the test kernel in ") and str(ext.library()) in m
+               for m in notices) == 2
+
+
+def _failing_compiler(tmp_path):
+    cxx = tmp_path / "failing-c++"
+    # answers PyTorch's version query as the real compiler, fails to compile anything
+    cxx.write_text("#!/bin/sh\ncase \"$1\" in --version|-v|-dumpversion) exec c++ \"$@\";; esac\n"
+                   "echo 'attention_cpu.cpp:1: error: boom' >&2\nexit 1\n")
+    cxx.chmod(0o755)
+    return cxx
+
+
+@needs_avx2
+def test_failed_compile_leaves_no_library_nor_build_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    monkeypatch.setenv("CXX", str(_failing_compiler(tmp_path)))
+    ext = attention_kernel()
+    with pytest.raises(KernelBuildError, match="compiling failed: .*boom"):
+        build.ensure_built(ext, timeout=120)
+    assert [p.name for p in ext.folder().iterdir()] == ["build.lock"]
+
+
+@needs_avx2
+def test_held_lock_times_out_and_falls_back_to_sdpa_with_one_warning(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setenv("MESHOPS_KERNEL_TIMEOUT", "1.5")
+    monkeypatch.delenv("MESHOPS_KERNELS", raising=False)
+    monkeypatch.setattr(kernels, "_STATE", {})  # as in a fresh process
+    folder = attention_kernel().folder()
+    folder.mkdir(parents=True)
+    q = torch.randn(1, 2, 5, 4)
+    with _lock_held_by_other_process(folder / "build.lock"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            start = time.perf_counter()
+            assert attention_extension() is None
+            elapsed = time.perf_counter() - start
+            assert attention_extension() is None
+            assert not fused_attention_supported(q, q, q)  # the layers take SDPA
+    assert 1.5 <= elapsed < 10
+    msgs = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(msgs) == 1, msgs
+    assert "build lock" in msgs[0] and "MESHOPS_KERNEL_TIMEOUT" in msgs[0]
+    assert "using PyTorch's attention" in msgs[0]
+
+
+def test_bad_timeout_setting_is_named(monkeypatch):
+    monkeypatch.setenv("MESHOPS_KERNEL_TIMEOUT", "soon")
+    with pytest.raises(KernelBuildError, match="MESHOPS_KERNEL_TIMEOUT='soon' is not a positive"):
+        build.build_timeout()
+    monkeypatch.setenv("MESHOPS_KERNEL_TIMEOUT", "-3")
+    with pytest.raises(KernelBuildError, match="MESHOPS_KERNEL_TIMEOUT"):
+        build.build_timeout()
+    monkeypatch.setenv("MESHOPS_KERNEL_TIMEOUT", "90")
+    assert build.build_timeout() == 90.0
+
+
+def test_nothing_is_compiled_at_import_or_test_collection(tmp_path):
+    """Collecting the tests that use the kernel (and importing the layers) builds
+    nothing: a build there escapes pytest's timeout."""
+    ext_dir = tmp_path / "ext"
+    files = ["tests/test_kernels.py", "tests/test_nn_continuum.py", "tests/test_nn_position.py"]
+    res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                          "-p", "no:cacheprovider", *files], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300, env=_env(TORCH_EXTENSIONS_DIR=str(ext_dir)))
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "compiling" not in res.stdout + res.stderr
+    assert not ext_dir.exists()
+
+
+def test_build_kernels_command_names_the_library(fused_kernel):
+    """The default cache already holds the kernel (the session fixture built it), so
+    the command finds it and says where it is."""
+    res = subprocess.run([sys.executable, "-m", "meshops", "build-kernels"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600, env=_env())
+    assert res.returncode == 0, res.stderr
+    line = res.stdout.strip()
+    assert line.startswith("fused CPU attention kernel: ") and line.endswith("(already built)")
+    path = Path(line[len("fused CPU attention kernel: "):-len(" (already built)")])
+    assert path == attention_kernel().library() and path.is_file()
+
+
+@needs_avx2
+def test_build_kernels_command_reports_a_missing_compiler(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "meshops", "build-kernels"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300,
+                         env=_env(TORCH_EXTENSIONS_DIR=str(tmp_path / "ext"),
+                                  CXX=str(tmp_path / "no-such-c++")))
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        f"meshops: error: cannot build the fused CPU attention kernel: no C++ compiler: "
+        f"'{tmp_path / 'no-such-c++'}' is not on PATH (install g++, or set CXX)"]
+    assert res.stdout == ""
+
+
+def _build_processes(folder):
+    """Processes working in a private build folder under ``folder`` (ninja, compilers)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if f"/{build.TMP_PREFIX}" in os.readlink(proc / "cwd") and \
+                    os.readlink(proc / "cwd").startswith(str(folder)):
+                found.append((proc / "cmdline").read_bytes().split(b"\0")[0].decode())
+        except OSError:
+            pass
+    return found
+
+
+def _wait_for_compiler(folder, proc, limit=300):
+    deadline = time.monotonic() + limit
+    while not any("cc1plus" in p or "c++" in p for p in _build_processes(folder)):
+        assert proc.poll() is None and time.monotonic() < deadline, "no compiler started"
+        time.sleep(0.5)
+
+
+def _assert_no_build_processes(folder, grace=5):
+    """Within a few seconds (signals take a moment) nothing works in ``folder``."""
+    deadline = time.monotonic() + grace
+    while (running := _build_processes(folder)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert running == [], f"processes of the stopped build still run: {running}"
+
+
+@pytest.mark.slow
+@needs_avx2
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_real_build_killed_midway_then_the_next_run_completes(tmp_path):
+    """kill -9 of a process while its compiler runs: the compiler dies with it, and
+    the next process compiles the kernel and uses it."""
+    ext_dir = tmp_path / "ext"
+    env = _env(TORCH_EXTENSIONS_DIR=str(ext_dir))
+    run = "from meshops.kernels import attention_extension\nassert attention_extension()\n"
+    first = subprocess.Popen([sys.executable, "-c", run], env=env, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_compiler(ext_dir, first)
+    finally:
+        first.kill()
+        first.wait()
+    _assert_no_build_processes(ext_dir)
+    assert list(ext_dir.glob(f"meshops/*/{build.TMP_PREFIX}*"))  # its leftovers
+    res = subprocess.run([sys.executable, "-c", run + "import torch\n"
+                          "from meshops.kernels.attention import fused_attention\n"
+                          "import torch.nn.functional as F\n"
+                          "q = torch.randn(1, 2, 9, 4, dtype=torch.float64)\n"
+                          "torch.testing.assert_close(fused_attention(q, q, q), "
+                          "F.scaled_dot_product_attention(q, q, q))\n"],
+                         env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "compiled the fused CPU attention kernel in" in res.stderr
+    assert not list(ext_dir.glob(f"meshops/*/{build.TMP_PREFIX}*"))
+
+
+@pytest.mark.slow
+@needs_avx2
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_compile_past_the_time_limit_is_stopped(tmp_path):
+    """MESHOPS_KERNEL_TIMEOUT bounds the compile too: past it the compiler is stopped,
+    nothing is left behind, and the layers fall back with one warning."""
+    ext_dir = tmp_path / "ext"
+    code = ("import time, warnings\n"
+            "from meshops.kernels import attention_extension\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            "    start = time.perf_counter()\n"
+            "    assert attention_extension() is None and attention_extension() is None\n"
+            "print(time.perf_counter() - start)\n"
+            "w = [x for x in w if str(x.message).startswith('meshops:')]\n"
+            "print(len(w))\n"
+            "print(w[0].message)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, env=_env(TORCH_EXTENSIONS_DIR=str(ext_dir),
+                                               MESHOPS_KERNEL_TIMEOUT="25"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    seconds, count, message = res.stdout.strip().splitlines()
+    assert 25 <= float(seconds) < 60 and count == "1"
+    assert "took more than 25 s (MESHOPS_KERNEL_TIMEOUT" in message
+    _assert_no_build_processes(ext_dir)
+    folder, = ext_dir.glob("meshops/*")
+    assert [p.name for p in folder.iterdir()] == ["build.lock"]

@@ -10,15 +10,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch_geometric.utils import to_dense_batch
 
 import meshops.nn.continuum as CA
-from meshops.kernels import attention_extension
 from meshops.nn.continuum import ContinuumAttention
 
 DT = torch.float64
 SIZES = (5, 9, 3)
 DST_SIZES = (4, 2, 6)
-#: the fused CPU kernel where it could be built (tests/test_kernels.py insists on it
-#: on AVX2 machines)
-FUSED = ("fused",) if attention_extension() is not None else ()
+#: the fused CPU kernel; its tests skip where it cannot be built (conftest's fused_kernel
+#: fixture; tests/test_kernels.py insists on it on AVX2 machines)
+FUSED = ("fused",)
 IMPLS = ("sdpa", "fold", "naive") + FUSED
 
 
@@ -250,7 +249,7 @@ def test_fused_paths_never_materialise_attention_matrix(impl, weight_grad):
     assert rec.max_numel >= 2 * n * n
 
 
-def test_auto_takes_the_fused_kernel_where_it_applies(monkeypatch):
+def test_auto_takes_the_fused_kernel_where_it_applies(monkeypatch, fused_kernel_available):
     calls = []
     real = CA.fused_attention
 
@@ -263,7 +262,7 @@ def test_auto_takes_the_fused_kernel_where_it_applies(monkeypatch):
     assert layer.impl == "auto"
     x, _, w, batch = make_batch(SIZES, 6, seed=12)
     out = layer(x, None, w, batch)
-    assert len(calls) == (1 if FUSED else 0)
+    assert len(calls) == (1 if fused_kernel_available else 0)
     torch.testing.assert_close(out, reference_flat(layer, x, x, w, batch, batch), rtol=0,
                                atol=1e-10)
     calls.clear()
@@ -271,7 +270,7 @@ def test_auto_takes_the_fused_kernel_where_it_applies(monkeypatch):
     layer.train()(x, None, w, batch)  # attention dropout: PyTorch's path
     assert calls == []
     layer.impl = "fused"
-    if FUSED:
+    if fused_kernel_available:
         with pytest.raises(ValueError, match="no attention dropout"):
             layer(x, None, w, batch)
 

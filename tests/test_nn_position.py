@@ -10,14 +10,13 @@ import pytest
 import torch
 from torch.func import functional_call
 
-from meshops.kernels import attention_extension
 from meshops.nn import position as P
 from meshops.nn.position import PositionAttention, position_kernel
 
 DT = torch.float64
-#: "fused" where the CPU kernel could be built (tests/test_kernels.py insists on it on
-#: AVX2 machines)
-PATHS = ["kernel", "sdpa"] + (["fused"] if attention_extension() is not None else [])
+#: "fused" tests skip where the CPU kernel cannot be built (conftest's fused_kernel
+#: fixture; tests/test_kernels.py insists on it on AVX2 machines)
+PATHS = ["kernel", "sdpa", "fused"]
 
 
 # ----------------------------------------------------------------------- reference
@@ -243,7 +242,7 @@ def test_sdpa_float32_accuracy():
     assert (out.double() - ref).abs().max() < 2e-5 * ref.abs().max()  # measured 2.5e-6
 
 
-def test_auto_path_switches_on_size(monkeypatch):
+def test_auto_path_switches_on_size(monkeypatch, fused_kernel_available):
     """Materialised kernel while small; above KERNEL_LIMIT the fused CPU kernel where
     it was built, else SDPA."""
     layer = make(path="auto")
@@ -265,7 +264,7 @@ def test_auto_path_switches_on_size(monkeypatch):
     assert not seen
     monkeypatch.setattr(P, "KERNEL_LIMIT", 100)
     big = layer(x, pos, w)
-    assert seen == ["_fused_attention" if "fused" in PATHS else "_sdpa_attention"]
+    assert seen == ["_fused_attention" if fused_kernel_available else "_sdpa_attention"]
     torch.testing.assert_close(big, small, rtol=0, atol=1e-10)
 
 

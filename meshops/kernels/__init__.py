@@ -1,29 +1,38 @@
-"""Compiled CPU kernels, built on first use.
+"""Compiled CPU kernels, built on first use or ahead of time.
 
-:func:`attention_extension` compiles ``attention_cpu.cpp`` with
-:func:`torch.utils.cpp_extension.load` the first time it is needed (about a minute; a
-C++ compiler and ``ninja`` are required, and the result is cached in PyTorch's
-extension directory, ``TORCH_EXTENSIONS_DIR``).  Where that is impossible (no compiler,
-a CPU without AVX2), it warns once and returns ``None``; the layers then use
-PyTorch's own fused attention, which gives the same numbers more slowly.
-``MESHOPS_KERNELS=0`` in the environment turns the kernels off.
+:func:`attention_extension` compiles ``attention_cpu.cpp`` the first time it is
+needed (one to three minutes, with a notice before and the time taken after; a C++
+compiler and ``ninja`` are required), or ``meshops build-kernels`` does it ahead of
+time.  The result is cached in ``$TORCH_EXTENSIONS_DIR/meshops`` (by default
+``~/.cache/torch_extensions/meshops``) in a folder keyed by the source, the torch
+version and the Python ABI, so venvs and torch versions do not rebuild over each
+other.  Nothing is compiled at import.
+
+A build never waits without bound (:mod:`meshops.kernels.build`): builders exclude
+each other with an OS file lock that dies with its holder, so a killed build leaves
+no stale lock, and a process gives up waiting for another's build, or for its own
+compile, after ``MESHOPS_KERNEL_TIMEOUT`` seconds (default 600).  Where the kernel
+cannot be had (no compiler, a CPU without AVX2, the time limit), it warns once and
+returns ``None``; the layers then use PyTorch's own fused attention, which gives the
+same numbers more slowly.  ``MESHOPS_KERNELS=0`` in the environment turns the kernels
+off.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import shutil
 import threading
 import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import Optional
 
-__all__ = ["attention_extension", "kernels_enabled"]
+from meshops.kernels.build import Built, Extension, KernelBuildError, ensure_built, load_module
+
+__all__ = ["KernelBuildError", "attention_extension", "attention_kernel",
+           "build_attention_kernel", "kernels_enabled"]
 
 _SOURCE = Path(__file__).with_name("attention_cpu.cpp")
-_LOG = logging.getLogger(__name__)
 _LOCK = threading.Lock()
 _STATE: dict[str, object] = {}
 
@@ -42,53 +51,53 @@ def kernels_enabled() -> bool:
                                                                           "off")
 
 
-def attention_extension() -> Optional[ModuleType]:
-    """The compiled fused-attention module, or ``None`` where it cannot be built.
+def attention_kernel() -> Extension:
+    """The fused-attention extension for this CPU (sources, flags, cache location).
 
-    Thread-safe; the build is attempted once per process.
+    Raises :class:`KernelBuildError` on a CPU without AVX2.
+    """
+    import torch
+
+    cap = torch.backends.cpu.get_cpu_capability()
+    if cap not in _FLAGS:
+        raise KernelBuildError(f"no fused CPU attention kernel for CPU capability {cap!r} "
+                               f"(AVX2 or AVX512 needed)")
+    return Extension(name=f"meshops_attention_{cap.lower()}", sources=(_SOURCE,),
+                     cflags=("-O3", "-fopenmp", *_FLAGS[cap]), ldflags=("-fopenmp",),
+                     title="the fused CPU attention kernel")
+
+
+def build_attention_kernel(force: bool = False) -> Built:
+    """Compile the fused-attention kernel into the cache unless it is there (or ``force``).
+
+    Returns where it is and how long the compile took (``None``: already built).
+    Raises :class:`KernelBuildError` when it cannot be built.
+    """
+    return ensure_built(attention_kernel(), force=force)
+
+
+def attention_extension() -> Optional[ModuleType]:
+    """The compiled fused-attention module, or ``None`` where it cannot be had.
+
+    Builds it on the first call if the cache lacks it (bounded by
+    ``MESHOPS_KERNEL_TIMEOUT``).  Thread-safe; attempted once per process, with one
+    warning when it fails.
     """
     if not kernels_enabled():
         return None
     with _LOCK:
         if "attention" not in _STATE:
-            _STATE["attention"] = _build()
+            _STATE["attention"] = _load_attention()
         return _STATE["attention"]  # type: ignore[return-value]
 
 
-def _build() -> Optional[ModuleType]:
-    import torch
-    from torch.utils import cpp_extension
-
-    cap = torch.backends.cpu.get_cpu_capability()
-    if cap not in _FLAGS:
-        warnings.warn(f"meshops: no fused CPU attention kernel for CPU capability {cap!r} "
-                      f"(AVX2 or AVX512 needed); using PyTorch's attention", RuntimeWarning,
-                      stacklevel=3)
-        return None
-    if shutil.which("ninja") is None:
-        # the ninja wheel's binary is not on PATH when the venv is not activated
-        try:
-            import ninja
-
-            os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
-        except ImportError:
-            pass
-    name = f"meshops_attention_{cap.lower()}"
+def _load_attention() -> Optional[ModuleType]:
     try:
-        built = Path(cpp_extension._get_build_directory(name, False), f"{name}.so").exists()
-    except Exception:  # noqa: BLE001 - a private helper; only decides about the notice
-        built = False
-    if not built:
-        _LOG.warning("meshops: compiling the fused CPU attention kernel (once per machine, "
-                     "about a minute; MESHOPS_KERNELS=0 skips it)")
-    try:
-        return cpp_extension.load(
-            name=name, sources=[str(_SOURCE)],
-            extra_cflags=["-O3", "-fopenmp", *_FLAGS[cap]], extra_ldflags=["-fopenmp"],
-            verbose=False)
-    except Exception as err:  # noqa: BLE001 - any build failure means "not available"
-        warnings.warn(f"meshops: could not build the fused CPU attention kernel "
-                      f"({type(err).__name__}: {str(err).strip()[:500]}); using PyTorch's "
-                      f"attention instead (set MESHOPS_KERNELS=0 to skip the attempt)",
-                      RuntimeWarning, stacklevel=3)
+        ext = attention_kernel()
+        return load_module(ext.name, ensure_built(ext).path)
+    except Exception as err:  # noqa: BLE001 - any failure means "use PyTorch's attention"
+        reason = str(err) if isinstance(err, KernelBuildError) else f"{type(err).__name__}: {err}"
+        warnings.warn(f"meshops: the fused CPU attention kernel is not available ({reason}); "
+                      f"using PyTorch's attention, which gives the same numbers more slowly "
+                      f"(MESHOPS_KERNELS=0 skips the attempt)", RuntimeWarning, stacklevel=4)
         return None
