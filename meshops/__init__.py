@@ -14,11 +14,13 @@ from meshops.data import MeshData
 from meshops.io import mesh_from_arrays, read_mesh, write_mesh
 from meshops.pointcloud import point_cloud_weights
 from meshops.quadrature import grid_weights, quadrature_weights, structured_grid_cells
-from meshops.search import available_backends, default_backend, fps, knn, partition, radius
+from meshops.search import (available_backends, cells_to_edge_index, default_backend, fps, knn,
+                            knn_graph, partition, radius, radius_graph)
 
 __all__ = [
-    "MeshData", "MeshError", "__version__", "available_backends", "default_backend", "fps",
-    "grid_weights", "keep_freed_memory", "knn", "mesh_from_arrays", "partition",
-    "point_cloud_weights", "quadrature_weights", "radius", "read_mesh",
+    "MeshData", "MeshError", "__version__", "available_backends", "cells_to_edge_index",
+    "default_backend", "fps", "grid_weights", "keep_freed_memory", "knn", "knn_graph",
+    "mesh_from_arrays", "partition", "point_cloud_weights", "quadrature_weights", "radius",
+    "radius_graph", "read_mesh",
     "structured_grid_cells", "write_mesh",
 ]

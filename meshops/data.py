@@ -2,10 +2,47 @@
 
 from __future__ import annotations
 
-from typing import Any
+import weakref
+from typing import Any, Optional
 
 import torch
-from torch_geometric.data import Data
+from torch_geometric.data import Batch, Data
+
+from meshops.errors import MeshError
+from meshops.search.graph import cells_to_face
+
+
+class MissingFieldError(MeshError, KeyError):
+    """A point field that a mesh does not have (a ``KeyError`` and a ``MeshError``)."""
+
+    def __str__(self) -> str:  # KeyError would print the message in quotes
+        return str(self.args[0])
+
+
+class _Fields(dict):
+    """The ``fields`` dict of one mesh, whose missing-key error names the mesh.
+
+    PyG batches a dict attribute by looking every name of the first mesh up in the
+    others, so a mesh without one of them used to end the batching in a bare
+    ``KeyError: 'f'``; this lookup is where the clearer message is made.
+    """
+
+    def __init__(self, fields=(), owner: Optional["MeshData"] = None) -> None:
+        super().__init__(fields)
+        self._owner = None if owner is None else weakref.ref(owner)
+
+    def __missing__(self, key):
+        owner = self._owner() if self._owner is not None else None
+        source = getattr(owner, "source", None) if owner is not None else None
+        mesh = f"mesh {str(source)!r}" if source is not None else "a mesh"
+        raise MissingFieldError(
+            f"{mesh} has no point field {key!r} (its fields: {sorted(self)}); meshes "
+            f"batched together need the same field names")
+
+    def __reduce__(self):
+        # The weak reference to the owner does not pickle; the owner's next access
+        # to ``fields`` attaches it again.
+        return _Fields, (dict(self),)
 
 
 class MeshData(Data):
@@ -22,8 +59,21 @@ class MeshData(Data):
             file, so that a round trip is bit-for-bit).
         weight: Nodal quadrature weights ``[N]`` (see :func:`meshops.quadrature_weights`).
         fields: ``dict[str, Tensor]`` of point data, each ``[N]`` or ``[N, c]``.
+            Meshes batched together need the same field names; otherwise batching
+            raises :class:`MissingFieldError` naming the mesh and the field.
         cells: ``list[tuple[str, LongTensor[M, k]]]`` in meshio's cell-type names,
-            kept so that predictions can be written back onto the same mesh.
+            kept so that predictions can be written back onto the same mesh. On a
+            batch, the cells of all its meshes with indices into the batch's
+            ``pos`` (offset like PyG offsets ``edge_index``), one block per cell
+            type; ``batch.get_example(i)`` / ``to_data_list()`` give every mesh its
+            own cells back with its own indices.
+        face: Triangles ``[3, F]`` (PyG's layout) of the triangle and quad cells,
+            quads split into two triangles (:func:`meshops.search.cells_to_face`);
+            computed from ``cells`` unless set explicitly (``face = None`` removes
+            it from this object, as ``FaceToEdge`` does), None without 2-D cells.
+            :class:`torch_geometric.transforms.FaceToEdge` reads it;
+            :func:`meshops.cells_to_edge_index` gives the cells' own edges instead
+            (no quad diagonals; volume cells too).
         cell_data: ``dict[str, list[Tensor]]`` of cell data (one array per cell
             block), kept for write-back.
         source: Path of the file the mesh was read from, or ``None``.
@@ -46,6 +96,69 @@ class MeshData(Data):
             self.cell_data = dict(cell_data)
         if source is not None:
             self.source = source
+
+    def _stored(self, key: str) -> Any:
+        # An AttributeError from a property getter makes Python fall back to
+        # Data.__getattr__, which says the attribute is missing, as for any other.
+        if key not in self._store:
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{key}'")
+        return self._store[key]
+
+    @property
+    def fields(self) -> dict:
+        fields = self._stored("fields")
+        if type(fields) is dict:  # PyG's separate() and .to() give plain dicts back
+            fields = self._store["fields"] = _Fields(fields, self)
+        elif isinstance(fields, _Fields) and fields._owner is None:  # unpickled
+            fields._owner = weakref.ref(self)
+        return fields
+
+    @fields.setter
+    def fields(self, value) -> None:
+        self._store["fields"] = None if value is None else _Fields(value, self)
+
+    @property
+    def cells(self) -> list:
+        cells = self._stored("cells")
+        if isinstance(self, Batch) and _per_mesh(cells):
+            if "ptr" not in self._store:
+                # (an AttributeError here would make Python fall back to the raw list)
+                raise MeshError("MeshData batch without 'ptr': cannot offset its cells")
+            return _offset_cells(cells, self._store["ptr"])
+        return cells
+
+    @cells.setter
+    def cells(self, value) -> None:
+        self._store["cells"] = value
+
+    @property
+    def face(self) -> Optional[torch.Tensor]:
+        if "face" in self._store:  # set explicitly
+            return self._store["face"]
+        if self.__dict__.get("_face_removed"):
+            return None
+        cells = getattr(self, "cells", None)
+        return cells_to_face(cells) if cells else None
+
+    @face.setter
+    def face(self, value) -> None:
+        # PyG's store drops None values, so "removed" (what FaceToEdge does with
+        # remove_faces=True) is remembered beside it; a batch computes its own face.
+        self.__dict__["_face_removed"] = value is None
+        self._store["face"] = value
+
+    @property
+    def num_faces(self) -> Optional[int]:
+        face = self.face
+        return int(face.shape[1]) if isinstance(face, torch.Tensor) else None
+
+    def apply(self, func, *args: str):
+        # PyG's apply (behind .to(), .cpu(), ...) rebuilds dicts as plain dicts;
+        # wrap ``fields`` again so that batching still names a missing field.
+        super().apply(func, *args)
+        if "fields" in self._store:
+            self.fields  # noqa: B018 (the getter re-wraps)
+        return self
 
     @property
     def dim(self) -> int:
@@ -84,3 +197,23 @@ class MeshData(Data):
         for ctype, conn in getattr(self, "cells", None) or []:
             counts[ctype] = counts.get(ctype, 0) + int(conn.shape[0])
         return counts
+
+
+def _per_mesh(cells) -> bool:
+    """Whether a batch's stored ``cells`` is PyG's list of every mesh's cell list.
+
+    PyG's collate passes lists of ``(type, tensor)`` pairs through untouched (no
+    ``__inc__`` is asked for them), one list per mesh; a cell list set on the batch
+    itself has ``(type, tensor)`` pairs at the top instead.
+    """
+    return all(not (len(entry) and isinstance(entry[0], str)) for entry in cells)
+
+
+def _offset_cells(per_mesh, ptr: torch.Tensor) -> list:
+    """One cell list for a batch: every mesh's indices offset by its first point."""
+    offsets = ptr.tolist()
+    blocks: dict[str, list[torch.Tensor]] = {}
+    for b, cells in enumerate(per_mesh):
+        for ctype, conn in cells:
+            blocks.setdefault(str(ctype), []).append(torch.as_tensor(conn) + offsets[b])
+    return [(ctype, torch.cat(conns, dim=0)) for ctype, conns in blocks.items()]

@@ -1,0 +1,259 @@
+"""Graphs in PyG's layout: :func:`knn_graph` / :func:`radius_graph` drop-ins, and
+the graph and faces of mesh cells (:func:`cells_to_edge_index`, :func:`cells_to_face`).
+
+``torch_geometric.nn.knn_graph`` / ``radius_graph`` need pyg-lib or torch-cluster
+and raise ``ImportError`` without them. These functions take the same arguments and
+return the same ``edge_index``, computed with meshops' own search backends
+(:func:`meshops.knn` / :func:`meshops.radius`, so ``scipy`` on CPU, ``torch_cluster``
+on CUDA when installed, exact ``torch`` brute force otherwise).
+
+Orientation, as in PyG: with ``flow="source_to_target"`` (the default) row 0 holds
+the neighbour (message source) and row 1 the centre point (message target), so a
+``MessagePassing`` layer aggregates every point's neighbours into it;
+``flow="target_to_source"`` swaps the rows. Edges are ordered by centre point, then
+by increasing distance.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.utils import to_undirected
+
+from meshops.errors import MeshError
+from meshops.search import _validate as V
+from meshops.search.knn import knn, radius
+
+__all__ = ["cells_to_edge_index", "cells_to_face", "knn_graph", "radius_graph"]
+
+_FLOWS = ("source_to_target", "target_to_source")
+
+
+def _check_common(x: Tensor, batch: Optional[Tensor], flow: str, fn: str) -> list[int]:
+    V.check_points(x, "x", fn)
+    if flow not in _FLOWS:
+        raise MeshError(f"{fn}: flow must be 'source_to_target' or 'target_to_source', "
+                        f"got {flow!r}")
+    b = V.check_batch(batch, x.shape[0], "batch", fn, x.device)
+    return V.sample_ptr(b, x.shape[0], V.num_samples(b))
+
+
+def _keep_first(center: Tensor, n: int, limit: int) -> Tensor:
+    """Mask keeping the first ``limit`` edges of every centre (edges sorted by centre)."""
+    counts = torch.bincount(center, minlength=n)
+    first = torch.cumsum(counts, 0) - counts
+    rank = torch.arange(center.numel(), device=center.device) - first[center]
+    return rank < limit
+
+
+def _orient(edge: Tensor, flow: str) -> Tensor:
+    # meshops.knn / radius give (centre, neighbour) rows = PyG's target_to_source.
+    return edge.flip(0) if flow == "source_to_target" else edge
+
+
+def knn_graph(x: Tensor, k: int, batch: Optional[Tensor] = None, loop: bool = False,
+              flow: str = "source_to_target", cosine: bool = False, num_workers: int = 1,
+              batch_size: Optional[int] = None, *, backend: Optional[str] = None) -> Tensor:
+    """Edges from every point to its ``k`` nearest points; PyG's ``knn_graph``.
+
+    Same arguments and output as :func:`torch_geometric.nn.knn_graph`. Every point
+    gets exactly ``k`` neighbours in its own sample; with ``loop=False`` the point
+    itself is not one of them (also when other points coincide with it: one of
+    those is then a neighbour at distance 0).
+
+    Args:
+        x: Points (or node features) ``[N, d]``.
+        k: Number of neighbours per point.
+        batch: Sorted PyG batch vector ``[N]``, or None for one sample.
+        loop: Whether every point is its own neighbour (counted in ``k``).
+        flow: ``"source_to_target"`` (row 0 neighbour, row 1 centre) or
+            ``"target_to_source"`` (row 0 centre, row 1 neighbour).
+        cosine: Rank neighbours by cosine distance ``1 - cos(x_i, x_j)`` instead of
+            Euclidean distance.
+        num_workers: Accepted for PyG compatibility; the backend picks its threads.
+        batch_size: Accepted for PyG compatibility (the count follows from ``batch``).
+        backend: Search backend (see :func:`meshops.knn`); None for the default.
+
+    Returns:
+        LongTensor ``[2, N * k]`` on ``x.device``.
+
+    Raises:
+        MeshError: The input errors of :func:`meshops.knn`, an unknown ``flow``, or a
+            sample with fewer than ``k`` other points (``k`` points with ``loop=True``);
+            PyG would silently return fewer neighbours there.
+
+    Shapes:
+        - x: ``[N, d]``, batch: ``[N]``
+        - output: ``[2, N * k]``
+
+    Example:
+        >>> edge_index = meshops.knn_graph(pos, k=8, batch=batch)
+        >>> out = GCNConv(c, c)(h, edge_index)     # each point averages its 8 neighbours
+    """
+    fn = "knn_graph"
+    ptr = _check_common(x, batch, flow, fn)
+    k = V.check_int(k, "k", fn, minimum=1)
+    need = k if loop else k + 1
+    for s in range(len(ptr) - 1):
+        n = ptr[s + 1] - ptr[s]
+        if 0 < n < need:
+            raise MeshError(f"{fn}: k={k} needs {need} points per sample "
+                            f"({'loop=True' if loop else 'k others plus the point itself'}), "
+                            f"but sample {s} has {n}")
+    if cosine:
+        # Euclidean order of unit vectors is cosine order: |a - b|^2 = 2 - 2 cos(a, b).
+        x = torch.nn.functional.normalize(x, dim=1)
+    edge = knn(x, x, need, batch, batch, backend=backend)
+    if not loop and edge.numel():
+        # Drop the point itself; where coincident points pushed it out of its own
+        # k + 1 nearest, drop the farthest instead, so every point keeps exactly k.
+        center, nbr = edge.view(2, -1, need)
+        drop = nbr == center
+        drop[:, -1] |= ~drop.any(dim=1)
+        keep = ~drop
+        edge = torch.stack([center[keep], nbr[keep]])
+    return _orient(edge, flow)
+
+
+def radius_graph(x: Tensor, r: float, batch: Optional[Tensor] = None, loop: bool = False,
+                 max_num_neighbors: int = 32, flow: str = "source_to_target",
+                 num_workers: int = 1, batch_size: Optional[int] = None, *,
+                 backend: Optional[str] = None) -> Tensor:
+    """Edges between points at most ``r`` apart; PyG's ``radius_graph``.
+
+    Same arguments and output as :func:`torch_geometric.nn.radius_graph`. A point
+    keeps at most ``max_num_neighbors`` neighbours (not counting itself when
+    ``loop=False``): the **nearest** ones, where PyG's CPU kernel keeps an arbitrary
+    subset. A point at distance exactly ``r`` is a neighbour.
+
+    Args:
+        x: Points ``[N, d]``.
+        r: Radius, finite and ``>= 0``.
+        batch: Sorted PyG batch vector ``[N]``, or None for one sample.
+        loop: Whether every point is its own neighbour.
+        max_num_neighbors: Most neighbours per point (``>= 1``).
+        flow: ``"source_to_target"`` (row 0 neighbour, row 1 centre) or
+            ``"target_to_source"``.
+        num_workers: Accepted for PyG compatibility; the backend picks its threads.
+        batch_size: Accepted for PyG compatibility (the count follows from ``batch``).
+        backend: Search backend (see :func:`meshops.radius`); None for the default.
+
+    Returns:
+        LongTensor ``[2, E]`` on ``x.device``.
+
+    Raises:
+        MeshError: The input errors of :func:`meshops.radius` or an unknown ``flow``.
+
+    Shapes:
+        - x: ``[N, d]``, batch: ``[N]``
+        - output: ``[2, E]``, ``E <= N * max_num_neighbors``
+    """
+    fn = "radius_graph"
+    _check_common(x, batch, flow, fn)
+    r = V.check_real(r, "r", fn)
+    if r < 0:
+        raise MeshError(f"{fn}: r must be >= 0, got {r}")
+    max_num_neighbors = V.check_int(max_num_neighbors, "max_num_neighbors", fn, minimum=1)
+    # One more than asked for, so that the point itself does not use up a place.
+    edge = radius(x, x, r, batch, batch, max_num_neighbors + (0 if loop else 1),
+                  backend=backend)
+    if not loop:
+        edge = edge[:, edge[0] != edge[1]]
+        # Coincident points can push a point out of its own list: cap again.
+        edge = edge[:, _keep_first(edge[0], x.shape[0], max_num_neighbors)]
+    return _orient(edge, flow)
+
+
+# Local node pairs of the edges of each linear cell type, in VTK / meshio node order.
+_CELL_EDGES = {
+    "vertex": (),
+    "line": ((0, 1),),
+    "triangle": ((0, 1), (1, 2), (2, 0)),
+    "quad": ((0, 1), (1, 2), (2, 3), (3, 0)),
+    "tetra": ((0, 1), (1, 2), (2, 0), (0, 3), (1, 3), (2, 3)),
+    "hexahedron": ((0, 1), (1, 2), (2, 3), (3, 0), (4, 5), (5, 6), (6, 7), (7, 4),
+                   (0, 4), (1, 5), (2, 6), (3, 7)),
+    "wedge": ((0, 1), (1, 2), (2, 0), (3, 4), (4, 5), (5, 3), (0, 3), (1, 4), (2, 5)),
+    "pyramid": ((0, 1), (1, 2), (2, 3), (3, 0), (0, 4), (1, 4), (2, 4), (3, 4)),
+}
+_CELL_NODES = {"vertex": 1, "line": 2, "triangle": 3, "quad": 4, "tetra": 4,
+               "hexahedron": 8, "wedge": 6, "pyramid": 5}
+
+
+def _blocks(cells, fn: str):
+    """``(type, LongTensor [M, k])`` pairs of a meshio-style cell list, checked."""
+    for i, block in enumerate(cells):
+        ctype, conn = block
+        ctype = str(ctype)
+        if ctype not in _CELL_NODES:
+            raise MeshError(f"{fn}: cell block {i} has type {ctype!r}; supported types: "
+                            f"{', '.join(_CELL_NODES)}")
+        conn = torch.as_tensor(conn)
+        if conn.dim() != 2 or conn.shape[1] != _CELL_NODES[ctype]:
+            raise MeshError(f"{fn}: cell block {i} ({ctype}) must be [M, {_CELL_NODES[ctype]}], "
+                            f"got shape {tuple(conn.shape)}")
+        yield ctype, conn.long()
+
+
+def cells_to_edge_index(cells, num_nodes: Optional[int] = None) -> Tensor:
+    """The graph of a mesh's cell edges as a PyG ``edge_index``.
+
+    Two points are joined when they are the two ends of an edge of a cell (the
+    sides of triangles and quads, the 6 edges of a tetrahedron, the 12 of a
+    hexahedron, ...; quads get no diagonals). Every edge appears once in each
+    direction and the result is sorted by row, as :func:`torch_geometric.utils.to_undirected`
+    returns it, so either flow reads it the same way. A batched
+    :attr:`MeshData.cells <meshops.MeshData.cells>` gives the batch's graph.
+
+    Args:
+        cells: ``list[(cell type, LongTensor [M, k])]`` in meshio's names and node
+            order, e.g. ``mesh.cells``. Types: vertex, line, triangle, quad, tetra,
+            hexahedron, wedge, pyramid.
+        num_nodes: Number of points (default: largest index + 1).
+
+    Returns:
+        LongTensor ``[2, E]``, ``E`` = twice the number of distinct cell edges.
+
+    Raises:
+        MeshError: An unsupported cell type or a block of the wrong width (the
+            message names the block).
+
+    Shapes:
+        - cells: blocks ``[M, k]``
+        - output: ``[2, E]``
+    """
+    fn = "cells_to_edge_index"
+    pairs = []
+    device = None
+    for ctype, conn in _blocks(cells, fn):
+        device = conn.device
+        local = _CELL_EDGES[ctype]
+        if local and conn.shape[0]:
+            a, b = zip(*local)
+            pairs.append(torch.stack([conn[:, list(a)].reshape(-1),
+                                      conn[:, list(b)].reshape(-1)]))
+    if not pairs:
+        return torch.empty((2, 0), dtype=torch.long, device=device)
+    return to_undirected(torch.cat(pairs, dim=1), num_nodes=num_nodes)
+
+
+def cells_to_face(cells) -> Optional[Tensor]:
+    """Triangles of a mesh's 2-D cells in PyG's ``face`` layout ``[3, F]``.
+
+    Triangles as they are, then every quad split along its 0-2 diagonal into
+    ``(0, 1, 2)`` and ``(0, 2, 3)``. Other cell types are left out.
+
+    Returns:
+        LongTensor ``[3, F]``, or None when there are no triangles or quads.
+    """
+    tris = []
+    for ctype, conn in _blocks(cells, "cells_to_face"):
+        if ctype == "triangle":
+            tris.append(conn)
+        elif ctype == "quad":
+            tris += [conn[:, [0, 1, 2]], conn[:, [0, 2, 3]]]
+    if not tris:
+        return None
+    return torch.cat(tris, dim=0).t().contiguous()
