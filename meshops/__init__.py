@@ -9,7 +9,7 @@ the same geometry.
 __version__ = "0.1.0"
 
 from meshops.allocator import keep_freed_memory
-from meshops.errors import MeshError
+from meshops.errors import CheckpointError, MeshError
 from meshops.data import MeshData
 from meshops.io import mesh_from_arrays, read_mesh, write_mesh
 from meshops.pointcloud import point_cloud_weights
@@ -17,6 +17,7 @@ from meshops.quadrature import grid_weights, quadrature_weights, structured_grid
 from meshops.search import available_backends, default_backend, fps, knn, partition, radius
 
 __all__ = [
+    "CheckpointError",
     "MeshData", "MeshError", "__version__", "available_backends", "default_backend", "fps",
     "grid_weights", "keep_freed_memory", "knn", "mesh_from_arrays", "partition",
     "point_cloud_weights", "quadrature_weights", "radius", "read_mesh",
