@@ -1103,8 +1103,8 @@ def build_parser() -> argparse.ArgumentParser:
                    dest="quadrature_loss",
                    help="weight the relative L2 loss with the mesh quadrature (default); "
                    "--no-quadrature-loss: plain per-point norms as in published benchmarks")
-    g.add_argument("--seed", type=int, metavar="N", help="seed of the split, initialisation and data "
-                   "order (default 0)")
+    g.add_argument("--seed", type=int, metavar="N", help="seed of the split, the initial weights, "
+                   "the data order and dropout: one seed, one result on one machine (default 0)")
     g.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
     g.add_argument("--dtype", choices=["float32", "float64"], help="default float32")
     g = p.add_argument_group("output")
