@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from common import parser, run, sizes  # noqa: E402
 
+from meshops.training.seed import seed_everything  # noqa: E402
+
 from data_adapters import load_naca, make_airfoil_standin  # noqa: E402
 
 
@@ -48,6 +50,7 @@ def model_config(grid_shape, full: bool = False):
 
 def main(argv=None):
     args = parser(__doc__.splitlines()[0], "runs/airfoil").parse_args(argv)
+    seed_everything(args.seed)  # before anything that may draw a random number
     args.num_train, args.num_test, args.epochs = sizes(
         args, default=(200, 40, 30), full=(1000, 200, 500), quick=(8, 4, 1))
     if args.data is not None:

@@ -27,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from common import parser, run, sizes  # noqa: E402
 
+from meshops.training.seed import seed_everything  # noqa: E402
+
 from data_adapters import load_elasticity, make_elasticity_standin  # noqa: E402
 
 # Model sizes for ~1000-point samples, small enough for a 2-core CPU by default
@@ -52,6 +54,7 @@ def main(argv=None):
                         "by default each point also gets its distance to the void, which "
                         "with --data needs Random_UnitCell_rr_10.npy")
     args = p.parse_args(argv)
+    seed_everything(args.seed)  # before anything that may draw a random number
     args.num_train, args.num_test, args.epochs = sizes(
         args, default=(320, 40, 30), full=(1000, 200, 500), quick=(8, 4, 1))
     if args.full:

@@ -9,7 +9,7 @@ the same geometry.
 __version__ = "0.1.0"
 
 from meshops.allocator import keep_freed_memory
-from meshops.errors import MeshError
+from meshops.errors import CheckpointError, MeshError
 from meshops.data import MeshData
 from meshops.io import mesh_from_arrays, read_mesh, write_mesh
 from meshops.pointcloud import point_cloud_weights
@@ -18,6 +18,7 @@ from meshops.search import (available_backends, cells_to_edge_index, default_bac
                             knn_graph, partition, radius, radius_graph)
 
 __all__ = [
+    "CheckpointError",
     "MeshData", "MeshError", "__version__", "available_backends", "cells_to_edge_index",
     "default_backend", "fps", "grid_weights", "keep_freed_memory", "knn", "knn_graph",
     "mesh_from_arrays", "partition", "point_cloud_weights", "quadrature_weights", "radius",

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from meshops.errors import MeshError
+from meshops.errors import CheckpointError, MeshError
 
 
 class CLIError(Exception):
@@ -495,11 +495,34 @@ def _dump_yaml(cfg: dict) -> str:
     return yaml.safe_dump(_plain(cfg), sort_keys=False, default_flow_style=False)
 
 
+def _check_writable_folder(out: Path) -> None:
+    """Create the run folder and a file in it, so that an ``--out`` that cannot be
+    written (read-only, under a file, under ``/proc``) fails with one line before
+    training rather than with a traceback after the first epoch. Called once the
+    data has been read and checked: bad data leaves no run folder behind."""
+    import tempfile
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".meshops-write-check.", dir=out)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise CLIError(f"{out}: cannot write the run folder ({_os_reason(e)})") from None
+
+
+def _os_reason(e: OSError) -> str:
+    """``strerror: filename`` of an OSError (its str() repeats the errno)."""
+    reason = e.strerror or str(e)
+    return f"{reason}: {e.filename}" if e.filename is not None else reason
+
+
 def _cmd_train(args) -> int:
     import torch
 
     from meshops._atomic import atomic_write
     from meshops.training import RelativeLpLoss, Trainer
+    from meshops.training.seed import seed_everything
 
     cfg = resolve_train_config(args)
     main_rank = _is_main_rank()
@@ -507,6 +530,10 @@ def _cmd_train(args) -> int:
     if not args.dry_run and not args.resume and (out / "last.pt").exists():
         raise CLIError(f"{out}: already holds a training run (last.pt); pass --resume to "
                        f"continue it or choose another --out")
+    # Before anything draws a random number: the model's initial weights (built
+    # below) then depend on the seed alone, not on what ran before in the process.
+    # The Trainer seeds again (seed + rank) for dropout and the data order.
+    seed_everything(cfg["seed"])
     dtype = getattr(torch, cfg["dtype"])
 
     files, samples, shapes, dim = load_folder(cfg["data"], cfg["inputs"], cfg["targets"],
@@ -554,6 +581,7 @@ def _cmd_train(args) -> int:
         "split": {"train": [Path(files[i]).name for i in train_idx],
                   "val": [Path(f).name for f in val_files]},
     }
+    _check_writable_folder(out)
     if main_rank:
         atomic_write(out / RUN_CONFIG, lambda tmp: Path(tmp).write_text(_dump_yaml(resolved)))
         print(f"training {summary}; writing {out}/")
@@ -566,6 +594,8 @@ def _cmd_train(args) -> int:
     try:
         history = trainer.fit()
     except FloatingPointError as e:
+        raise CLIError(str(e)) from None
+    except CheckpointError as e:  # a damaged, truncated or malicious RUN/last.pt
         raise CLIError(str(e)) from None
     except ValueError as e:
         if not args.resume:
@@ -607,9 +637,47 @@ def load_run(run, device: str | None = None):
         raise CLIError(f"{run}: no such run folder or checkpoint")
     try:
         model = NeuralOperator.from_checkpoint(ckpt, map_location=device or _default_device())
+    except CheckpointError as e:  # damaged, truncated, malicious, inconsistent: names the file
+        raise CLIError(str(e)) from None
     except (FileNotFoundError, ValueError, KeyError, RuntimeError, TypeError) as e:
         raise CLIError(f"{ckpt}: cannot load the model ({e})") from None
-    return model, ckpt, dict(getattr(model, "metadata", {}) or {})
+    meta = dict(getattr(model, "metadata", {}) or {})
+    _check_run_metadata(meta, dict(getattr(model, "config", {}) or {}), ckpt)
+    return model, ckpt, meta
+
+
+def _check_run_metadata(meta: dict, config: dict, ckpt: Path) -> None:
+    """The metadata ``meshops train`` records (field names and shapes, channels,
+    dimension) has the right types and agrees with itself and with the model's
+    config; :class:`RunSpec` then relies on it."""
+    def fail(what: str):
+        raise CLIError(f"{ckpt}: inconsistent metadata: {what}")
+
+    for role in ("inputs", "targets"):
+        names = meta.get(role)
+        if names is not None and (not isinstance(names, list)
+                                  or not all(isinstance(n, str) and n for n in names)):
+            fail(f"{role} is {names!r}, not a list of field names")
+    for key in ("in_channels", "out_channels", "pos_dim"):
+        if key not in meta:
+            continue
+        v = meta[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            fail(f"{key} is {v!r}, not a channel count")
+        if key in config and config[key] != v:
+            fail(f"{key} is {v} but the model's config has {config[key]!r}")
+    shapes = meta.get("field_shapes")
+    if shapes is None:
+        return
+    if not isinstance(shapes, dict) or not all(
+            isinstance(sh, list) and all(isinstance(n, int) and not isinstance(n, bool) and n > 0
+                                         for n in sh) for sh in shapes.values()):
+        fail(f"field_shapes is {shapes!r}, not a mapping of field name to shape")
+    absent = [n for role in ("inputs", "targets") for n in (meta.get(role) or [])
+              if n not in shapes]
+    if absent:
+        fail(f"field(s) {', '.join(absent)} have no entry in field_shapes "
+             f"({', '.join(shapes) or 'empty'})")
 
 
 class RunSpec:
@@ -1055,8 +1123,8 @@ def build_parser() -> argparse.ArgumentParser:
                    dest="quadrature_loss",
                    help="weight the relative L2 loss with the mesh quadrature (default); "
                    "--no-quadrature-loss: plain per-point norms as in published benchmarks")
-    g.add_argument("--seed", type=int, metavar="N", help="seed of the split, initialisation and data "
-                   "order (default 0)")
+    g.add_argument("--seed", type=int, metavar="N", help="seed of the split, the initial weights, "
+                   "the data order and dropout: one seed, one result on one machine (default 0)")
     g.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
     g.add_argument("--dtype", choices=["float32", "float64"], help="default float32")
     g = p.add_argument_group("output")
@@ -1139,6 +1207,14 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (MeshError, CLIError) as e:
         print(f"meshops: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        # A file the user named cannot be read or written (permissions, a full
+        # disk, a folder that vanished): one line, not a traceback. A closed
+        # stdout pipe (``meshops info | head``) is not an error of ours.
+        if isinstance(e, BrokenPipeError):
+            raise
+        print(f"meshops: error: {_os_reason(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("meshops: interrupted", file=sys.stderr)

@@ -7,3 +7,13 @@ class MeshError(ValueError):
     The message always names the source (file or array) and the problem, e.g. the
     first offending cell, so that the user can find it in their data.
     """
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that must not be loaded: truncated or damaged (an archive member
+    fails its CRC check), a pickle that is not plain tensors and data, non-finite
+    weights, or metadata and weights that do not fit together.
+
+    The message names the file and the problem (the damaged member, the parameter,
+    the mismatching key).
+    """

@@ -13,6 +13,9 @@ import torch
 from torch import Tensor, nn
 
 from meshops._atomic import atomic_write
+from meshops._checkpoint import (check_finite, check_model_keys, check_normalizer_scales,
+                                 check_weights_fit, first_line, read_checkpoint)
+from meshops.errors import CheckpointError
 from meshops.training.normalizer import UnitGaussianNormalizer
 
 CHECKPOINT_FORMAT = "meshops-checkpoint-1"
@@ -144,33 +147,48 @@ class NeuralOperator(nn.Module):
         Called on the base class it builds whichever registered model the file
         holds; called on a subclass it checks that the file holds that model.
         The checkpoint's metadata is available as ``model.metadata``.
+
+        Nothing is trusted before it is checked: every member of the archive must
+        match its recorded CRC-32 (a truncated or damaged file is refused), the
+        pickle must hold only tensors and plain data (``weights_only``: nothing in
+        it is imported or run), every floating-point weight and normaliser
+        statistic must be finite (normaliser scales positive), and the weights must
+        have exactly the names and shapes of the model that the saved config builds.
+
+        Raises:
+            FileNotFoundError: No such file.
+            CheckpointError: (a ``ValueError``) the file fails one of the checks
+                above; the message names the file and the damaged member, parameter
+                or key.
         """
         from meshops import __version__
 
         path = Path(path)
-        try:
-            state = torch.load(path, map_location=map_location, weights_only=True)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{path}: no such checkpoint") from None
-        except Exception as e:
-            raise ValueError(f"{path}: not a readable meshops checkpoint ({e})") from e
-        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"{path}: not a meshops checkpoint (format "
-                             f"{state.get('format') if isinstance(state, dict) else None!r})")
+        state = read_checkpoint(path, map_location)
+        check_model_keys(state, path, CHECKPOINT_FORMAT)
         name = state["model"]
         if name not in MODELS:
-            raise ValueError(f"{path}: unknown model {name!r}; available: {sorted(MODELS)}")
+            raise CheckpointError(f"{path}: unknown model {name!r}; available: {sorted(MODELS)}")
         model_cls = MODELS[name]
         if cls is not NeuralOperator and not issubclass(model_cls, cls):
-            raise ValueError(f"{path}: holds a {model_cls.__name__}, not a {cls.__name__}")
+            raise CheckpointError(f"{path}: holds a {model_cls.__name__}, not a {cls.__name__}")
         if state["version"] != __version__:
             warnings.warn(f"{path}: saved by meshops {state['version']}, loading with "
                           f"{__version__}", UserWarning, stacklevel=2)
-        model = model_cls(**state["config"])
+        # Before building anything: a damaged weight must not reach a prediction.
+        check_finite(state["state_dict"], path)
+        check_normalizer_scales(state["state_dict"], path)
+        try:
+            model = model_cls(**state["config"])
+        except (TypeError, ValueError) as e:
+            raise CheckpointError(f"{path}: its config cannot build a {name} model "
+                                  f"({first_line(e)})") from None
         norms = state.get("normalizers", {})
         model.set_normalizers(
             input=UnitGaussianNormalizer(norms["input"]) if "input" in norms else None,
             output=UnitGaussianNormalizer(norms["output"]) if "output" in norms else None)
+        check_weights_fit(model, state["state_dict"], path, f"the {name} model its config "
+                          f"describes")
         model.load_state_dict(state["state_dict"])
         model.metadata = state.get("metadata", {})
         return model.to(map_location) if isinstance(map_location, (str, torch.device)) else model

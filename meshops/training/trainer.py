@@ -18,6 +18,9 @@ from torch.utils.data import DistributedSampler
 from tqdm.auto import tqdm
 
 from meshops._atomic import atomic_write
+from meshops._checkpoint import (check_finite, check_model_keys, check_normalizer_scales,
+                                 check_weights_fit, first_line, read_checkpoint)
+from meshops.errors import CheckpointError
 from meshops.training import distributed
 from meshops.training.dataset import fit_normalizers, make_loader, prepare_batch
 from meshops.training.loss import RelativeLpLoss, relative_lp
@@ -130,7 +133,10 @@ class Trainer:
             The validation metric that picks ``best.pt`` follows its
             ``quadrature`` attribute (weighted when absent).
         seed: Seeds the global generators (rank ``r`` uses ``seed + r``, so that
-            dropout differs across ranks) and the data order.
+            dropout differs across ranks) and the data order. The model exists
+            before the trainer does: for reproducible initial weights, call
+            :func:`~meshops.training.seed.seed_everything` before building it (as
+            ``meshops train`` and the examples do).
         device: ``"cpu"``, ``"cuda"``, a device, or ``None`` for CUDA when available.
         amp: Mixed precision on CUDA: ``True`` (bfloat16 where supported, else
             float16 with a gradient scaler), ``"bf16"`` or ``"fp16"``. On CPU it is
@@ -470,14 +476,23 @@ class Trainer:
         atomic_write(self.out_dir / LAST, lambda tmp: torch.save(state, tmp))
 
     def _load_state(self, path: Path) -> None:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        if not isinstance(state, dict) or "training" not in state:
-            raise ValueError(f"{path}: not a meshops training state")
+        from meshops.models.base import CHECKPOINT_FORMAT
+
+        # The same checks as NeuralOperator.from_checkpoint (archive CRCs, plain
+        # pickle, finite weights), and finite optimizer moments: a damaged last.pt
+        # must stop the run, not continue it from garbage.
+        state = read_checkpoint(path)
+        if "training" not in state:
+            raise CheckpointError(f"{path}: not a meshops training state (no 'training')")
+        check_model_keys(state, path, CHECKPOINT_FORMAT)
+        tr = self._check_training_state(state["training"], path)
+        check_finite(state["state_dict"], path)
+        check_normalizer_scales(state["state_dict"], path)
+        check_finite(tr["optimizer"], path, "training.optimizer")
         m = self.model
         if state["model"] != m.model_name or state["config"] != dict(m.config):
             raise ValueError(f"{path}: saved for {state['model']} {state['config']}, "
                              f"cannot resume {m.model_name} {dict(m.config)}")
-        tr = state["training"]
         if tr["epochs"] != self.epochs:
             # The learning-rate schedule was laid out for the old number of epochs.
             warnings.warn(f"{path}: saved by a run of {tr['epochs']} epochs, resuming with "
@@ -487,15 +502,24 @@ class Trainer:
         self._attach_normalizers(
             UnitGaussianNormalizer(norms["input"]) if "input" in norms else None,
             UnitGaussianNormalizer(norms["output"]) if "output" in norms else None)
+        check_weights_fit(m, state["state_dict"], path, f"this {m.model_name} model")
         m.load_state_dict(state["state_dict"])
-        self.optimizer.load_state_dict(tr["optimizer"])
-        if self.scheduler is not None and tr["scheduler"] is not None:
-            self.scheduler.load_state_dict(tr["scheduler"])
-        if self.scaler is not None and tr["scaler"] is not None:
-            self.scaler.load_state_dict(tr["scaler"])
+        try:
+            self.optimizer.load_state_dict(tr["optimizer"])
+            if self.scheduler is not None and tr["scheduler"] is not None:
+                self.scheduler.load_state_dict(tr["scheduler"])
+            if self.scaler is not None and tr["scaler"] is not None:
+                self.scaler.load_state_dict(tr["scaler"])
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as e:
+            raise CheckpointError(f"{path}: the optimizer/scheduler state does not fit this "
+                                  f"run ({type(e).__name__}: {first_line(e)})") from None
         world = self.dist.world_size if self.dist.active else 1
         if tr["world_size"] == world:
-            set_rng_state(tr["rng"][self.dist.rank])
+            try:
+                set_rng_state(tr["rng"][self.dist.rank])
+            except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as e:
+                raise CheckpointError(f"{path}: malformed random-generator state "
+                                      f"({type(e).__name__}: {first_line(e)})") from None
         else:
             # Different ranks now; a per-(seed, rank, epoch) seed keeps it deterministic.
             warnings.warn(f"{path}: saved on {tr['world_size']} processes, resuming on "
@@ -505,3 +529,28 @@ class Trainer:
         self.best = dict(tr["best"])
         self.epoch = int(tr["epoch"])
         self._log(f"resumed from {path} after epoch {self.epoch}/{self.epochs}")
+
+    @staticmethod
+    def _check_training_state(tr: Any, path: Path) -> dict:
+        """Keys and types of the ``training`` entry of ``last.pt`` (see :meth:`_save_state`)."""
+        if not isinstance(tr, dict):
+            raise CheckpointError(f"{path}: 'training' is a {type(tr).__name__}, not a dict")
+        kinds = {"epoch": int, "epochs": int, "seed": int, "world_size": int, "optimizer": dict,
+                 "rng": list, "history": list, "best": dict}
+        for key, kind in kinds.items():
+            if key not in tr:
+                raise CheckpointError(f"{path}: incomplete training state: no 'training.{key}'")
+            if not isinstance(tr[key], kind) or isinstance(tr[key], bool):
+                raise CheckpointError(f"{path}: training.{key} is a {type(tr[key]).__name__}, "
+                                      f"expected {kind.__name__}")
+        for key in ("scheduler", "scaler"):
+            if tr.get(key) is not None and not isinstance(tr[key], dict):
+                raise CheckpointError(f"{path}: training.{key} is a {type(tr[key]).__name__}")
+        if not 0 <= tr["epoch"] <= tr["epochs"] or tr["world_size"] < 1:
+            raise CheckpointError(f"{path}: training state says epoch {tr['epoch']} of "
+                                  f"{tr['epochs']} on {tr['world_size']} process(es)")
+        if len(tr["rng"]) != tr["world_size"] or len(tr["history"]) != tr["epoch"]:
+            raise CheckpointError(f"{path}: training state of {tr['epoch']} epoch(s) on "
+                                  f"{tr['world_size']} process(es) holds {len(tr['history'])} "
+                                  f"history entries and {len(tr['rng'])} generator states")
+        return tr
