@@ -23,6 +23,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
+from meshops._overlap import check_duplicate_cells, check_facets
 from meshops.errors import MeshError
 
 # Topological dimension of each supported meshio cell type.
@@ -264,16 +265,20 @@ def quadrature_weights(points, cells: CellsLike, *, source: str = "mesh",
             Types: line, triangle, quad, tetra, hexahedron, wedge, pyramid (VTK node
             order), mixed in any combination; vertex cells are accepted and ignored.
         source: Name used in error messages (usually the file name).
-        check: Reject degenerate (zero-measure) and tangled cells. Either node
-            orientation (clockwise or counter-clockwise) is accepted.
+        check: Reject degenerate (zero-measure) and tangled cells, duplicated
+            cells and overlapping cells (see :mod:`meshops._overlap`: facets shared
+            by more than two cells or by two cells on the same side of it). Either
+            node orientation (clockwise or counter-clockwise) is accepted, also
+            mixed within a mesh as long as no cells overlap.
 
     Returns:
         ``weight [N]`` float64 tensor with ``weight.sum()`` = measure of the mesh.
 
     Raises:
         MeshError: non-finite coordinates, unsupported cell types, vertex indices out
-            of range, zero-measure cells or cells whose Jacobian changes sign (the
-            message names the first offending cell).
+            of range, zero-measure cells, cells whose Jacobian changes sign,
+            duplicated cells and overlapping cells (the message names the first
+            offending cell).
 
     Shapes:
         points ``[N, d]`` -> ``[N]``
@@ -306,6 +311,11 @@ def quadrature_weights(points, cells: CellsLike, *, source: str = "mesh",
             if check:
                 _check_cells_valid(ctype, b, start, c, x, vol, signed, source)
             np.add.at(weight, c.ravel(), w_node.ravel())
+    if check:
+        top = [(b, t, c) for b, (t, c) in enumerate(blocks) if CELL_DIMS[t] == tdim]
+        check_duplicate_cells(top, len(pts), source)
+        if tdim == pts.shape[1]:
+            check_facets(pts, top, source)
     return torch.from_numpy(weight)
 
 
