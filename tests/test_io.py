@@ -221,3 +221,58 @@ def test_point_cloud_round_trip_keeps_weights(tmp_path):
     with pytest.warns(UserWarning, match="kNN volume estimate"):
         bare = read_mesh(tmp_path / "bare.vtu")
     assert bare.measure == pytest.approx(float(ConvexHull(pts).volume), rel=1e-12)
+
+
+# ------------------------------------------------------------- fields kept or refused
+@pytest.mark.parametrize("suffix", [".stl", ".obj", ".off", ".ply"])
+def test_write_refuses_formats_that_drop_fields(tmp_path, suffix):
+    pts, cells = square_mesh(2, "triangle")
+    mesh = mesh_from_arrays(np.hstack([pts, np.zeros((len(pts), 1))]), cells)
+    fmt = suffix[1:]
+    with pytest.raises(MeshError, match=rf"a{suffix}: the {fmt} format cannot hold fields, so "
+                                        r"point field 'u_pred' would be lost; write \.msh, "
+                                        r"\.vtk, \.vtu, \.xdmf instead"):
+        write_mesh(tmp_path / f"a{suffix}", mesh, point_data={"u_pred": np.zeros(len(pts))})
+    assert list(tmp_path.iterdir()) == []
+    # The geometry alone is fine in these formats, and comes back.
+    back = read_mesh(write_mesh(tmp_path / f"a{suffix}", mesh))
+    assert back.measure == pytest.approx(1.0, rel=1e-12)
+
+
+def test_write_refuses_cell_fields_too_but_not_reader_tags(tmp_path):
+    pts, cells = square_mesh(2, "triangle")
+    mesh = mesh_from_arrays(pts, cells, cell_data={"material": [np.arange(8)]})
+    with pytest.raises(MeshError, match="cell field 'material' would be lost"):
+        write_mesh(tmp_path / "a.stl", mesh)
+    # Gmsh's bookkeeping (read back from a .msh) is not the user's data.
+    msh = read_mesh(write_mesh(tmp_path / "a.msh", mesh_from_arrays(pts, cells)))
+    assert any(k.startswith("gmsh:") for k in list(msh.fields) + list(msh.cell_data))
+    assert read_mesh(write_mesh(tmp_path / "a.stl", msh)).measure == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("suffix", [".vtu", ".vtk", ".xdmf", ".msh"])
+def test_field_formats_keep_scalar_and_vector_fields(tmp_path, suffix):
+    pts, cells = square_mesh(3, "mixed")
+    mesh = mesh_from_arrays(pts, cells)
+    rng = np.random.default_rng(0)
+    u, v = rng.random(len(pts)), rng.random((len(pts), 3))
+    back = read_mesh(write_mesh(tmp_path / f"a{suffix}", mesh, point_data={"u": u, "v": v}))
+    assert np.array_equal(back.fields["u"].numpy().reshape(-1), u)
+    assert np.array_equal(back.fields["v"].numpy(), v)
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_vtu_array_that_does_not_fit_its_components_is_refused(tmp_path, binary):
+    pts, cells = square_mesh(2, "triangle")
+    path = tmp_path / "bad.vtu"
+    meshio.write(path, meshio.Mesh(np.hstack([pts, np.zeros((9, 1))]), cells,
+                                   point_data={"u": np.zeros(9), "v": np.zeros((9, 3))}),
+                 binary=binary)
+    text = path.read_text()
+    assert text.count('Name="v" NumberOfComponents="3"') == 1
+    path.write_text(text.replace('Name="v" NumberOfComponents="3"',
+                                 'Name="v" NumberOfComponents="5"'))
+    with pytest.raises(MeshError, match=r"bad\.vtu: .*data array 'v' is 27 which doesn't fit "
+                                        r"the number of components 5"):
+        read_mesh(path)
+
