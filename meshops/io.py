@@ -16,7 +16,8 @@ from meshops._atomic import atomic_write
 from meshops.data import MeshData
 from meshops.errors import MeshError
 from meshops.pointcloud import point_cloud_weights
-from meshops.quadrature import CELL_DIMS, check_points, quadrature_weights, top_dimension
+from meshops.quadrature import (CELL_DIMS, check_points, check_weight_range, quadrature_weights,
+                                top_dimension)
 
 
 # Formats whose meshio writer keeps point and cell data of every name and shape we
@@ -147,6 +148,7 @@ def mesh_from_arrays(points, cells, point_data: Mapping | None = None,
             if CELL_DIMS[t] == tdim:
                 used[np.asarray(c).ravel()] = True
         _check_duplicates(points, used, source)
+    check_weight_range(weight, source)
 
     if fields is not None:
         missing = [f for f in fields if f not in point_data]
@@ -182,7 +184,9 @@ def read_mesh(path: str | os.PathLike, fields: Sequence[str] | None = None) -> M
     Raises:
         MeshError: missing or unreadable file, unknown format, and every mesh
             defect listed in :func:`meshops.quadrature_weights`, plus point fields
-            whose length is not N, VTU arrays whose size does not fit their
+            whose length is not N, weights that float32 cannot hold (coordinates
+            near 1e30 or 1e-30: see :func:`meshops.quadrature.check_weight_range`),
+            VTU arrays whose size does not fit their
             number of components, and unused duplicate points.
     """
     path = Path(path)

@@ -341,6 +341,37 @@ def _check_cells_valid(ctype, b, start, conn, x, vol, signed, source) -> None:
                 "cell (a non-convex or self-intersecting cell, or nodes in the wrong order)")
 
 
+def check_weight_range(weight, source: str = "mesh",
+                       dtype: torch.dtype = torch.float32) -> None:
+    """Refuse weights that ``dtype`` (the models' float32 by default) cannot hold.
+
+    Weights are computed in float64, but models and training samples use float32,
+    where the weights of a mesh with coordinates near 1e30 overflow to ``inf``
+    (cells of area 1e60) and those near 1e-30 underflow to 0, with NaN or a
+    failed fit as the visible result. A mesh in such units must be rescaled.
+
+    Raises:
+        MeshError: naming ``source``, when a positive weight or the total measure
+            lies outside ``dtype``'s normal range.
+    """
+    w = weight.detach().cpu().numpy() if isinstance(weight, torch.Tensor) else np.asarray(weight)
+    info = torch.finfo(dtype)
+    pos = w[w > 0]
+    if not len(pos):
+        return
+    lo, hi, total = float(pos.min()), float(pos.max()), float(pos.sum())
+    if hi > info.max or total > info.max:
+        raise MeshError(
+            f"{source}: quadrature weights up to {hi:.3g} (total measure {total:.3g}) "
+            f"overflow {str(dtype).removeprefix('torch.')} (largest {info.max:.3g}); "
+            "rescale the coordinates (e.g. to other units)")
+    if lo < info.tiny:
+        raise MeshError(
+            f"{source}: quadrature weights down to {lo:.3g} underflow "
+            f"{str(dtype).removeprefix('torch.')} (smallest normal {info.tiny:.3g}); "
+            "rescale the coordinates (e.g. to other units)")
+
+
 def structured_grid_cells(shape: tuple[int, ...]) -> np.ndarray:
     """Quad (2-D) or hexahedron (3-D) connectivity of a structured grid.
 

@@ -276,3 +276,22 @@ def test_vtu_array_that_does_not_fit_its_components_is_refused(tmp_path, binary)
                                         r"the number of components 5"):
         read_mesh(path)
 
+
+@pytest.mark.parametrize("scale, problem", [(1e30, "overflow"), (1e-30, "underflow")])
+def test_coordinates_whose_weights_float32_cannot_hold_are_refused(tmp_path, capsys, scale,
+                                                                   problem):
+    # Unit square in units 1e30 (1e-30): cell areas 1e60 (1e-60), which are inf (0)
+    # in the models' float32; float64 computes them exactly.
+    pts, cells = square_mesh(2, "triangle")
+    path = _write_meshio(tmp_path / "far.vtu", np.hstack([pts * scale, np.zeros((9, 1))]),
+                         cells, point_data={"u": np.ones(9)})
+    with pytest.raises(MeshError, match=rf"far\.vtu: quadrature weights .* {problem} float32"):
+        read_mesh(path)
+    assert cli_main(["info", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("meshops: error: ") and "far.vtu" in err and "Traceback" not in err
+    # Just inside float32's range (area 1e36, 1e-36 per cell, ~1e-37 per node) is fine.
+    ok = 1e18 if scale > 1 else 1e-18
+    w = mesh_from_arrays(pts * ok, cells).weight
+    assert w.sum().item() == pytest.approx(ok * ok, rel=1e-12)
+    assert torch.isfinite(w.float()).all() and (w.float() > 0).all()
