@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -295,3 +296,28 @@ def test_coordinates_whose_weights_float32_cannot_hold_are_refused(tmp_path, cap
     w = mesh_from_arrays(pts * ok, cells).weight
     assert w.sum().item() == pytest.approx(ok * ok, rel=1e-12)
     assert torch.isfinite(w.float()).all() and (w.float() > 0).all()
+
+
+def test_write_after_a_killed_write_removes_its_temporary_file(tmp_path):
+    # A writer killed with SIGKILL mid-write cannot clean up after itself.
+    script = ("import os, signal, sys\n"
+              "from meshops._atomic import atomic_write\n"
+              "def write(tmp):\n"
+              "    open(tmp, 'wb').write(b'x' * 1000)\n"
+              "    os.kill(os.getpid(), signal.SIGKILL)\n"
+              "atomic_write(sys.argv[1], write)\n")
+    r = subprocess.run([sys.executable, "-c", script, str(tmp_path / "mesh.vtu")])
+    assert r.returncode == -9
+    left = [p.name for p in tmp_path.iterdir()]
+    assert len(left) == 1 and left[0].startswith(".mesh.") and left[0].endswith(".tmp.vtu")
+    write_mesh(tmp_path / "next.vtu", mesh_from_arrays(*square_mesh(2)))
+    assert [p.name for p in tmp_path.iterdir()] == ["next.vtu"]
+    # A live writer's temporary file (this process's, by its name) and files that
+    # are not ours stay.
+    from meshops._atomic import _host, clean_stale_temporaries
+    live = tmp_path / f".other.meshops-{_host()}-{os.getpid()}-abc.tmp.vtu"
+    live.write_text("being written")
+    (tmp_path / ".mesh.notours.tmp.vtu").write_text("someone else's")
+    assert clean_stale_temporaries(tmp_path) == []
+    assert len(list(tmp_path.iterdir())) == 3
+
