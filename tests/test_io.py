@@ -18,7 +18,7 @@ from meshops import MeshData, MeshError
 from meshops.cli import main as cli_main
 from meshops.io import mesh_from_arrays, read_mesh, write_mesh
 
-from _meshes import cube_mesh, square_mesh
+from _meshes import cube_mesh, cube_sphere, square_mesh
 
 ANNULUS = Path(__file__).parents[1] / "examples" / "meshes" / "annulus.vtu"
 
@@ -321,3 +321,21 @@ def test_write_after_a_killed_write_removes_its_temporary_file(tmp_path):
     assert clean_stale_temporaries(tmp_path) == []
     assert len(list(tmp_path.iterdir())) == 3
 
+
+def test_cli_info_names_the_measure_by_the_cells_dimension(tmp_path, capsys):
+    # A sphere's surface in 3-D has an area (4 pi), a parabola arc in 2-D a length.
+    pts, cells = cube_sphere(8)
+    sphere = write_mesh(tmp_path / "sphere.vtu", mesh_from_arrays(pts, cells))
+    t = np.linspace(0, 1, 65)
+    arc = write_mesh(tmp_path / "arc.vtu", mesh_from_arrays(
+        np.stack([t, t ** 2], 1), [("line", np.stack([np.arange(64), np.arange(1, 65)], 1))]))
+    length = (math.sqrt(5) / 2 + math.asinh(2) / 4)  # exact arc length of y = x^2, 0..1
+    assert cli_main(["info", str(sphere), str(arc)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    measure_lines = [ln.split() for ln in out if "sum of quadrature weights" in ln]
+    assert [m[0] for m in measure_lines] == ["area", "length"]
+    assert float(measure_lines[0][1]) == pytest.approx(4 * math.pi, rel=1e-2)
+    assert float(measure_lines[1][1]) == pytest.approx(length, rel=1e-4)
+    assert cli_main(["info", "--json", str(sphere)]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["dimension"] == 3 and info["cell_dimension"] == 2
