@@ -94,6 +94,20 @@ class _Cells:
         return f"{ctype} cell {m} (block {b}) with vertices {conn[m].tolist()}"
 
 
+def first_duplicate(cells: np.ndarray, num_points: int) -> tuple[int, int, int] | None:
+    """The first cell of ``cells [M, n]`` (vertex ids) whose vertex set repeats an
+    earlier one's: ``(earlier, later, number of repeats)``, or ``None``."""
+    if len(cells) < 2:
+        return None
+    order, same = _equal_runs(np.sort(cells, axis=1), num_points)
+    if not same.any():
+        return None
+    # Name the first repeat in file order (a stable sort keeps copies in order).
+    later = np.flatnonzero(same)
+    i = int(later[np.argmin(order[later + 1])])
+    return int(order[i]), int(order[i + 1]), int(same.sum())
+
+
 def check_duplicate_cells(blocks: list[tuple[int, str, np.ndarray]], num_points: int,
                           source: str) -> None:
     """Refuse two cells of one type with the same vertex set.
@@ -104,20 +118,14 @@ def check_duplicate_cells(blocks: list[tuple[int, str, np.ndarray]], num_points:
     by_type: dict[str, list[tuple[int, str, np.ndarray]]] = {}
     for item in blocks:
         by_type.setdefault(item[1], []).append(item)
-    for ctype, group in by_type.items():
-        cells = _Cells(group)
-        rows = np.sort(np.concatenate([c for _, _, c in group]), axis=1)
-        if len(rows) < 2:
-            continue
-        order, same = _equal_runs(rows, num_points)
-        if same.any():
-            # Name the first repeat in file order (a stable sort keeps copies in order).
-            later = np.flatnonzero(same)
-            i = int(later[np.argmin(order[later + 1])])
-            a, b = int(order[i]), int(order[i + 1])
+    for group in by_type.values():
+        dup = first_duplicate(np.concatenate([c for _, _, c in group]), num_points)
+        if dup is not None:
+            cells = _Cells(group)
+            a, b, n = dup
             raise MeshError(
                 f"{source}: {cells.name(b)} duplicates {cells.name(a)} (same vertices; "
-                f"{int(same.sum())} duplicated cells in all); remove the repeated cells")
+                f"{n} duplicated cells in all); remove the repeated cells")
 
 
 def _same_side(points: np.ndarray, facets: np.ndarray, g1: np.ndarray,
