@@ -30,13 +30,10 @@ import numpy as np
 
 from meshops.errors import MeshError
 
-# Facets of each cell type in local node numbers (VTK order). Quad faces are
-# listed cyclically, so that a face normal can be computed from them.
+# Facets of the non-simplex cell types in local node numbers (VTK order). Quad faces
+# are listed cyclically, so that a face normal can be computed from them.
 _FACETS = {
-    "line": [(0,), (1,)],
-    "triangle": [(0, 1), (1, 2), (2, 0)],
     "quad": [(0, 1), (1, 2), (2, 3), (3, 0)],
-    "tetra": [(0, 1, 2), (0, 1, 3), (1, 2, 3), (0, 2, 3)],
     "hexahedron": [(0, 3, 2, 1), (4, 5, 6, 7), (0, 1, 5, 4), (1, 2, 6, 5), (2, 3, 7, 6),
                    (3, 0, 4, 7)],
     "wedge": [(0, 1, 2), (3, 4, 5), (0, 1, 4, 3), (1, 2, 5, 4), (2, 0, 3, 5)],
@@ -190,7 +187,11 @@ def check_facets(points: np.ndarray, blocks: list[tuple[int, str, np.ndarray]],
             continue
         for local in _FACETS[ctype]:  # quad faces stay cyclic, for their normal
             f = conn[:, list(local)]
-            by_size.setdefault(len(local), []).append((f, np.sort(f, axis=1), ids))
+            key = np.sort(f, axis=1)
+            # A collapsed side (a quad or hex with a repeated node, as at the trailing
+            # edge of a C-grid) has no side to be on: leave it out.
+            real = (key[:, 1:] != key[:, :-1]).all(axis=1)
+            by_size.setdefault(len(local), []).append((f[real], key[real], ids[real]))
     centroid = np.concatenate(centroids)
     for s, parts in by_size.items():
         facets = np.concatenate([p[0] for p in parts])

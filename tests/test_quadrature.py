@@ -392,3 +392,19 @@ def test_reversed_cells_that_do_not_overlap_are_accepted(mesh):
     some[::3] = some[::3, ::-1]
     for c in (conn[:, ::-1], some):
         assert quadrature_weights(pts, [(cells[0][0], c)]).sum().item() == pytest.approx(1.0)
+
+
+def test_quads_collapsed_at_a_pole_are_accepted():
+    # A polar quad mesh of the unit disc whose inner quads collapse one side onto
+    # the centre (node 0 repeated): the collapsed "edge" [0, 0] is in 12 cells but
+    # has no sides, so it is no overlap. Area: the inscribed 12-gon's, 3.
+    nt, nr = 12, 3
+    r, t = np.linspace(0, 1, nr + 1)[1:], np.linspace(0, 2 * np.pi, nt, endpoint=False)
+    pts = np.vstack([[0, 0], np.stack([np.outer(r, np.cos(t)).ravel(),
+                                       np.outer(r, np.sin(t)).ravel()], 1)])
+    idx = 1 + np.arange(nr * nt).reshape(nr, nt)
+    quads = [[0, idx[0, j], idx[0, (j + 1) % nt], 0] for j in range(nt)]
+    quads += [[idx[i, j], idx[i + 1, j], idx[i + 1, (j + 1) % nt], idx[i, (j + 1) % nt]]
+              for i in range(nr - 1) for j in range(nt)]
+    w = quadrature_weights(pts, [("quad", np.array(quads))])
+    assert w.sum().item() == pytest.approx(0.5 * nt * math.sin(2 * math.pi / nt), rel=1e-12)
