@@ -3,9 +3,69 @@
 from __future__ import annotations
 
 import os
+import re
+import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable
+
+# Temporary files are named ".<stem>.meshops-<host>-<pid>-<random>.tmp<suffix>", so
+# that a later write can tell ours from anything else and see whether the writer is
+# still alive: a writer killed with SIGKILL (or a power cut) cannot remove its own.
+_TAG = "meshops"
+_STALE = re.compile(rf"^\..*\.{_TAG}-(?P<host>[^-]*)-(?P<pid>\d+)-[^.]*\.tmp")
+# A temporary file of another host (a shared file system) whose writer cannot be
+# asked counts as stale after this long; no write takes a day.
+_STALE_AGE_S = 24 * 3600
+_cleaned: set[Path] = set()
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname()) or "host"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def clean_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Remove temporary files of killed :func:`atomic_write` calls from ``folder``.
+
+    A file counts as stale when its writer (host and process id in its name) is
+    this host's and no longer runs, or is another host's and older than a day.
+    Anything not named like our temporary files is left alone.
+
+    Returns:
+        The removed paths.
+    """
+    folder = Path(folder)
+    host, now, removed = _host(), time.time(), []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for e in entries:
+        m = _STALE.match(e.name)
+        if not m or not e.is_file(follow_symlinks=False):
+            continue
+        try:
+            if m["host"] == host:
+                stale = int(m["pid"]) != os.getpid() and not _alive(int(m["pid"]))
+            else:
+                stale = now - e.stat(follow_symlinks=False).st_mtime > _STALE_AGE_S
+            if stale:
+                os.unlink(e.path)
+                removed.append(Path(e.path))
+        except OSError:  # raced with another cleaner, or not ours to remove
+            continue
+    return removed
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
@@ -13,12 +73,18 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
     ``path``. On any failure the temporary file is removed and ``path`` is untouched.
 
     The temporary name keeps ``path``'s suffix so that writers that dispatch on it
-    (meshio, torch.save) see the right one.
+    (meshio, torch.save) see the right one. The first write of a process to a folder
+    also removes the temporary files that killed writers left there (see
+    :func:`clean_stale_temporaries`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp" + path.suffix,
-                               dir=path.parent)
+    folder = path.parent.resolve()
+    if folder not in _cleaned:  # once per folder: predict writes thousands of files
+        clean_stale_temporaries(folder)
+        _cleaned.add(folder)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.{_TAG}-{_host()}-{os.getpid()}-",
+                               suffix=".tmp" + path.suffix, dir=path.parent)
     os.close(fd)
     try:
         write(tmp)

@@ -37,12 +37,19 @@ RUN_CONFIG = "config.yaml"
 # =============================================================================== info
 def mesh_summary(mesh) -> dict:
     """Plain-data summary of a :class:`MeshData` (what ``meshops info`` prints)."""
+    from meshops.quadrature import CELL_DIMS
+
     pos = mesh.pos
+    counts = mesh.cell_counts()
+    # The measure is of the highest-dimensional cells (a surface's area in 3-D);
+    # a point cloud's weights estimate the volume of the space it fills.
+    tdim = max((CELL_DIMS.get(t, 0) for t, n in counts.items() if n), default=0)
     return {
         "file": str(getattr(mesh, "source", None)),
         "points": int(pos.shape[0]),
         "dimension": int(pos.shape[1]),
-        "cells": mesh.cell_counts(),
+        "cell_dimension": tdim or int(pos.shape[1]),
+        "cells": counts,
         "measure": float(mesh.weight.sum()),
         "bounding_box": {"min": pos.min(0).values.tolist(), "max": pos.max(0).values.tolist()},
         "fields": {k: list(v.shape) for k, v in (getattr(mesh, "fields", None) or {}).items()},
@@ -57,7 +64,7 @@ def _cmd_info(args) -> int:
         if args.json:
             print(json.dumps(info))
             continue
-        name = {1: "length", 2: "area", 3: "volume"}[info["dimension"]]
+        name = {1: "length", 2: "area", 3: "volume"}[info["cell_dimension"]]
         print(f"{info['file']}")
         print(f"  points     {info['points']}  (dimension {info['dimension']})")
         print("  cells      " + ", ".join(f"{n} {t}" for t, n in info["cells"].items()))

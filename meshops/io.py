@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 import warnings
 from pathlib import Path
@@ -15,12 +16,48 @@ from meshops._atomic import atomic_write
 from meshops.data import MeshData
 from meshops.errors import MeshError
 from meshops.pointcloud import point_cloud_weights
-from meshops.quadrature import CELL_DIMS, check_points, quadrature_weights, top_dimension
+from meshops.quadrature import (CELL_DIMS, check_points, check_weight_range, quadrature_weights,
+                                top_dimension)
 
+
+# Formats whose meshio writer keeps point and cell data of every name and shape we
+# write (checked by a write/read round trip: STL, OBJ, OFF, Abaqus, Nastran, Medit,
+# DOLFIN XML, ... write none; PLY and Tecplot keep only scalars). Gmsh stores 1, 3
+# or 9 components per field and its writer says so for other shapes.
+FIELD_FORMATS = {"vtu": ".vtu", "vtk": ".vtk", "xdmf": ".xdmf", "gmsh22": ".msh",
+                 "gmsh": ".msh"}
 
 # Point field that carries the quadrature weights of a point cloud (a mesh without
 # cells) through a file, so that a written cloud reads back with the same weights.
 WEIGHT_FIELD = "meshops:weight"
+
+
+# meshio's VTU reader skips an array whose size does not fit its NumberOfComponents,
+# with a message on the console only (meshio.vtu._vtu.warn, not the warnings
+# module). While read_mesh reads, that message becomes a MeshError naming the file.
+_STRICT_VTU: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "meshops_strict_vtu", default=None)
+
+
+def _install_strict_vtu() -> None:
+    import meshio.vtu._vtu as vtu
+
+    original = vtu.warn
+    if getattr(original, "_meshops", False):
+        return
+
+    def warn(message, *args, **kwargs):
+        source = _STRICT_VTU.get()
+        if source is not None and str(message).endswith("Skipping."):
+            raise MeshError(f"{source}: {str(message)[:-len(' Skipping.')]} Not read, "
+                            "so as not to drop the array; fix or remove it")
+        original(message, *args, **kwargs)
+
+    warn._meshops = True
+    vtu.warn = warn
+
+
+_install_strict_vtu()
 
 
 def _to_tensor(a: np.ndarray) -> torch.Tensor:
@@ -111,6 +148,7 @@ def mesh_from_arrays(points, cells, point_data: Mapping | None = None,
             if CELL_DIMS[t] == tdim:
                 used[np.asarray(c).ravel()] = True
         _check_duplicates(points, used, source)
+    check_weight_range(weight, source)
 
     if fields is not None:
         missing = [f for f in fields if f not in point_data]
@@ -146,11 +184,15 @@ def read_mesh(path: str | os.PathLike, fields: Sequence[str] | None = None) -> M
     Raises:
         MeshError: missing or unreadable file, unknown format, and every mesh
             defect listed in :func:`meshops.quadrature_weights`, plus point fields
-            whose length is not N and unused duplicate points.
+            whose length is not N, weights that float32 cannot hold (coordinates
+            near 1e30 or 1e-30: see :func:`meshops.quadrature.check_weight_range`),
+            VTU arrays whose size does not fit their
+            number of components, and unused duplicate points.
     """
     path = Path(path)
     if not path.is_file():
         raise MeshError(f"{path}: no such file")
+    token = _STRICT_VTU.set(str(path))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -162,12 +204,38 @@ def read_mesh(path: str | os.PathLike, fields: Sequence[str] | None = None) -> M
     except (Exception, SystemExit) as e:  # meshio raises assorted errors (even
         # SystemExit) on corrupt files
         raise MeshError(f"{path}: cannot read mesh ({type(e).__name__}: {e})") from e
+    finally:
+        _STRICT_VTU.reset(token)
     return mesh_from_arrays(m.points, m.cells, m.point_data, m.cell_data, fields=fields,
                             source=str(path))
 
 
 def _numpy(a) -> np.ndarray:
     return a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+
+
+def _reader_tag(name: str) -> bool:
+    """Format bookkeeping that meshio readers add (``gmsh:dim_tags``, ``medit:ref``,
+    ...): not a field of the user's, so a format that cannot hold it just drops it."""
+    prefix, _, rest = name.partition(":")
+    return bool(rest) and prefix in _READER_PREFIXES
+
+
+_READER_PREFIXES = {"gmsh", "medit", "obj", "ansys", "abaqus", "flac3d", "nastran", "permas",
+                    "su2", "tetgen", "ugrid", "avsucd", "med", "mdpa"}
+
+
+def _check_format_holds_fields(path: Path, fmt: str, point_data: Mapping,
+                               cell_data: Mapping) -> None:
+    """Refuse to write fields into a format that silently drops them."""
+    if fmt in FIELD_FORMATS:
+        return
+    lost = [f"point field {k!r}" for k in point_data if not _reader_tag(k)]
+    lost += [f"cell field {k!r}" for k in cell_data if not _reader_tag(k)]
+    if lost:
+        raise MeshError(
+            f"{path}: the {fmt} format cannot hold fields, so {', '.join(lost)} would be "
+            f"lost; write {', '.join(sorted(set(FIELD_FORMATS.values())))} instead")
 
 
 def write_mesh(path: str | os.PathLike, mesh: MeshData,
@@ -188,6 +256,11 @@ def write_mesh(path: str | os.PathLike, mesh: MeshData,
 
     Returns:
         The written path.
+
+    Raises:
+        MeshError: a format that cannot hold the mesh's fields or ``point_data``
+            (STL, OBJ, OFF, PLY, ...; see :data:`FIELD_FORMATS`), a ``point_data``
+            array of the wrong length, or a failed write. Nothing is written then.
     """
     path = Path(path)
     pos = _numpy(mesh.pos).astype(np.float64, copy=False)
@@ -220,6 +293,7 @@ def write_mesh(path: str | os.PathLike, mesh: MeshData,
         # it. Gmsh 2.2 (read by every Gmsh and FEniCS tool) stores mixed cell types
         # without the entity tags that meshio's 4.1 writer demands.
         fmt = "gmsh22" if "gmsh" in types else types[0]
+    _check_format_holds_fields(path, fmt, data, cell_data)
     # Inline XML keeps XDMF a single file, so the rename below is atomic for it too.
     kwargs = {"data_format": "XML"} if fmt == "xdmf" else {}
 

@@ -23,6 +23,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
+from meshops._overlap import check_duplicate_cells, check_facets
 from meshops.errors import MeshError
 
 # Topological dimension of each supported meshio cell type.
@@ -264,16 +265,20 @@ def quadrature_weights(points, cells: CellsLike, *, source: str = "mesh",
             Types: line, triangle, quad, tetra, hexahedron, wedge, pyramid (VTK node
             order), mixed in any combination; vertex cells are accepted and ignored.
         source: Name used in error messages (usually the file name).
-        check: Reject degenerate (zero-measure) and tangled cells. Either node
-            orientation (clockwise or counter-clockwise) is accepted.
+        check: Reject degenerate (zero-measure) and tangled cells, duplicated
+            cells and overlapping cells (see :mod:`meshops._overlap`: facets shared
+            by more than two cells or by two cells on the same side of it). Either
+            node orientation (clockwise or counter-clockwise) is accepted, also
+            mixed within a mesh as long as no cells overlap.
 
     Returns:
         ``weight [N]`` float64 tensor with ``weight.sum()`` = measure of the mesh.
 
     Raises:
         MeshError: non-finite coordinates, unsupported cell types, vertex indices out
-            of range, zero-measure cells or cells whose Jacobian changes sign (the
-            message names the first offending cell).
+            of range, zero-measure cells, cells whose Jacobian changes sign,
+            duplicated cells and overlapping cells (the message names the first
+            offending cell).
 
     Shapes:
         points ``[N, d]`` -> ``[N]``
@@ -306,6 +311,11 @@ def quadrature_weights(points, cells: CellsLike, *, source: str = "mesh",
             if check:
                 _check_cells_valid(ctype, b, start, c, x, vol, signed, source)
             np.add.at(weight, c.ravel(), w_node.ravel())
+    if check:
+        top = [(b, t, c) for b, (t, c) in enumerate(blocks) if CELL_DIMS[t] == tdim]
+        check_duplicate_cells(top, len(pts), source)
+        if tdim == pts.shape[1]:
+            check_facets(pts, top, source)
     return torch.from_numpy(weight)
 
 
@@ -329,6 +339,37 @@ def _check_cells_valid(ctype, b, start, conn, x, vol, signed, source) -> None:
                 f"{source}: {ctype} cell {start + m} (block {b}) with vertices "
                 f"{conn[m].tolist()} is tangled: its Jacobian changes sign inside the "
                 "cell (a non-convex or self-intersecting cell, or nodes in the wrong order)")
+
+
+def check_weight_range(weight, source: str = "mesh",
+                       dtype: torch.dtype = torch.float32) -> None:
+    """Refuse weights that ``dtype`` (the models' float32 by default) cannot hold.
+
+    Weights are computed in float64, but models and training samples use float32,
+    where the weights of a mesh with coordinates near 1e30 overflow to ``inf``
+    (cells of area 1e60) and those near 1e-30 underflow to 0, with NaN or a
+    failed fit as the visible result. A mesh in such units must be rescaled.
+
+    Raises:
+        MeshError: naming ``source``, when a positive weight or the total measure
+            lies outside ``dtype``'s normal range.
+    """
+    w = weight.detach().cpu().numpy() if isinstance(weight, torch.Tensor) else np.asarray(weight)
+    info = torch.finfo(dtype)
+    pos = w[w > 0]
+    if not len(pos):
+        return
+    lo, hi, total = float(pos.min()), float(pos.max()), float(pos.sum())
+    if hi > info.max or total > info.max:
+        raise MeshError(
+            f"{source}: quadrature weights up to {hi:.3g} (total measure {total:.3g}) "
+            f"overflow {str(dtype).removeprefix('torch.')} (largest {info.max:.3g}); "
+            "rescale the coordinates (e.g. to other units)")
+    if lo < info.tiny:
+        raise MeshError(
+            f"{source}: quadrature weights down to {lo:.3g} underflow "
+            f"{str(dtype).removeprefix('torch.')} (smallest normal {info.tiny:.3g}); "
+            "rescale the coordinates (e.g. to other units)")
 
 
 def structured_grid_cells(shape: tuple[int, ...]) -> np.ndarray:

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import trimesh
 
+from meshops._overlap import first_duplicate
 from meshops.data import MeshData
 from meshops.errors import MeshError
 
@@ -99,6 +100,17 @@ def _check_arrays(vertices: np.ndarray, faces: np.ndarray, name: str) -> None:
             f"mesh.update_faces(mesh.nondegenerate_faces())")
 
 
+def _check_repeated_faces(vertices: np.ndarray, faces: np.ndarray, name: str) -> None:
+    """A face listed twice (any vertex order) counts its area twice."""
+    dup = first_duplicate(faces, len(vertices))
+    if dup is not None:
+        a, b, n = dup
+        raise MeshError(
+            f"{name}: face {b} (vertices {faces[b].tolist()}) repeats face {a}, "
+            f"{n} repeated faces in all; remove them, e.g. with "
+            f"mesh.update_faces(mesh.unique_faces())")
+
+
 def _as_surface_arrays(surface: trimesh.Trimesh) -> tuple[np.ndarray, np.ndarray, str]:
     """Validated ``(vertices float64 [V,3], faces int64 [F,3], name)`` of a trimesh."""
     if not isinstance(surface, trimesh.Trimesh):
@@ -107,6 +119,7 @@ def _as_surface_arrays(surface: trimesh.Trimesh) -> tuple[np.ndarray, np.ndarray
     vertices = np.asarray(surface.vertices, dtype=np.float64)
     faces = np.asarray(surface.faces, dtype=np.int64).reshape(-1, 3)
     _check_arrays(vertices, faces, name)
+    _check_repeated_faces(vertices, faces, name)
     return vertices, faces, name
 
 
@@ -158,8 +171,9 @@ def read_surface(path: PathLike) -> trimesh.Trimesh:
 
     Raises:
         MeshError: If the file is missing, its extension is not a surface format,
-            it cannot be parsed, it holds no triangles, a vertex is NaN/inf, or a
-            face has zero area (the message names the first such face).
+            it cannot be parsed, it holds no triangles, a vertex is NaN/inf, a
+            face has zero area or repeats another face (the message names the
+            first such face).
 
     Shapes:
         - returned ``vertices``: ``[V, 3]`` float64
@@ -202,6 +216,7 @@ def read_surface(path: PathLike) -> trimesh.Trimesh:
 
     _check_arrays(vertices, faces, name)
     vertices, faces = _merge_exact(vertices, faces)
+    _check_repeated_faces(vertices, faces, name)  # STL repeats only show once merged
     surface = trimesh.Trimesh(vertices=vertices, faces=faces, process=False)
     surface.metadata["file_path"] = name
     return surface
@@ -224,8 +239,8 @@ def surface_weights(surface: trimesh.Trimesh) -> torch.Tensor:
         Weights, float64.
 
     Raises:
-        MeshError: If the surface has no triangles, NaN/inf vertices or
-            zero-area faces.
+        MeshError: If the surface has no triangles, NaN/inf vertices,
+            zero-area faces or repeated faces.
 
     Shapes:
         - ``surface.vertices``: ``[V, 3]``
@@ -258,8 +273,8 @@ def surface_to_meshdata(surface: trimesh.Trimesh, source: str | None = None) -> 
         counter-clockwise seen from outside (fix with ``trimesh.repair.fix_normals``).
 
     Raises:
-        MeshError: If the surface has no triangles, NaN/inf vertices or
-            zero-area faces.
+        MeshError: If the surface has no triangles, NaN/inf vertices,
+            zero-area faces or repeated faces.
 
     Shapes:
         - ``pos``: ``[V, 3]`` float64
@@ -302,8 +317,8 @@ def sample_surface(surface: trimesh.Trimesh, num_points: int, seed: int = 0) -> 
         face each point lies on}`` and ``source``; no cells (a point cloud).
 
     Raises:
-        MeshError: If the surface has no triangles, NaN/inf vertices or
-            zero-area faces.
+        MeshError: If the surface has no triangles, NaN/inf vertices,
+            zero-area faces or repeated faces.
         ValueError: If ``num_points`` is not a positive integer.
 
     Shapes:

@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from meshops import MeshData, MeshError
 from meshops.cli import main as cli_main
 from meshops.io import mesh_from_arrays, read_mesh, write_mesh
 
-from _meshes import cube_mesh, square_mesh
+from _meshes import cube_mesh, cube_sphere, square_mesh
 
 ANNULUS = Path(__file__).parents[1] / "examples" / "meshes" / "annulus.vtu"
 
@@ -221,3 +222,120 @@ def test_point_cloud_round_trip_keeps_weights(tmp_path):
     with pytest.warns(UserWarning, match="kNN volume estimate"):
         bare = read_mesh(tmp_path / "bare.vtu")
     assert bare.measure == pytest.approx(float(ConvexHull(pts).volume), rel=1e-12)
+
+
+# ------------------------------------------------------------- fields kept or refused
+@pytest.mark.parametrize("suffix", [".stl", ".obj", ".off", ".ply"])
+def test_write_refuses_formats_that_drop_fields(tmp_path, suffix):
+    pts, cells = square_mesh(2, "triangle")
+    mesh = mesh_from_arrays(np.hstack([pts, np.zeros((len(pts), 1))]), cells)
+    fmt = suffix[1:]
+    with pytest.raises(MeshError, match=rf"a{suffix}: the {fmt} format cannot hold fields, so "
+                                        r"point field 'u_pred' would be lost; write \.msh, "
+                                        r"\.vtk, \.vtu, \.xdmf instead"):
+        write_mesh(tmp_path / f"a{suffix}", mesh, point_data={"u_pred": np.zeros(len(pts))})
+    assert list(tmp_path.iterdir()) == []
+    # The geometry alone is fine in these formats, and comes back.
+    back = read_mesh(write_mesh(tmp_path / f"a{suffix}", mesh))
+    assert back.measure == pytest.approx(1.0, rel=1e-12)
+
+
+def test_write_refuses_cell_fields_too_but_not_reader_tags(tmp_path):
+    pts, cells = square_mesh(2, "triangle")
+    mesh = mesh_from_arrays(pts, cells, cell_data={"material": [np.arange(8)]})
+    with pytest.raises(MeshError, match="cell field 'material' would be lost"):
+        write_mesh(tmp_path / "a.stl", mesh)
+    # Gmsh's bookkeeping (read back from a .msh) is not the user's data.
+    msh = read_mesh(write_mesh(tmp_path / "a.msh", mesh_from_arrays(pts, cells)))
+    assert any(k.startswith("gmsh:") for k in list(msh.fields) + list(msh.cell_data))
+    assert read_mesh(write_mesh(tmp_path / "a.stl", msh)).measure == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("suffix", [".vtu", ".vtk", ".xdmf", ".msh"])
+def test_field_formats_keep_scalar_and_vector_fields(tmp_path, suffix):
+    pts, cells = square_mesh(3, "mixed")
+    mesh = mesh_from_arrays(pts, cells)
+    rng = np.random.default_rng(0)
+    u, v = rng.random(len(pts)), rng.random((len(pts), 3))
+    back = read_mesh(write_mesh(tmp_path / f"a{suffix}", mesh, point_data={"u": u, "v": v}))
+    assert np.array_equal(back.fields["u"].numpy().reshape(-1), u)
+    assert np.array_equal(back.fields["v"].numpy(), v)
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_vtu_array_that_does_not_fit_its_components_is_refused(tmp_path, binary):
+    pts, cells = square_mesh(2, "triangle")
+    path = tmp_path / "bad.vtu"
+    meshio.write(path, meshio.Mesh(np.hstack([pts, np.zeros((9, 1))]), cells,
+                                   point_data={"u": np.zeros(9), "v": np.zeros((9, 3))}),
+                 binary=binary)
+    text = path.read_text()
+    assert text.count('Name="v" NumberOfComponents="3"') == 1
+    path.write_text(text.replace('Name="v" NumberOfComponents="3"',
+                                 'Name="v" NumberOfComponents="5"'))
+    with pytest.raises(MeshError, match=r"bad\.vtu: .*data array 'v' is 27 which doesn't fit "
+                                        r"the number of components 5"):
+        read_mesh(path)
+
+
+@pytest.mark.parametrize("scale, problem", [(1e30, "overflow"), (1e-30, "underflow")])
+def test_coordinates_whose_weights_float32_cannot_hold_are_refused(tmp_path, capsys, scale,
+                                                                   problem):
+    # Unit square in units 1e30 (1e-30): cell areas 1e60 (1e-60), which are inf (0)
+    # in the models' float32; float64 computes them exactly.
+    pts, cells = square_mesh(2, "triangle")
+    path = _write_meshio(tmp_path / "far.vtu", np.hstack([pts * scale, np.zeros((9, 1))]),
+                         cells, point_data={"u": np.ones(9)})
+    with pytest.raises(MeshError, match=rf"far\.vtu: quadrature weights .* {problem} float32"):
+        read_mesh(path)
+    assert cli_main(["info", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("meshops: error: ") and "far.vtu" in err and "Traceback" not in err
+    # Just inside float32's range (area 1e36, 1e-36 per cell, ~1e-37 per node) is fine.
+    ok = 1e18 if scale > 1 else 1e-18
+    w = mesh_from_arrays(pts * ok, cells).weight
+    assert w.sum().item() == pytest.approx(ok * ok, rel=1e-12)
+    assert torch.isfinite(w.float()).all() and (w.float() > 0).all()
+
+
+def test_write_after_a_killed_write_removes_its_temporary_file(tmp_path):
+    # A writer killed with SIGKILL mid-write cannot clean up after itself.
+    script = ("import os, signal, sys\n"
+              "from meshops._atomic import atomic_write\n"
+              "def write(tmp):\n"
+              "    open(tmp, 'wb').write(b'x' * 1000)\n"
+              "    os.kill(os.getpid(), signal.SIGKILL)\n"
+              "atomic_write(sys.argv[1], write)\n")
+    r = subprocess.run([sys.executable, "-c", script, str(tmp_path / "mesh.vtu")])
+    assert r.returncode == -9
+    left = [p.name for p in tmp_path.iterdir()]
+    assert len(left) == 1 and left[0].startswith(".mesh.") and left[0].endswith(".tmp.vtu")
+    write_mesh(tmp_path / "next.vtu", mesh_from_arrays(*square_mesh(2)))
+    assert [p.name for p in tmp_path.iterdir()] == ["next.vtu"]
+    # A live writer's temporary file (this process's, by its name) and files that
+    # are not ours stay.
+    from meshops._atomic import _host, clean_stale_temporaries
+    live = tmp_path / f".other.meshops-{_host()}-{os.getpid()}-abc.tmp.vtu"
+    live.write_text("being written")
+    (tmp_path / ".mesh.notours.tmp.vtu").write_text("someone else's")
+    assert clean_stale_temporaries(tmp_path) == []
+    assert len(list(tmp_path.iterdir())) == 3
+
+
+def test_cli_info_names_the_measure_by_the_cells_dimension(tmp_path, capsys):
+    # A sphere's surface in 3-D has an area (4 pi), a parabola arc in 2-D a length.
+    pts, cells = cube_sphere(8)
+    sphere = write_mesh(tmp_path / "sphere.vtu", mesh_from_arrays(pts, cells))
+    t = np.linspace(0, 1, 65)
+    arc = write_mesh(tmp_path / "arc.vtu", mesh_from_arrays(
+        np.stack([t, t ** 2], 1), [("line", np.stack([np.arange(64), np.arange(1, 65)], 1))]))
+    length = (math.sqrt(5) / 2 + math.asinh(2) / 4)  # exact arc length of y = x^2, 0..1
+    assert cli_main(["info", str(sphere), str(arc)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    measure_lines = [ln.split() for ln in out if "sum of quadrature weights" in ln]
+    assert [m[0] for m in measure_lines] == ["area", "length"]
+    assert float(measure_lines[0][1]) == pytest.approx(4 * math.pi, rel=1e-2)
+    assert float(measure_lines[1][1]) == pytest.approx(length, rel=1e-4)
+    assert cli_main(["info", "--json", str(sphere)]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["dimension"] == 3 and info["cell_dimension"] == 2

@@ -287,3 +287,124 @@ def test_wrong_connectivity_width():
 def test_no_cells():
     with pytest.raises(MeshError, match="no line, surface or volume cells"):
         quadrature_weights(np.zeros((3, 2)), [("vertex", np.array([[0], [1]]))])
+
+
+# ------------------------------------------------------ duplicated and overlapping cells
+def _push(pts, i, to):
+    out = pts.copy()
+    out[i] = to
+    return out
+
+
+def test_node_pushed_across_neighbours_is_refused():
+    # Node 6 (0.25, 0.25) of the 4x4 triangle grid moved past the edge [5, 11]: the
+    # cell [5, 11, 6] turns over onto its neighbour, the total area grows by twice
+    # its area (1/32 + 1/32 = 1.0625 - 1), but no cell is degenerate or tangled.
+    pts, cells = square_mesh(4, "triangle")
+    bad = _push(pts, 6, [0.6, 0.2])
+    assert quadrature_weights(bad, cells, check=False).sum().item() == pytest.approx(1.0625)
+    with pytest.raises(MeshError, match=r"triangle cell 20 \(block 0\) with vertices "
+                                        r"\[5, 11, 6\] overlaps triangle cell 0 .* same side "
+                                        r"of their shared edge \[5, 6\]"):
+        quadrature_weights(bad, cells, source="pushed.vtu")
+
+
+def test_tet_node_pushed_across_neighbours_is_refused():
+    pts, cells = tetra_cube(3)
+    bad = _push(pts, 21, [0.7, 0.34, 0.34])  # the interior node (1/3, 1/3, 1/3)
+    assert quadrature_weights(bad, cells, check=False).sum().item() > 1 + 1e-3
+    with pytest.raises(MeshError, match=r"tetra cell .* overlaps tetra cell .* same side of "
+                                        r"their shared face \[\d+, \d+, \d+\]"):
+        quadrature_weights(bad, cells)
+
+
+def test_hex_folded_onto_its_neighbour_is_refused():
+    # Hex 1 shares the top face of the unit cube (hex 0) but its far face is at
+    # z = 0.5, inside hex 0: a consistently (negatively) oriented, untangled cell
+    # that overlaps hex 0. Quad faces are matched by their vertex sets.
+    pts, cells = cube_mesh(1)
+    top = pts[cells[0][1][0, 4:]]
+    pts = np.concatenate([pts, top - [0, 0, 0.5]])
+    hexes = np.array([cells[0][1][0], list(cells[0][1][0, 4:]) + [8, 9, 10, 11]])
+    with pytest.raises(MeshError, match=r"hexahedron cell 1 .* overlaps hexahedron cell 0 "
+                                        r".* shared face"):
+        quadrature_weights(pts, [("hexahedron", hexes)])
+    # The same hex on the other side of the face is fine.
+    hexes[1, 4:] = [8, 9, 10, 11]
+    pts[8:] = top + [0, 0, 0.5]
+    assert quadrature_weights(pts, [("hexahedron", hexes)]).sum().item() == pytest.approx(1.5)
+
+
+def test_inverted_segment_in_1d():
+    pts = np.array([0.0, 0.25, 0.6, 0.5, 1.0])[:, None]  # node 3 pushed behind node 2
+    lines = np.array([[0, 1], [1, 2], [2, 3], [3, 4]])
+    with pytest.raises(MeshError, match=r"line cell 2 .* overlaps line cell 1 .* shared "
+                                        r"point \[2\]"):
+        quadrature_weights(pts, [("line", lines)])
+
+
+def test_edge_shared_by_three_triangles_is_refused():
+    pts = np.array([[0, 0], [1, 0], [0.5, 1], [0.5, -1], [0.3, 0.5]])
+    tri = np.array([[0, 1, 2], [1, 0, 3], [0, 1, 4]])
+    with pytest.raises(MeshError, match=r"edge \[0, 1\] is shared by more than 2 cells "
+                                        r"\(triangle cell 0 .*triangle cell 1 .*triangle "
+                                        r"cell 2 .*\): the cells overlap"):
+        quadrature_weights(pts, [("triangle", tri)])
+
+
+def test_duplicated_cells_are_refused():
+    pts, cells = square_mesh(4, "triangle")
+    tri = cells[0][1]
+    # Three cells listed twice (in another vertex order): area 1 + 3/32.
+    three = np.concatenate([tri, tri[[3, 7, 9]][:, ::-1]])
+    assert quadrature_weights(pts, [("triangle", three)], check=False).sum().item() == \
+        pytest.approx(1 + 3 / 32)
+    with pytest.raises(MeshError, match=r"dup.vtu: triangle cell 32 \(block 0\) with vertices "
+                                        r"\[9, 8, 3\] duplicates triangle cell 3 \(block 0\) "
+                                        r".*3 duplicated cells"):
+        quadrature_weights(pts, [("triangle", three)], source="dup.vtu")
+    # Two copies of the whole mesh, in two blocks.
+    with pytest.raises(MeshError, match=r"triangle cell 0 \(block 1\) .* duplicates triangle "
+                                        r"cell 0 \(block 0\)"):
+        quadrature_weights(pts, [("triangle", tri), ("triangle", tri)])
+
+
+def test_duplicated_cells_on_embedded_surfaces_and_curves():
+    pts, cells = cube_sphere(3)
+    quads = cells[0][1]
+    with pytest.raises(MeshError, match="quad cell .* duplicates quad cell 5"):
+        quadrature_weights(pts, [("quad", np.concatenate([quads, quads[5:6, ::-1]]))])
+    t = np.linspace(0, 1, 5)
+    curve = np.stack([t, t ** 2], axis=1)
+    lines = np.array([[0, 1], [1, 2], [2, 3], [3, 4], [3, 2]])
+    with pytest.raises(MeshError, match=r"line cell 4 .* duplicates line cell 2"):
+        quadrature_weights(np.hstack([curve, t[:, None]]), [("line", lines)])
+
+
+@pytest.mark.parametrize("mesh", ["triangle", "tetra"])
+def test_reversed_cells_that_do_not_overlap_are_accepted(mesh):
+    # Orientation is not what is checked: a mesh listed all clockwise, or with
+    # some cells in reversed order, is fine as long as no cells overlap.
+    pts, cells = square_mesh(4, "triangle", amount=0.3) if mesh == "triangle" \
+        else tetra_cube(2, amount=0.3)
+    conn = cells[0][1]
+    some = conn.copy()
+    some[::3] = some[::3, ::-1]
+    for c in (conn[:, ::-1], some):
+        assert quadrature_weights(pts, [(cells[0][0], c)]).sum().item() == pytest.approx(1.0)
+
+
+def test_quads_collapsed_at_a_pole_are_accepted():
+    # A polar quad mesh of the unit disc whose inner quads collapse one side onto
+    # the centre (node 0 repeated): the collapsed "edge" [0, 0] is in 12 cells but
+    # has no sides, so it is no overlap. Area: the inscribed 12-gon's, 3.
+    nt, nr = 12, 3
+    r, t = np.linspace(0, 1, nr + 1)[1:], np.linspace(0, 2 * np.pi, nt, endpoint=False)
+    pts = np.vstack([[0, 0], np.stack([np.outer(r, np.cos(t)).ravel(),
+                                       np.outer(r, np.sin(t)).ravel()], 1)])
+    idx = 1 + np.arange(nr * nt).reshape(nr, nt)
+    quads = [[0, idx[0, j], idx[0, (j + 1) % nt], 0] for j in range(nt)]
+    quads += [[idx[i, j], idx[i + 1, j], idx[i + 1, (j + 1) % nt], idx[i, (j + 1) % nt]]
+              for i in range(nr - 1) for j in range(nt)]
+    w = quadrature_weights(pts, [("quad", np.array(quads))])
+    assert w.sum().item() == pytest.approx(0.5 * nt * math.sin(2 * math.pi / nt), rel=1e-12)

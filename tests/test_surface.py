@@ -317,3 +317,23 @@ def test_read_keeps_tiny_but_valid_geometry(tmp_path):
     assert len(back.vertices) == len(mesh.vertices)
     # abs=0: pytest.approx's default absolute tolerance would swallow an area of 1e-17
     assert back.area == pytest.approx(mesh.area, rel=1e-6, abs=0)
+
+
+def test_repeated_faces_are_refused_after_merging(tmp_path):
+    # An STL with one triangle written twice (each with its own corner copies, as STL
+    # stores them, and in another vertex order) would count its area twice.
+    sphere = _sphere(1)
+    tri = sphere.triangles
+    path = tmp_path / "twice.stl"
+    trimesh.Trimesh(vertices=np.concatenate([tri, tri[7:8, ::-1]]).reshape(-1, 3),
+                    faces=np.arange(3 * (len(tri) + 1)).reshape(-1, 3),
+                    process=False).export(path)
+    n = len(tri)
+    with pytest.raises(MeshError, match=rf"twice.stl: face {n} \(vertices .*\) repeats face 7, "
+                                        r"1 repeated faces in all"):
+        read_surface(path)
+    mesh = trimesh.Trimesh(vertices=sphere.vertices,
+                           faces=np.concatenate([sphere.faces, sphere.faces[3:4, [1, 2, 0]]]),
+                           process=False)
+    with pytest.raises(MeshError, match=rf"face {n} .* repeats face 3"):
+        surface_weights(mesh)
