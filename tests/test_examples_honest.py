@@ -5,7 +5,6 @@ Geo-FNO files, and the baselines next to the model's test error."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
