@@ -463,18 +463,13 @@ def build_model(name: str, model_config: dict, in_channels: int, out_channels: i
 
 def _split(n: int, cfg: dict) -> tuple[list[int], list[int]]:
     """Deterministic train/validation indices from the seed."""
-    import numpy as np
+    from meshops.training.splits import validation_split
 
-    frac = cfg["val_fraction"]
-    if not frac:
-        return list(range(n)), []
-    n_val = max(1, int(round(frac * n)))
-    if n - n_val < 1:
-        raise CLIError(f"{cfg['data']}: {n} mesh file(s) cannot be split into training and "
-                       f"validation sets (val_fraction {frac}); add files, pass --val-data "
-                       f"DIR or --val-fraction 0")
-    perm = np.random.default_rng(cfg["seed"]).permutation(n)
-    return sorted(int(i) for i in perm[n_val:]), sorted(int(i) for i in perm[:n_val])
+    try:
+        return validation_split(n, cfg["val_fraction"] or 0.0, cfg["seed"])
+    except ValueError as e:
+        raise CLIError(f"{cfg['data']}: {e}; add files, pass --val-data DIR or "
+                       f"--val-fraction 0") from None
 
 
 def _public_config(cfg: dict, model) -> dict:
@@ -840,6 +835,54 @@ def _stats(values, files) -> dict:
             "worst_sample": files[worst], "median_sample": files[med]}
 
 
+def _training_samples(meta: dict, spec: RunSpec):
+    """The run's training samples (``meta["data"]``, files ``meta["split"]["train"]``)
+    in float64, or ``(None, why not)``."""
+    import torch
+
+    from data_adapters.folder import MeshFolderDataset
+    from meshops.errors import MeshError
+
+    root, names = meta.get("data"), (meta.get("split") or {}).get("train")
+    if not root or not names:
+        return None, "n/a: the checkpoint does not record its training files"
+    if not Path(root).is_dir():
+        return None, f"n/a: the training data {root} is not here"
+    try:
+        ds = MeshFolderDataset(root, inputs=spec.inputs, targets=spec.targets,
+                               dtype=torch.float64)
+        index = {Path(f).name: i for i, f in enumerate(ds.files)}
+        missing = [n for n in names if n not in index]
+        if missing:
+            return None, (f"n/a: {len(missing)} training file(s) are no longer in {root} "
+                          f"(e.g. {missing[0]})")
+        return [ds[index[n]] for n in names], ""
+    except (MeshError, OSError, ValueError, KeyError) as e:
+        return None, f"n/a: cannot read the training data {root} ({e})"
+
+
+def _baseline_report(train, note: str, tests: list, names: list, slices: dict) -> dict:
+    """Both baselines of :mod:`meshops.training.baselines` on the evaluated samples, per
+    target field (``slices``) and metric, as ``{name: {"note", field: {metric: stats}}}``."""
+    from meshops.training.baselines import baselines
+    from meshops.training.loss import relative_lp
+
+    if train is None:
+        return {"training mean": {"note": note}, "nearest training sample": {"note": note}}
+    out = {}
+    for b in baselines(train, tests):
+        out[b.name] = entry = {"note": b.note}
+        if not b.available:
+            continue
+        for key, sl in slices.items():
+            entry[key] = {
+                "l2": _stats([float(relative_lp(p[:, sl], t.y[:, sl], t.weight))
+                              for p, t in zip(b.predictions, tests)], names),
+                "l2_unweighted": _stats([float(relative_lp(p[:, sl], t.y[:, sl], None))
+                                         for p, t in zip(b.predictions, tests)], names)}
+    return out
+
+
 def _cmd_evaluate(args) -> int:
     import numpy as np
     import torch
@@ -854,9 +897,10 @@ def _cmd_evaluate(args) -> int:
     names = [Path(f).name for f in ds.files]
     keys = list(spec.targets) + (["all"] if len(spec.targets) > 1 else [])
     errs = {k: {"l2": [], "l2_unweighted": []} for k in keys}
-    per_sample = []
+    per_sample, tests = [], []
     for i in _progress(range(len(ds)), desc="evaluating", unit="mesh"):
         s = ds[i]
+        tests.append(s)
         spec.check_mesh(s, ds.files[i], roles=("inputs", "targets"))
         pred = predict_mesh(model, spec, s).to(torch.float64)
         truth = s.y.to(torch.float64)
@@ -888,6 +932,9 @@ def _cmd_evaluate(args) -> int:
     if overlap:
         result["note"] = (f"{len(overlap)} of the {len(names)} files were in the training "
                           f"split of this run")
+    if not args.no_baselines and tests:
+        result["baselines"] = _baseline_report(*_training_samples(meta, spec), tests, names,
+                                               slices)
     if args.plot:
         from meshops.plot import plot_comparisons
 
@@ -919,6 +966,14 @@ def _cmd_evaluate(args) -> int:
             st = result["fields"][key][metric]
             print(f"{key:<12} {label:<13} {st['mean']:>10.4e} {st['median']:>10.4e} "
                   f"{st['max']:>10.4e}  {st['worst_sample']}")
+    for name, entry in result.get("baselines", {}).items():
+        print(f"baseline: {name}: {entry['note']}")
+        for key in keys:
+            for metric, label in (("l2", "quadrature"), ("l2_unweighted", "unweighted")):
+                if key in entry:
+                    st = entry[key][metric]
+                    print(f"{key:<12} {label:<13} {st['mean']:>10.4e} {st['median']:>10.4e} "
+                          f"{st['max']:>10.4e}  {st['worst_sample']}")
     if "note" in result:
         print(f"note: {result['note']}")
     if args.plot:
@@ -1161,7 +1216,11 @@ def build_parser() -> argparse.ArgumentParser:
         "evaluate", help="relative L2 errors of a trained model on a folder of meshes",
         description=_wrap("Predict on every mesh of DIR and print the relative L2 error "
         "per target field (mean, median, worst sample), quadrature-weighted and "
-        "unweighted."),
+        "unweighted, next to two baselines that need no training, on the same meshes "
+        "and metric: the mean of the training targets (when all meshes are one fixed "
+        "mesh or structured grids of one shape) and the targets of the nearest "
+        "training sample (by the mean of each input field, or by the geometry when the "
+        "model has no inputs)."),
         epilog=EVALUATE_EPILOG, formatter_class=_FMT)
     p.add_argument("run", metavar="RUN", help="run folder (uses best.pt) or checkpoint file")
     p.add_argument("--data", required=True, metavar="DIR", help="folder of meshes with the "
@@ -1173,6 +1232,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     p.add_argument("--inputs", help="input fields, for checkpoints that do not record them")
     p.add_argument("--targets", help="target fields, for checkpoints that do not record them")
+    p.add_argument("--no-baselines", action="store_true", dest="no_baselines",
+                   help="skip the two baselines that need no training (the training mean "
+                   "field and the nearest training sample), which read the run's training "
+                   "files")
     p.set_defaults(func=_cmd_evaluate)
 
     p = sub.add_parser(

@@ -1,0 +1,268 @@
+"""Baselines that need no training, scored with the trainer's metric.
+
+A surrogate has learned something only if it beats predictors that need no
+training. Two are computed here, on the same test samples and with the same
+per-sample relative L2 error as :meth:`meshops.training.Trainer.evaluate`
+(quadrature-weighted and unweighted, all target channels pooled):
+
+* **Training mean field**: the point-wise mean of the training targets. It is
+  defined only when every training and test sample lives on the same points:
+  the same number of points at the same positions (within ``1e-5`` of the
+  largest extent of the meshes, loose enough for positions stored in float32),
+  or structured grids of the same ``grid_shape`` (point ``k`` is grid node ``k``
+  on every sample, as for the Geo-FNO NACA C-grids, whose points move with the
+  airfoil). Otherwise it is not available and the result says why.
+* **Nearest training sample**: the targets of the training sample closest to the
+  test sample in input space. Each sample is described by the quadrature-weighted
+  mean of each input channel, standardised by the spread of the training samples'
+  means (so that a channel's units do not decide the distance); the distance is
+  the Euclidean one between these descriptors. Geometry-only problems (no input
+  channels) compare the meshes: structured grids of one ``grid_shape`` by the
+  root-mean-square distance between their corresponding nodes, anything else
+  (point clouds, meshes of different sizes) by the symmetric Chamfer distance,
+  the mean distance of each point to the other mesh's nearest point, both ways.
+  It predicts on the test mesh, so it needs the nearest sample's targets there:
+  available when the meshes correspond (as for the mean field) and otherwise
+  transferred by nearest-point interpolation (the value of the training mesh's
+  point closest to each test point).
+
+Ties (e.g. geometry-only samples on one fixed mesh, all at distance 0) go to the
+first training sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from meshops.training.loss import relative_lp
+
+#: Relative tolerance (of the largest mesh extent) for "the same positions".
+POSITION_RTOL = 1e-5
+
+
+@dataclass
+class BaselineResult:
+    """Per-sample errors of one baseline on a test set.
+
+    Attributes:
+        name: ``"training mean"`` or ``"nearest training sample"``.
+        predictions: One ``[M, C_out]`` float64 tensor per test sample, or ``None``
+            when the baseline is not available.
+        errors: ``{"l2": [T], "l2_unweighted": [T]}`` per-sample relative L2 errors
+            (empty when not available).
+        note: How the baseline was computed, or why it is not available (``"n/a: ..."``).
+        nearest: For the nearest-sample baseline, the training index chosen for each
+            test sample.
+    """
+
+    name: str
+    predictions: list[Tensor] | None
+    errors: dict[str, np.ndarray] = field(default_factory=dict)
+    note: str = ""
+    nearest: list[int] | None = None
+
+    @property
+    def available(self) -> bool:
+        return self.predictions is not None
+
+    def summary(self) -> dict:
+        """``{metric: {"mean", "median", "worst"}}``, or ``{"note": ...}`` when not available."""
+        out: dict = {"note": self.note}
+        for metric, v in self.errors.items():
+            out[metric] = {"mean": float(v.mean()), "median": float(np.median(v)),
+                           "worst": float(v.max())}
+        return out
+
+
+def target_points(sample) -> tuple[Tensor, Tensor]:
+    """Positions and quadrature weights of the points where ``sample.y`` lives.
+
+    The mesh points, or the query points (``query_pos``, weighted by
+    ``query_weight`` or uniformly) as in :func:`meshops.training.targets_of`.
+
+    Shapes:
+        -> pos ``[M, d]``, weight ``[M]``
+    """
+    q = getattr(sample, "query_pos", None)
+    if q is None:
+        return sample.pos, sample.weight
+    w = getattr(sample, "query_weight", None)
+    return q, (w if w is not None else torch.ones(q.shape[0], dtype=q.dtype))
+
+
+def per_sample_errors(predictions: Sequence[Tensor], samples: Sequence) -> dict[str, np.ndarray]:
+    """Relative L2 error of each prediction against its sample's ``y``, in float64,
+    quadrature-weighted (``"l2"``) and unweighted (``"l2_unweighted"``), exactly
+    as :meth:`~meshops.training.Trainer.evaluate` computes them.
+
+    Shapes:
+        predictions: ``T`` tensors ``[M_t, C_out]`` -> ``{metric: [T]}``
+    """
+    out: dict[str, list[float]] = {"l2": [], "l2_unweighted": []}
+    for pred, s in zip(predictions, samples):
+        y = s.y.to(torch.float64)
+        _, w = target_points(s)
+        pred = pred.to(torch.float64)
+        out["l2"].append(float(relative_lp(pred, y, w.to(torch.float64))))
+        out["l2_unweighted"].append(float(relative_lp(pred, y, None)))
+    return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
+
+
+def _grid_shape(sample) -> tuple[int, ...] | None:
+    g = getattr(sample, "grid_shape", None)
+    return None if g is None else tuple(int(n) for n in torch.as_tensor(g).reshape(-1))
+
+
+def correspondence(samples: Sequence) -> tuple[str | None, str]:
+    """How the samples' target points correspond, if they do.
+
+    Returns:
+        ``("positions", why)`` when all have the same number of points at the same
+        positions (within :data:`POSITION_RTOL` of the largest extent), ``("grid",
+        why)`` when all are structured grids of one ``grid_shape``, and ``(None,
+        why not)`` otherwise.
+    """
+    pts = [target_points(s)[0].to(torch.float64) for s in samples]
+    sizes = {int(p.shape[0]) for p in pts}
+    grids = {_grid_shape(s) for s in samples}
+    if len(sizes) == 1:
+        ref = pts[0]
+        extent = max(float((p.amax(0) - p.amin(0)).max()) for p in pts)
+        tol = POSITION_RTOL * max(extent, np.finfo(float).tiny)
+        gap = max(float((p - ref).abs().max()) for p in pts)
+        if gap <= tol:
+            return "positions", f"one fixed mesh of {ref.shape[0]} points"
+        if len(grids) == 1 and None not in grids:
+            shape = " x ".join(map(str, next(iter(grids))))
+            return "grid", f"structured {shape} grids, matched node by node"
+        return None, (f"meshes differ: points move by up to {gap:.3g} between samples "
+                      f"(tolerance {tol:.3g})")
+    return None, f"meshes differ: {min(sizes)} to {max(sizes)} points per sample"
+
+
+def mean_field_baseline(train: Sequence, test: Sequence) -> BaselineResult:
+    """Predict the point-wise mean of the training targets on every test sample.
+
+    Args:
+        train: Training samples (``y [M, C_out]`` at :func:`target_points`).
+        test: Test samples.
+
+    Returns:
+        A :class:`BaselineResult`; not available (``note`` starts with ``"n/a"``)
+        unless all samples live on corresponding points (see :func:`correspondence`).
+
+    Shapes:
+        train ``y [M, C]``, test ``y [M, C]`` -> errors ``[T]``
+    """
+    name = "training mean"
+    if len(train) == 0 or len(test) == 0:
+        return BaselineResult(name, None, note="n/a: no training or no test samples")
+    how, why = correspondence(list(train) + list(test))
+    if how is None:
+        return BaselineResult(name, None, note=f"n/a: {why}")
+    mean = torch.stack([s.y.to(torch.float64) for s in train]).mean(0)
+    preds = [mean.clone() for _ in test]
+    return BaselineResult(name, preds, per_sample_errors(preds, test),
+                          note=f"mean of {len(train)} training samples ({why})")
+
+
+def _input_descriptors(samples: Sequence) -> np.ndarray:
+    """Quadrature-weighted mean of each input channel: ``[S, C_in]``."""
+    rows = []
+    for s in samples:
+        w = s.weight.to(torch.float64)
+        x = s.x.to(torch.float64)
+        rows.append((w[:, None] * x).sum(0) / w.sum())
+    return torch.stack(rows).numpy()
+
+
+def _chamfer(a: np.ndarray, b: np.ndarray, tree_a, tree_b) -> float:
+    return 0.5 * (float(tree_b.query(a)[0].mean()) + float(tree_a.query(b)[0].mean()))
+
+
+def _geometry_distances(train: Sequence, test: Sequence, how: str | None) -> np.ndarray:
+    """``[T, S]`` distances between test and training meshes (see the module docstring)."""
+    if how is not None:  # corresponding points: RMS distance between matched points
+        p_tr = torch.stack([target_points(s)[0].to(torch.float64).reshape(-1) for s in train])
+        p_te = torch.stack([target_points(s)[0].to(torch.float64).reshape(-1) for s in test])
+        n = target_points(train[0])[0].shape[0]
+        # Flattened meshes: the Euclidean distance / sqrt(n) is the RMS point distance.
+        d = torch.cdist(p_te, p_tr, compute_mode="donot_use_mm_for_euclid_dist")
+        return (d / n ** 0.5).numpy()
+    from scipy.spatial import cKDTree
+
+    p_tr = [s.pos.to(torch.float64).numpy() for s in train]
+    p_te = [s.pos.to(torch.float64).numpy() for s in test]
+    t_tr = [cKDTree(p) for p in p_tr]
+    t_te = [cKDTree(p) for p in p_te]
+    return np.array([[_chamfer(a, b, ta, tb) for b, tb in zip(p_tr, t_tr)]
+                     for a, ta in zip(p_te, t_te)])
+
+
+def nearest_sample_baseline(train: Sequence, test: Sequence) -> BaselineResult:
+    """Predict, on each test sample, the targets of the nearest training sample.
+
+    Args:
+        train: Training samples with ``x``, ``y``, ``pos``, ``weight``.
+        test: Test samples.
+
+    Returns:
+        A :class:`BaselineResult` with the chosen training index per test sample
+        in ``nearest`` and the distance used in ``note``.
+
+    Shapes:
+        train ``x [N, C_in]``, ``y [M, C]``; test likewise -> errors ``[T]``
+    """
+    name = "nearest training sample"
+    if len(train) == 0 or len(test) == 0:
+        return BaselineResult(name, None, note="n/a: no training or no test samples")
+    how, why = correspondence(list(train) + list(test))
+    c_in = int(train[0].x.shape[-1])
+    if c_in:
+        d_tr, d_te = _input_descriptors(train), _input_descriptors(test)
+        scale = d_tr.std(0)
+        scale[~(scale > 0)] = 1.0  # a channel constant over the training set cannot rank
+        dist = np.linalg.norm((d_te[:, None] - d_tr[None]) / scale, axis=-1)
+        metric = (f"distance between the means of the {c_in} input channel(s), "
+                  "standardised over the training samples")
+    else:
+        dist = _geometry_distances(train, test, how)
+        metric = ("geometry: RMS distance between matched points" if how is not None
+                  else "geometry: symmetric Chamfer distance between the point sets")
+    nearest = [int(i) for i in np.argmin(dist, axis=1)]
+    preds = []
+    for t, i in zip(test, nearest):
+        y = train[i].y.to(torch.float64)
+        if how is None:  # transfer to the test points: value at the nearest training point
+            from scipy.spatial import cKDTree
+
+            src = target_points(train[i])[0].to(torch.float64).numpy()
+            dst = target_points(t)[0].to(torch.float64).numpy()
+            y = y[torch.from_numpy(cKDTree(src).query(dst)[1])]
+        preds.append(y)
+    transfer = f"; {why}, values moved to the test points by nearest point" if how is None \
+        else ""
+    return BaselineResult(name, preds, per_sample_errors(preds, test),
+                          note=f"{metric}{transfer}", nearest=nearest)
+
+
+def baselines(train: Sequence, test: Sequence) -> list[BaselineResult]:
+    """Both baselines: ``[mean_field_baseline, nearest_sample_baseline]``."""
+    return [mean_field_baseline(train, test), nearest_sample_baseline(train, test)]
+
+
+def format_table(rows: Sequence[tuple[str, dict | None, str]], metric: str) -> str:
+    """A small text table: one line per ``(name, {"mean","median","worst"} or None, note)``."""
+    lines = [f"  {'':<26} {'mean':>9} {'median':>9} {'worst':>9}   ({metric})"]
+    for name, st, note in rows:
+        if st is None:
+            lines.append(f"  {name:<26} {note}")
+        else:
+            lines.append(f"  {name:<26} {st['mean']:>9.4f} {st['median']:>9.4f} "
+                         f"{st['worst']:>9.4f}" + (f"   {note}" if note else ""))
+    return "\n".join(lines)
