@@ -29,6 +29,13 @@ where. ``degenerate="raise"`` makes them an error. Tangled cells (the Jacobian
 changes sign: folded or non-convex quads) always raise :class:`MeshError` naming
 the sample and the grid cell ``(i, j)``, since their weights would be wrong. The
 reader accepts any grid size ``(n0, n1)``; the benchmark's is 221 x 51.
+
+**Speed.** All samples share the grid's cells, whose corners are four shifted slices
+of the node arrays: a grid without degenerate or tangled cells gets its weights (the
+same Gauss rule as :func:`meshops.quadrature.quadrature_weights`, equal to rounding)
+and its checks from whole-array operations, about 4 ms a sample on one core
+(``python -m benchmarks.loading``); only grids with bad cells take the per-cell path
+above.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ import torch
 from meshops.data import MeshData
 from meshops.errors import MeshError
 from meshops.io import mesh_from_arrays
-from meshops.quadrature import structured_grid_cells
+from meshops.quadrature import _basis, _corners, _gauss_cube, structured_grid_cells
 
 from data_adapters._npy import check_finite, check_shape, open_npy
 from data_adapters._sample import as_dtype, finish
@@ -93,6 +100,65 @@ def classify_quads(points: np.ndarray, quads: np.ndarray) -> tuple[np.ndarray, n
     degenerate = (np.abs(corner) <= tol[:, None]).all(axis=1)
     tangled = (corner < -tol[:, None]).any(axis=1) & (corner > tol[:, None]).any(axis=1)
     return degenerate, tangled & ~degenerate
+
+
+class _GridQuadRule:
+    """The bilinear-quad quadrature of :func:`meshops.quadrature.quadrature_weights`
+    (3 x 3 Gauss points, Jacobians also checked at the 4 corners) and the checks of
+    :func:`classify_quads`, set up once for structured 2-D grids, where the corners of
+    all cells are four shifted slices of the node arrays (no gathers, no scatter-add)."""
+
+    def __init__(self) -> None:
+        qp, qw = _gauss_cube(2, 3)
+        N, dN = _basis("quad", qp)
+        _, dNc = _basis("quad", _corners(2))
+        self.num_gauss = len(qw)
+        dN = np.concatenate([dN, dNc])                  # [Q + 4, 4 nodes, 2 (a, b)]
+        self.dNa, self.dNb = dN[..., 0].copy(), dN[..., 1].copy()
+        self.NW = (N * qw[:, None]).T.copy()            # [4, Q]: N_n(q) times the weight
+
+    def weights(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray | None:
+        """Nodal weights ``[n0*n1]`` of the grid with node coordinates ``X, Y [n0, n1]``
+        from all its quads (cells and nodes in the order of
+        :func:`meshops.quadrature.structured_grid_cells`), or None when a cell is
+        degenerate or tangled by the criteria of :func:`classify_quads` or of
+        :func:`meshops.quadrature.quadrature_weights` (the caller then takes the
+        per-cell path, which drops, warns or raises)."""
+        n0, n1 = X.shape
+        x = [c.reshape(-1) for c in (X[:-1, :-1], X[1:, :-1], X[1:, 1:], X[:-1, 1:])]
+        y = [c.reshape(-1) for c in (Y[:-1, :-1], Y[1:, :-1], Y[1:, 1:], Y[:-1, 1:])]
+        # classify_quads: corner triangles against h^2 (longest side or diagonal)
+        h2 = np.zeros(len(x[0]))
+        for i in range(4):
+            for j in range(i + 1, 4):
+                h2 = np.maximum(h2, (x[i] - x[j]) ** 2 + (y[i] - y[j]) ** 2)
+        tol = _DEGENERATE_RTOL * np.maximum(h2, np.finfo(float).tiny)
+        corner = np.stack([(x[k] - x[k - 1]) * (y[(k + 1) % 4] - y[k - 1])
+                           - (y[k] - y[k - 1]) * (x[(k + 1) % 4] - x[k - 1]) for k in range(4)])
+        lo, hi = corner.min(axis=0), corner.max(axis=0)
+        if (np.maximum(hi, -lo) <= tol).any() or ((lo < -tol) & (hi > tol)).any():
+            return None
+        # Jacobians at the Gauss points and the corners, [Q + 4, M]
+        xs, ys = np.stack(x), np.stack(y)
+        signed = (self.dNa @ xs) * (self.dNb @ ys) - (self.dNb @ xs) * (self.dNa @ ys)
+        w_node = self.NW @ np.abs(signed[:self.num_gauss])         # [4, M]
+        # quadrature_weights: measure against (longest edge)^2, sign changes
+        qtol = _DEGENERATE_RTOL * np.maximum(np.sqrt(h2), np.finfo(float).tiny) ** 2
+        lo, hi = signed.min(axis=0), signed.max(axis=0)
+        if (~(w_node.sum(axis=0) > qtol)).any() or ((lo < -qtol) & (hi > qtol)).any():
+            return None
+        # every node sums its cells' shares in the order np.add.at takes them (cells in
+        # index order), as the per-cell path does
+        w = w_node.reshape(4, n0 - 1, n1 - 1)
+        W = np.zeros((n0, n1))
+        W[1:, 1:] += w[2]
+        W[1:, :-1] += w[1]
+        W[:-1, 1:] += w[3]
+        W[:-1, :-1] += w[0]
+        return W.reshape(-1)
+
+
+_GRID_RULE = _GridQuadRule()
 
 
 class NacaDataset(torch.utils.data.Dataset):
@@ -158,7 +224,7 @@ class NacaDataset(torch.utils.data.Dataset):
                     f"to match {X_FILE} {tuple(self.X.shape)}")
         self.num_samples, self.grid_shape = n, (n0, n1)
         self.indices = split_indices(n, split, n_train, n_test, test_at_end=False)
-        self.quads = structured_grid_cells((n0, n1))
+        self.quads = np.ascontiguousarray(structured_grid_cells((n0, n1)), dtype=np.int64)
         self._warned = False
         if validate and len(self.indices):
             self._check_finite(self.indices.start, self.indices.stop)
@@ -206,6 +272,24 @@ class NacaDataset(torch.utils.data.Dataset):
             self._check_finite(s, s + 1)
         points = np.stack([X.ravel(), Y.ravel()], axis=1)
         source = f"{self.root / 'NACA_Cylinder_{X,Y,Q}.npy'} sample {s}"
+        weight = _GRID_RULE.weights(X, Y)
+        if weight is not None:
+            # a valid grid: the weights of mesh_from_arrays (the same quadrature on the
+            # same cells) without its per-cell gathers and checks, which took 0.1-0.3 s
+            # a sample (issue 13)
+            mesh = MeshData(pos=torch.from_numpy(points), weight=torch.from_numpy(weight),
+                            fields={name: torch.from_numpy(Q[c].ravel().copy())
+                                    for c, name in enumerate(CHANNELS)},
+                            cells=[("quad", torch.from_numpy(self.quads))], cell_data={},
+                            source=source)
+            return self._finish(mesh, s)
+        return self._sample_per_cell(s, points, Q, source)
+
+    def _sample_per_cell(self, s: int, points: np.ndarray, Q: np.ndarray,
+                         source: str) -> MeshData:
+        """The general path: classify every cell, drop degenerate ones (or raise),
+        raise on tangled ones, weights from :func:`meshops.io.mesh_from_arrays`."""
+        n0, n1 = self.grid_shape
         quads = self.quads
         degenerate, tangled = classify_quads(points, quads)
         if tangled.any():
@@ -226,6 +310,10 @@ class NacaDataset(torch.utils.data.Dataset):
             quads = quads[~degenerate]
         fields = {name: Q[c].ravel() for c, name in enumerate(CHANNELS)}
         mesh = mesh_from_arrays(points, [("quad", quads)], fields, source=source)
+        return self._finish(mesh, s)
+
+    def _finish(self, mesh: MeshData, s: int) -> MeshData:
+        n0, n1 = self.grid_shape
         return finish(mesh, [], self.targets, self.dtype, sample_id=int(s), standin=False,
                       grid_shape=torch.tensor([[n0, n1]]))
 

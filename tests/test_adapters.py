@@ -549,3 +549,55 @@ def test_polygon_distance_to_a_circle():
     assert np.abs(d - exact).max() <= sag + 1e-15
     assert np.abs(d - exact).max() > 0.1 * sag          # the test can see the sag
     np.testing.assert_allclose(polygon_distance(poly, poly), 0, atol=1e-15)
+
+
+# ---------------------------------------------------------------------------------
+# Loading speed (issue 13, item 4): NACA grids take a vectorised path for their
+# weights; it must give the per-cell path's results and leave bad grids to it.
+# ---------------------------------------------------------------------------------
+def test_naca_fast_weights_equal_per_cell_path(naca_dir, naca_arrays, monkeypatch):
+    """On valid C-grids (wake cut, trailing edge) the sample is built without
+    mesh_from_arrays' per-cell quadrature (it fails if called) and equals the per-cell
+    path: the same positions, fields, cells and targets, weights to 1e-12 relative
+    (the same 3 x 3 Gauss rule, summed in another order: rounding, ~1e-16 per cell,
+    amplified by the cancellation in the Jacobians of thin cells)."""
+    import data_adapters.naca as naca_mod
+    X, Y, Q = naca_arrays
+    ds = NacaDataset(naca_dir, "all", dtype=F64)
+    per_cell = [ds._sample_per_cell(s, np.stack([X[s].ravel(), Y[s].ravel()], 1), Q[s],
+                                    f"sample {s}") for s in (0, 4, 11)]
+
+    def no_per_cell(*args, **kwargs):
+        raise AssertionError("mesh_from_arrays called for a valid grid")
+
+    monkeypatch.setattr(naca_mod, "mesh_from_arrays", no_per_cell)
+    for s, ref in zip((0, 4, 11), per_cell):
+        m = ds[s]
+        np.testing.assert_allclose(m.weight.numpy(), ref.weight.numpy(), rtol=1e-12, atol=0)
+        for key in ("pos", "x", "y", "grid_shape"):
+            assert torch.equal(getattr(m, key), getattr(ref, key)), key
+        assert m.fields.keys() == ref.fields.keys()
+        assert all(torch.equal(m.fields[k], ref.fields[k]) for k in m.fields)
+        assert [t for t, _ in m.cells] == ["quad"]
+        assert torch.equal(m.cells[0][1], ref.cells[0][1])
+        assert m.sample_id == ref.sample_id == s and m.standin is False
+
+
+def test_naca_fast_weights_leave_bad_cells_to_the_per_cell_path(naca_arrays):
+    """The vectorised weights decline (None) every grid the per-cell path would change
+    or reject: a repeated grid line (zero-area cells), a folded cell, and a cell that
+    is only a sliver (area 1e-11 h^2: zero measure for quadrature_weights); on a
+    valid grid they sum to the domain area."""
+    from data_adapters.naca import _GRID_RULE
+    X, Y = naca_arrays[0][3].copy(), naca_arrays[1][3].copy()
+    assert _GRID_RULE.weights(X, Y) is not None
+    rep_x, rep_y = np.insert(X, 101, X[100], axis=0), np.insert(Y, 101, Y[100], axis=0)
+    assert _GRID_RULE.weights(rep_x, rep_y) is None
+    fx, fy = X.copy(), Y.copy()
+    fx[150, [10, 11]], fy[150, [10, 11]] = X[150, [11, 10]], Y[150, [11, 10]]
+    assert _GRID_RULE.weights(fx, fy) is None
+    sx, sy = X.copy(), Y.copy()
+    # move line i = 101 onto i = 100 up to a relative 1e-11 of the cell size
+    sx[101] = X[100] + 1e-11 * (X[101] - X[100])
+    sy[101] = Y[100] + 1e-11 * (Y[101] - Y[100])
+    assert _GRID_RULE.weights(sx, sy) is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Optional, Sequence, Union
 
 import torch
@@ -11,12 +12,12 @@ from torch.nn.functional import gelu
 
 from meshops.models._common import (MLP, check_model_sizes, check_positive_int, fps_latent,
                                     grid_latent, measure_ball_graph, read_inputs,
-                                    voronoi_weights)
+                                    sample_ptr, voronoi_weights)
 from meshops.models.base import NeuralOperator, register_model
 from meshops.nn.local import LocalPositionAttention, knn_graph
 from meshops.nn.position import KERNEL_LIMIT, PositionAttention, position_kernel
 
-__all__ = ["PiT"]
+__all__ = ["PiT", "PiTStructures"]
 
 _LATENTS = ("fps", "input", "grid")
 _BALLS = ("measure", "count")
@@ -122,6 +123,11 @@ class PiT(NeuralOperator):
     so the latent weights sum to the domain measure and converge to the Voronoi cell
     measures of the latent points as the input mesh is refined (``"input"`` keeps the
     input weights).
+
+    **Mesh-only structures** (latent mesh and its weights, encoder and decoder graphs)
+    are built in every forward pass unless the samples carry them: apply
+    :class:`PiTStructures` once per sample (e.g. when the samples are loaded) and
+    forward does no neighbour search for a fixed dataset.
 
     **Local balls**: PiT restricts the encoder/decoder softmax to a ball holding a
     fraction ``quantile`` of each row of the distance matrix. With ``ball="measure"``
@@ -328,20 +334,147 @@ class PiT(NeuralOperator):
     def forward(self, data) -> Tensor:
         inp = read_inputs(data, self.in_channels, self.pos_dim, self.lift.weight.dtype,
                           self.lift.weight.device)
-        lat = self.latent_mesh(inp)
+        pre = _precomputed(self, data, inp)
+        if pre is None:
+            lat = self.latent_mesh(inp)
+            e_in = self._graph(inp.pos, inp.weight, inp.batch, lat.pos, lat.batch,
+                               self.quantile_in)
+            e_out = None
+        else:
+            lat, e_in, e_out = pre
         u = gelu(self.lift(inp.lifted()))
         # encoder: input mesh -> latent mesh (input quadrature weights)
-        e_in = self._graph(inp.pos, inp.weight, inp.batch, lat.pos, lat.batch, self.quantile_in)
         pair = None if inp.batch is None else (inp.batch, lat.batch)
         u = gelu(self.encoder((u, None), (inp.pos, lat.pos), inp.weight, pair, edge_index=e_in))
         u = self._process(u, lat)
         # decoder: latent mesh -> query points (latent quadrature weights)
-        e_out = self._graph(lat.pos, lat.weight, lat.batch, inp.query_pos, inp.query_batch,
-                            self.quantile_out)
+        if e_out is None:
+            e_out = self._graph(lat.pos, lat.weight, lat.batch, inp.query_pos, inp.query_batch,
+                                self.quantile_out)
         pair = None if lat.batch is None else (lat.batch, inp.query_batch)
         h = gelu(self.decoder((u, None), (lat.pos, inp.query_pos), lat.weight, pair,
                               edge_index=e_out))
         return self.head(h)
+
+
+def _structure_key(model: "PiT", dtype: torch.dtype, query: bool) -> str:
+    """What the mesh-only structures of a sample depend on (besides the sample)."""
+    return (f"PiT latent={model.latent} num_latent={model.num_latent} grid_shape="
+            f"{model.grid_shape} stride={model.stride} quantile_in={model.quantile_in} "
+            f"quantile_out={model.quantile_out} ball={model.ball} pos_dim={model.pos_dim} "
+            f"dtype={dtype} query_pos={query}")
+
+
+class PiTStructures:
+    """PyG-style transform: the structures of a :class:`PiT` that depend only on a
+    sample's mesh, computed once (e.g. ``dataset.transform`` or applied when the
+    samples are loaded and kept with them), so that training on a fixed dataset does
+    no neighbour search, farthest-point sampling or Voronoi aggregation at all.
+
+    Adds to one sample (a :class:`~meshops.MeshData`, not a batch): the latent mesh
+    (``pit_latent``: indices into the sample's points, absent for ``latent="input"``;
+    ``pit_latent_weight``; ``pit_latent_count``), the encoder graph (``pit_enc``, rows
+    ``(latent point, input point)``; ``pit_enc_count``), the decoder graph (``pit_dec``,
+    rows ``(query point, latent point)`` for ``query_pos`` when the sample has it, else
+    for its points; ``pit_dec_count``), all local to the sample, and ``pit_key`` (the
+    model settings and dtype they were built for). These batch with PyG's loaders
+    (concatenated; the model adds each sample's offsets). :class:`PiT` uses them when
+    their ``pit_key`` matches its settings, its dtype and whether the batch has
+    ``query_pos``, and builds them otherwise (with a warning when a key is present but
+    does not match). Apply it after anything that moves the points. The structures are those
+    the model would build for the batch, up to the tie-breaking of equal distances in
+    the neighbour searches.
+
+    Args:
+        model (PiT): the model; its settings and parameter dtype are read now.
+
+    Shapes:
+        - **input:** one sample with ``pos [N, d]``, ``weight [N]``, optional
+          ``query_pos [M, d]``
+        - **output:** the same object with ``pit_latent [Nv]``, ``pit_latent_weight
+          [Nv]``, ``pit_enc [E_in, 2]``, ``pit_dec [E_out, 2]``, counts ``[1]``
+    """
+
+    def __init__(self, model: "PiT") -> None:
+        if not isinstance(model, PiT):
+            raise TypeError(f"PiTStructures needs a PiT model, got {type(model).__name__}")
+        self.model = model
+        self.dtype = model.lift.weight.dtype
+
+    @torch.no_grad()
+    def __call__(self, data):
+        if getattr(data, "batch", None) is not None:
+            raise ValueError("PiTStructures takes one sample (data.batch is set): apply it "
+                             "to the samples before batching")
+        m = self.model
+        inp = read_inputs(data, m.in_channels, m.pos_dim, self.dtype, data.pos.device)
+        lat = m.latent_mesh(inp)
+        e_in = m._graph(inp.pos, inp.weight, None, lat.pos, None, m.quantile_in)
+        e_out = m._graph(lat.pos, lat.weight, None, inp.query_pos, None, m.quantile_out)
+        if lat.index is not None:
+            data.pit_latent = lat.index
+        data.pit_latent_weight = lat.weight
+        data.pit_latent_count = torch.tensor([lat.pos.shape[0]])
+        data.pit_enc = e_in.t().contiguous()
+        data.pit_enc_count = torch.tensor([e_in.shape[1]])
+        data.pit_dec = e_out.t().contiguous()
+        data.pit_dec_count = torch.tensor([e_out.shape[1]])
+        data.pit_key = _structure_key(m, self.dtype, inp.has_query)
+        return data
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({_structure_key(self.model, self.dtype, False)})"
+
+
+def _offsets(counts: Tensor, ptr: Tensor) -> Tensor:
+    """``ptr[s]`` for each of the ``counts[s]`` entries of sample ``s``."""
+    return torch.repeat_interleave(ptr[:-1], counts, output_size=int(counts.sum()))
+
+
+def _precomputed(model: "PiT", data, inp) -> Optional[tuple]:
+    """The latent mesh and the encoder/decoder graphs of the batch from the
+    :class:`PiTStructures` attributes, or None when they are absent or were built for
+    other settings."""
+    key = getattr(data, "pit_key", None)
+    if key is None:
+        return None
+    keys = key if isinstance(key, (list, tuple)) else [key]
+    want = _structure_key(model, inp.pos.dtype, inp.has_query)
+    if len(keys) != inp.num_graphs or any(k != want for k in keys):
+        warnings.warn(f"the samples' PiT structures were built for other settings "
+                      f"({keys[0]}); building them for this model ({want})", stacklevel=3)
+        return None
+    dev = inp.pos.device
+    B = inp.num_graphs
+
+    def ptr(batch, n):
+        return torch.tensor(sample_ptr(batch, n, B), device=dev)
+
+    def counts(name):
+        c = getattr(data, name).view(-1).to(dev)
+        if c.shape[0] != B:
+            raise ValueError(f"data.{name} has {c.shape[0]} entries for {B} samples")
+        return c
+
+    p_in, p_q = ptr(inp.batch, inp.pos.shape[0]), ptr(inp.query_batch, inp.query_pos.shape[0])
+    n_lat = counts("pit_latent_count")
+    p_lat = torch.cat([n_lat.new_zeros(1), n_lat.cumsum(0)])
+    weight = data.pit_latent_weight.to(device=dev, dtype=inp.pos.dtype)
+    if model.latent == "input":
+        if weight.shape[0] != inp.pos.shape[0]:
+            raise ValueError("data.pit_latent_weight does not match the samples' points")
+        lat = _Latent(inp.pos, weight, inp.batch, None, B)
+    else:
+        idx = data.pit_latent.to(dev) + _offsets(n_lat, p_in)
+        batch = None if inp.batch is None else inp.batch[idx]
+        lat = _Latent(inp.pos[idx], weight, batch, idx, B)
+    enc, dec = data.pit_enc.to(dev), data.pit_dec.to(dev)
+    n_enc, n_dec = counts("pit_enc_count"), counts("pit_dec_count")
+    if int(n_dec.sum()) != dec.shape[0] or int(n_enc.sum()) != enc.shape[0]:
+        raise ValueError("data.pit_enc/pit_dec do not match their counts")
+    e_in = torch.stack([enc[:, 0] + _offsets(n_enc, p_lat), enc[:, 1] + _offsets(n_enc, p_in)])
+    e_out = torch.stack([dec[:, 0] + _offsets(n_dec, p_q), dec[:, 1] + _offsets(n_dec, p_lat)])
+    return lat, e_in, e_out
 
 
 class _SharedLambda:
