@@ -7,7 +7,7 @@ import inspect
 import os
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
@@ -99,6 +99,16 @@ class NeuralOperator(nn.Module):
         self.input_normalizer = input
         self.output_normalizer = output
         return self
+
+    def mesh_transform(self) -> Callable | None:
+        """A transform that stores with one sample what this model derives from the
+        sample's mesh alone (neighbour graphs, latent meshes and their weights), so
+        that a training epoch on a fixed dataset does not rebuild them; ``None`` when
+        the model has no such structures. :class:`~meshops.training.Trainer` applies
+        it once to its in-memory samples; the model builds the structures itself for
+        samples that lack them.
+        """
+        return None
 
     @torch.no_grad()
     def predict(self, data) -> Tensor:

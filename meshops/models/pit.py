@@ -331,6 +331,10 @@ class PiT(NeuralOperator):
             u = gelu(mlp(h) + lin(u))
         return u
 
+    def mesh_transform(self) -> "PiTStructures":
+        """:class:`PiTStructures` for this model (see :meth:`NeuralOperator.mesh_transform`)."""
+        return PiTStructures(self)
+
     def forward(self, data) -> Tensor:
         inp = read_inputs(data, self.in_channels, self.pos_dim, self.lift.weight.dtype,
                           self.lift.weight.device)

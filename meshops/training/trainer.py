@@ -3,6 +3,7 @@ on one or many devices."""
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -64,6 +65,47 @@ def _make_logger(log) -> Callable[[str], None]:
     if isinstance(log, logging.Logger):
         return log.info
     return log
+
+
+def _mesh_key(sample) -> tuple | None:
+    """Identity of the tensors a mesh transform reads; ``None`` when ``pos`` is absent."""
+    key = []
+    for name in ("pos", "weight", "query_pos"):
+        t = getattr(sample, name, None)
+        key.append(None if t is None else (t.data_ptr(), tuple(t.shape), t.dtype))
+    return None if key[0] is None else tuple(key)
+
+
+def _with_mesh_structures(model, data, what: str, progress: bool):
+    """``data`` with ``model.mesh_transform()`` applied to shallow copies of its samples.
+
+    Only lists and tuples are transformed: a lazily loading dataset would rebuild the
+    structures on every read anyway, and the model builds them itself when absent.
+    Samples whose ``pos``, ``weight`` and ``query_pos`` are the very same tensors (one
+    shared mesh) reuse the first one's structures; all samples are alive in ``data``
+    during the pass, so a tensor's address cannot be reused by another mesh.
+    """
+    make = getattr(model, "mesh_transform", None)
+    transform = make() if callable(make) else None
+    if transform is None or not isinstance(data, (list, tuple)) or not data:
+        return data
+    done: dict[tuple, dict] = {}
+    out = []
+    bar = tqdm(data, desc=f"mesh structures ({what})", unit="sample", leave=False,
+               dynamic_ncols=True, disable=not progress)
+    for sample in bar:
+        key = _mesh_key(sample)
+        copied = copy.copy(sample)
+        if key is not None and key in done:
+            for name, value in done[key].items():
+                setattr(copied, name, value)
+        else:
+            before = set(copied.keys())
+            copied = transform(copied)
+            if key is not None:
+                done[key] = {k: copied[k] for k in copied.keys() if k not in before}
+        out.append(copied)
+    return out
 
 
 class Trainer:
@@ -153,6 +195,12 @@ class Trainer:
         num_workers: DataLoader worker processes.
         find_unused_parameters: Passed to DDP, for models with parameters that a
             forward pass may not use.
+        precompute: Apply the model's :meth:`~meshops.models.NeuralOperator.mesh_transform`
+            once to ``train_data`` and ``val_data`` when they are lists or tuples, so that
+            no epoch repeats work that depends only on a mesh (PiT: neighbour search,
+            farthest-point sampling, latent weights). The structures go on shallow
+            copies of the samples: the caller's objects are not changed. Samples that
+            share one mesh (the same ``pos`` tensor) share one computation.
     """
 
     def __init__(self, model: "NeuralOperator", train_data: Sequence, val_data: Sequence | None = None,
@@ -164,7 +212,7 @@ class Trainer:
                  out_dir: str | Path | None = None, normalize: bool = True,
                  shuffle: bool = True, progress: bool = True, log: Any = print,
                  resume: bool = False, metadata: dict | None = None, num_workers: int = 0,
-                 find_unused_parameters: bool = False) -> None:
+                 find_unused_parameters: bool = False, precompute: bool = True) -> None:
         if epochs < 1 or batch_size < 1:
             raise ValueError(f"epochs and batch_size must be positive, got {epochs}, {batch_size}")
         if len(train_data) == 0:
@@ -181,6 +229,9 @@ class Trainer:
             raise ValueError("Trainer: the model has no parameters")
         self.dtype = params[0].dtype
         self._check_dtype(train_data[0])
+        if precompute:
+            train_data = _with_mesh_structures(model, train_data, "training", progress)
+            val_data = _with_mesh_structures(model, val_data, "validation", progress)
         self.train_data, self.val_data = train_data, val_data
         self.epochs, self.batch_size = int(epochs), int(batch_size)
         self.val_batch_size = int(val_batch_size or batch_size)

@@ -1,0 +1,80 @@
+"""The Trainer applies a model's mesh transform once (issue 13, item 2): a training
+epoch on in-memory samples does no neighbour search, the caller's samples are not
+changed, and samples that share one mesh share one computation."""
+
+from __future__ import annotations
+
+import torch
+
+from meshops.data import MeshData
+from meshops.models.pit import PiT, PiTStructures
+from meshops.training import Trainer
+
+from test_pit_structures import _forbid_searches
+
+F64 = torch.float64
+
+
+def _model() -> PiT:
+    torch.manual_seed(0)
+    return PiT(1, 1, width=8, heads=2, blocks=1, latent="fps", num_latent=10,
+               ball="count", quantile_in=0.2, quantile_out=0.3).double()
+
+
+def _shared_mesh_samples(n: int, points: int = 30):
+    """``n`` samples on one mesh (the very same ``pos``/``weight`` tensors), with
+    different input and target fields."""
+    g = torch.Generator().manual_seed(1)
+    pos = torch.rand(points, 2, generator=g, dtype=F64)
+    weight = torch.full((points,), 1.0 / points, dtype=F64)
+    return [MeshData(pos=pos, weight=weight, x=torch.randn(points, 1, generator=g, dtype=F64),
+                     y=torch.randn(points, 1, generator=g, dtype=F64)) for _ in range(n)]
+
+
+def test_trainer_stores_structures_once_per_mesh_and_epochs_do_no_search(monkeypatch):
+    calls = []
+    original = PiTStructures.__call__
+
+    def counting(self, data):
+        calls.append(1)
+        return original(self, data)
+
+    monkeypatch.setattr(PiTStructures, "__call__", counting)
+    train = _shared_mesh_samples(6)
+    val = _shared_mesh_samples(2)       # another mesh: its own pos tensor
+    trainer = Trainer(_model(), train, val, epochs=1, batch_size=3, progress=False,
+                      log=lambda msg: None)
+    # One computation per distinct mesh, not per sample.
+    assert len(calls) == 2
+    # The caller's samples are untouched; the trainer's copies carry the structures.
+    assert all("pit_key" not in s.keys() for s in train + val)
+    assert all("pit_key" in s.keys() for s in trainer.train_data + trainer.val_data)
+    assert trainer.train_data[0].pit_enc is trainer.train_data[5].pit_enc
+    # With the structures stored, an epoch (training and validation) does no search.
+    _forbid_searches(monkeypatch)
+    history = trainer.fit()
+    assert len(history) == 1 and torch.isfinite(torch.tensor(history[0]["train_loss"]))
+
+
+def test_precomputed_training_equals_plain_training():
+    """The stored structures change nothing but the time: one epoch with and without
+    them ends with the same weights (float64)."""
+    results = []
+    for precompute in (True, False):
+        model = _model()
+        trainer = Trainer(model, _shared_mesh_samples(6), None, epochs=1, batch_size=3,
+                          progress=False, log=lambda msg: None, precompute=precompute)
+        trainer.fit()
+        results.append({k: v.clone() for k, v in model.state_dict().items()})
+    for k in results[0]:
+        assert torch.allclose(results[0][k], results[1][k], rtol=0, atol=1e-12), k
+
+
+def test_models_without_structures_get_their_samples_unchanged():
+    from meshops.models import get_model
+    model = get_model("transformer_no", in_channels=1, out_channels=1, pos_dim=2,
+                      width=8, heads=2, layers=1).double()
+    assert model.mesh_transform() is None
+    train = _shared_mesh_samples(3)
+    trainer = Trainer(model, train, None, epochs=1, progress=False, log=lambda msg: None)
+    assert trainer.train_data is train
