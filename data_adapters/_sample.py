@@ -23,6 +23,7 @@ import torch
 
 from meshops.data import MeshData
 from meshops.errors import MeshError
+from meshops.training.dataset import check_finite_fields
 
 _FLOAT_ATTRS = ("pos", "weight", "x", "y", "params")
 
@@ -54,9 +55,18 @@ def finish(mesh: MeshData, inputs: Sequence[str], targets: Sequence[str],
            dtype: torch.dtype, **attrs) -> MeshData:
     """Add ``x``/``y`` from the named fields and extra attributes ``attrs``, and cast
     every floating tensor (``pos``, ``weight``, ``x``, ``y``, ``params``, ``fields``,
-    floating ``attrs``) to ``dtype``."""
+    floating ``attrs``) to ``dtype``.
+
+    Raises:
+        MeshError: an input or target field holds a NaN or infinite value (the
+            message names the sample's ``source``, the field and the first point;
+            see :func:`meshops.training.dataset.check_finite_fields`).
+    """
     n = int(mesh.pos.shape[0])
     fields = getattr(mesh, "fields", None) or {}
+    source = getattr(mesh, "source", None) or "sample"
+    check_finite_fields(fields, inputs, source, "input")
+    check_finite_fields(fields, targets, source, "target")
     mesh.x = channels(fields, inputs, n, dtype)
     mesh.y = channels(fields, targets, n, dtype)
     for k, v in attrs.items():

@@ -78,8 +78,10 @@ class MeshFolderDataset(torch.utils.data.Dataset):
         MeshError: a missing or empty folder; a file that cannot be read or is broken
             (see :func:`meshops.io.read_mesh`, which also rejects fields whose length
             is not N); a missing field (the message lists the available ones);
-            channel counts that differ from the first file's. The first file is
-            checked at construction, the others when they are read.
+            channel counts that differ from the first file's; a NaN or infinite
+            value in an input or target field (the message names the file, the
+            field and the first such point). The first file is checked at
+            construction, the others when they are read.
 
     Shapes:
         item: pos ``[N, d]``, weight ``[N]``, x ``[N, C_in]``, y ``[N, C_out]``
@@ -136,7 +138,7 @@ class MeshFolderDataset(torch.utils.data.Dataset):
         path = self.files[k]
         mesh = read_mesh(path)
         self._check_fields(path, mesh)
-        mesh = finish(mesh, self.inputs, self.targets, self.dtype)
+        mesh = finish(mesh, self.inputs, self.targets, self.dtype)  # also refuses NaN/inf
         counts = (int(mesh.x.shape[1]), int(mesh.y.shape[1]))
         if self._channels is None:
             self._channels = counts

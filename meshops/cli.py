@@ -401,10 +401,15 @@ def load_folder(root, inputs: Sequence[str], targets: Sequence[str], dtype,
     Returns ``(files, samples, field_shapes, pos_dim)``; the samples carry ``pos``,
     ``weight``, ``x``, ``y`` and ``source``. Field shapes and the spatial
     dimension must agree across the files (the error names the first that
-    disagrees).
+    disagrees). Input and target values must be finite (checked by
+    :class:`~data_adapters.folder.MeshFolderDataset`), and a mesh whose targets are
+    zero everywhere is refused: the relative L2 loss is undefined for it.
     """
+    import torch
+
     from data_adapters.folder import MeshFolderDataset
     from meshops.data import MeshData
+    from meshops.training.loss import lp_norms, zero_target
 
     ds = MeshFolderDataset(root, inputs=inputs, targets=targets, dtype=dtype)
     names = list(inputs) + list(targets)
@@ -423,6 +428,14 @@ def load_folder(root, inputs: Sequence[str], targets: Sequence[str], dtype,
             if int(s.pos.shape[1]) != dim:
                 raise CLIError(f"{path}: the mesh is {int(s.pos.shape[1])}-D but "
                                f"{ds.files[0].name} is {dim}-D")
+        y = s.y.to(torch.float64)
+        zero = torch.zeros_like(y)
+        if targets and bool(zero_target(lp_norms(zero, y, s.weight.to(torch.float64))[1])
+                            | zero_target(lp_norms(zero, y)[1])):
+            raise CLIError(f"{path}: the target field(s) {', '.join(targets)} are zero "
+                           f"everywhere (or at every point of positive weight); the relative "
+                           f"L2 loss and error are undefined for this mesh: leave it out of "
+                           f"the training data")
         samples.append(MeshData(pos=s.pos, weight=s.weight, x=s.x, y=s.y, source=str(path)))
     return list(ds.files), samples, shapes, dim
 
@@ -725,7 +738,10 @@ class RunSpec:
                 f"{', '.join(self.targets)}")
 
     def check_mesh(self, mesh, path, roles=("inputs",)) -> None:
-        """The mesh has the fields (with the shapes) and the dimension the model expects."""
+        """The mesh has the fields (with the shapes and finite values) and the
+        dimension the model expects."""
+        from meshops.training.dataset import check_finite_fields
+
         fields = getattr(mesh, "fields", None) or {}
         for role in roles:
             for name in getattr(self, role):
@@ -738,6 +754,8 @@ class RunSpec:
                 if sh != self.shapes[name]:
                     raise CLIError(f"{path}: field {name!r} is {_fmt_shape(sh)} but the model in "
                                    f"{self.ckpt} was trained on {_fmt_shape(self.shapes[name])}")
+            # A NaN/inf input would spread to every predicted value (global attention).
+            check_finite_fields(fields, getattr(self, role), path, role[:-1])
         d = int(mesh.pos.shape[1])
         if self.pos_dim is not None and d != int(self.pos_dim):
             raise CLIError(f"{path}: the mesh is {d}-D but the model in {self.ckpt} was trained "
@@ -793,6 +811,8 @@ def _suffix(fmt: str | None, path: Path) -> str:
 
 
 def _cmd_predict(args) -> int:
+    import torch
+
     from meshops.io import read_mesh, write_mesh
 
     model, ckpt, meta = load_run(args.run, args.device)
@@ -812,7 +832,13 @@ def _cmd_predict(args) -> int:
     for f in _progress(files, desc="predicting", unit="mesh"):
         mesh = read_mesh(f)
         spec.check_mesh(mesh, f)
-        pred = spec.split(predict_mesh(model, spec, mesh))
+        out = predict_mesh(model, spec, mesh)
+        bad = (~torch.isfinite(out)).nonzero()
+        if bad.numel():  # the inputs are finite (checked above): the model is at fault
+            raise CLIError(f"{f}: the model in {spec.ckpt} predicts a non-finite value "
+                           f"({out[bad[0, 0], bad[0, 1]].item()}) at point {int(bad[0, 0])} "
+                           f"although the inputs are finite; nothing written for this file")
+        pred = spec.split(out)
         written.append(write_mesh(targets[f], mesh,
                                   point_data={f"{k}_pred": v for k, v in pred.items()}))
     fields = ", ".join(f"{k}_pred" for k in spec.targets)
@@ -826,13 +852,17 @@ def _opt_names(value) -> list[str] | None:
 
 # ========================================================================= evaluate
 def _stats(values, files) -> dict:
-    import numpy as np
+    """Mean, median and worst of per-sample errors over the samples where they are
+    defined (NaN: relative error against an all-zero target), with the count and
+    names of the others (``n``, ``undefined``)."""
+    from meshops.training.loss import summarize_errors
 
-    v = np.asarray(values, dtype=np.float64)
-    order = np.argsort(v, kind="stable")
-    worst, med = int(order[-1]), int(order[(len(v) - 1) // 2])
-    return {"mean": float(v.mean()), "median": float(np.median(v)), "max": float(v[worst]),
-            "worst_sample": files[worst], "median_sample": files[med]}
+    return summarize_errors(values, files)
+
+
+def _json_number(v):
+    """NaN (undefined) as null: JSON has no NaN."""
+    return None if isinstance(v, float) and math.isnan(v) else v
 
 
 def _training_samples(meta: dict, spec: RunSpec):
@@ -864,8 +894,9 @@ def _training_samples(meta: dict, spec: RunSpec):
 def _baseline_report(train, note: str, tests: list, names: list, slices: dict) -> dict:
     """Both baselines of :mod:`meshops.training.baselines` on the evaluated samples, per
     target field (``slices``) and metric, as ``{name: {"note", field: {metric: stats}}}``."""
+    import torch
+
     from meshops.training.baselines import baselines
-    from meshops.training.loss import relative_lp
 
     if train is None:
         return {"training mean": {"note": note}, "nearest training sample": {"note": note}}
@@ -875,20 +906,33 @@ def _baseline_report(train, note: str, tests: list, names: list, slices: dict) -
         if not b.available:
             continue
         for key, sl in slices.items():
-            entry[key] = {
-                "l2": _stats([float(relative_lp(p[:, sl], t.y[:, sl], t.weight))
-                              for p, t in zip(b.predictions, tests)], names),
-                "l2_unweighted": _stats([float(relative_lp(p[:, sl], t.y[:, sl], None))
-                                         for p, t in zip(b.predictions, tests)], names)}
+            per = [_errors(p[:, sl].to(torch.float64), t.y[:, sl].to(torch.float64),
+                           t.weight.to(torch.float64)) for p, t in zip(b.predictions, tests)]
+            entry[key] = {m: _stats([v[m] for v in per], names) for m in _METRICS}
     return out
 
 
+# The per-sample errors that evaluate reports, for the model and the baselines alike.
+_METRICS = ("l2", "l2_unweighted", "abs_l2")
+_METRIC_LABELS = (("l2", "rel. L2 (quad)"), ("l2_unweighted", "rel. L2 (plain)"),
+                  ("abs_l2", "abs. L2 (quad)"))
+
+
+def _errors(pred, truth, weight) -> dict[str, float]:
+    """Relative L2 (quadrature-weighted and plain; NaN where the target is zero
+    everywhere) and the quadrature-weighted absolute L2 error of one sample."""
+    from meshops.training.loss import lp_errors
+
+    weighted = lp_errors(pred, truth, weight)
+    plain = lp_errors(pred, truth, None)
+    return {"l2": float(weighted["relative"]), "l2_unweighted": float(plain["relative"]),
+            "abs_l2": float(weighted["absolute"])}
+
+
 def _cmd_evaluate(args) -> int:
-    import numpy as np
     import torch
 
     from data_adapters.folder import MeshFolderDataset
-    from meshops.training.loss import relative_lp
 
     model, ckpt, meta = load_run(args.run, args.device)
     spec = RunSpec(model, ckpt, meta, _opt_names(args.inputs), _opt_names(args.targets))
@@ -896,7 +940,7 @@ def _cmd_evaluate(args) -> int:
                            dtype=torch.float64)
     names = [Path(f).name for f in ds.files]
     keys = list(spec.targets) + (["all"] if len(spec.targets) > 1 else [])
-    errs = {k: {"l2": [], "l2_unweighted": []} for k in keys}
+    errs = {k: {m: [] for m in _METRICS} for k in keys}
     per_sample, tests = [], []
     for i in _progress(range(len(ds)), desc="evaluating", unit="mesh"):
         s = ds[i]
@@ -914,11 +958,15 @@ def _cmd_evaluate(args) -> int:
         if "all" in keys:
             slices["all"] = slice(0, c)
         for key, sl in slices.items():
-            e_w = float(relative_lp(pred[:, sl], truth[:, sl], w))
-            e_u = float(relative_lp(pred[:, sl], truth[:, sl], None))
-            errs[key]["l2"].append(e_w)
-            errs[key]["l2_unweighted"].append(e_u)
-            row[key] = {"l2": e_w, "l2_unweighted": e_u}
+            values = _errors(pred[:, sl], truth[:, sl], w)
+            for m, v in values.items():
+                errs[key][m].append(v)
+            row[key] = {m: _json_number(v) for m, v in values.items()}
+            if math.isnan(values["l2"]) or math.isnan(values["l2_unweighted"]):
+                # undefined, not huge: say so once per file and target
+                print(f"meshops: warning: {ds.files[i]}: target {key!r} is zero everywhere; "
+                      f"its relative L2 error is undefined and left out of the relative "
+                      f"statistics (absolute L2 error {values['abs_l2']:.4e})", file=sys.stderr)
         per_sample.append(row)
     result = {
         "checkpoint": str(ckpt), "model": model.model_name, "data": str(args.data),
@@ -940,6 +988,8 @@ def _cmd_evaluate(args) -> int:
 
         main = "all" if "all" in keys else spec.targets[0]
         stats = result["fields"][main]["l2"]
+        if stats["worst_sample"] is None:  # no defined relative error: rank by absolute
+            stats = result["fields"][main]["abs_l2"]
         picks = [("median", names.index(stats["median_sample"])),
                  ("worst", names.index(stats["worst_sample"]))]
         items = []
@@ -959,21 +1009,28 @@ def _cmd_evaluate(args) -> int:
         return 0
     print(f"{ckpt} ({model.model_name}) on {args.data}: {len(ds)} meshes, "
           f"{spec.describe()}")
-    print(f"{'field':<12} {'relative L2':<13} {'mean':>10} {'median':>10} {'worst':>10}  "
+    print(f"{'field':<12} {'error':<16} {'mean':>10} {'median':>10} {'worst':>10}  "
           f"worst sample")
+    fmt = lambda v: f"{v:>10.4e}" if v is not None else f"{'undefined':>10}"  # noqa: E731
     for key in keys:
-        for metric, label in (("l2", "quadrature"), ("l2_unweighted", "unweighted")):
+        for metric, label in _METRIC_LABELS:
             st = result["fields"][key][metric]
-            print(f"{key:<12} {label:<13} {st['mean']:>10.4e} {st['median']:>10.4e} "
-                  f"{st['max']:>10.4e}  {st['worst_sample']}")
+            print(f"{key:<12} {label:<16} {fmt(st['mean'])} {fmt(st['median'])} "
+                  f"{fmt(st['max'])}  {st['worst_sample'] or '-'}")
+        undefined = result["fields"][key]["l2"]["undefined"]
+        if undefined:
+            print(f"note: {key}: the relative L2 error is undefined for {len(undefined)} of "
+                  f"{len(ds)} meshes (target zero everywhere: "
+                  f"{', '.join(undefined[:5])}{', ...' if len(undefined) > 5 else ''}); the "
+                  f"relative statistics are over the other {len(ds) - len(undefined)}")
     for name, entry in result.get("baselines", {}).items():
         print(f"baseline: {name}: {entry['note']}")
         for key in keys:
-            for metric, label in (("l2", "quadrature"), ("l2_unweighted", "unweighted")):
+            for metric, label in _METRIC_LABELS:
                 if key in entry:
                     st = entry[key][metric]
-                    print(f"{key:<12} {label:<13} {st['mean']:>10.4e} {st['median']:>10.4e} "
-                          f"{st['max']:>10.4e}  {st['worst_sample']}")
+                    print(f"{key:<12} {label:<16} {fmt(st['mean'])} {fmt(st['median'])} "
+                          f"{fmt(st['max'])}  {st['worst_sample'] or '-'}")
     if "note" in result:
         print(f"note: {result['note']}")
     if args.plot:
@@ -1085,11 +1142,15 @@ examples:
   meshops evaluate runs/poisson --data test/
   meshops evaluate runs/poisson --data test/ --plot test.png --json > test.json
 
-Each mesh needs the input and target fields the model was trained with. The
-relative L2 error of a sample is ||pred - truth|| / ||truth|| over the mesh,
-with the norms integrated with the mesh's quadrature weights ("quadrature") or
-summed over the points ("unweighted", the convention of published benchmarks);
-the JSON output also lists every sample's errors.
+Each mesh needs the input and target fields the model was trained with, with
+finite values. The relative L2 error of a sample is ||pred - truth|| / ||truth||
+over the mesh, with the norms integrated with the mesh's quadrature weights
+("quad") or summed over the points ("plain", the convention of published
+benchmarks); the absolute L2 error is sqrt(sum_i w_i |pred_i - truth_i|^2). A
+sample whose target is zero everywhere has no relative error: it is named in a
+warning and left out of the relative statistics (its absolute error counts; in
+the JSON output its relative errors are null). The JSON output also lists every
+sample's errors.
 """
 
 PLOT_EPILOG = """\

@@ -601,3 +601,47 @@ def test_naca_fast_weights_leave_bad_cells_to_the_per_cell_path(naca_arrays):
     sx[101] = X[100] + 1e-11 * (X[101] - X[100])
     sy[101] = Y[100] + 1e-11 * (Y[101] - Y[100])
     assert _GRID_RULE.weights(sx, sy) is None
+
+
+def _square_with_fields(root, name, **fields):
+    """A 5 x 5-node triangulated square with the given point fields, written by meshio."""
+    xs = np.linspace(0, 1, 5)
+    pts = np.array([[x, y, 0.0] for y in xs for x in xs])
+    idx = np.arange(25).reshape(5, 5)
+    q = np.stack([idx[:-1, :-1], idx[:-1, 1:], idx[1:, 1:], idx[1:, :-1]], -1).reshape(-1, 4)
+    tri = np.concatenate([q[:, [0, 1, 2]], q[:, [0, 2, 3]]])
+    meshio.Mesh(pts, [("triangle", tri)], point_data=fields).write(root / name)
+    return root / name
+
+
+def test_folder_refuses_non_finite_inputs_and_targets(tmp_path):
+    """NaN/inf in an input or target field is refused when the file is read, naming
+    the file, the field, the first point (and component) and the value; fields that
+    are neither inputs nor targets are not checked."""
+    root = tmp_path / "nf"
+    root.mkdir()
+    f = np.linspace(0.0, 1.0, 25)
+    good = _square_with_fields(root, "a.vtu", f=f, u=2 * f, g=np.stack([f, f], 1))
+    u = 2 * f
+    u[[9, 20]] = [np.inf, np.nan]
+    bad_target = _square_with_fields(root, "b.vtu", f=f, u=u, g=np.stack([f, f], 1))
+    g = np.stack([f, f], 1)
+    g[17, 1] = -np.inf
+    bad_vector = _square_with_fields(root, "c.vtu", f=f, u=2 * f, g=g, other=np.full(25, np.nan))
+    ds = MeshFolderDataset(root, inputs=["f"], targets=["u"])  # a.vtu is checked here
+    assert ds[0].source == str(good) and torch.isfinite(ds[0].y).all()
+    with pytest.raises(MeshError, match=rf"^{bad_target}: target field 'u' has a non-finite "
+                                        r"value \(inf\) at point 9 \(2 non-finite values"):
+        ds[1]
+    assert torch.isfinite(ds[2].x).all()  # 'other' (NaN) is not an input or target
+    with pytest.raises(MeshError, match=rf"^{bad_vector}: input field 'g' has a non-finite "
+                                        r"value \(-inf\) at point 17, component 1$"):
+        MeshFolderDataset(root, inputs=["g"], targets=["u"])[2]
+    f_nan = f.copy()
+    f_nan[17] = np.nan
+    first = tmp_path / "first"
+    first.mkdir()
+    _square_with_fields(first, "a.vtu", f=f_nan, u=2 * f)
+    with pytest.raises(MeshError, match=r"a\.vtu: input field 'f' has a non-finite value "
+                                        r"\(nan\) at point 17$"):
+        MeshFolderDataset(first, inputs=["f"], targets=["u"])  # checked at construction

@@ -10,6 +10,7 @@ from torch_geometric.utils import scatter, to_dense_batch
 from meshops.nn.block import TransformerBlock
 from meshops.nn.continuum import ContinuumAttention
 from meshops.nn.galerkin import FourierAttention, GalerkinAttention
+from meshops.nn.position import PositionAttention
 
 DT = torch.float64
 SIZES = (5, 9, 3)
@@ -230,3 +231,42 @@ def test_repr_and_norm_none():
     x, pos, w, batch = make_batch(SIZES, C, seed=13)
     h = x + plain.attention(x, pos, w, batch)
     torch.testing.assert_close(plain(x, pos, w, batch), h + ffn(plain, h), rtol=0, atol=1e-12)
+
+
+EMPTY_ATTENTIONS = {
+    "continuum": lambda cin: ContinuumAttention(cin, C, heads=2),
+    "position": lambda cin: PositionAttention(cin if isinstance(cin, int) else cin[0], C,
+                                              heads=2),
+}
+
+
+@pytest.mark.parametrize("kind", EMPTY_ATTENTIONS)
+def test_empty_inputs_give_empty_outputs_and_gradients(kind):
+    """A block over no points (flat with and without a batch vector, dense, cross with
+    no destination points) returns an empty [0, C] output, and backward through its
+    (empty) sum gives zero gradients to every parameter that takes part."""
+    torch.manual_seed(0)
+    block = TransformerBlock(EMPTY_ATTENTIONS[kind](C), C).to(DT)
+    x = torch.randn(0, C, dtype=DT, requires_grad=True)
+    pos = torch.rand(0, 2, dtype=DT)
+    w = torch.rand(0, dtype=DT)
+    for batch in (None, torch.zeros(0, dtype=torch.long)):
+        out = block(x, pos, w, batch)
+        assert out.shape == (0, C) and out.dtype == DT
+        out.sum().backward()
+        assert x.grad.shape == (0, C)
+        assert bool((block.ffn[0].weight.grad == 0).all())
+        block.zero_grad()
+    out = block.dense(x[None].expand(2, 0, C), pos[None].expand(2, 0, 2), w[None].expand(2, 0))
+    assert out.shape == (2, 0, C)
+    out.sum().backward()
+    cross = TransformerBlock(EMPTY_ATTENTIONS[kind]((C, C)), C, cross=True).to(DT)
+    g = torch.Generator().manual_seed(1)
+    xs = torch.randn(5, C, dtype=DT, generator=g).requires_grad_()
+    ps, ws = torch.rand(5, 2, dtype=DT, generator=g), torch.rand(5, dtype=DT, generator=g) + 0.1
+    out = cross((xs, x), (ps, pos), ws)
+    assert out.shape == (0, C)
+    out.sum().backward()
+    assert bool((xs.grad == 0).all())
+    with pytest.raises(ValueError, match="no source point with positive weight"):
+        cross((x, xs), (pos, ps), w)

@@ -328,3 +328,46 @@ def test_repr_and_reset():
     before = layer.lin_q.weight.clone()
     layer.reset_parameters()
     assert not torch.equal(before, layer.lin_q.weight)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_empty_inputs_give_empty_outputs_and_gradients(impl):
+    """No points (flat, with and without a batch vector; dense; cross with no
+    destination points) gives an empty [0, C_out] output as the other layers do, and
+    backward through its (empty) sum gives zero gradients of the right shapes."""
+    layer = layer_for(3, out_channels=4, heads=2, impl=impl)
+    x = torch.randn(0, 3, dtype=DT, requires_grad=True)
+    w = torch.rand(0, dtype=DT, requires_grad=True)
+    for batch in (None, torch.zeros(0, dtype=torch.long)):
+        out = layer(x, None, w, batch)
+        assert out.shape == (0, 4) and out.dtype == DT
+        out.sum().backward()
+        assert x.grad.shape == (0, 3) and w.grad.shape == (0,)
+        assert layer.lin_out.weight.grad is not None
+        assert bool((layer.lin_out.weight.grad == 0).all())
+        layer.zero_grad()
+    X = torch.randn(2, 0, 3, dtype=DT, requires_grad=True)
+    out = layer.dense(X, None, torch.rand(2, 0, dtype=DT))
+    assert out.shape == (2, 0, 4)
+    out.sum().backward()
+    assert X.grad.shape == (2, 0, 3)
+    # cross-attention onto no destination points: the source gets zero gradients
+    xs = torch.randn(5, 3, dtype=DT, requires_grad=True)
+    ws = torch.rand(5, dtype=DT) + 0.1
+    for b in (None, (torch.zeros(5, dtype=torch.long), torch.zeros(0, dtype=torch.long))):
+        out = layer((xs, x), None, ws, b)
+        assert out.shape == (0, 4)
+        out.sum().backward()
+        assert bool((xs.grad == 0).all())
+        xs.grad = None
+
+
+def test_empty_source_with_destination_points_is_an_error():
+    """The softmax over no source points is 0/0: refused, naming the sample, rather
+    than an IndexError from the reduction over an empty dimension."""
+    layer = layer_for(3, out_channels=4, heads=2)
+    xd = torch.randn(4, 3, dtype=DT)
+    with pytest.raises(ValueError, match="sample 0 has destination points but no source"):
+        layer((torch.randn(0, 3, dtype=DT), xd), None, torch.rand(0, dtype=DT))
+    with pytest.raises(ValueError, match="sample 0 has destination points but no source"):
+        layer.dense((torch.randn(1, 0, 3, dtype=DT), xd[None]), None, torch.rand(1, 0, dtype=DT))

@@ -468,3 +468,55 @@ def test_empty_batch_on_a_shared_mesh(path):
     w = torch.rand(50, generator=g, dtype=DT) + 0.1
     out = layer.dense((torch.randn(0, 50, 3, dtype=DT), None), (pos, pos[:20]), w)
     assert out.shape == (0, 20, 8)
+
+
+@pytest.mark.parametrize("path", PATHS + ["auto"])
+def test_empty_inputs_give_empty_outputs_and_gradients(path):
+    """No points (flat, with and without a batch vector; dense, batched and on a shared
+    mesh; cross with no destination points) gives an empty output of width C_out as
+    the other layers do, and backward through its (empty) sum works."""
+    layer = make(3, 8, 2, path)
+    x = torch.randn(0, 3, dtype=DT, requires_grad=True)
+    pos = torch.rand(0, 2, dtype=DT, requires_grad=True)
+    w = torch.rand(0, dtype=DT)
+    for batch in (None, torch.zeros(0, dtype=torch.long)):
+        out = layer(x, pos, w, batch)
+        assert out.shape == (0, 8) and out.dtype == DT
+        out.sum().backward()
+        assert x.grad.shape == (0, 3) and pos.grad.shape == (0, 2)
+        assert bool((layer.lam_raw.grad == 0).all())
+        layer.zero_grad()
+    X = torch.randn(2, 0, 3, dtype=DT, requires_grad=True)
+    for p, wd in ((pos.detach()[None].expand(2, 0, 2), torch.rand(2, 0, dtype=DT)),
+                  (pos.detach(), w)):  # batched positions, and one mesh shared by the batch
+        out = layer.dense(X, p, wd)
+        assert out.shape == (2, 0, 8)
+        out.sum().backward()
+        assert X.grad.shape == (2, 0, 3)
+    # cross-attention onto no destination points: the source gets zero gradients
+    g = torch.Generator().manual_seed(5)
+    xs = torch.randn(6, 3, dtype=DT, generator=g).requires_grad_()
+    ps = torch.rand(6, 2, dtype=DT, generator=g)
+    ws = torch.rand(6, dtype=DT, generator=g) + 0.1
+    for b in (None, (torch.zeros(6, dtype=torch.long), torch.zeros(0, dtype=torch.long))):
+        out = layer((xs, None), (ps, pos.detach()), ws, b)
+        assert out.shape == (0, 8)
+        out.sum().backward()
+        assert bool((xs.grad == 0).all())
+        xs.grad = None
+    assert position_kernel(pos, pos, w, [1.0, 2.0]).shape == (2, 0, 0)
+    assert position_kernel(ps, pos, ws, [1.0, 2.0]).shape == (2, 0, 6)
+
+
+def test_empty_source_with_destination_points_is_an_error():
+    """The softmax over no source points is 0/0: refused, naming the sample, rather
+    than an IndexError from the reduction over an empty dimension."""
+    layer = make(3, 8, 2)
+    pd = torch.rand(4, 2, dtype=DT)
+    empty = (torch.randn(0, 3, dtype=DT), torch.rand(0, 2, dtype=DT), torch.rand(0, dtype=DT))
+    with pytest.raises(ValueError, match="sample 0 has destination points but no source"):
+        layer((empty[0], None), (empty[1], pd), empty[2])
+    with pytest.raises(ValueError, match="sample 0 has destination points but no source"):
+        layer.dense((empty[0][None], None), (empty[1], pd), empty[2])
+    with pytest.raises(ValueError, match="sample 0 has destination points but no source"):
+        position_kernel(empty[1], pd, empty[2], 1.0)

@@ -105,6 +105,8 @@ class TransformerBlock(torch.nn.Module):
         - **input/output (dense, :meth:`dense`):** as above with a leading batch
           dimension and ``mask [B, N]`` (or a pair) instead of ``batch``;
           output ``[B, Nd, C]`` with zeros on padded rows.
+        - no points (``N = 0``, or ``Nd = 0`` in the cross form): an empty output,
+          ``[0, C]`` flat, as from the attention layer.
 
     Extra keyword arguments of :meth:`forward`/:meth:`dense` are passed to the
     attention layer.

@@ -248,11 +248,14 @@ class ContinuumAttention(_QuadratureAttention):
         - **input (dense, :meth:`dense`):** ``x [B, N, C]`` or a pair,
           ``weight [B, Ns]``, ``mask [B, N]`` or ``(mask_src, mask_dst)``, optional
         - **output (dense):** ``[B, Nd, out_channels]`` (zeros on padded rows)
+        - empty inputs (``N = 0``, or ``Nd = 0`` in cross-attention) give an empty
+          output of these shapes (``[0, out_channels]`` flat).
 
     Raises:
         ValueError: on invalid sizes, on weights that are negative, non-finite or
             of the wrong length, and when a sample with destination points has no
-            source point of positive weight (the normalising integral is zero).
+            source point of positive weight (the normalising integral is zero; an
+            empty source is such a sample).
     """
 
     IMPLS = ("auto", "fused", "sdpa", "fold", "naive")
@@ -297,8 +300,10 @@ class ContinuumAttention(_QuadratureAttention):
         # dummy weights so no NaN is formed anywhere (NaN in a discarded row
         # would still poison the backward pass through the attention matrix).
         has_src = (weight > 0).any(-1)
+        empty = q.shape[-2] == 0 or k.shape[-2] == 0
         if not bool(has_src.all()):
-            has_dst = (torch.ones_like(has_src) if m_dst is None else m_dst.any(-1))
+            has_dst = (torch.full_like(has_src, q.shape[-2] > 0) if m_dst is None
+                       else m_dst.any(-1))
             bad = (has_dst & ~has_src).nonzero()
             if bad.numel():
                 raise ValueError(f"sample {int(bad[0])} has destination points but no source "
@@ -308,11 +313,17 @@ class ContinuumAttention(_QuadratureAttention):
         # The softmax is invariant to scaling w per sample; dividing by the largest
         # weight keeps log w near 0 (fine meshes have w ~ 1/N), which reduces
         # float32 rounding in QK^T/sqrt(d) + log w.
-        weight = weight / weight.amax(-1, keepdim=True)
+        if not empty:
+            weight = weight / weight.amax(-1, keepdim=True)
 
         p = self.dropout if self.training else 0.0
         impl = self.impl
-        if impl == "auto":
+        if empty:
+            # No destination or no source points (only padded rows are left): the
+            # explicit path forms the empty products (an empty softmax row attends to
+            # nothing and gives 0) and keeps the graph, so backward works too.
+            impl = "naive"
+        elif impl == "auto":
             impl = "fused" if p == 0 and fused_attention_supported(q, k, v) else "sdpa"
         if impl == "sdpa" and weight.requires_grad and torch.is_grad_enabled():
             impl = "fold"

@@ -86,8 +86,12 @@ def _prepare_weight(weight: Tensor, has_dst: Optional[Tensor]) -> Tensor:
     """Reject samples whose source carries no weight (the normalising integral is
     zero) when they have destination points; scale each sample's weights by their
     maximum (the softmax is invariant to it, and ``log w`` near 0 keeps float32
-    rounding small).  ``weight [(B,) Ns]``, ``has_dst [(B,)]`` or None (= all)."""
-    peak = weight.amax(-1, keepdim=True)
+    rounding small).  ``weight [(B,) Ns]``, ``has_dst [(B,)]`` or None (= all).
+    An empty source (``Ns = 0``) is a source without weight."""
+    if weight.shape[-1] == 0:
+        peak = weight.new_zeros(weight.shape[:-1] + (1,))
+    else:
+        peak = weight.amax(-1, keepdim=True)
     empty = peak.squeeze(-1) <= 0
     if bool(empty.any()):
         bad = empty if has_dst is None else empty & has_dst
@@ -96,6 +100,8 @@ def _prepare_weight(weight: Tensor, has_dst: Optional[Tensor]) -> Tensor:
             raise ValueError(f"sample {i} has destination points but no source point with "
                              f"positive weight; position attention normalises by the source "
                              f"integral and is undefined")
+        if weight.shape[-1] == 0:
+            return weight
         # All-padding slots: dummy weights so that no NaN is formed anywhere.
         weight = torch.where(empty.unsqueeze(-1), torch.ones_like(weight), weight)
         peak = weight.amax(-1, keepdim=True)
@@ -213,8 +219,10 @@ def _dense_inputs(pos_src: Tensor, pos_dst: Tensor, weight: Tensor, m_src: Optio
     if len(sizes) > 1:
         raise ValueError(f"inconsistent batch sizes {sorted(sizes)} among x, pos, weight, mask")
     weight = weight.to(pos_src.dtype)
+    # No destination points: no sample needs a source integral (None means "all do").
+    no_dst = pos_dst.shape[-2] == 0
     if not sizes:  # one mesh shared by the whole batch
-        return pos_src, pos_dst, weight, None
+        return pos_src, pos_dst, weight, (torch.zeros((), dtype=torch.bool) if no_dst else None)
     B = sizes.pop()
     pos_src = pos_src.expand(B, *pos_src.shape[-2:])
     pos_dst = pos_dst.expand(B, *pos_dst.shape[-2:])
@@ -223,7 +231,10 @@ def _dense_inputs(pos_src: Tensor, pos_dst: Tensor, weight: Tensor, m_src: Optio
         m_src = m_src.to(torch.bool)
         weight = weight.masked_fill(~m_src, 0)
         pos_src = pos_src.masked_fill(~m_src.unsqueeze(-1), 0)
-    has_dst = None if m_dst is None else m_dst.to(torch.bool).any(-1)
+    if m_dst is not None:
+        has_dst = m_dst.to(torch.bool).any(-1)
+    else:
+        has_dst = torch.zeros(B, dtype=torch.bool) if no_dst else None
     return pos_src, pos_dst, weight, has_dst
 
 
@@ -497,6 +508,9 @@ class PositionAttention(PositionParameters, torch.nn.Module):
           of either), ``weight [Ns]`` or ``[B, Ns]``, ``mask [B, N]`` or
           ``(mask_src, mask_dst)``, optional
         - **output (dense):** ``[B, Nd, out_channels]`` (zeros on padded rows)
+        - empty inputs (``N = 0``, or ``Nd = 0`` in cross-attention) give an empty
+          output of these shapes (``[0, out_channels]`` flat); an empty source with
+          destination points is the zero-weight error below.
 
     Raises:
         ValueError: ``out_channels`` not divisible by ``heads``, non-positive
@@ -653,6 +667,10 @@ class PositionAttention(PositionParameters, torch.nn.Module):
         shared = pos_src.dim() == 2
         nb = 1 if shared else v.shape[0]
         path = self._choose_path(nb, pos_dst.shape[-2], pos_src.shape[-2])
+        if pos_dst.shape[-2] == 0 or pos_src.shape[-2] == 0:
+            # Nothing to attend (only padded rows are left): the materialised kernel
+            # is empty and its product keeps the graph, so backward works too.
+            path = "kernel"
         if path == "kernel":
             kernel = _dense_kernel(pos_src.to(v.dtype), pos_dst.to(v.dtype),
                                    weight.to(v.dtype), lam.to(v.dtype))

@@ -15,6 +15,42 @@ from meshops.errors import MeshError
 from meshops.training.normalizer import UnitGaussianNormalizer
 
 
+def check_finite_fields(fields, names: Sequence[str], source, role: str = "") -> None:
+    """Refuse point fields with a NaN or infinite value, naming the first one.
+
+    One vectorised pass per field; the index is only looked up on failure. A NaN
+    in an input spreads through every global attention layer to the whole
+    prediction, and one in a target makes the loss NaN: both are caught here, where
+    the file is still known.
+
+    Args:
+        fields: Mapping of field name to ``[N]`` / ``[N, ...]`` tensors or arrays.
+        names: The fields to check (non-floating fields are skipped).
+        source: The file (or sample) named in the message.
+        role: ``"input"``, ``"target"`` or ``""``, for the message.
+
+    Raises:
+        MeshError: ``"<source>: input field 'f' has a non-finite value (nan) at point
+            17"`` (with the component of a vector field, and the count).
+    """
+    for name in names:
+        v = fields[name]
+        v = v if isinstance(v, Tensor) else torch.as_tensor(v)
+        if not (v.is_floating_point() or v.is_complex()):
+            continue
+        flat = v.reshape(v.shape[0], -1) if v.dim() else v.reshape(1, 1)
+        finite = torch.isfinite(flat)
+        if bool(finite.all()):
+            continue
+        bad = (~finite).nonzero()
+        i, c = int(bad[0, 0]), int(bad[0, 1])
+        comp = f", component {c}" if flat.shape[1] > 1 else ""
+        more = f" ({bad.shape[0]} non-finite values in this field)" if bad.shape[0] > 1 else ""
+        what = f"{role} field" if role else "field"
+        raise MeshError(f"{source}: {what} {name!r} has a non-finite value "
+                        f"({flat[i, c].item()}) at point {i}{comp}{more}")
+
+
 def _stack_fields(mesh: MeshData, names: Sequence[str], role: str, n: int) -> Tensor | None:
     """Concatenate point fields ``names`` of ``mesh`` into ``[n, C]`` (``None`` if no names)."""
     if not names:
@@ -32,6 +68,7 @@ def _stack_fields(mesh: MeshData, names: Sequence[str], role: str, n: int) -> Te
             raise MeshError(f"{source}: {role} field {k!r} has {f.shape[0]} rows but the "
                             f"mesh has {n} points")
         cols.append(f.reshape(n, -1))  # scalars [N] -> [N, 1]; [N, a, b] -> [N, a*b]
+    check_finite_fields(fields, names, source, role)
     # float64 first, so that mixed field dtypes concatenate without losing digits.
     return torch.cat([c.to(torch.float64) for c in cols], dim=1)
 
@@ -62,8 +99,9 @@ def assemble(mesh: MeshData, inputs: Sequence[str], targets: Sequence[str],
 
     Raises:
         MeshError: (a ``ValueError``) when a field is missing or has the wrong
-            number of rows; the message names the sample's ``source`` and lists
-            the available fields.
+            number of rows (the message names the sample's ``source`` and lists
+            the available fields), or holds a NaN/inf value (the message names the
+            field and the first such point, see :func:`check_finite_fields`).
 
     Shapes:
         x ``[N, C_in]``, y ``[N, C_out]``, pos ``[N, d]``, weight ``[N]``

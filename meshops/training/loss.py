@@ -1,32 +1,27 @@
-"""Relative Lp losses between fields on meshes, with or without quadrature weights."""
+"""Relative Lp losses between fields on meshes, with or without quadrature weights,
+and per-sample error reports that say where the relative error is undefined."""
 
 from __future__ import annotations
 
+import warnings
+from typing import Sequence
+
+import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.utils import scatter
 
 
-def relative_lp(pred: Tensor, target: Tensor, weight: Tensor | None = None,
-                batch: Tensor | None = None, p: int = 2, reduction: str = "mean",
-                eps: float = 1e-12) -> Tensor:
-    """Per-sample relative Lp error ``||pred - target||_p / ||target||_p``.
+def lp_norms(pred: Tensor, target: Tensor, weight: Tensor | None = None,
+             batch: Tensor | None = None, p: int = 2) -> tuple[Tensor, Tensor]:
+    """Per-sample ``||pred - target||_p`` and ``||target||_p``.
 
-    With ``weight`` the norms are quadrature integrals over the domain,
-    ``(sum_i w_i |e_i|^p)^(1/p)``, so the loss is the same number on any mesh of the
-    same fields; without it (``weight=None``) it is the plain vector norm used by
-    the published benchmarks (Geo-FNO, PiT, Transolver), for comparison.
-    All channels of a sample are pooled into one norm.
-
-    Args:
-        pred, target: ``[N, C]`` or ``[N]``.
-        weight: Quadrature weights ``[N]`` or ``None``.
-        batch: PyG batch vector ``[N]`` (``None``: one sample).
-        p: Norm order.
-        reduction: ``"mean"`` or ``"sum"`` over samples, or ``"none"`` for ``[B]``.
+    With ``weight`` the norms are quadrature integrals ``(sum_i w_i |e_i|^p)^(1/p)``;
+    without, plain vector norms. All channels of a sample are pooled into one norm.
 
     Shapes:
-        pred ``[N, C]``, target ``[N, C]``, weight ``[N]``, batch ``[N]`` -> ``[]`` or ``[B]``
+        pred ``[N, C]`` or ``[N]``, target like pred, weight ``[N]``, batch ``[N]``
+        -> ``([B], [B])``
     """
     if pred.shape != target.shape:
         raise ValueError(f"pred has shape {tuple(pred.shape)} but target {tuple(target.shape)}")
@@ -40,18 +35,122 @@ def relative_lp(pred: Tensor, target: Tensor, weight: Tensor | None = None,
         batch = torch.zeros(err.shape[0], dtype=torch.long, device=err.device)
     num = scatter(err, batch, dim=0, reduce="sum").pow(1 / p)
     den = scatter(ref, batch, dim=0, reduce="sum").pow(1 / p)
-    per_sample = num / den.clamp_min(eps)
+    return num, den
+
+
+def zero_target(ref_norm: Tensor, eps: float | None = None) -> Tensor:
+    """Which samples have an all-zero target: a target norm ``<= eps``, by default
+    the smallest normal number of its dtype (every value 0, or an underflowed
+    denormal). The relative error of such a sample is ``||e|| / 0``: undefined, not
+    a large number. Pass ``eps`` (in the target's units, as a norm) to count
+    near-zero targets as zero too.
+    """
+    return ref_norm <= (torch.finfo(ref_norm.dtype).tiny if eps is None else eps)
+
+
+def relative_lp(pred: Tensor, target: Tensor, weight: Tensor | None = None,
+                batch: Tensor | None = None, p: int = 2, reduction: str = "mean",
+                eps: float | None = None) -> Tensor:
+    """Per-sample relative Lp error ``||pred - target||_p / ||target||_p``.
+
+    With ``weight`` the norms are quadrature integrals over the domain,
+    ``(sum_i w_i |e_i|^p)^(1/p)``, so the loss is the same number on any mesh of the
+    same fields; without it (``weight=None``) it is the plain vector norm used by
+    the published benchmarks (Geo-FNO, PiT, Transolver), for comparison.
+    All channels of a sample are pooled into one norm.
+
+    A sample whose target is zero everywhere (see :func:`zero_target`) has no
+    relative error: it is refused with a ``ValueError`` rather than divided by a
+    tiny number (which gave errors of 1e5-1e12 and gradients to match). To report
+    errors over data that holds such samples use :func:`lp_errors`.
+
+    Args:
+        pred, target: ``[N, C]`` or ``[N]``.
+        weight: Quadrature weights ``[N]`` or ``None``.
+        batch: PyG batch vector ``[N]`` (``None``: one sample).
+        p: Norm order.
+        reduction: ``"mean"`` or ``"sum"`` over samples, or ``"none"`` for ``[B]``.
+        eps: Target norms up to ``eps`` count as zero (see :func:`zero_target`).
+
+    Raises:
+        ValueError: a sample with an all-zero target (the message gives its index in
+            the batch), or an unknown ``reduction``.
+
+    Shapes:
+        pred ``[N, C]``, target ``[N, C]``, weight ``[N]``, batch ``[N]`` -> ``[]`` or ``[B]``
+    """
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    num, den = lp_norms(pred, target, weight, batch, p)
+    zero = zero_target(den, eps)
+    if bool(zero.any()):
+        i = int(zero.nonzero()[0])
+        raise ValueError(f"relative_lp: the target of sample {i} of the batch is zero "
+                         f"everywhere ({int(zero.sum())} such samples); its relative L{p} "
+                         f"error is undefined. Drop such samples from a relative loss, or "
+                         f"report them with lp_errors()")
+    per_sample = num / den
     if reduction == "none":
         return per_sample
     if reduction == "sum":
         return per_sample.sum()
-    if reduction == "mean":
-        return per_sample.mean()
-    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    return per_sample.mean()
+
+
+def lp_errors(pred: Tensor, target: Tensor, weight: Tensor | None = None,
+              batch: Tensor | None = None, p: int = 2, eps: float | None = None
+              ) -> dict[str, Tensor]:
+    """Per-sample relative and absolute Lp errors, for reports.
+
+    Returns ``{"relative": [B], "absolute": [B], "zero_target": [B] bool}``: the
+    absolute error is ``||pred - target||_p`` (quadrature-weighted with ``weight``:
+    ``(sum_i w_i |e_i|^p)^(1/p)``); the relative error is NaN where the target is
+    zero everywhere (:func:`zero_target`), since it is undefined there.
+    """
+    num, den = lp_norms(pred, target, weight, batch, p)
+    zero = zero_target(den, eps)
+    rel = torch.where(zero, torch.full_like(num, float("nan")),
+                      num / torch.where(zero, torch.ones_like(den), den))
+    return {"relative": rel, "absolute": num, "zero_target": zero}
+
+
+def summarize_errors(values: Sequence[float], names: Sequence[str] | None = None) -> dict:
+    """Mean, median and worst of per-sample errors, over the samples where they are
+    defined (NaN marks an undefined relative error, see :func:`lp_errors`).
+
+    Returns ``mean``, ``median``, ``max`` (``None`` when no sample has a defined
+    error), ``worst_sample`` and ``median_sample`` (from ``names``, default the
+    indices), ``n`` (samples with a defined error) and ``undefined`` (the names of
+    the others).
+    """
+    v = np.asarray(values, dtype=np.float64).reshape(-1)
+    names = list(range(len(v))) if names is None else list(names)
+    ok = ~np.isnan(v)
+    idx = np.flatnonzero(ok)
+    out = {"n": int(idx.size), "undefined": [names[i] for i in np.flatnonzero(~ok)]}
+    if not idx.size:
+        return {**out, "mean": None, "median": None, "max": None, "worst_sample": None,
+                "median_sample": None}
+    order = idx[np.argsort(v[idx], kind="stable")]
+    worst, med = int(order[-1]), int(order[(len(order) - 1) // 2])
+    return {**out, "mean": float(v[idx].mean()), "median": float(np.median(v[idx])),
+            "max": float(v[worst]), "worst_sample": names[worst], "median_sample": names[med]}
+
+
+def warn_zero_targets(names: Sequence, what: str = "target", stacklevel: int = 2) -> None:
+    """One warning listing the samples whose relative error is undefined."""
+    if len(names):
+        shown = ", ".join(str(n) for n in list(names)[:5]) + (", ..." if len(names) > 5 else "")
+        warnings.warn(f"{len(names)} sample(s) have a {what} that is zero everywhere, so their "
+                      f"relative L2 error is undefined; it is left out of the relative means "
+                      f"(their absolute error is reported): {shown}", UserWarning,
+                      stacklevel=stacklevel + 1)
 
 
 class RelativeLpLoss(torch.nn.Module):
     """Module form of :func:`relative_lp`: ``loss(pred, target, weight, batch)``.
+
+    A batch with an all-zero target raises ``ValueError`` (see :func:`relative_lp`).
 
     Args:
         p: Norm order.

@@ -24,7 +24,8 @@ from meshops._checkpoint import (check_finite, check_model_keys, check_normalize
 from meshops.errors import CheckpointError
 from meshops.training import distributed
 from meshops.training.dataset import fit_normalizers, make_loader, prepare_batch
-from meshops.training.loss import RelativeLpLoss, relative_lp
+from meshops.training.loss import (RelativeLpLoss, lp_errors, summarize_errors,
+                                   warn_zero_targets)
 from meshops.training.normalizer import UnitGaussianNormalizer
 from meshops.training.seed import epoch_seed, get_rng_state, seed_everything, set_rng_state
 
@@ -417,9 +418,17 @@ class Trainer:
         every rank evaluates its share and the errors are gathered, so all ranks
         return the same numbers.
 
+        A sample whose target is zero everywhere has no relative error
+        (:func:`~meshops.training.loss.zero_target`): it is left out of the relative
+        statistics, counted in ``l2_undefined`` and named in a warning; its absolute
+        error still counts in ``abs_l2_*``.
+
         Returns:
             ``l2_mean``, ``l2_median``, ``l2_max`` (quadrature-weighted),
-            ``l2_unweighted_mean``, ``..._median``, ``..._max`` and ``n`` (samples).
+            ``l2_unweighted_mean``, ``..._median``, ``..._max`` (NaN when no sample
+            has a defined relative error), ``abs_l2_mean``, ``..._median``, ``..._max``
+            (quadrature-weighted absolute error ``sqrt(sum_i w_i |pred_i - y_i|^2)``),
+            ``l2_undefined`` (samples with an all-zero target) and ``n`` (samples).
         """
         data = self.val_data if data is None else data
         if data is None or len(data) == 0:
@@ -441,20 +450,25 @@ class Trainer:
                 pred = self._forward(model, batch).to(torch.float64)
                 y, w, b = targets_of(batch)
                 y = y.to(torch.float64)
-                errs.append(torch.stack([relative_lp(pred, y, w, b, reduction="none"),
-                                         relative_lp(pred, y, None, b, reduction="none")], 1))
+                weighted, plain = lp_errors(pred, y, w, b), lp_errors(pred, y, None, b)
+                errs.append(torch.stack([weighted["relative"], plain["relative"],
+                                         weighted["absolute"]], 1))
         finally:
             model.train(was_training)
-        local = torch.cat(errs).cpu() if errs else torch.zeros(0, 2, dtype=torch.float64)
+        local = torch.cat(errs).cpu() if errs else torch.zeros(0, 3, dtype=torch.float64)
         gathered = distributed.all_gather_objects((idx, local), self.dist)
         order = np.concatenate([np.asarray(i, dtype=np.int64) for i, _ in gathered])
         values = torch.cat([e for _, e in gathered]).numpy()[np.argsort(order, kind="stable")]
         out: dict[str, float] = {"n": int(values.shape[0])}
-        for j, name in enumerate(("l2", "l2_unweighted")):
-            v = values[:, j]
-            out[f"{name}_mean"] = float(v.mean())
-            out[f"{name}_median"] = float(np.median(v))
-            out[f"{name}_max"] = float(v.max())
+        for j, name in enumerate(("l2", "l2_unweighted", "abs_l2")):
+            st = summarize_errors(values[:, j])
+            for k in ("mean", "median", "max"):
+                out[f"{name}_{k}"] = math.nan if st[k] is None else st[k]
+        undefined = np.flatnonzero(np.isnan(values[:, 0]))
+        out["l2_undefined"] = int(undefined.size)
+        if undefined.size and self.dist.is_main:
+            warn_zero_targets([getattr(data[int(i)], "source", None) or f"sample {int(i)}"
+                               for i in undefined], stacklevel=2)
         return out
 
     def fit(self, resume: bool | None = None) -> list[dict[str, Any]]:
