@@ -23,7 +23,7 @@ from meshops.io import write_mesh
 from meshops.models import NeuralOperator, get_model
 from meshops.plot import plot_comparisons
 from meshops.training import RelativeLpLoss, Trainer
-from meshops.training.baselines import baselines, format_table, per_sample_errors
+from meshops.training.baselines import baselines, error_stats, format_table, per_sample_errors
 from meshops.training.seed import seed_everything
 from meshops.training.splits import validation_split
 
@@ -121,7 +121,7 @@ def fail(message: str) -> None:
 
 
 def _stats(v: np.ndarray) -> dict:
-    return {"mean": float(v.mean()), "median": float(np.median(v)), "worst": float(v.max())}
+    return error_stats(v)
 
 
 def run(args, train, test, *, target: str, model_config: dict, title: str,
@@ -177,7 +177,11 @@ def run(args, train, test, *, target: str, model_config: dict, title: str,
     model_errors = per_sample_errors(preds, test)
     metric = "l2_unweighted" if args.unweighted_loss else "l2"
     errors = model_errors["l2"]
-    order = np.argsort(errors)
+    # Median and worst among the samples whose relative error is defined (NaN: a
+    # target that is zero everywhere); all samples when none is.
+    ranked = np.flatnonzero(~np.isnan(errors)) if (~np.isnan(errors)).any() \
+        else np.arange(len(errors))
+    order = ranked[np.argsort(errors[ranked])]
     median, worst = int(order[len(order) // 2]), int(order[-1])
     figure = plot_comparisons(
         [(test[i], test[i].y[:, 0], preds[i][:, 0], label, target)
@@ -194,9 +198,9 @@ def run(args, train, test, *, target: str, model_config: dict, title: str,
         "example": title, "model": args.model, "parameters": n_params,
         "num_train": len(train), "num_test": len(test), "epochs": args.epochs,
         "minutes": round(minutes, 2),
-        "test_relative_l2_mean": float(errors.mean()),
-        "test_relative_l2_median": float(np.median(errors)),
-        "test_relative_l2_worst": float(errors.max()),
+        "test_relative_l2_mean": _stats(errors)["mean"],
+        "test_relative_l2_median": _stats(errors)["median"],
+        "test_relative_l2_worst": _stats(errors)["worst"],
         "test": {m: _stats(v) for m, v in model_errors.items()},
         "selected": selected, "num_val": len(val_idx), "val_fraction": args.val_fraction,
         "recipe": {"lr": args.lr, "weight_decay": args.weight_decay, "optimizer": "adam",

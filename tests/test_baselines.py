@@ -245,3 +245,27 @@ def test_evaluate_reports_both_baselines(tmp_path, capsys):
     assert cli.main(["evaluate", str(run), "--data", str(test), "--json"]) == 0
     note = json.loads(capsys.readouterr().out)["baselines"]["training mean"]["note"]
     assert note == f"n/a: the training data {data} is not here"
+
+
+def test_baseline_errors_leave_zero_targets_out_instead_of_raising():
+    """A test sample whose target is zero everywhere has no relative error: the
+    baselines' per-sample errors mark it NaN, and the statistics are over the other
+    samples with the count left out (issue 12 item 6)."""
+    import numpy as np
+
+    from meshops.data import MeshData
+    from meshops.training.baselines import error_stats, format_table, per_sample_errors
+
+    pos = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    w = torch.full((3,), 1 / 3, dtype=torch.float64)
+    f64 = torch.float64
+    truth = [torch.tensor([[1.0], [2.0], [3.0]], dtype=f64), torch.zeros(3, 1, dtype=f64)]
+    samples = [MeshData(pos=pos, weight=w, y=y) for y in truth]
+    preds = [torch.tensor([[1.0], [2.0], [4.0]], dtype=f64), torch.ones(3, 1, dtype=f64)]
+    err = per_sample_errors(preds, samples)
+    expected = 1.0 / np.sqrt(1 + 4 + 9)          # ||(0,0,1)|| / ||(1,2,3)||, equal weights
+    assert abs(err["l2"][0] - expected) < 1e-14 and np.isnan(err["l2"][1])
+    st = error_stats(err["l2"])
+    assert st["undefined"] == 1
+    assert abs(st["mean"] - expected) < 1e-14 and abs(st["worst"] - expected) < 1e-14
+    assert "1 samples with a zero target left out" in format_table([("m", st, "")], "l2")

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from meshops.training.loss import relative_lp
+from meshops.training.loss import lp_errors, summarize_errors
 
 #: Relative tolerance (of the largest mesh extent) for "the same positions".
 POSITION_RTOL = 1e-5
@@ -74,9 +74,17 @@ class BaselineResult:
         """``{metric: {"mean", "median", "worst"}}``, or ``{"note": ...}`` when not available."""
         out: dict = {"note": self.note}
         for metric, v in self.errors.items():
-            out[metric] = {"mean": float(v.mean()), "median": float(np.median(v)),
-                           "worst": float(v.max())}
+            out[metric] = error_stats(v)
         return out
+
+
+def error_stats(values: np.ndarray) -> dict:
+    """``mean``, ``median`` and ``worst`` of per-sample errors over the samples where
+    they are defined (``None`` when none is), and ``undefined``: how many are not (a
+    relative error against a target that is zero everywhere is NaN)."""
+    st = summarize_errors(values)
+    return {"mean": st["mean"], "median": st["median"], "worst": st["max"],
+            "undefined": len(st["undefined"])}
 
 
 def target_points(sample) -> tuple[Tensor, Tensor]:
@@ -98,7 +106,9 @@ def target_points(sample) -> tuple[Tensor, Tensor]:
 def per_sample_errors(predictions: Sequence[Tensor], samples: Sequence) -> dict[str, np.ndarray]:
     """Relative L2 error of each prediction against its sample's ``y``, in float64,
     quadrature-weighted (``"l2"``) and unweighted (``"l2_unweighted"``), exactly
-    as :meth:`~meshops.training.Trainer.evaluate` computes them.
+    as :meth:`~meshops.training.Trainer.evaluate` computes them: NaN where the target
+    is zero everywhere (the relative error is undefined there, see
+    :func:`~meshops.training.loss.lp_errors`).
 
     Shapes:
         predictions: ``T`` tensors ``[M_t, C_out]`` -> ``{metric: [T]}``
@@ -108,8 +118,8 @@ def per_sample_errors(predictions: Sequence[Tensor], samples: Sequence) -> dict[
         y = s.y.to(torch.float64)
         _, w = target_points(s)
         pred = pred.to(torch.float64)
-        out["l2"].append(float(relative_lp(pred, y, w.to(torch.float64))))
-        out["l2_unweighted"].append(float(relative_lp(pred, y, None)))
+        out["l2"].append(float(lp_errors(pred, y, w.to(torch.float64))["relative"]))
+        out["l2_unweighted"].append(float(lp_errors(pred, y, None)["relative"]))
     return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
 
 
@@ -263,6 +273,10 @@ def format_table(rows: Sequence[tuple[str, dict | None, str]], metric: str) -> s
         if st is None:
             lines.append(f"  {name:<26} {note}")
         else:
-            lines.append(f"  {name:<26} {st['mean']:>9.4f} {st['median']:>9.4f} "
-                         f"{st['worst']:>9.4f}" + (f"   {note}" if note else ""))
+            cols = " ".join(f"{st[k]:>9.4f}" if st[k] is not None else f"{'undefined':>9}"
+                            for k in ("mean", "median", "worst"))
+            if st.get("undefined"):
+                note = (f"{note}; " if note else "") + \
+                    f"{st['undefined']} samples with a zero target left out"
+            lines.append(f"  {name:<26} {cols}" + (f"   {note}" if note else ""))
     return "\n".join(lines)
