@@ -1,5 +1,6 @@
 """Regenerate ``annulus.vtu``: a mixed triangle/quad mesh of the annulus 0.5 < r < 1
-with the point field ``u = x^2 - y`` (used by the README's first command and tests).
+with the point field ``u = x^2 - y`` (read by the README's "Meshes as functions"
+example and by the tests).
 
 Run: ``python examples/meshes/make_annulus.py`` (needs ``pip install gmsh``).
 """
