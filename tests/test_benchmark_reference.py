@@ -215,3 +215,15 @@ def test_meshops_config_matches_the_reference():
     odd = Case("x", "x.py", dict(CASES["airfoil"].expected, y_downsample=2), (), (221, 51))
     with pytest.raises(ValueError, match="stride per axis"):
         meshops_kwargs(odd)
+
+
+def test_cli_names_a_missing_reference_checkout(tmp_path, capsys):
+    from benchmarks.reference.__main__ import main
+    with pytest.raises(SystemExit) as exc:
+        main(["--reference-dir", str(tmp_path), "--cases", "elasticity"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'train_elasticity.py'}: no such file" in err
+    with pytest.raises(SystemExit):
+        main(["--reference-dir", str(tmp_path), "--cases", "naca"])
+    assert "unknown case 'naca'; choose from airfoil, elasticity" in capsys.readouterr().err

@@ -165,12 +165,15 @@ def main(argv=None) -> int:
                    help="interpreter for the reference code (default: this one)")
     p.add_argument("--cases", default="airfoil,elasticity",
                    help="comma-separated: airfoil, elasticity")
-    p.add_argument("--steps", type=int, default=5, help="timed steps per process (default 5)")
-    p.add_argument("--warmup", type=int, default=2,
-                   help="untimed steps per process first, incl. torch.compile (default 2)")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="alternating reference/meshops rounds (default 3)")
-    p.add_argument("--quick", action="store_true", help="1 round, 1 warm-up, 2 timed steps")
+    p.add_argument("--steps", type=int, default=None,
+                   help="timed steps per process (default 5; --quick 2)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed steps per process first, incl. torch.compile (default 2; "
+                        "--quick 1)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="alternating reference/meshops rounds (default 3; --quick 1)")
+    p.add_argument("--quick", action="store_true",
+                   help="defaults of 1 round, 1 warm-up and 2 timed steps")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
                    help="torch threads on both sides (default: the CPUs available)")
     p.add_argument("--num-train", type=int, default=200)
@@ -184,8 +187,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=None,
                    help="also write the output, with the command line, to this file")
     args = p.parse_args(argv)
-    if args.quick:
-        args.rounds, args.warmup, args.steps = 1, 1, 2
+    for name, full, quick in (("rounds", 3, 1), ("warmup", 2, 1), ("steps", 5, 2)):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     for c in cases:
         if c not in CASES:
