@@ -109,6 +109,9 @@ def run_case(case: str, args, work: Path, precision: str, log) -> dict:
     ref_env = _env(args.threads, None)  # their code only: nothing of meshops on the path
     ms_env = _env(args.threads, os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+    # meshops' C++ kernels are built into the torch extensions folder: a private one,
+    # so that a build of another checkout's kernels (or its stale lock) is never used
+    ms_env["TORCH_EXTENSIONS_DIR"] = str(work / "torch_extensions")
     runs = {"reference": [], "meshops": []}
     for r in range(args.rounds):
         order = ("reference", "meshops") if r % 2 == 0 else ("meshops", "reference")
