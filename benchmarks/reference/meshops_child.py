@@ -82,7 +82,7 @@ def main(argv) -> None:
         "setup_s": setup_s, "threads": torch.get_num_threads(), "dtype": str(params[0].dtype),
         "parameters": sum(p.numel() for p in params),
         "matmul_precision": torch.get_float32_matmul_precision(), "compiled": False,
-        "batch_size": int(batches[0].num_graphs), "loss": float(loss),
+        "batch_size": int(batches[0].num_graphs), "loss": float(loss.detach()),
         "torch": torch.__version__,
     }
     with open(out, "w") as fh:
