@@ -1,0 +1,245 @@
+"""CLI of the side-by-side benchmark (see :mod:`benchmarks.reference`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+
+from benchmarks.reference import CASES, meshops_kwargs, patch_script, step_body
+from benchmarks.reference.files import (elasticity_arrays_from_standin,
+                                        naca_arrays_from_standin, write_elasticity_files,
+                                        write_naca_files)
+
+TARGET = 1.5
+# The airfoil stand-in in the benchmark's 221 x 51 layout, at angle 0 (geometry only).
+AIRFOIL = dict(n_side=71, n_wake=40, n1=51, aoa_range=(0.0, 0.0), mach_inf=0.5)
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def write_data(case: str, root: Path, n: int, seed: int) -> Path:
+    """Generate the stand-in (cached) and write it in the case's Geo-FNO layout."""
+    from data_adapters import make_airfoil_standin, make_elasticity_standin
+    if case == "airfoil":
+        kw = {k: v for k, v in AIRFOIL.items()}
+        samples = make_airfoil_standin(n, seed=seed, inputs=(), progress=False, **kw)
+        a = naca_arrays_from_standin(samples, n_wake=kw["n_wake"], mach_inf=kw["mach_inf"])
+        return write_naca_files(root, a["X"], a["Y"], a["Q"], a["shape_coords"])
+    # a few spare samples: the FEM meshes with fewer than 972 nodes are skipped
+    samples = make_elasticity_standin(int(n * 1.25) + 10, seed=seed, progress=False)
+    samples = [s for s in samples if s.num_nodes >= 972][:n]
+    if len(samples) < n:
+        raise SystemExit(f"error: only {len(samples)} elasticity stand-in samples have "
+                         f">= 972 nodes, need {n}")
+    a = elasticity_arrays_from_standin(samples, seed=seed)
+    return write_elasticity_files(root, a["xy"], a["sigma"], a["rr"])
+
+
+def _precision(ref_dir: Path) -> str:
+    """The float32 matmul precision the reference sets (in pit.py), for both sides."""
+    m = re.search(r"set_float32_matmul_precision\(['\"](\w+)['\"]\)",
+                  (ref_dir / "pit.py").read_text())
+    return m.group(1) if m else "highest"
+
+
+def prepare_reference(case: str, ref_dir: Path, scratch: Path, data: Path, args) -> list[str]:
+    """Write the patched script, the step and the driver into ``scratch``; the command."""
+    c = CASES[case]
+    text = (ref_dir / c.script).read_text()
+    scratch.mkdir(parents=True, exist_ok=True)
+    script = scratch / f"patched_{c.script}"
+    script.write_text(patch_script(c, text, str(data), args.num_train, args.num_test,
+                                   compile=not args.no_compile))
+    (scratch / "step.py").write_text(step_body(c, text))
+    driver = scratch / "ref_driver.py"
+    driver.write_text((HERE / "ref_driver.py").read_text())
+    return [args.reference_python, str(driver), str(ref_dir), str(script),
+            str(scratch / "step.py"), str(args.threads), str(args.warmup), str(args.steps)]
+
+
+def _run(cmd: list[str], out: Path, cwd: Path, env: dict, timeout: float) -> dict:
+    load = _load()
+    proc = subprocess.run(cmd + [str(out)], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    if proc.returncode:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+        raise SystemExit(f"error: {' '.join(cmd[:2])} failed (exit {proc.returncode}):\n{tail}")
+    r = json.loads(out.read_text())
+    r["load_before"], r["load_after"] = load, _load()
+    return r
+
+
+def _env(threads: int, pythonpath: str | None) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    if pythonpath is None:
+        env.pop("PYTHONPATH", None)
+    else:
+        env["PYTHONPATH"] = pythonpath
+    return env
+
+
+def run_case(case: str, args, work: Path, precision: str, log) -> dict:
+    c = CASES[case]
+    data = work / "data" / case
+    t = time.perf_counter()
+    write_data(case, data, args.num_train + args.num_test, args.seed)
+    log(f"[{case}] wrote {args.num_train + args.num_test} stand-in samples to {data} "
+        f"({time.perf_counter() - t:.0f} s)")
+    scratch = work / f"reference_{case}"
+    ref_cmd = prepare_reference(case, args.reference_dir, scratch, data, args)
+    batch = c.expected["batch_size"]
+    ms_cmd = [sys.executable, "-m", "benchmarks.reference.meshops_child", case, str(data),
+              str(args.threads), str(args.warmup), str(args.steps), str(batch),
+              str(args.num_train), str(args.num_test), precision]
+    ref_env = _env(args.threads, None)  # their code only: nothing of meshops on the path
+    ms_env = _env(args.threads, os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+    # meshops' C++ kernels are built into the torch extensions folder: a private one,
+    # so that a build of another checkout's kernels (or its stale lock) is never used
+    ms_env["TORCH_EXTENSIONS_DIR"] = str(work / "torch_extensions")
+    runs = {"reference": [], "meshops": []}
+    for r in range(args.rounds):
+        order = ("reference", "meshops") if r % 2 == 0 else ("meshops", "reference")
+        for side in order:
+            if side == "reference":
+                res = _run(ref_cmd, scratch / f"result_{r}.json", scratch, ref_env, args.timeout)
+            else:
+                res = _run(ms_cmd, work / f"meshops_{case}_{r}.json", REPO, ms_env, args.timeout)
+            runs[side].append(res)
+            log(f"[{case}] round {r + 1}/{args.rounds} {side:<9} steps "
+                + " ".join(f"{x:.2f}" for x in res["step_s"])
+                + f" s (warm-up {' '.join(f'{x:.1f}' for x in res['warmup_s'])} s; "
+                f"load {res['load_before']} -> {res['load_after']})")
+    return runs
+
+
+def summarize(case: str, runs: dict) -> dict:
+    out = {}
+    for side, rs in runs.items():
+        steps = [x for r in rs for x in r["step_s"]]
+        out[side] = {"median": statistics.median(steps), "min": min(steps),
+                     "rounds": [statistics.median(r["step_s"]) for r in rs],
+                     "n": len(steps), "parameters": rs[0]["parameters"],
+                     "threads": {r["threads"] for r in rs}, "dtype": {r["dtype"] for r in rs},
+                     "precision": {r["matmul_precision"] for r in rs},
+                     "compiled": rs[0]["compiled"], "batch": rs[0]["batch_size"]}
+    out["ratio"] = out["reference"]["median"] / out["meshops"]["median"]
+    return out
+
+
+def table(results: dict) -> list[str]:
+    lines = [f"{'case':<11} {'code':<10} {'params':>9} {'batch':>5} {'compiled':>8} "
+             f"{'s/step (median)':>15} {'min':>6} {'steps':>5}  per-round medians",
+             "-" * 96]
+    for case, s in results.items():
+        for side in ("reference", "meshops"):
+            d = s[side]
+            lines.append(f"{case:<11} {side:<10} {d['parameters']:>9,} {d['batch']:>5} "
+                         f"{str(d['compiled']):>8} {d['median']:>15.3f} {d['min']:>6.2f} "
+                         f"{d['n']:>5}  " + " ".join(f"{x:.2f}" for x in d["rounds"]))
+        verdict = "PASS" if s["ratio"] >= TARGET else "MISS"
+        lines.append(f"{case:<11} speed-up (reference / meshops s/step): {s['ratio']:.2f}x  "
+                     f"[target >= {TARGET}x: {verdict}]")
+    return lines
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.reference",
+                                description=sys.modules["benchmarks.reference"].__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--reference-dir", type=Path, required=True,
+                   help="checkout of github:junfeng-chen/position_induced_transformer")
+    p.add_argument("--reference-python", default=sys.executable,
+                   help="interpreter for the reference code (default: this one)")
+    p.add_argument("--cases", default="airfoil,elasticity",
+                   help="comma-separated: airfoil, elasticity")
+    p.add_argument("--steps", type=int, default=None,
+                   help="timed steps per process (default 5; --quick 2)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed steps per process first, incl. torch.compile (default 2; "
+                        "--quick 1)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="alternating reference/meshops rounds (default 3; --quick 1)")
+    p.add_argument("--quick", action="store_true",
+                   help="defaults of 1 round, 1 warm-up and 2 timed steps")
+    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                   help="torch threads on both sides (default: the CPUs available)")
+    p.add_argument("--num-train", type=int, default=200)
+    p.add_argument("--num-test", type=int, default=40)
+    p.add_argument("--seed", type=int, default=0, help="stand-in seed")
+    p.add_argument("--no-compile", action="store_true",
+                   help="drop the reference's torch.compile line")
+    p.add_argument("--work", type=Path, default=None,
+                   help="scratch folder (default: a new temporary folder)")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds per process")
+    p.add_argument("--out", type=Path, default=None,
+                   help="also write the output, with the command line, to this file")
+    args = p.parse_args(argv)
+    for name, full, quick in (("rounds", 3, 1), ("warmup", 2, 1), ("steps", 5, 2)):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    for c in cases:
+        if c not in CASES:
+            p.error(f"unknown case {c!r}; choose from {', '.join(CASES)}")
+        if not (args.reference_dir / CASES[c].script).is_file():
+            p.error(f"{args.reference_dir / CASES[c].script}: no such file (is "
+                    "--reference-dir a checkout of junfeng-chen/position_induced_transformer?)")
+    if min(args.steps, args.rounds) < 1 or args.warmup < 0 or args.threads < 1:
+        p.error("--steps, --rounds and --threads must be >= 1, --warmup >= 0")
+    args.reference_dir = args.reference_dir.resolve()
+    work = args.work or Path(tempfile.mkdtemp(prefix="meshops-reference-"))
+    work = work.resolve()
+    precision = _precision(args.reference_dir)
+    lines = []
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+        lines.append(msg)
+
+    commit = subprocess.run(["git", "-C", str(args.reference_dir), "rev-parse", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or "unknown"
+    log(f"reference: {args.reference_dir} (commit {commit}); scratch: {work}")
+    log(f"threads {args.threads} both sides, float32, matmul precision {precision!r} "
+        f"(as the reference's pit.py sets); {args.rounds} round(s) x ({args.warmup} warm-up + "
+        f"{args.steps} timed steps) per process; load {_load()}")
+    for c in cases:
+        log(f"[{c}] meshops PiT({', '.join(f'{k}={v!r}' for k, v in meshops_kwargs(CASES[c]).items())})")
+    results = {c: summarize(c, run_case(c, args, work, precision, log)) for c in cases}
+    for c, s in results.items():
+        for key in ("threads", "dtype", "precision"):
+            vals = s["reference"][key] | s["meshops"][key]
+            if len(vals) != 1:
+                log(f"WARNING [{c}]: the sides differ in {key}: {sorted(map(str, vals))}")
+    log("")
+    for line in table(results):
+        log(line)
+    log(f"load at the end: {_load()}")
+    if args.out is not None:
+        from meshops._atomic import atomic_write
+        head = [f"# python -m benchmarks.reference {shlex.join(argv or sys.argv[1:])}",
+                f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs, "
+                f"uptime load {_load()}"]
+        text = "\n".join(head + lines) + "\n"
+        atomic_write(args.out, lambda tmp: Path(tmp).write_text(text))
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
