@@ -147,6 +147,12 @@ class _GridQuadRule:
         lo, hi = signed.min(axis=0), signed.max(axis=0)
         if (~(w_node.sum(axis=0) > qtol)).any() or ((lo < -qtol) & (hi > qtol)).any():
             return None
+        # A structured grid that is not folded maps with one orientation: a cell turned
+        # over as a whole (a grid line pushed past its neighbour) passes the per-cell
+        # tests above but overlaps its neighbours, which the per-cell path's overlap
+        # check refuses.
+        if (hi > qtol).any() and (lo < -qtol).any():
+            return None
         # every node sums its cells' shares in the order np.add.at takes them (cells in
         # index order), as the per-cell path does
         w = w_node.reshape(4, n0 - 1, n1 - 1)

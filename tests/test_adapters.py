@@ -645,3 +645,20 @@ def test_folder_refuses_non_finite_inputs_and_targets(tmp_path):
     with pytest.raises(MeshError, match=r"a\.vtu: input field 'f' has a non-finite value "
                                         r"\(nan\) at point 17$"):
         MeshFolderDataset(first, inputs=["f"], targets=["u"])  # checked at construction
+
+
+def test_naca_fast_weights_leave_a_folded_grid_to_the_per_cell_path():
+    """A grid line pushed past its neighbour turns a whole column of cells over while
+    each stays convex: the vectorised weights must decline it (they summed to 1.2 on
+    the unit square), and the per-cell path refuses the overlap."""
+    from data_adapters.naca import _GRID_RULE
+    from meshops.quadrature import quadrature_weights, structured_grid_cells
+
+    X, Y = np.meshgrid(np.linspace(0, 1, 6), np.linspace(0, 1, 6), indexing="ij")
+    assert abs(_GRID_RULE.weights(X, Y).sum() - 1.0) < 1e-12
+    X = X.copy()
+    X[2, :] = 0.7                      # line 2 (x = 0.4) moved past line 3 (x = 0.6)
+    assert _GRID_RULE.weights(X, Y) is None
+    cells = [("quad", structured_grid_cells((6, 6)))]
+    with pytest.raises(MeshError, match="overlap"):
+        quadrature_weights(np.stack([X.ravel(), Y.ravel()], 1), cells)
