@@ -4,6 +4,7 @@ changed, and samples that share one mesh share one computation."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from meshops.data import MeshData
@@ -77,4 +78,30 @@ def test_models_without_structures_get_their_samples_unchanged():
     assert model.mesh_transform() is None
     train = _shared_mesh_samples(3)
     trainer = Trainer(model, train, None, epochs=1, progress=False, log=lambda msg: None)
+    assert trainer.train_data is train
+
+
+def test_views_of_one_storage_are_different_meshes():
+    """Two views of one tensor (same data pointer, shape and dtype, other points) must
+    not share structures: each gets those of its own points."""
+    g = torch.Generator().manual_seed(2)
+    big = torch.rand(60, 2, generator=g, dtype=F64)
+    w = torch.full((30,), 1.0 / 30, dtype=F64)
+    a, b = big[:30], big[::2]
+    assert a.data_ptr() == b.data_ptr() and a.shape == b.shape
+    samples = [MeshData(pos=p, weight=w, x=torch.ones(30, 1, dtype=F64),
+                        y=torch.ones(30, 1, dtype=F64)) for p in (a, b)]
+    model = _model()
+    trainer = Trainer(model, samples, None, epochs=1, progress=False, log=lambda msg: None)
+    own = PiTStructures(model)(MeshData(pos=b.clone(), weight=w, x=torch.ones(30, 1, dtype=F64)))
+    assert torch.equal(trainer.train_data[1].pit_enc, own.pit_enc)
+    assert trainer.train_data[1].pit_enc is not trainer.train_data[0].pit_enc
+
+
+def test_structures_over_the_budget_are_not_kept(monkeypatch):
+    import meshops.training.trainer as trainer_mod
+    monkeypatch.setattr(trainer_mod, "STRUCTURE_BUDGET", 1000)   # bytes
+    train = _shared_mesh_samples(4)
+    with pytest.warns(UserWarning, match="over the 0.0 GB budget"):
+        trainer = Trainer(_model(), train, None, epochs=1, progress=False, log=lambda m: None)
     assert trainer.train_data is train

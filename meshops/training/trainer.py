@@ -68,12 +68,20 @@ def _make_logger(log) -> Callable[[str], None]:
     return log
 
 
+#: Bytes of mesh structures (``mesh_transform``) the Trainer keeps for a dataset; over
+#: it, the model builds them per step (the --full NACA recipe: 13 MB per sample).
+STRUCTURE_BUDGET = 4 * 2**30
+
+
 def _mesh_key(sample) -> tuple | None:
     """Identity of the tensors a mesh transform reads; ``None`` when ``pos`` is absent."""
     key = []
     for name in ("pos", "weight", "query_pos"):
         t = getattr(sample, name, None)
-        key.append(None if t is None else (t.data_ptr(), tuple(t.shape), t.dtype))
+        # the storage, offset, strides, shape and dtype: two views of one storage
+        # (P[:100], P[::2]) are different meshes
+        key.append(None if t is None else (t.untyped_storage().data_ptr(), t.storage_offset(),
+                                           t.stride(), tuple(t.shape), t.dtype))
     return None if key[0] is None else tuple(key)
 
 
@@ -90,12 +98,13 @@ def _with_mesh_structures(model, data, what: str, progress: bool):
     transform = make() if callable(make) else None
     if transform is None or not isinstance(data, (list, tuple)) or not data:
         return data
+    keys = [_mesh_key(s) for s in data]
+    meshes = len({k for k in keys if k is not None}) + sum(k is None for k in keys)
     done: dict[tuple, dict] = {}
     out = []
     bar = tqdm(data, desc=f"mesh structures ({what})", unit="sample", leave=False,
                dynamic_ncols=True, disable=not progress)
-    for sample in bar:
-        key = _mesh_key(sample)
+    for sample, key in zip(bar, keys):
         copied = copy.copy(sample)
         if key is not None and key in done:
             for name, value in done[key].items():
@@ -103,8 +112,22 @@ def _with_mesh_structures(model, data, what: str, progress: bool):
         else:
             before = set(copied.keys())
             copied = transform(copied)
+            added = {k: copied[k] for k in copied.keys() if k not in before}
+            if not out:
+                # The structures of one mesh times the number of meshes: kept for the
+                # whole run, so they must not crowd out the training itself.
+                size = sum(v.numel() * v.element_size() for v in added.values()
+                           if isinstance(v, Tensor))
+                if size * meshes > STRUCTURE_BUDGET:
+                    warnings.warn(
+                        f"meshops: the {what} samples' mesh structures would take "
+                        f"{size * meshes / 1e9:.1f} GB ({meshes} meshes x {size / 1e6:.1f} "
+                        f"MB), over the {STRUCTURE_BUDGET / 1e9:.1f} GB budget "
+                        f"(meshops.training.trainer.STRUCTURE_BUDGET); the model builds them "
+                        f"in every step instead", UserWarning, stacklevel=4)
+                    return data
             if key is not None:
-                done[key] = {k: copied[k] for k in copied.keys() if k not in before}
+                done[key] = added
         out.append(copied)
     return out
 
@@ -201,7 +224,9 @@ class Trainer:
             no epoch repeats work that depends only on a mesh (PiT: neighbour search,
             farthest-point sampling, latent weights). The structures go on shallow
             copies of the samples: the caller's objects are not changed. Samples that
-            share one mesh (the same ``pos`` tensor) share one computation.
+            share one mesh (the same ``pos`` tensor) share one computation. Skipped,
+            with a warning, when the structures of all meshes would exceed
+            ``STRUCTURE_BUDGET`` (4 GiB).
     """
 
     def __init__(self, model: "NeuralOperator", train_data: Sequence, val_data: Sequence | None = None,
