@@ -65,8 +65,8 @@ def finish(mesh: MeshData, inputs: Sequence[str], targets: Sequence[str],
     n = int(mesh.pos.shape[0])
     fields = getattr(mesh, "fields", None) or {}
     source = getattr(mesh, "source", None) or "sample"
-    check_finite_fields(fields, inputs, source, "input")
-    check_finite_fields(fields, targets, source, "target")
+    check_finite_fields(fields, inputs, source, "input", dtype)
+    check_finite_fields(fields, targets, source, "target", dtype)
     mesh.x = channels(fields, inputs, n, dtype)
     mesh.y = channels(fields, targets, n, dtype)
     for k, v in attrs.items():

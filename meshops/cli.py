@@ -702,6 +702,7 @@ class RunSpec:
     def __init__(self, model, ckpt: Path, meta: dict, inputs=None, targets=None) -> None:
         cfg = dict(getattr(model, "config", {}) or {})
         self.ckpt = ckpt
+        self.dtype = next(model.parameters()).dtype
         self.in_channels = int(cfg.get("in_channels", meta.get("in_channels", 0)))
         self.out_channels = int(cfg.get("out_channels", meta.get("out_channels", 1)))
         self.pos_dim = cfg.get("pos_dim", meta.get("pos_dim"))
@@ -755,7 +756,10 @@ class RunSpec:
                     raise CLIError(f"{path}: field {name!r} is {_fmt_shape(sh)} but the model in "
                                    f"{self.ckpt} was trained on {_fmt_shape(self.shapes[name])}")
             # A NaN/inf input would spread to every predicted value (global attention).
-            check_finite_fields(fields, getattr(self, role), path, role[:-1])
+            # Inputs are cast to the model's dtype: 1e300 is finite in the file but inf
+            # in float32.
+            check_finite_fields(fields, getattr(self, role), path, role[:-1],
+                                self.dtype if role == "inputs" else None)
         d = int(mesh.pos.shape[1])
         if self.pos_dim is not None and d != int(self.pos_dim):
             raise CLIError(f"{path}: the mesh is {d}-D but the model in {self.ckpt} was trained "

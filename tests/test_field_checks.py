@@ -160,3 +160,19 @@ def test_check_finite_fields_on_vectors_arrays_and_integers():
                                         r"at point 3, component 2$"):
         check_finite_fields({"v": v, "k": np.arange(5)}, ["k", "v"], "f.vtu")
     check_finite_fields({"k": np.arange(5), "v": np.ones((5, 2, 2))}, ["k", "v"], "f.vtu")
+
+
+def test_values_beyond_the_training_dtype_are_refused_before_the_cast():
+    """1e300 is finite in the file (float64) but inf in float32: refused when the sample
+    is assembled in float32, naming field and point; accepted in float64."""
+    pts, cells = square_mesh(4)
+    f = np.ones(len(pts))
+    f[3] = 1e300
+    mesh = mesh_from_arrays(pts, cells, {"f": f, "u": np.ones(len(pts))}, source="s.vtu")
+    with pytest.raises(MeshError, match=r"s\.vtu: input field 'f' has a value \(1e\+300\) at "
+                                        r"point 3 beyond the range of torch\.float32"):
+        assemble(mesh, ["f"], ["u"], dtype=torch.float32)
+    assert bool(torch.isfinite(assemble(mesh, ["f"], ["u"], dtype=torch.float64).x).all())
+    with pytest.raises(MeshError, match="beyond the range of torch.float32"):
+        check_finite_fields({"f": torch.tensor([1.0, -1e39], dtype=torch.float64)}, ["f"],
+                            "a", "input", torch.float32)

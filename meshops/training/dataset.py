@@ -15,7 +15,8 @@ from meshops.errors import MeshError
 from meshops.training.normalizer import UnitGaussianNormalizer
 
 
-def check_finite_fields(fields, names: Sequence[str], source, role: str = "") -> None:
+def check_finite_fields(fields, names: Sequence[str], source, role: str = "",
+                        dtype: torch.dtype | None = None) -> None:
     """Refuse point fields with a NaN or infinite value, naming the first one.
 
     One vectorised pass per field; the index is only looked up on failure. A NaN
@@ -28,10 +29,14 @@ def check_finite_fields(fields, names: Sequence[str], source, role: str = "") ->
         names: The fields to check (non-floating fields are skipped).
         source: The file (or sample) named in the message.
         role: ``"input"``, ``"target"`` or ``""``, for the message.
+        dtype: The floating dtype the values will be cast to: a value finite in the
+            file but beyond that dtype's range (1e300 in float32) would become
+            ``inf`` there, and is refused too.
 
     Raises:
         MeshError: ``"<source>: input field 'f' has a non-finite value (nan) at point
-            17"`` (with the component of a vector field, and the count).
+            17"`` (with the component of a vector field, and the count), or ``"...
+            has a value (1e+300) at point 3 beyond the range of torch.float32"``.
     """
     for name in names:
         v = fields[name]
@@ -40,18 +45,31 @@ def check_finite_fields(fields, names: Sequence[str], source, role: str = "") ->
             continue
         flat = v.reshape(v.shape[0], -1) if v.dim() else v.reshape(1, 1)
         finite = torch.isfinite(flat)
+        overflow = False
         if bool(finite.all()):
-            continue
+            if dtype is None or not v.is_floating_point() or \
+                    torch.finfo(dtype).max >= torch.finfo(v.dtype).max:
+                continue
+            finite = torch.isfinite(flat.to(dtype))
+            if bool(finite.all()):
+                continue
+            overflow = True
         bad = (~finite).nonzero()
         i, c = int(bad[0, 0]), int(bad[0, 1])
         comp = f", component {c}" if flat.shape[1] > 1 else ""
-        more = f" ({bad.shape[0]} non-finite values in this field)" if bad.shape[0] > 1 else ""
+        kind = f"values beyond {dtype}'s range" if overflow else "non-finite values"
+        more = f" ({bad.shape[0]} {kind} in this field)" if bad.shape[0] > 1 else ""
         what = f"{role} field" if role else "field"
+        if overflow:
+            raise MeshError(f"{source}: {what} {name!r} has a value ({flat[i, c].item():g}) "
+                            f"at point {i}{comp} beyond the range of {dtype} (largest "
+                            f"{torch.finfo(dtype).max:g}){more}; rescale the field")
         raise MeshError(f"{source}: {what} {name!r} has a non-finite value "
                         f"({flat[i, c].item()}) at point {i}{comp}{more}")
 
 
-def _stack_fields(mesh: MeshData, names: Sequence[str], role: str, n: int) -> Tensor | None:
+def _stack_fields(mesh: MeshData, names: Sequence[str], role: str, n: int,
+                  dtype: torch.dtype | None = None) -> Tensor | None:
     """Concatenate point fields ``names`` of ``mesh`` into ``[n, C]`` (``None`` if no names)."""
     if not names:
         return None
@@ -68,7 +86,7 @@ def _stack_fields(mesh: MeshData, names: Sequence[str], role: str, n: int) -> Te
             raise MeshError(f"{source}: {role} field {k!r} has {f.shape[0]} rows but the "
                             f"mesh has {n} points")
         cols.append(f.reshape(n, -1))  # scalars [N] -> [N, 1]; [N, a, b] -> [N, a*b]
-    check_finite_fields(fields, names, source, role)
+    check_finite_fields(fields, names, source, role, dtype)
     # float64 first, so that mixed field dtypes concatenate without losing digits.
     return torch.cat([c.to(torch.float64) for c in cols], dim=1)
 
@@ -112,8 +130,8 @@ def assemble(mesh: MeshData, inputs: Sequence[str], targets: Sequence[str],
         # A bare string would be split into one-letter field names.
         raise TypeError("assemble: inputs and targets are lists of field names, not strings")
     n = int(mesh.pos.shape[0])
-    x = _stack_fields(mesh, list(inputs), "input", n)
-    y = _stack_fields(mesh, list(targets), "target", n)
+    x = _stack_fields(mesh, list(inputs), "input", n, dtype)
+    y = _stack_fields(mesh, list(targets), "target", n, dtype)
     # A shallow copy: the sample shares the mesh's field/cell tensors (no second
     # copy of a large dataset in memory) but has its own attributes.
     sample = copy.copy(mesh)
