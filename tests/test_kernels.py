@@ -251,14 +251,14 @@ def test_lock_of_a_killed_builder_is_free_at_once(tmp_path):
         with pytest.raises(KernelBuildTimeout, match=r"build lock .* more than 0.5 s"):
             with build.build_lock(lock, timeout=0.5):
                 pass
-        assert 0.5 <= time.perf_counter() - start < 5  # waited, but only as long as asked
+        assert 0.5 <= time.perf_counter() - start < 30  # bounded (loaded CI is slow)
         holder.kill()  # kill -9: the lock file stays behind
         holder.wait()
         assert lock.exists()
         start = time.perf_counter()
         with build.build_lock(lock, timeout=60):
             waited = time.perf_counter() - start
-    assert waited < 5, f"waited {waited:.1f} s on the lock of a dead process"
+    assert waited < 30, f"waited {waited:.1f} s on the lock of a dead process"
 
 
 def test_build_killed_midway_leaves_nothing_that_blocks_the_next(tmp_path, monkeypatch,
@@ -288,7 +288,7 @@ def test_build_killed_midway_leaves_nothing_that_blocks_the_next(tmp_path, monke
     assert list(ext.folder().glob(build.TMP_PREFIX + "*"))  # what the killed build left
     start = time.perf_counter()
     built = build.ensure_built(ext, timeout=60)
-    assert time.perf_counter() - start < 5
+    assert time.perf_counter() - start < 30  # not the 60 s bound: nothing waited on the dead build
     assert built.path == ext.library() and built.path.read_bytes() == b"library"
     assert built.seconds is not None
     assert not list(ext.folder().glob(build.TMP_PREFIX + "*"))
@@ -347,7 +347,7 @@ def test_held_lock_times_out_and_falls_back_to_sdpa_with_one_warning(tmp_path, m
             elapsed = time.perf_counter() - start
             assert attention_extension() is None
             assert not fused_attention_supported(q, q, q)  # the layers take SDPA
-    assert 1.5 <= elapsed < 10
+    assert 1.5 <= elapsed < 30
     msgs = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert len(msgs) == 1, msgs
     assert "build lock" in msgs[0] and "MESHOPS_KERNEL_TIMEOUT" in msgs[0]
