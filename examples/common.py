@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 import meshops.models  # noqa: F401  (registers the models)
+from meshops._progress import on_terminal
 from meshops.io import write_mesh
 from meshops.models import NeuralOperator, get_model
 from meshops.plot import plot_comparisons
@@ -160,7 +161,9 @@ def run(args, train, test, *, target: str, model_config: dict, title: str,
                       lr=args.lr, weight_decay=args.weight_decay, optimizer="adam",
                       scheduler="cosine", seed=args.seed, device=args.device, out_dir=out,
                       loss=RelativeLpLoss(quadrature=not args.unweighted_loss),
-                      metadata=metadata)
+                      metadata=metadata,
+                      # bars on a terminal only; a log gets the Trainer's line per epoch
+                      progress=on_terminal())
     history = trainer.fit()
     minutes = (time.perf_counter() - start) / 60
     if val is None:

@@ -110,9 +110,9 @@ def _names(value, key: str) -> list[str]:
 
 def _progress(iterable, **kw):
     """A tqdm bar on stderr, shown only on a terminal (no bar spam in logs)."""
-    from tqdm.auto import tqdm
+    from meshops._progress import progress
 
-    return tqdm(iterable, disable=None, dynamic_ncols=True, **kw)
+    return progress(iterable, **kw)
 
 
 def _field_shape(v) -> list[int]:

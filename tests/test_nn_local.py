@@ -14,7 +14,8 @@ import torch
 from torch.func import functional_call
 
 from meshops.errors import MeshError
-from meshops.nn.local import LocalAttention, LocalPositionAttention, knn_graph, quantile_k
+import meshops
+from meshops.nn.local import LocalAttention, LocalPositionAttention, local_graph, quantile_k
 from meshops.nn.position import PositionAttention
 
 DT = torch.float64
@@ -166,7 +167,7 @@ def test_local_position_is_local_and_differs_from_global():
     torch.testing.assert_close(full(x, pos, w), glob(x, pos, w), rtol=0, atol=1e-12)
     # a complete bipartite edge_index gives global cross attention, too
     _, pd, _, _ = sample([5], seed=5)
-    e = torch.cartesian_prod(torch.arange(5), torch.arange(12)).T
+    e = torch.cartesian_prod(torch.arange(12), torch.arange(5)).T   # row 0 source
     torch.testing.assert_close(layer((x, None), (pos, pd), w, edge_index=e),
                                glob((x, None), (pos, pd), w), rtol=0, atol=1e-12)
 
@@ -326,6 +327,42 @@ def test_precomputed_edge_index_is_reused(name, monkeypatch):
 
 
 @pytest.mark.parametrize("name", sorted(LAYERS))
+def test_edge_index_has_pyg_orientation(name):
+    """A graph from PyG's knn_graph convention (meshops.knn_graph with loop=True: row 0
+    the neighbour, row 1 the centre) is read as the layer's own neighbourhoods; the
+    same graph reversed is another graph and gives another answer, unless the layer
+    is told ``flow="target_to_source"``."""
+    layer = LAYERS[name]()
+    x, pos, w, b = sample(SRC, seed=16)
+    own = layer(x, pos, w, b)
+    e = meshops.knn_graph(pos, 3, b, loop=True)                       # PyG orientation
+    torch.testing.assert_close(layer(x, pos, w, b, edge_index=e), own, rtol=0, atol=1e-12)
+    torch.testing.assert_close(layer.graph(pos, b).sort(dim=1).values, e.sort(dim=1).values)
+    # and the dense reference: destination i averages over its 3 nearest sources
+    mask = torch.zeros(sum(SRC), sum(SRC), dtype=torch.bool)
+    mask[e[1], e[0]] = True                                           # [dst, src]
+    ref = (ref_locposatt(layer, x, pos, pos, w, mask) if name == "position"
+           else ref_localatt(layer, x, x, w, mask))
+    torch.testing.assert_close(own, ref, rtol=0, atol=1e-12)
+    # the kNN graph is not symmetric: read the other way round it is another graph
+    assert (layer(x, pos, w, b, edge_index=e.flip(0)) - own).abs().max() > 1e-2
+    layer.flow = "target_to_source"
+    torch.testing.assert_close(layer(x, pos, w, b, edge_index=e.flip(0)), own,
+                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(layer.graph(pos, b).sort(dim=1).values,
+                               e.flip(0).sort(dim=1).values)
+    # torch-cluster's knn layout (row 0 indexes the queries) is target_to_source
+    torch.testing.assert_close(layer(x, pos, w, b, edge_index=meshops.knn(pos, pos, 3, b, b)),
+                               own, rtol=0, atol=1e-12)
+
+
+def test_old_nn_knn_graph_name_raises_and_names_the_replacements():
+    with pytest.raises(TypeError, match=r"meshops.nn.knn_graph.* renamed meshops.nn.local_graph"
+                                        r".*PyG's orientation.*use meshops.knn_graph"):
+        meshops.nn.knn_graph(torch.zeros(3, 2), torch.zeros(3, 2), 1)
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
 def test_zero_weight_neighbours_drop_out(name):
     layer = LAYERS[name]()
     x, pos, w, _ = sample([10], seed=16)
@@ -415,7 +452,13 @@ def test_invalid_arguments():
     with pytest.raises(ValueError, match="out of range"):
         layer(x, pos, w, edge_index=torch.tensor([[0], [99]]))
     with pytest.raises(ValueError, match="exactly one of k, quantile and radius"):
-        knn_graph(pos, pos)
+        local_graph(pos, pos)
+    with pytest.raises(ValueError, match="flow must be 'source_to_target' or "
+                                         "'target_to_source', got 'up'"):
+        make_lpa(k=3, flow="up")
+    with pytest.raises(ValueError, match=r"edge_index\[1\] \(destination, "
+                                         r"flow='source_to_target'\) out of range \[0, 5\)"):
+        layer((x, None), (pos, pos[:5]), w, edge_index=torch.tensor([[7], [6]]))
 
 
 def test_repr():

@@ -47,7 +47,7 @@ def _model(latent: str, ball: str) -> PiT:
 def _forbid_searches(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("a mesh structure was rebuilt in forward")
-    for name in ("knn_graph", "measure_ball_graph", "fps_latent", "grid_latent",
+    for name in ("local_graph", "measure_ball_graph", "fps_latent", "grid_latent",
                  "voronoi_weights"):
         monkeypatch.setattr(pit_mod, name, forbidden)
 

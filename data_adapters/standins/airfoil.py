@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
+from meshops._progress import progress as progress_bar
 from meshops.data import MeshData
 from meshops.errors import MeshError
 from meshops.io import mesh_from_arrays
@@ -135,8 +135,8 @@ def _generate(num_samples: int, seed: int, cfg: dict, progress: bool) -> dict[st
     W = np.zeros((num_samples, n0 * n1))
     cl = np.zeros(num_samples)
     quads = structured_grid_cells((n0, n1))
-    for k in tqdm(range(num_samples), desc="airfoil STAND-IN (panel method, not Geo-FNO)",
-                  disable=not progress, leave=False):
+    for k in progress_bar(range(num_samples), desc="airfoil STAND-IN (panel method, not Geo-FNO)",
+                          enabled=progress, leave=False):
         contour = naca4(m[k], p[k], t[k], cfg["n_side"])
         X[k], Y[k] = c_grid(contour, cfg["n_wake"], n1, cfg["radius"], cfg["wake_length"],
                             cfg["first_height"])
@@ -196,7 +196,7 @@ def make_airfoil_standin(num_samples: int = 200, seed: int = 0, cache_dir=None,
         seed: Seed of the random shapes and angles.
         cache_dir: Cache folder; ``None``: ``$MESHOPS_CACHE/standins`` or
             ``~/.cache/meshops/standins``; ``False``: no cache.
-        progress: Show a tqdm bar and print what was generated/loaded (stderr).
+        progress: Print what was generated/loaded (stderr), with a tqdm bar on a terminal.
         target: Field name(s) for ``y`` (``"mach"``; any of ``u, v, speed, cp, mach``).
         inputs: Field names for ``x`` (default the free-stream direction
             ``u_inf, v_inf``; ``()`` for geometry only, as in the benchmark, which is

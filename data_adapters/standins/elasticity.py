@@ -35,8 +35,8 @@ import math
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
+from meshops._progress import progress as progress_bar
 from meshops.data import MeshData
 from meshops.errors import MeshError
 from meshops.io import mesh_from_arrays
@@ -146,8 +146,8 @@ def _generate(num_samples: int, seed: int, cfg: dict, progress: bool) -> dict[st
     params = np.stack([sample_void_params(rng) for _ in range(num_samples)]) \
         if num_samples else np.zeros((0, 2 * NUM_MODES + 1))
     pts, tris, sig, wts, npts, ntri = [], [], [], [], [0], [0]
-    for prm in tqdm(params, desc="elasticity STAND-IN (FEM, not Geo-FNO)", disable=not progress,
-                    leave=False):
+    for prm in progress_bar(params, desc="elasticity STAND-IN (FEM, not Geo-FNO)",
+                            enabled=progress, leave=False):
         p, t, s = solve_sample(prm, cfg["h_void"], cfg["h_outer"], cfg["E"], cfg["nu"],
                                cfg["traction"])
         # Validated once here (no degenerate triangles) and cached.
@@ -210,7 +210,7 @@ def make_elasticity_standin(num_samples: int = 200, seed: int = 0, cache_dir=Non
         seed: Seed of the random void shapes.
         cache_dir: Cache folder; ``None``: ``$MESHOPS_CACHE/standins`` or
             ``~/.cache/meshops/standins``; ``False``: no cache.
-        progress: Show a tqdm bar and print what was generated/loaded (stderr).
+        progress: Print what was generated/loaded (stderr), with a tqdm bar on a terminal.
         dtype: Floating dtype of the returned tensors.
         h_void, h_outer: Mesh sizes on the void and on the cell's sides (defaults
             give about 1000 nodes).

@@ -14,7 +14,7 @@ from meshops.models._common import (MLP, check_model_sizes, check_positive_int, 
                                     grid_latent, measure_ball_graph, read_inputs,
                                     sample_ptr, voronoi_weights)
 from meshops.models.base import NeuralOperator, register_model
-from meshops.nn.local import LocalPositionAttention, knn_graph
+from meshops.nn.local import LocalPositionAttention, local_graph
 from meshops.nn.position import KERNEL_LIMIT, PositionAttention, position_kernel
 
 __all__ = ["PiT", "PiTStructures"]
@@ -292,9 +292,11 @@ class PiT(NeuralOperator):
 
     def _graph(self, pos_src: Tensor, w_src: Tensor, b_src: Optional[Tensor], pos_dst: Tensor,
                b_dst: Optional[Tensor], quantile: float) -> Tensor:
+        """The encoder's or decoder's ``edge_index`` in PyG's orientation (row 0 source)."""
         if self.ball == "measure":
-            return measure_ball_graph(pos_src, w_src, b_src, pos_dst, b_dst, quantile)
-        return knn_graph(pos_src, pos_dst, None, quantile, b_src, b_dst)
+            # measure_ball_graph gives the search's layout (row 0 destination)
+            return measure_ball_graph(pos_src, w_src, b_src, pos_dst, b_dst, quantile).flip(0)
+        return local_graph(pos_src, pos_dst, None, quantile, b_src, b_dst)
 
     def _process(self, u: Tensor, lat: _Latent) -> Tensor:
         batch = lat.batch
@@ -419,9 +421,11 @@ class PiTStructures:
             data.pit_latent = lat.index
         data.pit_latent_weight = lat.weight
         data.pit_latent_count = torch.tensor([lat.pos.shape[0]])
-        data.pit_enc = e_in.t().contiguous()
+        # Stored as rows (destination, source), the layout of structures built before
+        # the layers took PyG's orientation: their pit_key is unchanged, so they stay valid.
+        data.pit_enc = e_in.flip(0).t().contiguous()
         data.pit_enc_count = torch.tensor([e_in.shape[1]])
-        data.pit_dec = e_out.t().contiguous()
+        data.pit_dec = e_out.flip(0).t().contiguous()
         data.pit_dec_count = torch.tensor([e_out.shape[1]])
         data.pit_key = _structure_key(m, self.dtype, inp.has_query)
         return data
@@ -476,8 +480,9 @@ def _precomputed(model: "PiT", data, inp) -> Optional[tuple]:
     n_enc, n_dec = counts("pit_enc_count"), counts("pit_dec_count")
     if int(n_dec.sum()) != dec.shape[0] or int(n_enc.sum()) != enc.shape[0]:
         raise ValueError("data.pit_enc/pit_dec do not match their counts")
-    e_in = torch.stack([enc[:, 0] + _offsets(n_enc, p_lat), enc[:, 1] + _offsets(n_enc, p_in)])
-    e_out = torch.stack([dec[:, 0] + _offsets(n_dec, p_q), dec[:, 1] + _offsets(n_dec, p_lat)])
+    # the layers' edge_index: PyG's orientation, row 0 source, row 1 destination
+    e_in = torch.stack([enc[:, 1] + _offsets(n_enc, p_in), enc[:, 0] + _offsets(n_enc, p_lat)])
+    e_out = torch.stack([dec[:, 1] + _offsets(n_dec, p_lat), dec[:, 0] + _offsets(n_dec, p_q)])
     return lat, e_in, e_out
 
 

@@ -11,8 +11,10 @@ the edges by destination point:
 * :class:`LocalAttention` - content-based continuum attention
   ``softmax(q_i . k_j / sqrt(d) + log w_j) v_j`` on the same neighbourhoods.
 
-Edge convention (that of :func:`meshops.search.knn` and ``torch_cluster.knn``):
-``edge_index[0]`` indexes destination points, ``edge_index[1]`` source points.
+Edge convention, PyG's (``MessagePassing`` with ``flow="source_to_target"``, and
+:func:`meshops.knn_graph`): ``edge_index[0]`` indexes the source points (the
+neighbours whose values are aggregated), ``edge_index[1]`` the destination points
+(that receive). Layers built with ``flow="target_to_source"`` take the rows swapped.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ from meshops.nn._utils import (as_pair, check_batch, check_channels, check_lengt
 from meshops.nn.position import (PositionParameters, head_values, project_after,
                                  project_heads)
 
-__all__ = ["LocalPositionAttention", "LocalAttention", "knn_graph", "quantile_k"]
+__all__ = ["LocalPositionAttention", "LocalAttention", "local_graph", "quantile_k"]
+
+_FLOWS = ("source_to_target", "target_to_source")
 
 Channels = Union[int, Tuple[int, int]]
 PairOrTensor = Union[Tensor, Tuple[Optional[Tensor], Optional[Tensor]]]
@@ -57,11 +61,12 @@ def quantile_k(quantile: float, num_src: Union[int, Tensor]) -> Union[int, Tenso
     return math.floor(quantile * (num_src - 1) * (1 + 1e-12)) + 1
 
 
-def knn_graph(pos_src: Tensor, pos_dst: Tensor, k: Optional[int] = None,
-              quantile: Optional[float] = None, batch_src: Optional[Tensor] = None,
-              batch_dst: Optional[Tensor] = None, radius: Optional[float] = None) -> Tensor:
-    """Edges from each destination point to its k nearest source points, or to all
-    source points within ``radius``.
+def local_graph(pos_src: Tensor, pos_dst: Tensor, k: Optional[int] = None,
+                quantile: Optional[float] = None, batch_src: Optional[Tensor] = None,
+                batch_dst: Optional[Tensor] = None, radius: Optional[float] = None,
+                flow: str = "source_to_target") -> Tensor:
+    """The neighbourhoods of the local layers: edges from the k nearest source points
+    of each destination point, or from all source points within ``radius``.
 
     ``k`` is fixed, or per sample from ``quantile`` (:func:`quantile_k` of the
     sample's number of source points; samples with equal k share one search).
@@ -70,15 +75,47 @@ def knn_graph(pos_src: Tensor, pos_dst: Tensor, k: Optional[int] = None,
     fixed size, the only one of the three whose layer converges to one integral
     operator on every mesh (graded ones included).
     Self graphs (``pos_src is pos_dst``) contain the self loops (distance 0).
+    Unlike :func:`meshops.knn_graph` (PyG's ``knn_graph``: one point set, no self
+    loops by default) this joins two point sets and takes PiT's ``quantile``.
 
     Returns:
-        LongTensor ``[2, E]``: row 0 destination index, row 1 source index.
+        LongTensor ``[2, E]`` in PyG's orientation: with ``flow="source_to_target"``
+        row 0 source index, row 1 destination index (the ``edge_index`` that
+        :class:`LocalPositionAttention` and :class:`LocalAttention` take);
+        ``"target_to_source"`` swaps the rows.
 
     Raises:
         ValueError (:class:`meshops.errors.MeshError`): k larger than a sample's
-            number of source points, or a sample with destination points but no
-            source points.
+            number of source points, a sample with destination points but no
+            source points, or an unknown ``flow``.
     """
+    _check_flow(flow)
+    edge = _dst_src_graph(pos_src, pos_dst, k, quantile, batch_src, batch_dst, radius)
+    return edge.flip(0) if flow == "source_to_target" else edge
+
+
+def knn_graph(*args, **kwargs):
+    """Removed: renamed :func:`local_graph` (PyG's orientation); raises ``TypeError``.
+
+    This function had PyG's name but neither its signature nor its orientation
+    (destination in row 0); it fails loudly rather than give a graph that a layer
+    would silently read the other way round.
+    """
+    raise TypeError("meshops.nn.knn_graph(pos_src, pos_dst, k, quantile, ...) was renamed "
+                    "meshops.nn.local_graph, which returns PyG's orientation (row 0 source, "
+                    "row 1 destination; the old function put the destination in row 0); "
+                    "for PyG's knn_graph(x, k, batch, loop, flow) use meshops.knn_graph")
+
+
+def _check_flow(flow: str) -> None:
+    if flow not in _FLOWS:
+        raise ValueError(f"flow must be 'source_to_target' or 'target_to_source', got {flow!r}")
+
+
+def _dst_src_graph(pos_src: Tensor, pos_dst: Tensor, k: Optional[int],
+                   quantile: Optional[float], batch_src: Optional[Tensor],
+                   batch_dst: Optional[Tensor], radius: Optional[float]) -> Tensor:
+    """:func:`local_graph` in the search's layout: row 0 destination, row 1 source."""
     from meshops.search import knn, radius as radius_graph
 
     if sum(v is not None for v in (k, quantile, radius)) != 1:
@@ -135,18 +172,25 @@ def _check_k(k: Optional[int], quantile: Optional[float], radius: Optional[float
         raise ValueError(f"quantile must be in (0, 1], got {quantile!r}")
 
 
-def _check_edge_index(edge_index: Tensor, n_dst: int, n_src: int) -> None:
+def _src_dst(edge_index: Tensor, flow: str, n_src: int, n_dst: int) -> Tuple[Tensor, Tensor]:
+    """Checked ``(source, destination)`` rows of an ``edge_index`` given with ``flow``."""
+    rows = ("source", "destination") if flow == "source_to_target" else ("destination", "source")
     if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 \
             or edge_index.shape[0] != 2 or edge_index.dtype != torch.long:
         got = (f"{tuple(edge_index.shape)} {edge_index.dtype}" if isinstance(edge_index, Tensor)
                else type(edge_index).__name__)
-        raise ValueError(f"edge_index must be a LongTensor [2, E] (row 0 destination, row 1 "
-                         f"source), got {got}")
+        raise ValueError(f"edge_index must be a LongTensor [2, E] (row 0 {rows[0]}, row 1 "
+                         f"{rows[1]}; flow={flow!r}), got {got}")
+    sizes = {"source": n_src, "destination": n_dst}
     if edge_index.numel():
-        if int(edge_index[0].min()) < 0 or int(edge_index[0].max()) >= n_dst:
-            raise ValueError(f"edge_index[0] (destination) out of range [0, {n_dst})")
-        if int(edge_index[1].min()) < 0 or int(edge_index[1].max()) >= n_src:
-            raise ValueError(f"edge_index[1] (source) out of range [0, {n_src})")
+        for row, name in enumerate(rows):
+            n = sizes[name]
+            if int(edge_index[row].min()) < 0 or int(edge_index[row].max()) >= n:
+                raise ValueError(f"edge_index[{row}] ({name}, flow={flow!r}) out of range "
+                                 f"[0, {n})")
+    if flow == "source_to_target":
+        return edge_index[0], edge_index[1]
+    return edge_index[1], edge_index[0]
 
 
 class _LocalBase(torch.nn.Module):
@@ -187,17 +231,31 @@ class _LocalBase(torch.nn.Module):
         check_weight(weight, n_src)
         return x_src, x_dst, pos_src, pos_dst, b_src, b_dst, weight
 
+    flow: str = "source_to_target"
+
     def graph(self, pos: PairOrTensor, batch: PairOrTensor = None) -> Tensor:
-        """The layer's kNN graph ``[2, E]`` (row 0 destination, row 1 source), to reuse
-        across layers with the same neighbourhoods (``forward(..., edge_index=...)``)."""
+        """The layer's neighbourhood graph ``[2, E]`` in the layer's ``flow`` (PyG's
+        default: row 0 source, row 1 destination), to reuse across layers with the
+        same neighbourhoods (``forward(..., edge_index=...)``); :func:`local_graph`."""
         pos_src, pos_dst = as_pair(pos)
         b_src, b_dst = as_pair(batch)
-        return knn_graph(pos_src, pos_dst, self.k, self.quantile, b_src, b_dst, self.radius)
+        return local_graph(pos_src, pos_dst, self.k, self.quantile, b_src, b_dst, self.radius,
+                           flow=self.flow)
 
-    def _softmax(self, logits: Tensor, edge_index: Tensor, weight: Tensor, n_dst: int
+    def _edges(self, edge_index: Optional[Tensor], pos_src: Tensor, pos_dst: Tensor,
+               b_src: Optional[Tensor], b_dst: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+        """``(source, destination)`` index of every edge: the given ``edge_index``
+        (checked, read with the layer's ``flow``) or the layer's own search."""
+        if edge_index is None:
+            # the search's own layout, no flip
+            dst, src = _dst_src_graph(pos_src, pos_dst, self.k, self.quantile, b_src, b_dst,
+                                      self.radius)
+            return src, dst
+        return _src_dst(edge_index, self.flow, pos_src.shape[0], pos_dst.shape[0])
+
+    def _softmax(self, logits: Tensor, src: Tensor, dst: Tensor, weight: Tensor, n_dst: int
                  ) -> Tensor:
         """Sparse softmax over the edges of each destination, ``log w`` included."""
-        dst, src = edge_index[0], edge_index[1]
         if not bool((weight > 0).all()):
             mass = scatter(weight[src], dst, dim=0, dim_size=n_dst, reduce="sum")
             has_edge = torch.zeros(n_dst, dtype=torch.bool, device=dst.device)
@@ -306,12 +364,16 @@ class LocalPositionAttention(PositionParameters, _LocalBase):
         lam_init (float or sequence): initial :math:`\lambda` (one or one per
             head). (default: ``1.0``)
         bias (bool): bias in :math:`W_V`. (default: ``True``)
+        flow (str): how ``edge_index`` is read, as in PyG's ``MessagePassing``:
+            ``"source_to_target"`` (row 0 source, row 1 destination) or
+            ``"target_to_source"`` (rows swapped). (default: ``"source_to_target"``)
 
     Shapes:
         - **input:** ``x [Ns, C]`` or ``(x_src [Ns, C], x_dst or None)``,
           ``pos [N, d]`` or ``(pos_src [Ns, d], pos_dst [Nd, d])``, ``weight [Ns]``,
           ``batch [N]`` or ``(batch_src, batch_dst)`` (sorted), optional,
-          ``edge_index [2, E]`` (row 0 destination, row 1 source), optional
+          ``edge_index [2, E]`` (PyG's orientation: row 0 source, row 1
+          destination; swapped with ``flow="target_to_source"``), optional
         - **output:** ``[Nd, out_channels]``
         - **dense (:meth:`dense`):** ``x [B, Ns, C]``, ``pos [N, d]`` or
           ``[B, N, d]``, ``weight [Ns]`` or ``[B, Ns]``, ``mask`` -> ``[B, Nd, out]``
@@ -327,8 +389,11 @@ class LocalPositionAttention(PositionParameters, _LocalBase):
     def __init__(self, in_channels: int, out_channels: Optional[int] = None, heads: int = 1,
                  k: Optional[int] = None, quantile: Optional[float] = None,
                  lam_init: Union[float, Sequence[float]] = 1.0,
-                 bias: bool = True, radius: Optional[float] = None) -> None:
+                 bias: bool = True, radius: Optional[float] = None,
+                 flow: str = "source_to_target") -> None:
         super().__init__()
+        _check_flow(flow)
+        self.flow = flow
         if not isinstance(in_channels, int) or in_channels < 1:
             raise ValueError(f"in_channels must be a positive int, got {in_channels!r}")
         out_channels = in_channels if out_channels is None else out_channels
@@ -347,20 +412,17 @@ class LocalPositionAttention(PositionParameters, _LocalBase):
 
     def forward(self, x: PairOrTensor, pos: PairOrTensor, weight: Tensor,
                 batch: PairOrTensor = None, edge_index: Optional[Tensor] = None) -> Tensor:
-        """Flat (PyG) form; see the class docstring.  ``edge_index`` (row 0 destination,
-        row 1 source, e.g. from :meth:`graph`) replaces the kNN search."""
+        """Flat (PyG) form; see the class docstring.  ``edge_index`` (row 0 source, row 1
+        destination as in PyG, e.g. from :meth:`graph` or :func:`meshops.knn_graph`)
+        replaces the kNN search."""
         x_src, _, pos_src, pos_dst, b_src, b_dst, weight = self._inputs(
             x, pos, weight, batch, need_dst=False)
         n_dst = pos_dst.shape[0]
-        if edge_index is None:
-            edge_index = self.graph((pos_src, pos_dst), (b_src, b_dst))
-        else:
-            _check_edge_index(edge_index, n_dst, x_src.shape[0])
-        dst, src = edge_index[0], edge_index[1]
+        src, dst = self._edges(edge_index, pos_src, pos_dst, b_src, b_dst)
         v = head_values(self, x_src)                                       # [Ns, H, c]
         diff = (pos_dst[dst] - pos_src[src]).to(v.dtype)
         dist = (diff * diff).sum(-1, keepdim=True)                         # [E, 1]
-        alpha = self._softmax(-dist * self.lam.to(v.dtype), edge_index, weight, n_dst)
+        alpha = self._softmax(-dist * self.lam.to(v.dtype), src, dst, weight, n_dst)
         out = edge_sum(alpha, v, dst, src, n_dst)
         return project_heads(self, out)
 
@@ -402,11 +464,15 @@ class LocalAttention(_LocalBase):
         heads (int): number of heads. (default: ``4``)
         k (int): neighbours per destination point. (default: ``16``)
         bias (bool): biases in the projections. (default: ``True``)
+        flow (str): how ``edge_index`` is read, as in PyG's ``MessagePassing``:
+            ``"source_to_target"`` (row 0 source, row 1 destination) or
+            ``"target_to_source"`` (rows swapped). (default: ``"source_to_target"``)
 
     Shapes:
         - **input:** ``x [N, C]`` or ``(x_src [Ns, Cs], x_dst [Nd, Cd])``,
           ``pos [N, d]`` or ``(pos_src, pos_dst)``, ``weight [Ns]``, ``batch``
-          optional, ``edge_index [2, E]`` (row 0 destination, row 1 source) optional
+          optional, ``edge_index [2, E]`` (PyG's orientation: row 0 source, row 1
+          destination; swapped with ``flow="target_to_source"``) optional
         - **output:** ``[Nd, out_channels]``
         - **dense (:meth:`dense`):** as :class:`LocalPositionAttention`, with ``x_dst``
 
@@ -419,8 +485,10 @@ class LocalAttention(_LocalBase):
 
     def __init__(self, in_channels: Channels, out_channels: Optional[int] = None,
                  heads: int = 4, k: Optional[int] = 16, bias: bool = True,
-                 radius: Optional[float] = None) -> None:
+                 radius: Optional[float] = None, flow: str = "source_to_target") -> None:
         super().__init__()
+        _check_flow(flow)
+        self.flow = flow
         src, dst = as_pair(in_channels)
         for ch in (src, dst):
             if not isinstance(ch, int) or ch < 1:
@@ -453,22 +521,19 @@ class LocalAttention(_LocalBase):
 
     def forward(self, x: PairOrTensor, pos: PairOrTensor, weight: Tensor,
                 batch: PairOrTensor = None, edge_index: Optional[Tensor] = None) -> Tensor:
-        """Flat (PyG) form; see the class docstring.  ``edge_index`` (row 0 destination,
-        row 1 source, e.g. from :meth:`graph`) replaces the kNN search."""
+        """Flat (PyG) form; see the class docstring.  ``edge_index`` (row 0 source, row 1
+        destination as in PyG, e.g. from :meth:`graph` or :func:`meshops.knn_graph`)
+        replaces the kNN search."""
         x_src, x_dst, pos_src, pos_dst, b_src, b_dst, weight = self._inputs(
             x, pos, weight, batch, need_dst=True)
         n_dst = x_dst.shape[0]
-        if edge_index is None:
-            edge_index = self.graph((pos_src, pos_dst), (b_src, b_dst))
-        else:
-            _check_edge_index(edge_index, n_dst, x_src.shape[0])
-        dst, src = edge_index[0], edge_index[1]
+        src, dst = self._edges(edge_index, pos_src, pos_dst, b_src, b_dst)
         H, c = self.heads, self.out_channels // self.heads
         q = self.lin_q(x_dst).view(-1, H, c)
         k = self.lin_k(x_src).view(-1, H, c)
         v = self.lin_v(x_src).view(-1, H, c)
         logits = (q[dst] * k[src]).sum(-1) / math.sqrt(c)                   # [E, H]
-        alpha = self._softmax(logits, edge_index, weight, n_dst)
+        alpha = self._softmax(logits, src, dst, weight, n_dst)
         out = edge_sum(alpha, v, dst, src, n_dst)
         return self.lin_out(out.view(n_dst, H * c))
 
