@@ -307,7 +307,8 @@ def test_resume_for_another_epoch_count_under_a_schedule_is_refused(tmp_path, ep
 
 def test_resume_without_a_schedule_extends_the_run_exactly(tmp_path):
     """With a constant rate nothing depends on the epoch count: 2 epochs resumed
-    for 3 give the weights and history of 3 epochs in one go."""
+    for 3 give the weights and history of 3 epochs in one go. A schedule asked for
+    only now is refused."""
     train = make_samples(4, 0, torch.float64)
     kw = dict(batch_size=2, lr=1e-2, seed=1, scheduler=None, progress=False, log=None)
 
@@ -323,6 +324,12 @@ def test_resume_without_a_schedule_extends_the_run_exactly(tmp_path):
     assert max_diff(params(resumed), params(ref)) == 0
     assert [(h["train_loss"], h["lr"]) for h in hist] == \
         [(h["train_loss"], h["lr"]) for h in ref_hist]
+    # A schedule cannot start in the middle of that run: a cosine from epoch 3 on
+    # would jump back to the peak rate.
+    kw["scheduler"] = "cosine"
+    with pytest.raises(ValueError, match=r"started for 3 epochs \(3 done\) without a "
+                       r"learning-rate schedule.* cannot be resumed for 4 epochs"):
+        Trainer(model(), train, epochs=4, out_dir=tmp_path / "b", resume=True, **kw).fit()
 
 
 def test_best_checkpoint_is_the_epoch_with_the_lowest_val_error(tmp_path):

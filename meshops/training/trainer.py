@@ -616,12 +616,14 @@ class Trainer:
         Raises:
             ValueError: when the counts differ and either run has a schedule.
         """
-        saved = training["epochs"]
-        if saved == epochs or not (scheduled or training.get("scheduler") is not None):
+        saved, had_schedule = training["epochs"], training.get("scheduler") is not None
+        if saved == epochs or not (scheduled or had_schedule):
             return
+        why = ("its learning-rate schedule ends there" if had_schedule else
+               "without a learning-rate schedule, and one cannot start in its middle")
         raise ValueError(
-            f"{path}: the run was started for {saved} epochs ({training['epoch']} done) and "
-            f"its learning-rate schedule ends there, so it cannot be resumed for {epochs} "
+            f"{path}: the run was started for {saved} epochs ({training['epoch']} done) "
+            f"{'and ' if had_schedule else ''}{why}, so it cannot be resumed for {epochs} "
             f"epochs; resume it with {saved} epochs, or train {epochs} epochs in a new run")
 
     def _load_state(self, path: Path) -> None:
