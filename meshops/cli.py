@@ -545,6 +545,17 @@ def _cmd_train(args) -> int:
     if not args.dry_run and not args.resume and (out / "last.pt").exists():
         raise CLIError(f"{out}: already holds a training run (last.pt); pass --resume to "
                        f"continue it or choose another --out")
+    if args.resume and (out / "last.pt").is_file():
+        # Before the data is read and before config.yaml is rewritten: a resume the
+        # Trainer would refuse (a damaged last.pt, another epoch count under a
+        # learning-rate schedule) must leave the run folder as it was.
+        try:
+            state = Trainer.read_state(out / "last.pt")
+            Trainer.check_resume_epochs(out / "last.pt", state["training"], cfg["epochs"],
+                                        cfg["scheduler"] is not None)
+        except (CheckpointError, ValueError) as e:
+            raise CLIError(str(e)) from None
+        del state
     # Before anything draws a random number: the model's initial weights (built
     # below) then depend on the seed alone, not on what ran before in the process.
     # The Trainer seeds again (seed + rank) for dropout and the data order.
@@ -1258,7 +1269,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--out", metavar="RUN", help="run folder (default ./run)")
     g.add_argument("--resume", action="store_true", default=False,
                    help="continue RUN from RUN/last.pt (with RUN/config.yaml as the base "
-                   "config)")
+                   "config); under a learning-rate schedule --epochs must stay the run's")
     g.add_argument("--dry-run", action="store_true", default=False, dest="dry_run",
                    help="read the data, print the resolved config (YAML) and exit")
     p.set_defaults(func=_cmd_train)

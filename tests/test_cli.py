@@ -122,19 +122,40 @@ def test_train_writes_run_folder(run, data):
     assert idx != cli._split(8, {"val_fraction": 0.25, "seed": 4, "data": "d"})
 
 
-def test_train_refuses_to_overwrite_and_resumes_from_config(run, tmp_path, capsys):
+def test_train_refuses_to_overwrite_and_resumes_from_config(run, data, tmp_path, capsys):
     code, err = _errors_of(capsys, ["train", "--data", "x", "--inputs", "f", "--targets", "u",
                                     "--out", str(run)])
     assert code == 2 and "--resume" in err and str(run) in err
+    # A constant rate (no schedule laid out over the epochs), so the run may be extended.
+    const = tmp_path / "const"
+    assert cli.main(["train", "--data", str(data), "--inputs", "f", "--targets", "u", *SMALL,
+                     "--epochs", "2", "--batch-size", "3", "--scheduler", "none",
+                     "--out", str(const)]) == 0
     copy = tmp_path / "run"
-    shutil.copytree(run, copy)
-    # Everything but the epochs comes from copy/config.yaml.
-    with pytest.warns(UserWarning, match="schedule"):  # 3 epochs, the schedule was for 2
-        assert cli.main(["train", "--out", str(copy), "--resume", "--epochs", "3"]) == 0
-    old = json.loads((run / "history.json").read_text())
+    shutil.copytree(const, copy)
+    # Everything but the epochs comes from copy/config.yaml (the scheduler included).
+    assert cli.main(["train", "--out", str(copy), "--resume", "--epochs", "3"]) == 0
+    old = json.loads((const / "history.json").read_text())
     new = json.loads((copy / "history.json").read_text())
     assert len(new) == 3 and [h["train_loss"] for h in new[:2]] == [h["train_loss"] for h in old]
-    assert yaml.safe_load((copy / "config.yaml").read_text())["epochs"] == 3
+    cfg = yaml.safe_load((copy / "config.yaml").read_text())
+    assert cfg["epochs"] == 3 and cfg["scheduler"] is None
+
+
+def test_train_resume_for_more_epochs_after_a_cosine_schedule_is_refused(run, tmp_path, capsys):
+    """The run finished its 2-epoch cosine: 3 epochs would climb the rate back up.
+    One error line naming last.pt and both counts; the folder is left as it was."""
+    from _tiny_run import one_line_error
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    before = {p.name: p.read_bytes() for p in copy.iterdir()}
+    code = cli.main(["train", "--out", str(copy), "--resume", "--epochs", "3"])
+    captured = capsys.readouterr()
+    assert code == 2 and one_line_error(captured.err) and captured.out == ""
+    assert f"{copy / 'last.pt'}: the run was started for 2 epochs (2 done)" in captured.err
+    assert "cannot be resumed for 3 epochs; resume it with 2 epochs" in captured.err
+    assert {p.name: p.read_bytes() for p in copy.iterdir()} == before
 
 
 def test_geometry_only_training(data, tmp_path):

@@ -284,6 +284,54 @@ def test_resume_gives_the_weights_of_an_uninterrupted_run(tmp_path, monkeypatch)
     assert max_diff(params(control), params(ref)) > 1e-6
 
 
+@pytest.mark.parametrize("epochs", [3, 1])
+def test_resume_for_another_epoch_count_under_a_schedule_is_refused(tmp_path, epochs):
+    """A finished 2-epoch cosine run resumed for 3 epochs would run the cosine past
+    its end (the rate climbs back up); for 1 it would stop undecayed. Both are
+    refused before anything is written, naming last.pt and both counts."""
+    train = make_samples(4, 0, torch.float64)
+    kw = dict(batch_size=2, lr=1e-2, seed=1, out_dir=tmp_path, progress=False, log=None)
+    seed_everything(0)
+    Trainer(ToyOperator().double(), train, epochs=2, **kw).fit()
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    seed_everything(0)
+    trainer = Trainer(ToyOperator().double(), train, epochs=epochs, resume=True, **kw)
+    msg = (f"{tmp_path / 'last.pt'}: the run was started for 2 epochs (2 done) and its "
+           f"learning-rate schedule ends there, so it cannot be resumed for {epochs} epochs; "
+           f"resume it with 2 epochs, or train {epochs} epochs in a new run")
+    with pytest.raises(ValueError) as info:
+        trainer.fit()
+    assert str(info.value) == msg
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_resume_without_a_schedule_extends_the_run_exactly(tmp_path):
+    """With a constant rate nothing depends on the epoch count: 2 epochs resumed
+    for 3 give the weights and history of 3 epochs in one go. A schedule asked for
+    only now is refused."""
+    train = make_samples(4, 0, torch.float64)
+    kw = dict(batch_size=2, lr=1e-2, seed=1, scheduler=None, progress=False, log=None)
+
+    def model():
+        seed_everything(0)
+        return ToyOperator(hidden=16, dropout=0.2).double()
+
+    ref = model()
+    ref_hist = Trainer(ref, train, epochs=3, out_dir=tmp_path / "a", **kw).fit()
+    Trainer(model(), train, epochs=2, out_dir=tmp_path / "b", **kw).fit()
+    resumed = model()
+    hist = Trainer(resumed, train, epochs=3, out_dir=tmp_path / "b", resume=True, **kw).fit()
+    assert max_diff(params(resumed), params(ref)) == 0
+    assert [(h["train_loss"], h["lr"]) for h in hist] == \
+        [(h["train_loss"], h["lr"]) for h in ref_hist]
+    # A schedule cannot start in the middle of that run: a cosine from epoch 3 on
+    # would jump back to the peak rate.
+    kw["scheduler"] = "cosine"
+    with pytest.raises(ValueError, match=r"started for 3 epochs \(3 done\) without a "
+                       r"learning-rate schedule.* cannot be resumed for 4 epochs"):
+        Trainer(model(), train, epochs=4, out_dir=tmp_path / "b", resume=True, **kw).fit()
+
+
 def test_best_checkpoint_is_the_epoch_with_the_lowest_val_error(tmp_path):
     train = make_samples(6, 0)
     val = make_samples(3, 1)

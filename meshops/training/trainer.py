@@ -165,7 +165,11 @@ class Trainer:
     log line, when there is none yet, so that the same command can be relaunched
     after a pre-emption). With the same seed a resumed run ends with the same
     weights as an uninterrupted one: the data order of an epoch depends only on
-    ``(seed, epoch)`` and the global generators (dropout) are restored.
+    ``(seed, epoch)`` and the global generators (dropout) are restored. A run
+    with a learning-rate schedule resumes only for the ``epochs`` it was started
+    with (the schedule is laid out over them; another count raises
+    ``ValueError``, see :meth:`check_resume_epochs`); with ``scheduler=None`` it
+    may be extended or cut short.
 
     Under ``torchrun`` the trainer trains data-parallel (see
     :mod:`meshops.training.distributed`): ``batch_size`` is per process, so the
@@ -214,7 +218,8 @@ class Trainer:
         progress: Show a tqdm bar per epoch (running loss, ETA); rank 0 only.
         log: ``print``, a :class:`logging.Logger`, any ``str -> None`` callable, or
             ``None``; rank 0 only.
-        resume: Continue from ``out_dir/last.pt`` (see above).
+        resume: Continue from ``out_dir/last.pt`` (see above), with the same
+            ``epochs`` when the run has a learning-rate schedule.
         metadata: Extra metadata for ``best.pt`` (e.g. field names).
         num_workers: DataLoader worker processes.
         find_unused_parameters: Passed to DDP, for models with parameters that a
@@ -565,29 +570,70 @@ class Trainer:
         }
         atomic_write(self.out_dir / LAST, lambda tmp: torch.save(state, tmp))
 
-    def _load_state(self, path: Path) -> None:
+    @classmethod
+    def read_state(cls, path: Path) -> dict:
+        """The checkpoint at ``path`` (a ``last.pt``), checked as a training state.
+
+        The same checks as :meth:`NeuralOperator.from_checkpoint` (archive CRCs,
+        plain pickle, finite weights), and a complete training entry with finite
+        optimizer moments: a damaged last.pt must stop the run, not continue it
+        from garbage.
+
+        Raises:
+            CheckpointError: naming ``path`` and what is wrong.
+        """
         from meshops.models.base import CHECKPOINT_FORMAT
 
-        # The same checks as NeuralOperator.from_checkpoint (archive CRCs, plain
-        # pickle, finite weights), and finite optimizer moments: a damaged last.pt
-        # must stop the run, not continue it from garbage.
         state = read_checkpoint(path)
         if "training" not in state:
             raise CheckpointError(f"{path}: not a meshops training state (no 'training')")
         check_model_keys(state, path, CHECKPOINT_FORMAT)
-        tr = self._check_training_state(state["training"], path)
+        cls._check_training_state(state["training"], path)
         check_finite(state["state_dict"], path)
         check_normalizer_scales(state["state_dict"], path)
-        check_finite(tr["optimizer"], path, "training.optimizer")
+        check_finite(state["training"]["optimizer"], path, "training.optimizer")
+        return state
+
+    @staticmethod
+    def check_resume_epochs(path: Path, training: dict, epochs: int, scheduled: bool) -> None:
+        """Refuse to resume the run of ``path`` for another number of epochs.
+
+        A learning-rate schedule (cosine, one-cycle, a callable) is laid out over
+        the epochs the run was started with: resuming it for more epochs would
+        run the cosine past its end, where the rate climbs back up (one-cycle
+        stops with an error), and for fewer it would stop before the rate has
+        decayed. Neither is a run of ``epochs`` epochs, so it is refused; the same
+        ``epochs`` continue the exact schedule. Without a schedule (a constant
+        rate, before and now) nothing depends on the count and the run is simply
+        extended or stopped earlier.
+
+        Args:
+            path: The ``last.pt`` (named in the error).
+            training: Its ``training`` entry (see :meth:`read_state`).
+            epochs: The number of epochs asked for now.
+            scheduled: Whether the resumed run has a learning-rate schedule.
+
+        Raises:
+            ValueError: when the counts differ and either run has a schedule.
+        """
+        saved, had_schedule = training["epochs"], training.get("scheduler") is not None
+        if saved == epochs or not (scheduled or had_schedule):
+            return
+        why = ("its learning-rate schedule ends there" if had_schedule else
+               "without a learning-rate schedule, and one cannot start in its middle")
+        raise ValueError(
+            f"{path}: the run was started for {saved} epochs ({training['epoch']} done) "
+            f"{'and ' if had_schedule else ''}{why}, so it cannot be resumed for {epochs} "
+            f"epochs; resume it with {saved} epochs, or train {epochs} epochs in a new run")
+
+    def _load_state(self, path: Path) -> None:
+        state = self.read_state(path)
+        tr = state["training"]
         m = self.model
         if state["model"] != m.model_name or state["config"] != dict(m.config):
             raise ValueError(f"{path}: saved for {state['model']} {state['config']}, "
                              f"cannot resume {m.model_name} {dict(m.config)}")
-        if tr["epochs"] != self.epochs:
-            # The learning-rate schedule was laid out for the old number of epochs.
-            warnings.warn(f"{path}: saved by a run of {tr['epochs']} epochs, resuming with "
-                          f"epochs={self.epochs}; the schedule keeps its old length",
-                          UserWarning, stacklevel=4)
+        self.check_resume_epochs(path, tr, self.epochs, self.scheduler is not None)
         norms = state.get("normalizers", {})
         self._attach_normalizers(
             UnitGaussianNormalizer(norms["input"]) if "input" in norms else None,
