@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.utils.data import DistributedSampler
-from tqdm.auto import tqdm
 
 from meshops._atomic import atomic_write
+from meshops._progress import progress as progress_bar
 from meshops._checkpoint import (check_finite, check_model_keys, check_normalizer_scales,
                                  check_weights_fit, first_line, read_checkpoint)
 from meshops.errors import CheckpointError
@@ -102,8 +102,8 @@ def _with_mesh_structures(model, data, what: str, progress: bool):
     meshes = len({k for k in keys if k is not None}) + sum(k is None for k in keys)
     done: dict[tuple, dict] = {}
     out = []
-    bar = tqdm(data, desc=f"mesh structures ({what})", unit="sample", leave=False,
-               dynamic_ncols=True, disable=not progress)
+    bar = progress_bar(data, desc=f"mesh structures ({what})", unit="sample", leave=False,
+                       enabled=progress)
     for sample, key in zip(bar, keys):
         copied = copy.copy(sample)
         if key is not None and key in done:
@@ -215,7 +215,8 @@ class Trainer:
         normalize: Fit input/output normalisers on ``train_data`` when the model
             has none. Normalisers the model already has are always used.
         shuffle: Shuffle the training data each epoch.
-        progress: Show a tqdm bar per epoch (running loss, ETA); rank 0 only.
+        progress: Show a tqdm bar per epoch (running loss, ETA); rank 0 only, and only
+            on a terminal (redirected output gets the one line per epoch).
         log: ``print``, a :class:`logging.Logger`, any ``str -> None`` callable, or
             ``None``; rank 0 only.
         resume: Continue from ``out_dir/last.pt`` (see above), with the same
@@ -405,9 +406,9 @@ class Trainer:
         self.sampler.set_epoch(epoch)
         self._loader_gen.manual_seed(epoch_seed(self.seed, epoch))
         total = torch.zeros(2, dtype=torch.float64)  # sum of per-sample losses, samples
-        bar = tqdm(self.train_loader, total=self.steps_per_epoch, unit="batch",
-                   desc=f"epoch {epoch + 1}/{self.epochs}", leave=False, dynamic_ncols=True,
-                   disable=not (self.progress and self.dist.is_main))
+        bar = progress_bar(self.train_loader, total=self.steps_per_epoch, unit="batch",
+                           desc=f"epoch {epoch + 1}/{self.epochs}", leave=False,
+                           enabled=self.progress and self.dist.is_main)
         for step, batch in enumerate(bar):
             batch = prepare_batch(batch, self.device)
             self.optimizer.zero_grad(set_to_none=True)
