@@ -95,3 +95,16 @@ def test_cli_explicit_options_win(tmp_path, capsys):
     # width is the user's; what they left out still comes from the data
     assert cfg["model_config"]["width"] == 32 and cfg["model_config"]["num_latent"] == 81
     assert "budget" not in err
+
+
+def test_timing_a_step_leaves_the_model_as_it_was():
+    from meshops.models import PiT
+    from meshops.training.defaults import time_training_step
+
+    torch.manual_seed(0)
+    model = PiT(3, 1, 2, width=8, heads=1, blocks=1, num_latent=16).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    seconds = time_training_step(model, _samples(4, 50, one_mesh=True, constant=True), 2)
+    assert 0 < seconds < 60
+    assert not model.training and all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

@@ -112,16 +112,12 @@ def time_training_step(model, samples: Sequence, batch_size: int, repeats: int =
     built beforehand as :class:`~meshops.training.Trainer` does. The model's weights
     are not changed; its gradients are cleared."""
     from meshops.training.dataset import make_loader, prepare_batch
-    from meshops.training.trainer import targets_of
     from meshops.training.loss import RelativeLpLoss
+    from meshops.training.trainer import _with_mesh_structures, targets_of
 
-    batch = list(samples[:batch_size])
-    make = getattr(model, "mesh_transform", None)
-    transform = make() if callable(make) else None
-    if transform is not None:
-        import copy
-
-        batch = [transform(copy.copy(s)) for s in batch]
+    # Structures built (and shared by samples of one mesh) as the Trainer builds them,
+    # so that the step timed is the step trained.
+    batch = _with_mesh_structures(model, list(samples[:batch_size]), "timing", False)
     data = prepare_batch(next(iter(make_loader(batch, len(batch)))))
     loss_fn = RelativeLpLoss()
     best = math.inf
