@@ -23,7 +23,8 @@ def _samples(n: int, points: int, one_mesh: bool, constant: bool, seed: int = 0)
         x = params.expand(pos.shape[0], 3).clone() if constant else torch.rand(
             pos.shape[0], 3, generator=g)
         y = torch.sin(pos[:, :1] * (1 + params[:, :1]))
-        out.append(MeshData(pos=pos, x=x, y=y))
+        weight = torch.full((pos.shape[0],), 1.0 / pos.shape[0])
+        out.append(MeshData(pos=pos, x=x, y=y, weight=weight))
     return out
 
 
