@@ -95,7 +95,7 @@ def test_cli_explicit_options_win(tmp_path, capsys):
     assert (cfg["epochs"], cfg["batch_size"], cfg["lr"]) == (3, 2, 0.01)
     # width is the user's; what they left out still comes from the data
     assert cfg["model_config"]["width"] == 32 and cfg["model_config"]["num_latent"] == 81
-    assert "budget" not in err
+    assert "budget" not in err and "(the options given win: width, batch_size, lr)" in err
 
 
 def test_timing_a_step_leaves_the_model_as_it_was():

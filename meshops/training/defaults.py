@@ -142,13 +142,17 @@ def fill_from_data(cfg: dict, samples: Sequence) -> str:
     when nothing was filled."""
     name, model_config, train_config, reason = choose_defaults(samples)
     before = {k: cfg.get(k) for k in ("model_config", *train_config)}
+    given = [k for k in train_config if cfg.get(k) is not None]
     if cfg["model"] == name:
+        given = [k for k in model_config if k in cfg["model_config"]] + given
         cfg["model_config"] = {**model_config, **cfg["model_config"]}
     for key, value in train_config.items():
         if cfg.get(key) is None:
             cfg[key] = value
     # Nothing filled (every option given, e.g. a resumed run): nothing to say.
-    return reason if any(cfg.get(k) != v for k, v in before.items()) else ""
+    if all(cfg.get(k) == v for k, v in before.items()):
+        return ""
+    return reason + (f" (the options given win: {', '.join(given)})" if given else "")
 
 
 def fill_epochs(cfg: dict, model, samples: Sequence, num_val: int) -> str:
