@@ -582,9 +582,10 @@ def _cmd_train(args) -> int:
     if dtype == torch.float64:
         model = model.double()
     chosen.append(fill_epochs(cfg, model, train_samples, len(val_samples or [])))
-    if main_rank:
-        if any(chosen):
-            print("defaults from the data: " + "; ".join(c for c in chosen if c), file=sys.stderr)
+    # Epochs fitted to the budget from one timed step: a machine that slows down later
+    # must not run past it.
+    time_limit = 60 * cfg["minutes"] if chosen[-1] else None
+    chosen = "; ".join(c for c in chosen if c)
     resolved = _public_config(cfg, model)
     n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     summary = (f"{cfg['model']} ({n_params:,} parameters) on {len(train_samples)} meshes of "
@@ -597,6 +598,8 @@ def _cmd_train(args) -> int:
     if args.dry_run:
         if main_rank:
             print(_dump_yaml(resolved), end="")
+            if chosen:
+                print(f"# defaults from the data: {chosen}", file=sys.stderr)
             print(f"# {summary}", file=sys.stderr)
         return 0
 
@@ -610,13 +613,15 @@ def _cmd_train(args) -> int:
     _check_writable_folder(out)
     if main_rank:
         atomic_write(out / RUN_CONFIG, lambda tmp: Path(tmp).write_text(_dump_yaml(resolved)))
+        if chosen:
+            print(f"defaults from the data: {chosen}")
         print(f"training {summary}; writing {out}/")
     trainer = Trainer(
         model, train_samples, val_samples, epochs=cfg["epochs"], batch_size=cfg["batch_size"],
         lr=cfg["lr"], weight_decay=cfg["weight_decay"], scheduler=cfg["scheduler"],
         grad_clip=cfg["grad_clip"], loss=RelativeLpLoss(quadrature=cfg["quadrature_loss"]),
         seed=cfg["seed"], device=cfg["device"], out_dir=out, resume=args.resume,
-        metadata=metadata, progress=sys.stderr.isatty(), log=print)
+        metadata=metadata, progress=sys.stderr.isatty(), log=print, time_limit=time_limit)
     try:
         history = trainer.fit()
     except FloatingPointError as e:

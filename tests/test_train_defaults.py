@@ -109,3 +109,29 @@ def test_timing_a_step_leaves_the_model_as_it_was():
     assert 0 < seconds < 60
     assert not model.training and all(p.grad is None for p in model.parameters())
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_trainer_stops_before_an_epoch_that_would_pass_the_time_limit():
+    from test_training import ToyOperator, make_samples
+
+    from meshops.training import Trainer
+
+    def fit(limit):
+        logs = []
+        torch.manual_seed(0)
+        trainer = Trainer(ToyOperator(hidden=8), make_samples(4, 1), make_samples(2, 1),
+                          epochs=5, batch_size=2, progress=False, log=logs.append,
+                          time_limit=limit)
+        return trainer.fit(), logs
+
+    history, logs = fit(1e-9)  # any epoch takes longer than a nanosecond
+    assert len(history) == 1
+    assert logs[-1] == "stopped after epoch 1/5: another epoch would pass the 1e-09 s time limit"
+    history, logs = fit(3600.0)
+    assert len(history) == 5 and not any("stopped" in m for m in logs)
+    try:
+        fit(0.0)
+    except ValueError as e:
+        assert "time_limit must be positive seconds, got 0.0" in str(e)
+    else:
+        raise AssertionError("no error for time_limit=0")
