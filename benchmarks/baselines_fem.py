@@ -3,9 +3,10 @@
 Writes the convection-diffusion stand-in (one fixed 3,136-node mesh, parameters
 ``kappa, wind_x, wind_y`` as constant input fields, target ``u``;
 :mod:`data_adapters.standins.convdiff`) as a folder of ``.vtu`` files, trains with
-``meshops train`` (its defaults, or the options after ``--``) under a wall-clock
-budget, and prints the test error of ``best.pt`` next to the training-mean and
-nearest-sample baselines on the same test samples and metric (``meshops evaluate``)::
+``meshops train`` (its defaults, which fit the epochs to ``--minutes``, or the
+options after ``--``) under a wall-clock budget, and prints the test error of
+``best.pt`` next to the training-mean and nearest-sample baselines on the same test
+samples and metric (``meshops evaluate``)::
 
     python -m benchmarks.baselines_fem [--samples 200] [--test 30] [--minutes 10] \
         [--out benchmarks/results/baselines-fem.txt] [-- --model pit --epochs 30 ...]
@@ -57,7 +58,8 @@ def main(argv=None) -> int:
             f"written in {time.perf_counter() - t0:.1f} s")
         train = [sys.executable, "-m", "meshops", "train", "--data", str(tmp / "train"),
                  "--inputs", ",".join(INPUTS), "--targets", "u", "--out", str(tmp / "run"),
-                 *extra]
+                 # the default epoch count fits this budget; options after -- win
+                 "--minutes", f"{args.minutes:g}", *extra]
         evaluate = [sys.executable, "-m", "meshops", "evaluate", str(tmp / "run"), "--data",
                     str(tmp / "test")]
         env = dict(os.environ, PYTHONUNBUFFERED="1")

@@ -159,9 +159,11 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "targets": None,
     "model": "pit",
     "model_config": {},
-    "epochs": 100,
-    "batch_size": 8,
-    "lr": 1e-3,
+    # None: chosen from the data (meshops.training.defaults); epochs to fit `minutes`.
+    "epochs": None,
+    "minutes": 10.0,
+    "batch_size": None,
+    "lr": None,
     "weight_decay": 1e-4,
     "scheduler": "cosine",
     "grad_clip": None,
@@ -277,6 +279,8 @@ def _validate_train_config(cfg: dict, where: str) -> dict:
         elif key == "seed":
             v = _to_int(k, v, minimum=0)
         elif key == "lr":
+            v = _to_float(k, v, positive=True)
+        elif key == "minutes":
             v = _to_float(k, v, positive=True)
         elif key == "weight_decay":
             v = _to_float(k, v, nonneg=True)
@@ -537,6 +541,7 @@ def _cmd_train(args) -> int:
 
     from meshops._atomic import atomic_write
     from meshops.training import RelativeLpLoss, Trainer
+    from meshops.training.defaults import fill_epochs, fill_from_data
     from meshops.training.seed import seed_everything
 
     cfg = resolve_train_config(args)
@@ -582,9 +587,16 @@ def _cmd_train(args) -> int:
         val_files = [files[i] for i in val_idx]
     c_in = sum(_channels(shapes[k]) for k in cfg["inputs"])
     c_out = sum(_channels(shapes[k]) for k in cfg["targets"])
+    # Options nobody set come from the data; a resumed run's config.yaml sets them all.
+    chosen = [fill_from_data(cfg, train_samples)]
     model = build_model(cfg["model"], cfg["model_config"], c_in, c_out, dim)
     if dtype == torch.float64:
         model = model.double()
+    chosen.append(fill_epochs(cfg, model, train_samples, len(val_samples or [])))
+    # Epochs fitted to the budget from one timed step: a machine that slows down later
+    # must not run past it.
+    time_limit = 60 * cfg["minutes"] if chosen[-1] else None
+    chosen = "; ".join(c for c in chosen if c)
     resolved = _public_config(cfg, model)
     n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     summary = (f"{cfg['model']} ({n_params:,} parameters) on {len(train_samples)} meshes of "
@@ -597,6 +609,8 @@ def _cmd_train(args) -> int:
     if args.dry_run:
         if main_rank:
             print(_dump_yaml(resolved), end="")
+            if chosen:
+                print(f"# defaults from the data: {chosen}", file=sys.stderr)
             print(f"# {summary}", file=sys.stderr)
         return 0
 
@@ -610,13 +624,15 @@ def _cmd_train(args) -> int:
     _check_writable_folder(out)
     if main_rank:
         atomic_write(out / RUN_CONFIG, lambda tmp: Path(tmp).write_text(_dump_yaml(resolved)))
+        if chosen:
+            print(f"defaults from the data: {chosen}")
         print(f"training {summary}; writing {out}/")
     trainer = Trainer(
         model, train_samples, val_samples, epochs=cfg["epochs"], batch_size=cfg["batch_size"],
         lr=cfg["lr"], weight_decay=cfg["weight_decay"], scheduler=cfg["scheduler"],
         grad_clip=cfg["grad_clip"], loss=RelativeLpLoss(quadrature=cfg["quadrature_loss"]),
         seed=cfg["seed"], device=cfg["device"], out_dir=out, resume=args.resume,
-        metadata=metadata, progress=sys.stderr.isatty(), log=print)
+        metadata=metadata, progress=sys.stderr.isatty(), log=print, time_limit=time_limit)
     try:
         history = trainer.fit()
     except FloatingPointError as e:
@@ -1247,10 +1263,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="model hyperparameters, e.g. width=64 layers=2 heads=4 (defaults: "
                    "the model's; in/out channels and pos_dim come from the data)")
     g = p.add_argument_group("training")
-    g.add_argument("--epochs", type=int, metavar="N", help="epochs (default 100)")
+    g.add_argument("--epochs", type=int, metavar="N",
+                   help="epochs (default: as many as fit --minutes, from a timed step)")
+    g.add_argument("--minutes", type=float, metavar="M",
+                   help="wall-clock budget that sets the default epoch count (default 10)")
     g.add_argument("--batch-size", type=int, metavar="B", dest="batch_size",
-                   help="meshes per step (per process under torchrun; default 8)")
-    g.add_argument("--lr", type=float, help="learning rate (default 1e-3)")
+                   help="meshes per step (per process under torchrun; default from the "
+                        "data: 4 for a parametric map on one mesh, else 8)")
+    g.add_argument("--lr", type=float, help="learning rate (default from the data: 3e-3 for "
+                                            "a parametric map on one mesh, else 1e-3)")
     g.add_argument("--weight-decay", type=float, dest="weight_decay", metavar="W",
                    help="AdamW weight decay (default 1e-4)")
     g.add_argument("--scheduler", choices=["cosine", "onecycle", "none"],

@@ -233,6 +233,9 @@ class Trainer:
             share one mesh (the same ``pos`` tensor) share one computation. Skipped,
             with a warning, when the structures of all meshes would exceed
             ``STRUCTURE_BUDGET`` (4 GiB).
+        time_limit: Seconds: :meth:`fit` stops after the epoch past which one more
+            epoch (at the mean epoch time so far) would not end within this many
+            seconds of its start; ``best.pt`` is then the best validated epoch so far.
     """
 
     def __init__(self, model: "NeuralOperator", train_data: Sequence, val_data: Sequence | None = None,
@@ -244,7 +247,8 @@ class Trainer:
                  out_dir: str | Path | None = None, normalize: bool = True,
                  shuffle: bool = True, progress: bool = True, log: Any = print,
                  resume: bool = False, metadata: dict | None = None, num_workers: int = 0,
-                 find_unused_parameters: bool = False, precompute: bool = True) -> None:
+                 find_unused_parameters: bool = False, precompute: bool = True,
+                 time_limit: float | None = None) -> None:
         if epochs < 1 or batch_size < 1:
             raise ValueError(f"epochs and batch_size must be positive, got {epochs}, {batch_size}")
         if len(train_data) == 0:
@@ -268,6 +272,9 @@ class Trainer:
         self.epochs, self.batch_size = int(epochs), int(batch_size)
         self.val_batch_size = int(val_batch_size or batch_size)
         self.grad_clip, self.seed, self.normalize = grad_clip, int(seed), normalize
+        if time_limit is not None and not time_limit > 0:
+            raise ValueError(f"time_limit must be positive seconds, got {time_limit}")
+        self.time_limit = time_limit
         self.shuffle, self.progress, self.resume = shuffle, progress, resume
         self.metadata = dict(metadata or {})
         self.num_workers, self.find_unused_parameters = num_workers, find_unused_parameters
@@ -519,8 +526,17 @@ class Trainer:
             self._prepare(resume)
             if self.epoch >= self.epochs:
                 self._log(f"already trained {self.epoch}/{self.epochs} epochs")
+            start, first = time.perf_counter(), self.epoch
             while self.epoch < self.epochs:
                 self._run_epoch(self.epoch)
+                if self.time_limit is not None and self.epoch < self.epochs:
+                    spent = time.perf_counter() - start
+                    stop = spent * (1 + 1 / (self.epoch - first)) > self.time_limit
+                    # Every rank stops when one would: they must run the same epochs.
+                    if any(distributed.all_gather_objects(stop, self.dist)):
+                        self._log(f"stopped after epoch {self.epoch}/{self.epochs}: another "
+                                  f"epoch would pass the {self.time_limit:g} s time limit")
+                        break
         finally:
             distributed.cleanup(self.dist)
         return self.history

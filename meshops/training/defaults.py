@@ -1,0 +1,168 @@
+"""Defaults for ``meshops train`` chosen from the data, and an epoch count that fits a
+wall-clock budget.
+
+A new user's folder is often a *parametric* FEM study: one fixed mesh, a few scalar
+parameters given as constant input fields, 100-200 samples. PiT at its documented
+benchmark sizes (width 256, 1,024 latent points, 1.25M parameters) makes a few slow
+epochs on such data in 10 minutes and loses to the nearest training sample; a small
+PiT with a small latent mesh takes ten times as many optimiser steps in that time.
+:func:`choose_defaults` looks at the samples and says which sizes it picked and why;
+:func:`epochs_for_budget` times one training step and picks the number of epochs.
+Options the user gives always win: the CLI applies only what was left unset.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Sequence
+
+import torch
+
+# Inputs whose spread over a mesh is below this fraction of their size are constant
+# (float32 files round a parameter the same way at every node, so the spread is 0;
+# the tolerance only absorbs writers that store values with their own rounding).
+CONST_RTOL = 1e-6
+
+# PiT for a parametric map on one mesh: the processor only has to carry a few
+# numbers per sample, so a small latent mesh and width suffice (measured on the
+# convection-diffusion stand-in, benchmarks/results/baselines-fem-defaults-*.txt).
+PARAMETRIC_PIT = {"width": 64, "heads": 2, "blocks": 2, "latent": "fps", "num_latent": 128}
+PARAMETRIC_TRAIN = {"batch_size": 4, "lr": 3e-3}
+# Everything else keeps PiT's class defaults and the CLI's batch size and rate.
+GENERAL_TRAIN = {"batch_size": 8, "lr": 1e-3}
+
+
+def _shares_one_mesh(samples: Sequence) -> bool:
+    first = samples[0].pos
+    return all(s.pos is first or (s.pos.shape == first.shape and torch.equal(s.pos, first))
+               for s in samples[1:])
+
+
+def _constant_inputs(samples: Sequence) -> bool:
+    for s in samples:
+        x = getattr(s, "x", None)
+        if x is None or x.numel() == 0:
+            return False
+        x = x.reshape(x.shape[0], -1).to(torch.float64)
+        spread = (x.max(0).values - x.min(0).values).abs()
+        scale = x.abs().max(0).values.clamp_min(1.0)
+        if bool((spread > CONST_RTOL * scale).any()):
+            return False
+    return True
+
+
+def choose_defaults(dataset: Sequence) -> tuple[str, dict[str, Any], dict[str, Any], str]:
+    """The model and training options for ``dataset``, with a one-line reason.
+
+    Args:
+        dataset: The training samples (``pos [N, d]``, ``x [N, C]`` or none).
+
+    Returns:
+        ``(model_name, model_config, train_config, reason)``: ``train_config`` holds
+        ``batch_size`` and ``lr``; the epoch count comes from
+        :func:`epochs_for_budget`.
+
+    Raises:
+        ValueError: If ``dataset`` is empty.
+    """
+    if len(dataset) == 0:
+        raise ValueError("choose_defaults: the dataset is empty")
+    n = len(dataset)
+    points = round(sum(int(s.pos.shape[0]) for s in dataset) / n)
+    one_mesh = _shares_one_mesh(dataset)
+    constant = _constant_inputs(dataset)
+    facts = (f"{n} samples of {'one mesh' if one_mesh else 'varying meshes'} "
+             f"({points:,} points{' each' if one_mesh else ' on average'}), "
+             f"{'constant' if constant else 'field' if getattr(dataset[0], 'x', None) is not None else 'no'}"
+             f" inputs")
+    if one_mesh and constant:
+        cfg = dict(PARAMETRIC_PIT)
+        # A latent mesh no larger than the mesh itself.
+        cfg["num_latent"] = min(cfg["num_latent"], points)
+        reason = (f"{facts}: a parametric map, so a small PiT (width {cfg['width']}, "
+                  f"{cfg['num_latent']} latent points, {cfg['blocks']} blocks), batch "
+                  f"{PARAMETRIC_TRAIN['batch_size']}, lr {PARAMETRIC_TRAIN['lr']:g}")
+        return "pit", cfg, dict(PARAMETRIC_TRAIN), reason
+    reason = f"{facts}: PiT at its documented sizes, batch {GENERAL_TRAIN['batch_size']}"
+    return "pit", {}, dict(GENERAL_TRAIN), reason
+
+
+def epochs_for_budget(seconds_per_step: float, steps_per_epoch: int, minutes: float,
+                      val_steps: int = 0) -> int:
+    """The number of epochs whose training fits in ``minutes``.
+
+    A validation step (forward only) is counted as a third of a training step; 10 %
+    of the budget is left for set-up, checkpoints and the noise of a shared machine.
+
+    Raises:
+        ValueError: If a time or count is not positive.
+    """
+    if not (seconds_per_step > 0 and steps_per_epoch > 0 and minutes > 0):
+        raise ValueError(f"epochs_for_budget: need positive seconds_per_step, "
+                         f"steps_per_epoch and minutes, got {seconds_per_step}, "
+                         f"{steps_per_epoch}, {minutes}")
+    epoch = seconds_per_step * (steps_per_epoch + val_steps / 3)
+    return max(1, math.floor(0.9 * 60 * minutes / epoch))
+
+
+def time_training_step(model, samples: Sequence, batch_size: int, repeats: int = 2) -> float:
+    """Seconds of one forward and backward pass on the first ``batch_size`` samples
+    (the fastest of ``repeats`` after one warm-up), with the model's mesh structures
+    built beforehand as :class:`~meshops.training.Trainer` does. The model's weights
+    are not changed; its gradients are cleared."""
+    from meshops.training.dataset import make_loader, prepare_batch
+    from meshops.training.loss import RelativeLpLoss
+    from meshops.training.trainer import _with_mesh_structures, targets_of
+
+    # Structures built (and shared by samples of one mesh) as the Trainer builds them,
+    # so that the step timed is the step trained.
+    batch = _with_mesh_structures(model, list(samples[:batch_size]), "timing", False)
+    data = prepare_batch(next(iter(make_loader(batch, len(batch)))))
+    loss_fn = RelativeLpLoss()
+    best = math.inf
+    was_training = model.training
+    model.train()
+    try:
+        for i in range(repeats + 1):
+            t0 = time.perf_counter()
+            loss_fn(model(data), *targets_of(data)).backward()
+            if i:
+                best = min(best, time.perf_counter() - t0)
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.train(was_training)
+    return best
+
+
+def fill_from_data(cfg: dict, samples: Sequence) -> str:
+    """Fill the options of a ``meshops train`` config that nobody set (``None``) from
+    :func:`choose_defaults`; the chosen model hyperparameters go under the user's
+    ``model_config`` when the model is the chosen one. Returns the reason, or ``""``
+    when nothing was filled."""
+    name, model_config, train_config, reason = choose_defaults(samples)
+    before = {k: cfg.get(k) for k in ("model_config", *train_config)}
+    given = [k for k in train_config if cfg.get(k) is not None]
+    if cfg["model"] == name:
+        given = [k for k in model_config if k in cfg["model_config"]] + given
+        cfg["model_config"] = {**model_config, **cfg["model_config"]}
+    for key, value in train_config.items():
+        if cfg.get(key) is None:
+            cfg[key] = value
+    # Nothing filled (every option given, e.g. a resumed run): nothing to say.
+    if all(cfg.get(k) == v for k, v in before.items()):
+        return ""
+    return reason + (f" (the options given win: {', '.join(given)})" if given else "")
+
+
+def fill_epochs(cfg: dict, model, samples: Sequence, num_val: int) -> str:
+    """Set ``cfg["epochs"]`` when unset, to fit ``cfg["minutes"]`` by
+    :func:`epochs_for_budget` from one timed step; returns what was done, or ``""``."""
+    if cfg.get("epochs") is not None:
+        return ""
+    batch = cfg["batch_size"]
+    step = time_training_step(model, samples, batch)
+    steps = math.ceil(len(samples) / batch)
+    cfg["epochs"] = epochs_for_budget(step, steps, cfg["minutes"], math.ceil(num_val / batch))
+    return (f"{cfg['epochs']} epochs fit the {cfg['minutes']:g}-minute budget "
+            f"({step:.2f} s per step of {batch} samples, {steps} steps per epoch)")

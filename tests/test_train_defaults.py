@@ -1,0 +1,137 @@
+"""``meshops train`` chooses its defaults from the data (issue 13, item 9): a small PiT,
+batch 4 and lr 3e-3 for a parametric map on one mesh (constant input fields), PiT's
+documented sizes otherwise; the epoch count fits ``--minutes``; explicit options win."""
+
+from __future__ import annotations
+
+import torch
+import yaml
+
+from meshops import cli
+from meshops.data import MeshData
+from meshops.training.defaults import (GENERAL_TRAIN, PARAMETRIC_PIT, PARAMETRIC_TRAIN,
+                                       choose_defaults, epochs_for_budget)
+
+
+def _samples(n: int, points: int, one_mesh: bool, constant: bool, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    shared = torch.rand(points, 2, generator=g)
+    out = []
+    for k in range(n):
+        pos = shared if one_mesh else torch.rand(points + k, 2, generator=g)
+        params = torch.rand(1, 3, generator=g)
+        x = params.expand(pos.shape[0], 3).clone() if constant else torch.rand(
+            pos.shape[0], 3, generator=g)
+        y = torch.sin(pos[:, :1] * (1 + params[:, :1]))
+        weight = torch.full((pos.shape[0],), 1.0 / pos.shape[0])
+        out.append(MeshData(pos=pos, x=x, y=y, weight=weight))
+    return out
+
+
+def test_parametric_map_on_one_mesh_gets_a_small_pit():
+    name, model_config, train_config, reason = choose_defaults(
+        _samples(20, 500, one_mesh=True, constant=True))
+    assert name == "pit" and model_config == PARAMETRIC_PIT
+    assert train_config == PARAMETRIC_TRAIN == {"batch_size": 4, "lr": 3e-3}
+    assert reason.startswith("20 samples of one mesh (500 points each), constant inputs: "
+                             "a parametric map, so a small PiT (width 64, 128 latent points")
+
+
+def test_latent_mesh_is_no_larger_than_the_mesh():
+    _, model_config, _, reason = choose_defaults(_samples(5, 60, one_mesh=True, constant=True))
+    assert model_config["num_latent"] == 60 and "60 latent points" in reason
+
+
+def test_varying_meshes_or_field_inputs_keep_pits_documented_sizes():
+    for one_mesh, constant, words in [(False, True, "varying meshes"),
+                                      (True, False, "one mesh (300 points each), field inputs")]:
+        name, model_config, train_config, reason = choose_defaults(
+            _samples(10, 300, one_mesh=one_mesh, constant=constant))
+        assert (name, model_config, train_config) == ("pit", {}, GENERAL_TRAIN)
+        assert words in reason and "PiT at its documented sizes" in reason
+
+
+def test_epochs_fill_nine_tenths_of_the_budget():
+    # 0.5 s/step, 34 steps + 9 validation steps (a third each): 18.5 s per epoch;
+    # 0.9 * 600 s / 18.5 s = 29.2.
+    assert epochs_for_budget(0.5, 34, 10.0, val_steps=9) == 29
+    assert epochs_for_budget(100.0, 34, 1.0) == 1  # at least one epoch
+    for bad in [(0.0, 34, 10.0), (0.5, 0, 10.0), (0.5, 34, -1.0)]:
+        try:
+            epochs_for_budget(*bad)
+        except ValueError as e:
+            assert "epochs_for_budget: need positive" in str(e)
+        else:
+            raise AssertionError(f"no error for {bad}")
+
+
+def _folder(tmp_path, n=10):
+    from data_adapters import export_to_folder
+    from data_adapters.standins.convdiff import make_convection_diffusion_standin
+
+    export_to_folder(make_convection_diffusion_standin(n, seed=0, n=9), tmp_path / "d")
+    return ["train", "--data", str(tmp_path / "d"), "--inputs", "kappa,wind_x,wind_y",
+            "--targets", "u", "--out", str(tmp_path / "run"), "--dry-run"]
+
+
+def test_cli_dry_run_prints_the_chosen_defaults(tmp_path, capsys):
+    assert cli.main(_folder(tmp_path) + ["--minutes", "0.5"]) == 0
+    out, err = capsys.readouterr()
+    cfg = yaml.safe_load(out)
+    mc = cfg["model_config"]
+    assert (mc["width"], mc["blocks"], mc["heads"], mc["num_latent"]) == (64, 2, 2, 81)
+    assert cfg["batch_size"] == 4 and cfg["lr"] == 3e-3 and cfg["minutes"] == 0.5
+    assert isinstance(cfg["epochs"], int) and cfg["epochs"] >= 1
+    assert ("defaults from the data: 8 samples of one mesh (81 points each), constant inputs: "
+            "a parametric map") in err
+    assert f"{cfg['epochs']} epochs fit the 0.5-minute budget" in err
+
+
+def test_cli_explicit_options_win(tmp_path, capsys):
+    assert cli.main(_folder(tmp_path) + ["--epochs", "3", "--batch-size", "2", "--lr", "0.01",
+                                         "--model-config", "width=32"]) == 0
+    out, err = capsys.readouterr()
+    cfg = yaml.safe_load(out)
+    assert (cfg["epochs"], cfg["batch_size"], cfg["lr"]) == (3, 2, 0.01)
+    # width is the user's; what they left out still comes from the data
+    assert cfg["model_config"]["width"] == 32 and cfg["model_config"]["num_latent"] == 81
+    assert "budget" not in err and "(the options given win: width, batch_size, lr)" in err
+
+
+def test_timing_a_step_leaves_the_model_as_it_was():
+    from meshops.models import PiT
+    from meshops.training.defaults import time_training_step
+
+    torch.manual_seed(0)
+    model = PiT(3, 1, 2, width=8, heads=1, blocks=1, num_latent=16).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    seconds = time_training_step(model, _samples(4, 50, one_mesh=True, constant=True), 2)
+    assert 0 < seconds < 60
+    assert not model.training and all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_trainer_stops_before_an_epoch_that_would_pass_the_time_limit():
+    from test_training import ToyOperator, make_samples
+
+    from meshops.training import Trainer
+
+    def fit(limit):
+        logs = []
+        torch.manual_seed(0)
+        trainer = Trainer(ToyOperator(hidden=8), make_samples(4, 1), make_samples(2, 1),
+                          epochs=5, batch_size=2, progress=False, log=logs.append,
+                          time_limit=limit)
+        return trainer.fit(), logs
+
+    history, logs = fit(1e-9)  # any epoch takes longer than a nanosecond
+    assert len(history) == 1
+    assert logs[-1] == "stopped after epoch 1/5: another epoch would pass the 1e-09 s time limit"
+    history, logs = fit(3600.0)
+    assert len(history) == 5 and not any("stopped" in m for m in logs)
+    try:
+        fit(0.0)
+    except ValueError as e:
+        assert "time_limit must be positive seconds, got 0.0" in str(e)
+    else:
+        raise AssertionError("no error for time_limit=0")
