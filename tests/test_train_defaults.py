@@ -135,3 +135,22 @@ def test_trainer_stops_before_an_epoch_that_would_pass_the_time_limit():
         assert "time_limit must be positive seconds, got 0.0" in str(e)
     else:
         raise AssertionError("no error for time_limit=0")
+
+
+def test_default_run_is_repeated_exactly_by_the_printed_epoch_count(tmp_path, capsys):
+    """The epoch count fitted to --minutes is printed with how to repeat it; the run
+    trains exactly that many epochs (no wall-clock stop), so the same seed and
+    `--epochs N` give the same weights, bit for bit."""
+    import re
+
+    args = [a for a in _folder(tmp_path) if a != "--dry-run"]
+    assert cli.main(args + ["--minutes", "0.02"]) == 0
+    out = capsys.readouterr().out
+    n = int(re.search(r"--epochs (\d+) repeats this run exactly", out).group(1))
+    first = torch.load(tmp_path / "run" / "last.pt", weights_only=True)
+    assert first["training"]["epoch"] == n       # all the epochs, no wall-clock stop
+    again = [a if a != str(tmp_path / "run") else str(tmp_path / "again") for a in args]
+    assert cli.main(again + ["--epochs", str(n)]) == 0
+    second = torch.load(tmp_path / "again" / "last.pt", weights_only=True)
+    a, b = first["state_dict"], second["state_dict"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -165,4 +165,5 @@ def fill_epochs(cfg: dict, model, samples: Sequence, num_val: int) -> str:
     steps = math.ceil(len(samples) / batch)
     cfg["epochs"] = epochs_for_budget(step, steps, cfg["minutes"], math.ceil(num_val / batch))
     return (f"{cfg['epochs']} epochs fit the {cfg['minutes']:g}-minute budget "
-            f"({step:.2f} s per step of {batch} samples, {steps} steps per epoch)")
+            f"({step:.2f} s per step of {batch} samples, {steps} steps per epoch; "
+            f"--epochs {cfg['epochs']} repeats this run exactly)")
