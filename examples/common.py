@@ -121,10 +121,6 @@ def fail(message: str) -> None:
     raise SystemExit(2)
 
 
-def _stats(v: np.ndarray) -> dict:
-    return error_stats(v)
-
-
 def run(args, train, test, *, target: str, model_config: dict, title: str,
         window=None, inputs: tuple = ()) -> dict:
     """Train ``args.model`` on ``train``, evaluate on ``test``, write results to ``args.out``.
@@ -196,15 +192,16 @@ def run(args, train, test, *, target: str, model_config: dict, title: str,
         write_mesh(pred_dir / f"test_{i:04d}.vtu", s,
                    point_data={target: s.y[:, 0], f"{target}_pred": preds[i][:, 0]})
     base = baselines(fit, test)
+    stats = {m: error_stats(v) for m, v in model_errors.items()}
 
     summary = {
         "example": title, "model": args.model, "parameters": n_params,
         "num_train": len(train), "num_test": len(test), "epochs": args.epochs,
         "minutes": round(minutes, 2),
-        "test_relative_l2_mean": _stats(errors)["mean"],
-        "test_relative_l2_median": _stats(errors)["median"],
-        "test_relative_l2_worst": _stats(errors)["worst"],
-        "test": {m: _stats(v) for m, v in model_errors.items()},
+        "test_relative_l2_mean": stats["l2"]["mean"],
+        "test_relative_l2_median": stats["l2"]["median"],
+        "test_relative_l2_worst": stats["l2"]["worst"],
+        "test": stats,
         "selected": selected, "num_val": len(val_idx), "val_fraction": args.val_fraction,
         "recipe": {"lr": args.lr, "weight_decay": args.weight_decay, "optimizer": "adam",
                    "scheduler": "cosine", "batch_size": args.batch_size,
@@ -217,8 +214,9 @@ def run(args, train, test, *, target: str, model_config: dict, title: str,
     label = "unweighted" if args.unweighted_loss else "quadrature-weighted"
     print(f"selected {selected}; test relative L2 ({label}) on {len(test)} test samples "
           f"[{minutes:.1f} min]:")
-    rows = [(f"{args.model} (trained)", _stats(model_errors[metric]), "")]
-    rows += [(b.name, _stats(b.errors[metric]) if b.available else None, b.note) for b in base]
+    rows = [(f"{args.model} (trained)", stats[metric], "")]
+    rows += [(b.name, error_stats(b.errors[metric]) if b.available else None, b.note)
+             for b in base]
     print(format_table(rows, f"{label}, {len(test)} test samples"))
     print(f"wrote {out / 'best.pt'}, {figure}, {len(test)} .vtu files in {pred_dir}")
     return summary

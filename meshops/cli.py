@@ -928,6 +928,7 @@ def _baseline_report(train, note: str, tests: list, names: list, slices: dict) -
     import torch
 
     from meshops.training.baselines import baselines
+    from meshops.training.loss import sample_errors
 
     if train is None:
         return {"training mean": {"note": note}, "nearest training sample": {"note": note}}
@@ -937,33 +938,24 @@ def _baseline_report(train, note: str, tests: list, names: list, slices: dict) -
         if not b.available:
             continue
         for key, sl in slices.items():
-            per = [_errors(p[:, sl].to(torch.float64), t.y[:, sl].to(torch.float64),
+            per = [sample_errors(p[:, sl].to(torch.float64), t.y[:, sl].to(torch.float64),
                            t.weight.to(torch.float64)) for p, t in zip(b.predictions, tests)]
             entry[key] = {m: _stats([v[m] for v in per], names) for m in _METRICS}
     return out
 
 
-# The per-sample errors that evaluate reports, for the model and the baselines alike.
+# The per-sample errors that evaluate reports (sample_errors), for the model and the
+# baselines alike.
 _METRICS = ("l2", "l2_unweighted", "abs_l2")
 _METRIC_LABELS = (("l2", "rel. L2 (quad)"), ("l2_unweighted", "rel. L2 (plain)"),
                   ("abs_l2", "abs. L2 (quad)"))
-
-
-def _errors(pred, truth, weight) -> dict[str, float]:
-    """Relative L2 (quadrature-weighted and plain; NaN where the target is zero
-    everywhere) and the quadrature-weighted absolute L2 error of one sample."""
-    from meshops.training.loss import lp_errors
-
-    weighted = lp_errors(pred, truth, weight)
-    plain = lp_errors(pred, truth, None)
-    return {"l2": float(weighted["relative"]), "l2_unweighted": float(plain["relative"]),
-            "abs_l2": float(weighted["absolute"])}
 
 
 def _cmd_evaluate(args) -> int:
     import torch
 
     from data_adapters.folder import MeshFolderDataset
+    from meshops.training.loss import sample_errors
 
     model, ckpt, meta = load_run(args.run, args.device)
     spec = RunSpec(model, ckpt, meta, _opt_names(args.inputs), _opt_names(args.targets))
@@ -989,7 +981,7 @@ def _cmd_evaluate(args) -> int:
         if "all" in keys:
             slices["all"] = slice(0, c)
         for key, sl in slices.items():
-            values = _errors(pred[:, sl], truth[:, sl], w)
+            values = sample_errors(pred[:, sl], truth[:, sl], w)
             for m, v in values.items():
                 errs[key][m].append(v)
             row[key] = {m: _json_number(v) for m, v in values.items()}

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from meshops.training.loss import lp_errors, summarize_errors
+from meshops.training.loss import sample_errors, summarize_errors
 
 #: Relative tolerance (of the largest mesh extent) for "the same positions".
 POSITION_RTOL = 1e-5
@@ -117,9 +117,9 @@ def per_sample_errors(predictions: Sequence[Tensor], samples: Sequence) -> dict[
     for pred, s in zip(predictions, samples):
         y = s.y.to(torch.float64)
         _, w = target_points(s)
-        pred = pred.to(torch.float64)
-        out["l2"].append(float(lp_errors(pred, y, w.to(torch.float64))["relative"]))
-        out["l2_unweighted"].append(float(lp_errors(pred, y, None)["relative"]))
+        e = sample_errors(pred.to(torch.float64), y, w.to(torch.float64))
+        out["l2"].append(e["l2"])
+        out["l2_unweighted"].append(e["l2_unweighted"])
     return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
 
 

@@ -114,6 +114,20 @@ def lp_errors(pred: Tensor, target: Tensor, weight: Tensor | None = None,
     return {"relative": rel, "absolute": num, "zero_target": zero}
 
 
+def sample_errors(pred: Tensor, target: Tensor, weight: Tensor | None) -> dict[str, float]:
+    """The errors reported for one sample: relative L2 quadrature-weighted (``"l2"``)
+    and plain (``"l2_unweighted"``), NaN where the target is zero everywhere, and the
+    quadrature-weighted absolute L2 error (``"abs_l2"``); see :func:`lp_errors`.
+
+    Shapes:
+        pred, target: ``[N, C]``; weight: ``[N]`` or ``None`` (plain sums only)
+    """
+    weighted = lp_errors(pred, target, weight)
+    plain = lp_errors(pred, target, None)
+    return {"l2": float(weighted["relative"]), "l2_unweighted": float(plain["relative"]),
+            "abs_l2": float(weighted["absolute"])}
+
+
 def summarize_errors(values: Sequence[float], names: Sequence[str] | None = None) -> dict:
     """Mean, median and worst of per-sample errors, over the samples where they are
     defined (NaN marks an undefined relative error, see :func:`lp_errors`).
