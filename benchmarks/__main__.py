@@ -122,7 +122,8 @@ def main(argv=None) -> int:
          f"{machine['cores']} cores, GPU {machine['gpu']}, torch {machine['torch']}; "
          f"load {doc['load']['start']}; output {out}")
     t_start = time.perf_counter()
-    iso = harness.Isolated(threads=args.threads)
+    iso = harness.Isolated(threads=args.threads, start_method="spawn"
+                           if harness.device_kind(requested) == "cuda" else "forkserver")
 
     def want(case_name: str) -> bool:
         return only_cases is None or case_name in only_cases

@@ -432,10 +432,15 @@ def _child_main(conn, target: str, spec: dict[str, Any], mem_limit: Optional[int
 class Isolated:
     """Runs ``module:function(spec)`` in a fresh process forked from a forkserver."""
 
-    def __init__(self, preload: Optional[list[str]] = None, threads: Optional[int] = None
-                 ) -> None:
+    def __init__(self, preload: Optional[list[str]] = None, threads: Optional[int] = None,
+                 start_method: str = "forkserver") -> None:
         self.threads = threads
-        self.ctx = mp.get_context("forkserver")
+        # CUDA runs need "spawn": a preloaded module that asks torch (or the driver) whether
+        # a GPU exists initialises the driver in the forkserver, and its forked children
+        # then fail their first CUDA call with "initialization error" (seen on an H100).
+        self.ctx = mp.get_context(start_method)
+        if start_method != "forkserver":
+            return
         mods = []
         for m in (PRELOAD if preload is None else preload):
             try:

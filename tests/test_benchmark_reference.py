@@ -227,3 +227,27 @@ def test_cli_names_a_missing_reference_checkout(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--reference-dir", str(tmp_path), "--cases", "naca"])
     assert "unknown case 'naca'; choose from airfoil, elasticity" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_device_it_cannot_use(tmp_path, capsys):
+    """``--device`` is cpu or a visible CUDA device; anything else stops before data are
+    written (no silent fallback to the CPU while the table says cuda)."""
+    from benchmarks.reference.__main__ import main
+    (tmp_path / "train_elasticity.py").write_text("")
+    bad = ["mps", "cuda:0"] if not torch.cuda.is_available() else ["mps"]
+    for device in bad:
+        with pytest.raises(SystemExit) as exc:
+            main(["--reference-dir", str(tmp_path), "--cases", "elasticity",
+                  "--device", device, "--work", str(tmp_path / "work")])
+        assert exc.value.code == 2
+        assert f"--device {device}: only cpu or cuda[:i] with a CUDA device visible" in \
+            capsys.readouterr().err
+    assert not (tmp_path / "work").exists()
+
+
+def test_cuda_benchmarks_run_children_by_spawn():
+    """A forked child of a process that has asked the driver for GPUs fails its first
+    CUDA call ('initialization error', seen on an H100): CUDA runs use spawn."""
+    from benchmarks.harness import Isolated
+    assert Isolated(start_method="spawn").ctx.get_start_method() == "spawn"
+    assert Isolated().ctx.get_start_method() == "forkserver"

@@ -69,7 +69,8 @@ def prepare_reference(case: str, ref_dir: Path, scratch: Path, data: Path, args)
     driver = scratch / "ref_driver.py"
     driver.write_text((HERE / "ref_driver.py").read_text())
     return [args.reference_python, str(driver), str(ref_dir), str(script),
-            str(scratch / "step.py"), str(args.threads), str(args.warmup), str(args.steps)]
+            str(scratch / "step.py"), str(args.threads), str(args.warmup), str(args.steps),
+            args.device]
 
 
 def _run(cmd: list[str], out: Path, cwd: Path, env: dict, timeout: float) -> dict:
@@ -82,6 +83,13 @@ def _run(cmd: list[str], out: Path, cwd: Path, env: dict, timeout: float) -> dic
     r = json.loads(out.read_text())
     r["load_before"], r["load_after"] = load, _load()
     return r
+
+
+def _device_name(device: str) -> str:
+    if device == "cpu":
+        return f"{os.cpu_count()} CPUs"
+    import torch
+    return f"{torch.cuda.get_device_name(torch.device(device))}, {os.cpu_count()} CPUs"
 
 
 def _env(threads: int, pythonpath: str | None) -> dict:
@@ -105,8 +113,10 @@ def run_case(case: str, args, work: Path, precision: str, log) -> dict:
     batch = c.expected["batch_size"]
     ms_cmd = [sys.executable, "-m", "benchmarks.reference.meshops_child", case, str(data),
               str(args.threads), str(args.warmup), str(args.steps), str(batch),
-              str(args.num_train), str(args.num_test), precision]
+              str(args.num_train), str(args.num_test), precision, args.device]
     ref_env = _env(args.threads, None)  # their code only: nothing of meshops on the path
+    if args.reference_static_shapes:
+        ref_env["MESHOPS_REF_STATIC_SHAPES"] = "1"
     ms_env = _env(args.threads, os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
     # meshops' C++ kernels are built into the torch extensions folder: a private one,
@@ -179,9 +189,15 @@ def main(argv=None) -> int:
                    help="defaults of 1 round, 1 warm-up and 2 timed steps")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
                    help="torch threads on both sides (default: the CPUs available)")
+    p.add_argument("--device", default="cpu",
+                   help="cpu or cuda[:i], both sides (default cpu); on CUDA each step ends "
+                        "with a synchronisation and includes the batch's host-to-device copy")
     p.add_argument("--num-train", type=int, default=200)
     p.add_argument("--num-test", type=int, default=40)
     p.add_argument("--seed", type=int, default=0, help="stand-in seed")
+    p.add_argument("--reference-static-shapes", action="store_true",
+                   help="compile the reference with torch._dynamo's automatic dynamic shapes "
+                        "off (their torch.quantile fails with symbolic sizes on torch 2.11 CUDA)")
     p.add_argument("--no-compile", action="store_true",
                    help="drop the reference's torch.compile line")
     p.add_argument("--work", type=Path, default=None,
@@ -202,6 +218,10 @@ def main(argv=None) -> int:
                     "--reference-dir a checkout of junfeng-chen/position_induced_transformer?)")
     if min(args.steps, args.rounds) < 1 or args.warmup < 0 or args.threads < 1:
         p.error("--steps, --rounds and --threads must be >= 1, --warmup >= 0")
+    if args.device != "cpu":
+        import torch
+        if not args.device.startswith("cuda") or not torch.cuda.is_available():
+            p.error(f"--device {args.device}: only cpu or cuda[:i] with a CUDA device visible")
     args.reference_dir = args.reference_dir.resolve()
     work = args.work or Path(tempfile.mkdtemp(prefix="meshops-reference-"))
     work = work.resolve()
@@ -215,7 +235,7 @@ def main(argv=None) -> int:
     commit = subprocess.run(["git", "-C", str(args.reference_dir), "rev-parse", "HEAD"],
                             capture_output=True, text=True).stdout.strip() or "unknown"
     log(f"reference: {args.reference_dir} (commit {commit}); scratch: {work}")
-    log(f"threads {args.threads} both sides, float32, matmul precision {precision!r} "
+    log(f"device {args.device}; threads {args.threads} both sides, float32, matmul precision {precision!r} "
         f"(as the reference's pit.py sets); {args.rounds} round(s) x ({args.warmup} warm-up + "
         f"{args.steps} timed steps) per process; load {_load()}")
     for c in cases:
@@ -233,7 +253,7 @@ def main(argv=None) -> int:
     if args.out is not None:
         from meshops._atomic import atomic_write
         head = [f"# python -m benchmarks.reference {shlex.join(argv or sys.argv[1:])}",
-                f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs, "
+                f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {_device_name(args.device)}, "
                 f"uptime load {_load()}"]
         text = "\n".join(head + lines) + "\n"
         atomic_write(args.out, lambda tmp: Path(tmp).write_text(text))

@@ -1,12 +1,14 @@
 """Times meshops PiT training steps on the files the reference reads (one process).
 
     python -m benchmarks.reference.meshops_child CASE DATA_DIR THREADS WARMUP STEPS BATCH
-        NTRAIN NTEST PRECISION OUT_JSON
+        NTRAIN NTEST PRECISION DEVICE OUT_JSON
 
 The step is the reference's, with meshops' model: ``zero_grad``, forward, unweighted
 relative L2 loss summed over the batch (the reference's ``RelLpNorm``), ``backward``,
 Adam ``step``, cosine ``scheduler.step``, ``loss.item()``. Batches are collated
-before the timed steps, as the reference's are drawn from its loader beforehand.
+before the timed steps, as the reference's are drawn from its loader beforehand; on
+CUDA each step copies its batch to the device (as the reference's step does) and
+ends with a synchronisation.
 The samples carry the mesh-only structures that ``Trainer`` stores once per sample
 (``model.mesh_transform()``), built during set-up (``structures_s``), not in a step.
 """
@@ -37,7 +39,7 @@ def _samples(case: str, root: str, ntrain: int, ntest: int, indices):
 
 
 def main(argv) -> None:
-    case, root, threads, warmup, steps, batch, ntrain, ntest, precision, out = argv
+    case, root, threads, warmup, steps, batch, ntrain, ntest, precision, device, out = argv
     threads, warmup, steps, batch = int(threads), int(warmup), int(steps), int(batch)
     ntrain, ntest = int(ntrain), int(ntest)
     torch.set_num_threads(threads)
@@ -57,7 +59,7 @@ def main(argv) -> None:
     built = dict(zip(uniq, _samples(case, root, ntrain, ntest, uniq)))
     s = built[uniq[0]]
     model = PiT(in_channels=s.x.shape[1], out_channels=s.y.shape[1], pos_dim=2,
-                **meshops_kwargs(CASES[case]))
+                **meshops_kwargs(CASES[case])).to(device)
     # What meshops' Trainer does once per sample when the data are loaded: store the
     # mesh-only structures (latent mesh, its weights, the encoder/decoder graphs).
     t1 = time.perf_counter()
@@ -72,10 +74,14 @@ def main(argv) -> None:
     loss_fn = RelativeLpLoss(quadrature=False, reduction="sum")
     setup_s = time.perf_counter() - t0
 
+    cuda = device.startswith("cuda")
     model.train()
     times = []
     for b in batches:
+        if cuda:
+            torch.cuda.synchronize()
         t = time.perf_counter()
+        b = b.to(device, non_blocking=True) if cuda else b
         optimizer.zero_grad()
         pred = model(b)
         loss = loss_fn(pred, b.y, None, b.batch)
@@ -83,6 +89,8 @@ def main(argv) -> None:
         optimizer.step()
         scheduler.step()
         loss.item()
+        if cuda:
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
     params = list(model.parameters())
     result = {
@@ -91,7 +99,8 @@ def main(argv) -> None:
         "parameters": sum(p.numel() for p in params),
         "matmul_precision": torch.get_float32_matmul_precision(), "compiled": False,
         "batch_size": int(batches[0].num_graphs), "loss": float(loss.detach()),
-        "torch": torch.__version__,
+        "torch": torch.__version__, "device": device,
+        "max_memory_gib": (torch.cuda.max_memory_allocated() / 2**30) if cuda else None,
     }
     with open(out, "w") as fh:
         json.dump(result, fh)
