@@ -7,11 +7,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from meshops.models._common import (MLP, FourierFeatures, check_model_sizes, check_positive_int,
-                                    knn_interpolate, read_inputs)
-from meshops.models.base import NeuralOperator, register_model
+from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
+                                 register_model)
+from meshops.models.inputs import read_inputs
 from meshops.nn.block import TransformerBlock
+from meshops.nn.fourier_features import FourierFeatures
 from meshops.nn.galerkin import FourierAttention, GalerkinAttention
+from meshops.nn.interpolate import knn_interpolate
+from meshops.nn.mlp import MLP
 
 __all__ = ["GalerkinTransformer"]
 
@@ -40,7 +43,7 @@ class GalerkinTransformer(NeuralOperator):
     3. **Decoder**: a pointwise FFN (the paper's decoder for non-smooth targets),
        ``[N, width] -> [N, out_channels]`` at the input points. At other query points the
        encoder output is first interpolated from the ``interp_k`` nearest input points by
-       inverse-distance weighting (:func:`~meshops.models._common.knn_interpolate`, exact
+       inverse-distance weighting (:func:`~meshops.nn.knn_interpolate`, exact
        at coincident points), so querying the input points reproduces the default output
        exactly and other points see the same feature function.
 
@@ -59,7 +62,7 @@ class GalerkinTransformer(NeuralOperator):
         interp_k (int): neighbours for the query-point interpolation. (default: ``4``)
         activation (str): ``"gelu"`` (default), ``"relu"``, ``"silu"``, ``"tanh"``.
         pos_encoding (int): octaves ``F`` of sinusoidal position features in the lifting,
-            :class:`~meshops.models._common.FourierFeatures` (``0``: raw coordinates;
+            :class:`~meshops.nn.FourierFeatures` (``0``: raw coordinates;
             coordinates of order one assumed). (default: ``0``)
 
     Defaults per benchmark size (``GalerkinTransformer.PRESETS``; cost linear in ``N``;

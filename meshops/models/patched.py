@@ -7,10 +7,13 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
-from meshops.models._common import (MLP, FourierFeatures, check_model_sizes, check_positive_int,
-                                    knn_interpolate, read_inputs)
-from meshops.models.base import NeuralOperator, register_model
+from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
+                                 register_model)
+from meshops.models.inputs import read_inputs
 from meshops.nn.block import TransformerBlock
+from meshops.nn.fourier_features import FourierFeatures
+from meshops.nn.interpolate import knn_interpolate
+from meshops.nn.mlp import MLP
 from meshops.nn.patch import PatchTokenAttention, WindowAttention
 
 __all__ = ["PatchedTransformer"]
@@ -46,7 +49,7 @@ class PatchedTransformer(NeuralOperator):
     3. **Decoder**: a pointwise MLP at the input points, ``[N, width] -> [N, out]``. At
        other query points the processor output is interpolated from the ``interp_k``
        nearest input points by inverse-distance weights
-       (:func:`~meshops.models._common.knn_interpolate`, exact at coincident points),
+       (:func:`~meshops.nn.knn_interpolate`, exact at coincident points),
        then the same MLP: querying the input points reproduces the default output.
 
     Partition method: ``"voxel"`` (default) cuts the bounding box into a regular grid, so
@@ -79,7 +82,7 @@ class PatchedTransformer(NeuralOperator):
         interp_k (int): neighbours of the query-point interpolation. (default: ``4``)
         activation (str): ``"gelu"`` (default), ``"relu"``, ``"silu"``, ``"tanh"``.
         pos_encoding (int): octaves ``F`` of sinusoidal position features in the lifting,
-            :class:`~meshops.models._common.FourierFeatures` (``0``: raw coordinates;
+            :class:`~meshops.nn.FourierFeatures` (``0``: raw coordinates;
             coordinates of order one assumed). (default: ``0``)
 
     Defaults per benchmark size (``PatchedTransformer.PRESETS``; parameters for
