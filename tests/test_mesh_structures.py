@@ -151,6 +151,11 @@ def test_misshaped_stored_partitions_are_refused():
     d.mesh_parts = d.mesh_parts[:, :1]
     with pytest.raises(ValueError, match=r"data.mesh_parts must be \[N=40, 2\]"):
         model(d)
+    d = _galerkin().mesh_transform()(_samples(True)[0])
+    d.mesh_interp_weight = d.mesh_interp_weight[:-1]
+    with pytest.raises(ValueError, match="data.mesh_interp has 52 entries but "
+                                         "data.mesh_interp_weight has 51"):
+        _galerkin()(d)
 
 
 @pytest.mark.parametrize("make", [lambda: _patched(**_PATCHED["alternate-kd"]).train(),
