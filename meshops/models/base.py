@@ -128,9 +128,9 @@ class NeuralOperator(nn.Module):
         sample's mesh alone (neighbour graphs, latent meshes and their weights,
         partitions, query-point interpolation weights), so that a training epoch on a
         fixed dataset does not rebuild them; ``None`` when the model has no such
-        structures (see :mod:`meshops.models.structures`). :class:`~meshops.training.Trainer` applies
-        it once to its in-memory samples; the model builds the structures itself for
-        samples that lack them.
+        structures (see :mod:`meshops.models.structures`).
+        :class:`~meshops.training.Trainer` applies it once to its in-memory samples; the
+        model builds the structures itself for samples that lack them.
         """
         return None
 
