@@ -38,7 +38,7 @@ import time
 import torch
 from torch import Tensor
 
-from meshops.models._common import grid_latent
+from meshops.models.latent import grid_latent
 from meshops.nn._edge_sum import edge_sum
 from meshops.nn.local import quantile_k
 from meshops.search import knn

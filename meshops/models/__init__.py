@@ -3,11 +3,12 @@
 Importing this package registers every model with :func:`get_model`.
 """
 
-from meshops.models.base import MODELS, NeuralOperator, get_model, register_model
+from meshops.models.base import (MODELS, NeuralOperator, count_parameters, get_model,
+                                 register_model)
 from meshops.models.galerkin_transformer import GalerkinTransformer
 from meshops.models.patched import PatchedTransformer
 from meshops.models.pit import PiT
 from meshops.models.transformer_no import TransformerNO
 
 __all__ = ["MODELS", "GalerkinTransformer", "NeuralOperator", "PatchedTransformer", "PiT",
-           "TransformerNO", "get_model", "register_model"]
+           "TransformerNO", "count_parameters", "get_model", "register_model"]

@@ -35,6 +35,29 @@ def register_model(name: str):
     return deco
 
 
+def check_positive_int(value, name: str, minimum: int = 1) -> int:
+    """``value`` if it is an integer ``>= minimum`` (bool refused), else ``ValueError``
+    naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def check_model_sizes(in_channels, out_channels, pos_dim, width) -> None:
+    """The sizes every model takes: ``in_channels >= 0`` (0: geometry only), the others
+    ``>= 1``."""
+    check_positive_int(in_channels, "in_channels", minimum=0)
+    check_positive_int(out_channels, "out_channels")
+    check_positive_int(pos_dim, "pos_dim")
+    check_positive_int(width, "width")
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of trainable parameters (lazy, unmaterialised parameters excluded)."""
+    return sum(p.numel() for p in model.parameters()
+               if p.requires_grad and not isinstance(p, nn.parameter.UninitializedParameter))
+
+
 def get_model(name: str, **config: Any) -> "NeuralOperator":
     """Build a registered model by name, e.g. ``get_model("pit", in_channels=1, out_channels=1)``."""
     if name not in MODELS:
@@ -102,11 +125,12 @@ class NeuralOperator(nn.Module):
 
     def mesh_transform(self) -> Callable | None:
         """A transform that stores with one sample what this model derives from the
-        sample's mesh alone (neighbour graphs, latent meshes and their weights), so
-        that a training epoch on a fixed dataset does not rebuild them; ``None`` when
-        the model has no such structures. :class:`~meshops.training.Trainer` applies
-        it once to its in-memory samples; the model builds the structures itself for
-        samples that lack them.
+        sample's mesh alone (neighbour graphs, latent meshes and their weights,
+        partitions, query-point interpolation weights), so that a training epoch on a
+        fixed dataset does not rebuild them; ``None`` when the model has no such
+        structures (see :mod:`meshops.models.structures`).
+        :class:`~meshops.training.Trainer` applies it once to its in-memory samples; the
+        model builds the structures itself for samples that lack them.
         """
         return None
 

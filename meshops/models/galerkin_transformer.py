@@ -7,11 +7,16 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from meshops.models._common import (MLP, FourierFeatures, check_model_sizes, check_positive_int,
-                                    knn_interpolate, read_inputs)
-from meshops.models.base import NeuralOperator, register_model
+from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
+                                 register_model)
+from meshops.models.inputs import read_inputs
+from meshops.models.structures import (MeshStructures, has_structures, interpolation_structures,
+                                       stored_interpolation)
 from meshops.nn.block import TransformerBlock
+from meshops.nn.fourier_features import FourierFeatures
 from meshops.nn.galerkin import FourierAttention, GalerkinAttention
+from meshops.nn.interpolate import knn_interpolate
+from meshops.nn.mlp import MLP
 
 __all__ = ["GalerkinTransformer"]
 
@@ -40,7 +45,7 @@ class GalerkinTransformer(NeuralOperator):
     3. **Decoder**: a pointwise FFN (the paper's decoder for non-smooth targets),
        ``[N, width] -> [N, out_channels]`` at the input points. At other query points the
        encoder output is first interpolated from the ``interp_k`` nearest input points by
-       inverse-distance weighting (:func:`~meshops.models._common.knn_interpolate`, exact
+       inverse-distance weighting (:func:`~meshops.nn.knn_interpolate`, exact
        at coincident points), so querying the input points reproduces the default output
        exactly and other points see the same feature function.
 
@@ -59,7 +64,7 @@ class GalerkinTransformer(NeuralOperator):
         interp_k (int): neighbours for the query-point interpolation. (default: ``4``)
         activation (str): ``"gelu"`` (default), ``"relu"``, ``"silu"``, ``"tanh"``.
         pos_encoding (int): octaves ``F`` of sinusoidal position features in the lifting,
-            :class:`~meshops.models._common.FourierFeatures` (``0``: raw coordinates;
+            :class:`~meshops.nn.FourierFeatures` (``0``: raw coordinates;
             coordinates of order one assumed). (default: ``0``)
 
     Defaults per benchmark size (``GalerkinTransformer.PRESETS``; cost linear in ``N``;
@@ -116,6 +121,24 @@ class GalerkinTransformer(NeuralOperator):
             blk.reset_parameters()
         self.head.reset_parameters()
 
+    # ------------------------------------------------------ mesh-only structures
+    def mesh_transform(self) -> MeshStructures:
+        """:class:`~meshops.models.structures.MeshStructures` for this model: the
+        interpolation to the query points of samples with ``query_pos`` (the only
+        structure it derives from the mesh; see
+        :meth:`~meshops.models.NeuralOperator.mesh_transform`)."""
+        return MeshStructures(self)
+
+    def structure_key(self, dtype: torch.dtype, query: bool) -> str:
+        """What the mesh-only structures of a sample depend on (besides the sample)."""
+        return (f"GalerkinTransformer interp_k={self.interp_k} pos_dim={self.pos_dim} "
+                f"dtype={dtype} query_pos={query}")
+
+    def build_structures(self, inp) -> dict[str, Tensor]:
+        """One sample's query interpolation (``interp``, ``interp_weight``;
+        :func:`~meshops.models.structures.interpolation_structures`)."""
+        return interpolation_structures(inp, self.interp_k)
+
     def forward(self, data) -> Tensor:
         p = next(self.head.parameters())
         inp = read_inputs(data, self.in_channels, self.pos_dim, p.dtype, p.device)
@@ -123,6 +146,8 @@ class GalerkinTransformer(NeuralOperator):
         for blk in self.blocks:
             h = blk(h, inp.pos, inp.weight, inp.batch)
         if inp.has_query:
+            weights = (stored_interpolation(data, inp, self.interp_k)
+                       if has_structures(self, data, inp) else None)
             h = knn_interpolate(h, inp.pos, inp.query_pos, inp.batch, inp.query_batch,
-                                self.interp_k)
+                                self.interp_k, weights=weights)
         return self.head(h)

@@ -7,10 +7,15 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
-from meshops.models._common import (MLP, FourierFeatures, check_model_sizes, check_positive_int,
-                                    knn_interpolate, read_inputs)
-from meshops.models.base import NeuralOperator, register_model
+from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
+                                 register_model)
+from meshops.models.inputs import read_inputs
+from meshops.models.structures import (MeshStructures, has_structures, interpolation_structures,
+                                       stored_interpolation)
 from meshops.nn.block import TransformerBlock
+from meshops.nn.fourier_features import FourierFeatures
+from meshops.nn.interpolate import knn_interpolate
+from meshops.nn.mlp import MLP
 from meshops.nn.patch import PatchTokenAttention, WindowAttention
 
 __all__ = ["PatchedTransformer"]
@@ -42,11 +47,14 @@ class PatchedTransformer(NeuralOperator):
          window, shifted token, ...): local detail and global coupling.
 
        Every partition is computed once per forward pass and shared by all layers that
-       use it (same ``num_patches``/``method``/``shift``).
+       use it (same ``num_patches``/``method``/``shift``), or read from the samples:
+       :meth:`mesh_transform` stores each sample's partitions (and its query-point
+       interpolation) once, so that training on a fixed dataset does no partitioning or
+       neighbour search (:class:`~meshops.training.Trainer` applies it).
     3. **Decoder**: a pointwise MLP at the input points, ``[N, width] -> [N, out]``. At
        other query points the processor output is interpolated from the ``interp_k``
        nearest input points by inverse-distance weights
-       (:func:`~meshops.models._common.knn_interpolate`, exact at coincident points),
+       (:func:`~meshops.nn.knn_interpolate`, exact at coincident points),
        then the same MLP: querying the input points reproduces the default output.
 
     Partition method: ``"voxel"`` (default) cuts the bounding box into a regular grid, so
@@ -79,7 +87,7 @@ class PatchedTransformer(NeuralOperator):
         interp_k (int): neighbours of the query-point interpolation. (default: ``4``)
         activation (str): ``"gelu"`` (default), ``"relu"``, ``"silu"``, ``"tanh"``.
         pos_encoding (int): octaves ``F`` of sinusoidal position features in the lifting,
-            :class:`~meshops.models._common.FourierFeatures` (``0``: raw coordinates;
+            :class:`~meshops.nn.FourierFeatures` (``0``: raw coordinates;
             coordinates of order one assumed). (default: ``0``)
 
     Defaults per benchmark size (``PatchedTransformer.PRESETS``; parameters for
@@ -163,26 +171,74 @@ class PatchedTransformer(NeuralOperator):
         self.norm_out.reset_parameters()
         self.head.reset_parameters()
 
-    def partitions(self, pos: Tensor, batch: Optional[Tensor]) -> list[Tensor]:
-        """Patch ids ``[N]`` for every block, each distinct partition computed once."""
-        cache: dict[tuple, Tensor] = {}
-        out = []
+    def _partition_keys(self) -> tuple[list[tuple], list[int]]:
+        """The distinct partitions of the blocks (``(num_patches, patch_size, method,
+        shift)``, in order of first use) and, per block, the index of its own."""
+        keys: list[tuple] = []
+        which = []
         for blk in self.blocks:
             att = blk.attention
             key = (att.num_patches, att.patch_size, att.method, att.shift)
-            if key not in cache:
-                cache[key] = att.partition(pos, batch)
-            out.append(cache[key])
-        return out
+            if key not in keys:
+                keys.append(key)
+            which.append(keys.index(key))
+        return keys, which
+
+    def _distinct_partitions(self, pos: Tensor, batch: Optional[Tensor]) -> list[Tensor]:
+        keys, which = self._partition_keys()
+        return [self.blocks[which.index(j)].attention.partition(pos, batch)
+                for j in range(len(keys))]
+
+    def partitions(self, pos: Tensor, batch: Optional[Tensor]) -> list[Tensor]:
+        """Patch ids ``[N]`` for every block, each distinct partition computed once."""
+        distinct = self._distinct_partitions(pos, batch)
+        return [distinct[j] for j in self._partition_keys()[1]]
+
+    # ------------------------------------------------------ mesh-only structures
+    def mesh_transform(self) -> MeshStructures:
+        """:class:`~meshops.models.structures.MeshStructures` for this model: the
+        partitions of every sample and, for samples with ``query_pos``, the
+        interpolation to the query points (see
+        :meth:`~meshops.models.NeuralOperator.mesh_transform`)."""
+        return MeshStructures(self)
+
+    def structure_key(self, dtype: torch.dtype, query: bool) -> str:
+        """What the mesh-only structures of a sample depend on (besides the sample)."""
+        return (f"PatchedTransformer partitions={self._partition_keys()[0]} "
+                f"interp_k={self.interp_k} pos_dim={self.pos_dim} dtype={dtype} "
+                f"query_pos={query}")
+
+    def build_structures(self, inp) -> dict[str, Tensor]:
+        """One sample's ``parts [N, J]`` (its patch ids in each of the ``J`` distinct
+        partitions, local to the sample) and the query interpolation (``interp``,
+        ``interp_weight``; :func:`~meshops.models.structures.interpolation_structures`)."""
+        distinct = self._distinct_partitions(inp.pos, None)
+        parts = (torch.stack(distinct, 1) if distinct
+                 else torch.zeros(inp.pos.shape[0], 0, dtype=torch.long, device=inp.pos.device))
+        return {"parts": parts, **interpolation_structures(inp, self.interp_k)}
+
+    def _stored_partitions(self, data, inp) -> list[Tensor]:
+        parts = data.mesh_parts.to(inp.pos.device)
+        keys, which = self._partition_keys()
+        if parts.dim() != 2 or parts.shape != (inp.pos.shape[0], len(keys)):
+            raise ValueError(f"data.mesh_parts must be [N={inp.pos.shape[0]}, {len(keys)}], "
+                             f"got {tuple(parts.shape)}")
+        # The ids are local to each sample: the layers combine them with the batch
+        # vector, which keeps the patches (and their order) of a batch-wide partition.
+        return [parts[:, j] for j in which]
 
     def forward(self, data) -> Tensor:
         inp = read_inputs(data, self.in_channels, self.pos_dim, self.lift.weight.dtype,
                           self.lift.weight.device)
+        stored = has_structures(self, data, inp)
+        parts = (self._stored_partitions(data, inp) if stored
+                 else self.partitions(inp.pos, inp.batch))
         h = self.lift(torch.cat([inp.x, self.pos_enc(inp.pos)], dim=-1))
-        for blk, parts in zip(self.blocks, self.partitions(inp.pos, inp.batch)):
-            h = blk(h, inp.pos, inp.weight, inp.batch, parts=parts)
+        for blk, p in zip(self.blocks, parts):
+            h = blk(h, inp.pos, inp.weight, inp.batch, parts=p)
         h = self.norm_out(h)
         if inp.has_query:
+            weights = stored_interpolation(data, inp, self.interp_k) if stored else None
             h = knn_interpolate(h, inp.pos, inp.query_pos, inp.batch, inp.query_batch,
-                                self.interp_k)
+                                self.interp_k, weights=weights)
         return self.head(h)

@@ -10,12 +10,14 @@ import torch
 from torch import Tensor, nn
 from torch.nn.functional import gelu
 
-from meshops.models._common import (MLP, check_model_sizes, check_positive_int, fps_latent,
-                                    grid_latent, measure_ball_graph, read_inputs,
-                                    sample_ptr, voronoi_weights)
-from meshops.models.base import NeuralOperator, register_model
+from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
+                                 register_model)
+from meshops.models.inputs import read_inputs, sample_ptr
+from meshops.models.latent import fps_latent, grid_latent, voronoi_weights
 from meshops.nn.local import LocalPositionAttention, local_graph
+from meshops.nn.mlp import MLP
 from meshops.nn.position import KERNEL_LIMIT, PositionAttention, position_kernel
+from meshops.search.graph import measure_ball_graph
 
 __all__ = ["PiT", "PiTStructures"]
 

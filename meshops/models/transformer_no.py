@@ -7,11 +7,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from meshops.models._common import (MLP, FourierFeatures, check_model_sizes, check_positive_int,
-                                    read_inputs)
-from meshops.models.base import NeuralOperator, register_model
+from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
+                                 register_model)
+from meshops.models.inputs import read_inputs
 from meshops.nn.block import TransformerBlock
 from meshops.nn.continuum import ContinuumAttention
+from meshops.nn.fourier_features import FourierFeatures
+from meshops.nn.mlp import MLP
 
 __all__ = ["TransformerNO"]
 
@@ -30,7 +32,7 @@ class TransformerNO(NeuralOperator):
        layer to ``width`` channels: ``[N, in_channels + pos_dim] -> [N, width]``. With
        ``pos_encoding = F > 0`` the identity is replaced by
        :math:`\gamma(x) = [x, \sin(\pi 2^k x), \cos(\pi 2^k x)]_{k<F}`
-       (:class:`~meshops.models._common.FourierFeatures`, also used for the query
+       (:class:`~meshops.nn.FourierFeatures`, also used for the query
        features), which makes sharp position-dependent kernels far easier to learn
        (coordinates of order one assumed).
     2. **Processor** :math:`\mathsf E_L`: ``layers`` :class:`~meshops.nn.block.TransformerBlock`

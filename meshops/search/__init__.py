@@ -20,14 +20,17 @@ the device of the inputs, or named with ``backend=``:
 same names (which need pyg-lib / torch-cluster), built on :func:`knn` / :func:`radius`
 and returning PyG's orientation (row 0 source = neighbour for
 ``flow="source_to_target"``). :func:`cells_to_edge_index` and :func:`cells_to_face`
-turn mesh cells into PyG's ``edge_index`` and ``face``.
+turn mesh cells into PyG's ``edge_index`` and ``face``. :func:`measure_ball_graph` and
+:func:`knn_interpolation_weights` are the models' graphs from positions and weights.
 """
 
 from meshops.search.backends import available_backends, default_backend
 from meshops.search.fps import fps
-from meshops.search.graph import cells_to_edge_index, cells_to_face, knn_graph, radius_graph
+from meshops.search.graph import (cells_to_edge_index, cells_to_face, knn_graph,
+                                  knn_interpolation_weights, measure_ball_graph, radius_graph)
 from meshops.search.knn import knn, radius
 from meshops.search.partition import partition
 
 __all__ = ["knn", "radius", "fps", "partition", "available_backends", "default_backend",
-           "knn_graph", "radius_graph", "cells_to_edge_index", "cells_to_face"]
+           "knn_graph", "radius_graph", "cells_to_edge_index", "cells_to_face",
+           "measure_ball_graph", "knn_interpolation_weights"]

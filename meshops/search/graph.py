@@ -1,5 +1,8 @@
-"""Graphs in PyG's layout: :func:`knn_graph` / :func:`radius_graph` drop-ins, and
-the graph and faces of mesh cells (:func:`cells_to_edge_index`, :func:`cells_to_face`).
+"""Graphs in PyG's layout: :func:`knn_graph` / :func:`radius_graph` drop-ins, the
+graph and faces of mesh cells (:func:`cells_to_edge_index`, :func:`cells_to_face`), and
+the graphs the models build from positions and quadrature weights alone: balls holding a
+fraction of the domain's measure (:func:`measure_ball_graph`) and inverse-distance
+interpolation weights (:func:`knn_interpolation_weights`).
 
 ``torch_geometric.nn.knn_graph`` / ``radius_graph`` need pyg-lib or torch-cluster
 and raise ``ImportError`` without them. These functions take the same arguments and
@@ -16,6 +19,7 @@ by increasing distance.
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -26,7 +30,8 @@ from meshops.errors import MeshError
 from meshops.search import _validate as V
 from meshops.search.knn import knn, radius
 
-__all__ = ["cells_to_edge_index", "cells_to_face", "knn_graph", "radius_graph"]
+__all__ = ["cells_to_edge_index", "cells_to_face", "knn_graph", "knn_interpolation_weights",
+           "interpolation_k", "measure_ball_graph", "radius_graph"]
 
 _FLOWS = ("source_to_target", "target_to_source")
 
@@ -164,6 +169,141 @@ def radius_graph(x: Tensor, r: float, batch: Optional[Tensor] = None, loop: bool
         # Coincident points can push a point out of its own list: cap again.
         edge = edge[:, _keep_first(edge[0], x.shape[0], max_num_neighbors)]
     return _orient(edge, flow)
+
+
+def interpolation_k(k: int, num_src: int, batch_src: Optional[Tensor],
+                    batch_dst: Optional[Tensor]) -> int:
+    """The neighbours :func:`knn_interpolation_weights` takes: ``k``, capped by the
+    points of the smallest sample that has destination points (at least 1)."""
+    n_min = num_src
+    if batch_src is not None:
+        counts = torch.bincount(batch_src)
+        used = torch.unique(batch_dst) if batch_dst is not None else counts.nonzero()[:, 0]
+        n_min = int(counts[used].min())
+    return max(1, min(k, n_min))
+
+
+def knn_interpolation_weights(pos_src: Tensor, pos_dst: Tensor, batch_src: Optional[Tensor],
+                              batch_dst: Optional[Tensor], k: int = 4, power: float = 2.0
+                              ) -> tuple[Tensor, Tensor]:
+    r"""The ``k`` nearest source points of every destination point and their
+    inverse-distance weights, as :func:`meshops.nn.knn_interpolate` uses them.
+
+    .. math:: w_{ij} = \frac{d_{ij}^{-p}}{\sum_{l \in \mathrm{kNN}(i)} d_{il}^{-p}},
+              \qquad d_{ij} = |y_i - x_j|,
+
+    over the ``k`` nearest source points of the same sample (:func:`meshops.knn`, nearest
+    first); distances below ~1e-6 of the farthest neighbour count as 0, so a destination
+    point on a source point takes that point's value. ``k`` is capped by the smallest
+    sample that has destination points. Depends on the positions only: compute it once
+    per mesh and pass it to :func:`~meshops.nn.knn_interpolate` as ``weights``.
+
+    Returns:
+        ``(src, w)``: LongTensor ``[M, k]`` of source indices and ``[M, k]`` weights
+        (rows sum to 1) in the dtype of ``pos_dst``.
+
+    Shapes:
+        pos_src ``[N, d]``, pos_dst ``[M, d]``, batches ``[N]``/``[M]`` or None ->
+        ``([M, k], [M, k])``
+    """
+    if pos_dst.shape[0] == 0:
+        k = max(1, min(k, pos_src.shape[0]))
+        return (torch.empty(0, k, dtype=torch.long, device=pos_dst.device),
+                pos_dst.new_empty(0, k))
+    k = interpolation_k(k, pos_src.shape[0], batch_src, batch_dst)
+    with torch.no_grad():
+        edge = knn(pos_src.detach(), pos_dst.detach(), k, batch_src, batch_dst)
+        dst, src = edge[0], edge[1]
+        d2 = (pos_dst[dst] - pos_src[src]).pow(2).sum(-1).view(-1, k)
+        # scale-aware floor: distances below ~1e-6 of the farthest neighbour count as 0
+        floor = (d2.amax(-1, keepdim=True) * 1e-12).clamp_min(torch.finfo(d2.dtype).tiny)
+        w = d2.clamp_min(floor).pow(-power / 2)
+        w = w / w.sum(-1, keepdim=True)
+    return src.view(-1, k), w
+
+
+def measure_ball_graph(pos_src: Tensor, weight_src: Tensor, batch_src: Optional[Tensor],
+                       pos_dst: Tensor, batch_dst: Optional[Tensor], quantile: float,
+                       k_min: int = 1) -> Tensor:
+    r"""Neighbourhoods holding a fixed fraction of the domain's *measure*.
+
+    For each destination point :math:`x_i` the ball :math:`B(x_i, r_i)` is the smallest
+    closed ball around :math:`x_i` whose source points carry a fraction ``quantile`` of
+    the sample's total weight: the nearest source points :math:`y_{(1)}, y_{(2)},
+    \dots` are taken until
+
+    .. math:: \sum_{m \le k_i} w_{(m)} \ge q \sum_j w_j \qquad (k_i \ge k_{min}),
+
+    plus every point at the same distance as :math:`y_{(k_i)}` (so ties, common on
+    structured grids, are never broken arbitrarily).
+
+    This is PiT's per-row distance quantile (a fraction of the *points*) with every point
+    counted by its quadrature weight, i.e. a quantile of the measure
+    :math:`\mu_\Omega`: the radius converges to the geometric radius holding a fraction
+    ``q`` of :math:`|\Omega|` as the mesh is refined, on graded and uniform meshes
+    alike, whereas a count quantile shrinks the ball where the mesh is dense. With
+    equal weights both coincide (up to the rank rounding of
+    :func:`~meshops.nn.local.quantile_k`). Sums are exact (float64), so a ball never
+    depends on the other samples of a batch.
+
+    The search starts with about ``2 q N`` neighbours and doubles ``k`` until every ball
+    is complete.
+
+    Returns:
+        LongTensor ``[2, E]``: row 0 destination index, row 1 source index.
+    """
+    if not 0.0 < quantile <= 1.0:
+        raise ValueError(f"quantile must be in (0, 1], got {quantile!r}")
+    m = pos_dst.shape[0]
+    if m == 0:
+        return torch.empty(2, 0, dtype=torch.long, device=pos_dst.device)
+    w = weight_src.detach().double()
+    ps, pd = pos_src.detach(), pos_dst.detach()
+    if batch_src is None:
+        counts = torch.tensor([ps.shape[0]], device=ps.device)
+        total = w.sum().reshape(1)
+        bd = torch.zeros(m, dtype=torch.long, device=pd.device)
+    else:
+        size = int(max(int(batch_src.max()), int(batch_dst.max()))) + 1
+        counts = torch.bincount(batch_src, minlength=size)
+        total = torch.zeros(size, dtype=w.dtype, device=w.device).index_add(0, batch_src, w)
+        bd = batch_dst
+        counts = counts[torch.unique(bd)]
+    n_cap = int(counts.min())
+    target = (quantile * total)[bd] * (1 - 1e-9)                      # [M]
+    k = max(k_min, 2 * (math.floor(quantile * (int(counts.max()) - 1)) + 1))
+    while True:
+        k = min(k, n_cap)
+        edge = knn(ps, pd, k, batch_src, batch_dst)
+        ws = w[edge[1]].view(m, k)
+        d2 = (pd.double()[edge[0]] - ps.double()[edge[1]]).pow(2).sum(-1).view(m, k)
+        cum = torch.cumsum(ws, dim=1)
+        reached = cum >= target[:, None]
+        # the neighbour that completes the ball (the last one when none does)
+        cut = torch.where(reached.any(1), reached.int().argmax(1), torch.full_like(bd, k - 1))
+        cut = torch.maximum(cut, torch.full_like(cut, min(k_min, k) - 1))
+        d_cut = d2.gather(1, cut[:, None])
+        complete = reached.any(1) & (d2[:, -1:] > d_cut).squeeze(1)
+        if bool(complete.all()) or k == n_cap:
+            break
+        k *= 2
+    keep = d2 <= d_cut
+    edge = edge[:, keep.view(-1)]
+    if batch_src is None or bool(complete.all()):
+        return edge
+    # k was capped by a smaller sample: redo the samples with incomplete balls alone
+    redo = torch.unique(bd[~complete])
+    parts = [edge[:, ~torch.isin(bd[edge[0]], redo)]]
+    for b in redo.tolist():
+        src = (batch_src == b).nonzero().view(-1)
+        dst = (batch_dst == b).nonzero().view(-1)
+        if int(src.numel()) <= k:     # the whole sample is already in every ball
+            parts.append(edge[:, torch.isin(edge[0], dst)])
+            continue
+        e = measure_ball_graph(pos_src[src], weight_src[src], None, pos_dst[dst], None,
+                               quantile, k_min)
+        parts.append(torch.stack([dst[e[0]], src[e[1]]]))
+    return torch.cat(parts, 1)
 
 
 # Local node pairs of the edges of each linear cell type, in VTK / meshio node order.

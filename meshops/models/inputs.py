@@ -1,0 +1,160 @@
+"""Reading a model's input: :func:`read_inputs` unpacks and validates a (batched)
+:class:`~meshops.MeshData` into a :class:`MeshInputs` (features, positions, quadrature
+weights, batch vectors, query points), cast to the model's dtype."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+__all__ = ["MeshInputs", "read_inputs", "sample_ptr"]
+
+
+@dataclass
+class MeshInputs:
+    """A batch of discretised functions, validated and cast to the model's dtype.
+
+    Attributes:
+        x: ``[N, C]`` input features (``C = 0`` for geometry-only problems).
+        pos: ``[N, d]`` positions.
+        weight: ``[N]`` quadrature weights.
+        batch: ``[N]`` sorted sample index, or None (one sample).
+        query_pos: ``[M, d]`` output points (``pos`` itself when none were given).
+        query_batch: ``[M]`` sample index of the output points, or None (one sample).
+        has_query: whether the data carried ``query_pos``.
+        num_graphs: number of samples ``B``.
+    """
+
+    x: Tensor
+    pos: Tensor
+    weight: Tensor
+    batch: Optional[Tensor]
+    query_pos: Tensor
+    query_batch: Optional[Tensor]
+    has_query: bool
+    num_graphs: int
+
+    def lifted(self) -> Tensor:
+        """``[x, pos]`` (the input function concatenated with the identity), ``[N, C + d]``."""
+        return torch.cat([self.x, self.pos], dim=-1)
+
+
+def _check_batch_vector(b: Tensor, n: int, name: str) -> Tensor:
+    if not isinstance(b, Tensor) or b.dim() != 1 or b.shape[0] != n:
+        shape = tuple(b.shape) if isinstance(b, Tensor) else type(b).__name__
+        raise ValueError(f"data.{name} must be a [{n}] vector of sample indices, got {shape}")
+    if b.is_floating_point() or b.dtype == torch.bool:
+        raise ValueError(f"data.{name} must be an integer vector, got {b.dtype}")
+    b = b.long()
+    if n and (int(b[0]) < 0 or bool((b[1:] < b[:-1]).any())):
+        raise ValueError(f"data.{name} must be sorted and non-negative (a PyG batch vector)")
+    return b
+
+
+def read_inputs(data, in_channels: int, pos_dim: int, dtype: torch.dtype,
+                device: Optional[torch.device] = None) -> MeshInputs:
+    """Unpack ``data`` (a :class:`~meshops.MeshData` or a PyG batch of them).
+
+    Reads ``x [N, in_channels]`` (may be absent or ``[N, 0]`` when ``in_channels == 0``),
+    ``pos [N, pos_dim]``, ``weight [N]``, ``batch [N]`` (absent for one sample) and the
+    optional ``query_pos [M, pos_dim]`` with ``query_batch [M]`` (or PyG's
+    ``query_pos_batch`` from ``follow_batch=["query_pos"]``). Floating tensors are cast
+    to ``dtype``.
+
+    Raises:
+        ValueError: missing or misshaped fields, negative or non-finite weights, NaN/inf
+            positions, unsorted batch vectors, query points of a sample with no input
+            points, or several samples with query points but no ``query_batch``.
+    """
+    pos = getattr(data, "pos", None)
+    if not isinstance(pos, Tensor) or pos.dim() != 2 or pos.shape[1] != pos_dim:
+        shape = tuple(pos.shape) if isinstance(pos, Tensor) else None
+        raise ValueError(f"data.pos must be [N, {pos_dim}] (pos_dim={pos_dim}), got {shape}")
+    device = pos.device if device is None else device
+    n = pos.shape[0]
+    if n == 0:
+        raise ValueError("data has no points (data.pos is empty)")
+    pos = pos.to(device=device, dtype=dtype)
+    if not bool(torch.isfinite(pos).all()):
+        raise ValueError("data.pos contains NaN or inf")
+
+    x = getattr(data, "x", None)
+    if x is None:
+        if in_channels:
+            raise ValueError(f"data.x is missing; the model expects {in_channels} input channels")
+        x = pos.new_zeros(n, 0)
+    else:
+        if x.dim() == 1 and in_channels == 1:
+            x = x[:, None]
+        if x.dim() != 2 or x.shape[0] != n or x.shape[1] != in_channels:
+            raise ValueError(f"data.x must be [N={n}, in_channels={in_channels}], "
+                             f"got {tuple(x.shape)}")
+        x = x.to(device=device, dtype=dtype)
+
+    weight = getattr(data, "weight", None)
+    if weight is None:
+        raise ValueError("data.weight (quadrature weights [N]) is missing; see "
+                         "meshops.quadrature_weights / meshops.point_cloud_weights")
+    if weight.dim() == 2 and weight.shape[1] == 1:
+        weight = weight[:, 0]
+    if weight.dim() != 1 or weight.shape[0] != n:
+        raise ValueError(f"data.weight must be [N={n}], got {tuple(weight.shape)}")
+    weight = weight.to(device=device, dtype=dtype)
+    if not bool((torch.isfinite(weight) & (weight >= 0)).all()):
+        raise ValueError("data.weight must be finite and non-negative")
+
+    batch = getattr(data, "batch", None)
+    if batch is not None:
+        batch = _check_batch_vector(batch.to(device), n, "batch")
+    num_graphs = int(batch[-1]) + 1 if batch is not None else 1
+
+    query_pos = getattr(data, "query_pos", None)
+    has_query = query_pos is not None
+    query_batch = None
+    if has_query:
+        if query_pos.dim() != 2 or query_pos.shape[1] != pos_dim:
+            raise ValueError(f"data.query_pos must be [M, {pos_dim}], got {tuple(query_pos.shape)}")
+        query_pos = query_pos.to(device=device, dtype=dtype)
+        if not bool(torch.isfinite(query_pos).all()):
+            raise ValueError("data.query_pos contains NaN or inf")
+        m = query_pos.shape[0]
+        query_batch = getattr(data, "query_batch", None)
+        if query_batch is None:
+            query_batch = getattr(data, "query_pos_batch", None)
+        if query_batch is not None:
+            query_batch = _check_batch_vector(query_batch.to(device), m, "query_batch")
+            if m and int(query_batch[-1]) >= num_graphs:
+                raise ValueError(f"data.query_batch refers to sample {int(query_batch[-1])} but "
+                                 f"the inputs have {num_graphs} sample(s)")
+        elif num_graphs > 1:
+            raise ValueError("data has several samples and query_pos but no query_batch "
+                             "(batch with meshops.training.dataset's loader, or set "
+                             "data.query_batch)")
+        if batch is None and query_batch is not None:
+            if m and int(query_batch.max()) > 0:
+                raise ValueError("data.query_batch has several samples but data.batch is absent")
+            query_batch = None
+        elif batch is not None and query_batch is None:
+            query_batch = torch.zeros(m, dtype=torch.long, device=device)
+    else:
+        query_pos, query_batch = pos, batch
+    if batch is not None and has_query and query_pos.shape[0]:
+        # every sample with query points needs input points of positive weight
+        has_src = torch.zeros(num_graphs, dtype=torch.bool, device=device)
+        has_src[batch[weight > 0]] = True
+        if not bool(has_src[query_batch].all()):
+            bad = int(query_batch[~has_src[query_batch]][0])
+            raise ValueError(f"sample {bad} has query points but no input point of positive weight")
+    return MeshInputs(x=x, pos=pos, weight=weight, batch=batch, query_pos=query_pos,
+                      query_batch=query_batch, has_query=has_query, num_graphs=num_graphs)
+
+
+def sample_ptr(batch: Optional[Tensor], n: int, num_graphs: int) -> list[int]:
+    """``ptr`` (start offsets, length ``B + 1``) of a sorted batch vector."""
+    if batch is None:
+        return [0, n]
+    counts = torch.bincount(batch, minlength=num_graphs)
+    return [0] + torch.cumsum(counts, 0).tolist()

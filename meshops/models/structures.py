@@ -1,0 +1,137 @@
+"""Mesh-only structures of a model computed once per sample (the PyG transform way).
+
+A model whose forward derives something from the mesh alone (a partition, a neighbour
+graph, interpolation weights) implements
+
+* ``structure_key(dtype, query) -> str``: what the structures depend on besides the
+  sample (the model's settings, the dtype, whether the sample has ``query_pos``);
+* ``build_structures(inp) -> dict[str, Tensor]``: the structures of one sample from its
+  :class:`~meshops.models.inputs.MeshInputs`, indices local to the sample;
+
+and its ``mesh_transform()`` returns :class:`MeshStructures` for itself. The transform
+stores the structures on the sample as ``mesh_<name>`` attributes plus ``mesh_key``;
+PyG's loaders concatenate them, and the model reads them back with
+:func:`has_structures` (adding each sample's offsets itself), or builds them when a
+batch lacks them. (:class:`~meshops.models.pit.PiTStructures` is the same pattern with
+its own ``pit_`` attributes.)
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from meshops.models.inputs import read_inputs
+from meshops.search.graph import interpolation_k, knn_interpolation_weights
+
+__all__ = ["MeshStructures", "has_structures", "interpolation_structures", "sample_offsets",
+           "stored_interpolation"]
+
+#: Key of the attribute that records what the stored structures were built for.
+KEY = "mesh_key"
+
+
+class MeshStructures:
+    """PyG-style transform: the structures of a model that depend only on a sample's
+    mesh, computed once (e.g. as ``dataset.transform``, or applied when the samples are
+    loaded and kept with them; :class:`~meshops.training.Trainer` does this for lists of
+    samples), so that training on a fixed dataset does no partition or neighbour search.
+
+    Adds to one sample (a :class:`~meshops.MeshData`, not a batch) the model's
+    ``build_structures`` as ``mesh_<name>`` attributes and ``mesh_key`` (the model
+    settings, dtype and whether the sample has ``query_pos``). The model uses them when
+    the key matches, and builds its own otherwise (with a warning when a key is present
+    but does not match). Apply it after anything that moves the points.
+
+    Args:
+        model: a model with ``structure_key`` and ``build_structures`` (see the module
+            docstring); its settings and parameter dtype are read now.
+
+    Shapes:
+        - **input:** one sample with ``pos [N, d]``, ``weight [N]``, optional
+          ``query_pos [M, d]``
+        - **output:** the same object with the model's ``mesh_*`` attributes
+    """
+
+    def __init__(self, model) -> None:
+        if not (hasattr(model, "structure_key") and hasattr(model, "build_structures")):
+            raise TypeError(f"{type(model).__name__} has no mesh structures "
+                            f"(structure_key / build_structures)")
+        self.model = model
+        self.dtype = next(model.parameters()).dtype
+
+    @torch.no_grad()
+    def __call__(self, data):
+        if getattr(data, "batch", None) is not None:
+            raise ValueError(f"{type(self).__name__} takes one sample (data.batch is set): "
+                             f"apply it to the samples before batching")
+        m = self.model
+        inp = read_inputs(data, m.in_channels, m.pos_dim, self.dtype, data.pos.device)
+        for name, value in m.build_structures(inp).items():
+            setattr(data, f"mesh_{name}", value)
+        setattr(data, KEY, m.structure_key(self.dtype, inp.has_query))
+        return data
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.model.structure_key(self.dtype, False)})"
+
+
+def has_structures(model, data, inp) -> bool:
+    """Whether ``data`` carries :class:`MeshStructures` built for ``model``, its dtype and
+    whether the batch has ``query_pos`` (``inp``, from :func:`read_inputs`). A key for
+    other settings gives a warning and ``False``: the model then builds its own."""
+    key = getattr(data, KEY, None)
+    if key is None:
+        return False
+    keys = key if isinstance(key, (list, tuple)) else [key]
+    want = model.structure_key(inp.pos.dtype, inp.has_query)
+    if len(keys) != inp.num_graphs or any(k != want for k in keys):
+        warnings.warn(f"the samples' mesh structures were built for other settings "
+                      f"({keys[0]}); building them for this model ({want})", stacklevel=3)
+        return False
+    return True
+
+
+def sample_offsets(batch: Optional[Tensor], num_graphs: int) -> Optional[Tensor]:
+    """Index of the first point of each sample, ``[B]`` (None for one
+    sample): what turns a sample's local indices into the batch's."""
+    if batch is None:
+        return None
+    counts = torch.bincount(batch, minlength=num_graphs)
+    return torch.cumsum(counts, 0) - counts
+
+
+def interpolation_structures(inp, k: int) -> dict[str, Tensor]:
+    """The query-point interpolation of one sample (``inp`` from :func:`read_inputs`):
+    ``interp`` (source indices) and ``interp_weight``, flattened ``[M k]`` rows of
+    :func:`~meshops.search.knn_interpolation_weights`; nothing without ``query_pos``."""
+    if not inp.has_query:
+        return {}
+    src, w = knn_interpolation_weights(inp.pos, inp.query_pos, None, None, k)
+    return {"interp": src.reshape(-1), "interp_weight": w.reshape(-1)}
+
+
+def stored_interpolation(data, inp, k: int) -> Optional[tuple[Tensor, Tensor]]:
+    """The batch's ``(src [M, k], w [M, k])`` from the samples' stored
+    :func:`interpolation_structures`, or None when a sample has fewer than ``k`` points
+    (the batch then takes fewer neighbours than that sample's structures hold)."""
+    dev = inp.pos.device
+    m = inp.query_pos.shape[0]
+    k = interpolation_k(k, inp.pos.shape[0], inp.batch, inp.query_batch)
+    src = data.mesh_interp.to(dev)
+    w = data.mesh_interp_weight.to(device=dev, dtype=inp.pos.dtype)
+    if src.shape[0] != w.shape[0]:
+        raise ValueError(f"data.mesh_interp has {src.shape[0]} entries but "
+                         f"data.mesh_interp_weight has {w.shape[0]}")
+    # Every sample stored min(k, its points) >= k neighbours per query point: the total
+    # is m * k exactly when each holds k.
+    if src.shape[0] != m * k:
+        return None
+    src = src.view(m, k)
+    offsets = sample_offsets(inp.batch, inp.num_graphs)
+    if offsets is not None:
+        src = src + offsets[inp.query_batch][:, None]
+    return src, w.view(m, k)
