@@ -25,17 +25,22 @@ __all__ = ["fps_latent", "grid_latent", "voronoi_weights"]
 def fps_latent(pos: Tensor, batch: Optional[Tensor], num: int) -> Tensor:
     """Farthest-point sample of ``num`` points per sample (all points of a smaller sample).
 
-    Deterministic (start point 0 of every sample); returns sorted global indices so the
-    latent batch vector stays sorted.
+    Deterministic (start point 0 of every sample) and the same on every device: the
+    sample is drawn on the CPU, because the CPU and CUDA backends break exact distance
+    ties (common on structured boundaries) differently, which would give a model another
+    latent mesh, and other outputs, on a GPU. It is mesh-only work, done once per mesh
+    when the structures are precomputed. Returns sorted global indices (on ``pos``'s
+    device) so the latent batch vector stays sorted.
     """
+    cpu_pos = pos.detach().cpu()
     if batch is None:
-        idx = fps(pos.detach(), None, num=min(num, pos.shape[0]))
-        return idx.sort().values
+        idx = fps(cpu_pos, None, num=min(num, pos.shape[0]))
+        return idx.sort().values.to(pos.device)
     counts = torch.bincount(batch).tolist()
     if any(c == 0 for c in counts):
         raise ValueError("a sample of the batch has no points")
-    idx = fps(pos.detach(), batch, num=[min(num, c) for c in counts])
-    return idx.sort().values
+    idx = fps(cpu_pos, batch.cpu(), num=[min(num, c) for c in counts])
+    return idx.sort().values.to(pos.device)
 
 
 def _grid_axis(n: int, stride: int) -> list[int]:
