@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
+from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DistributedSampler
 
 from meshops._atomic import atomic_write
@@ -24,6 +24,9 @@ from meshops._progress import progress as progress_bar
 from meshops.normalizer import UnitGaussianNormalizer
 from meshops.training import distributed, state
 from meshops.training.dataset import fit_normalizers, make_loader, prepare_batch
+from meshops.training.optim import (check_scheduler, is_factory, is_scheduler_object,
+                                    make_optimizer, make_scheduler, name_of,
+                                    refuse_rate_args)
 from meshops.training.loss import (RelativeLpLoss, lp_errors, summarize_errors,
                                    warn_zero_targets)
 from meshops.training.seed import epoch_seed, get_rng_state, seed_everything, set_rng_state
@@ -127,87 +130,6 @@ def _with_mesh_structures(model, data, what: str, progress: bool):
                 done[key] = added
         out.append(copied)
     return out
-
-
-def _name(obj) -> str:
-    return getattr(obj, "__qualname__", None) or type(obj).__name__
-
-
-def _is_factory(optimizer) -> bool:
-    return callable(optimizer) and not isinstance(optimizer, (str, torch.optim.Optimizer))
-
-
-def _refuse_rate_args(lr: float | None, weight_decay: float | None) -> None:
-    given = [k for k, v in (("lr", lr), ("weight_decay", weight_decay)) if v is not None]
-    if given:
-        # They would be silently ignored: the optimizer has its own.
-        raise ValueError(f"Trainer: {' and '.join(given)} configure the optimizers named by a "
-                         f"string; set them on the optimizer you pass instead")
-
-
-def _make_optimizer(model: nn.Module, optimizer, lr: float | None,
-                    weight_decay: float | None) -> torch.optim.Optimizer:
-    """The optimiser that ``optimizer`` names, is or makes, over ``model``'s parameters."""
-    if isinstance(optimizer, str):
-        lr = 1e-3 if lr is None else lr
-        weight_decay = 1e-4 if weight_decay is None else weight_decay
-        params = [p for p in model.parameters() if p.requires_grad]
-        if optimizer == "adamw":
-            return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-        if optimizer == "adam":
-            return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
-        raise ValueError(f"optimizer must be 'adamw', 'adam', an optimizer or a callable "
-                         f"params -> optimizer, got {optimizer!r}")
-    _refuse_rate_args(lr, weight_decay)
-    if isinstance(optimizer, torch.optim.Optimizer):
-        what = f"the {type(optimizer).__name__} optimizer"
-    elif callable(optimizer):
-        what = f"the optimizer factory {_name(optimizer)}"
-        optimizer = optimizer([p for p in model.parameters() if p.requires_grad])
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(f"{what} returned a {type(optimizer).__name__}, not a "
-                            f"torch.optim.Optimizer")
-    else:
-        raise TypeError(f"optimizer must be 'adamw', 'adam', a torch.optim.Optimizer or a "
-                        f"callable params -> optimizer, got a {type(optimizer).__name__}")
-    own = {id(p) for p in model.parameters()}
-    foreign = [tuple(p.shape) for g in optimizer.param_groups for p in g["params"]
-               if id(p) not in own]
-    if foreign:
-        shown = ", ".join(str(list(s)) for s in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
-        raise ValueError(f"Trainer: {what} holds {len(foreign)} parameter(s) that are not the "
-                         f"model's (shapes {shown}); build it over model.parameters() of the "
-                         f"model you train")
-    return optimizer
-
-
-def _is_scheduler_object(obj) -> bool:
-    """A scheduler (not a name, ``None`` or a factory): anything with ``step`` and
-    ``state_dict``, or that is not callable (refused by :func:`_check_scheduler`)."""
-    if obj is None or isinstance(obj, str) or isinstance(obj, type):
-        return False
-    return isinstance(obj, LRScheduler) or (hasattr(obj, "step") and hasattr(obj, "state_dict")) \
-        or not callable(obj)
-
-
-def _check_scheduler(scheduler, optimizer: torch.optim.Optimizer | None,
-                     what: str = "the scheduler") -> None:
-    """Refuse a scheduler that the per-batch loop cannot step, or that steps another optimiser."""
-    if not (hasattr(scheduler, "step") and hasattr(scheduler, "state_dict")):
-        raise TypeError(f"scheduler must be 'cosine', 'onecycle', None, a learning-rate "
-                        f"scheduler or a callable (optimizer, total_steps) -> scheduler; "
-                        f"{what} is a {type(scheduler).__name__}")
-    if optimizer is None:  # the optimizer is still to come from a factory
-        raise ValueError("Trainer: a scheduler object needs the optimizer object it was built "
-                         "on; with an optimizer factory, pass a scheduler factory (optimizer, "
-                         "total_steps) -> scheduler")
-    if isinstance(scheduler, ReduceLROnPlateau):
-        raise ValueError(f"Trainer: {what} is a ReduceLROnPlateau, which steps on a metric; the "
-                         f"trainer steps schedulers after every batch without one")
-    if getattr(scheduler, "optimizer", None) is not optimizer:
-        raise ValueError(f"Trainer: {what} ({type(scheduler).__name__}) steps another optimizer "
-                         f"than the trainer's; build it on the optimizer object passed as "
-                         f"optimizer=, or pass a callable (optimizer, total_steps) -> scheduler")
 
 
 class Trainer:
@@ -362,13 +284,13 @@ class Trainer:
         # A named or given optimiser (and a scheduler object) now: a wrong one is refused
         # before a process group exists that the error would leave behind. A factory is
         # called once the model is on its device (fused optimisers check it).
-        if _is_factory(optimizer):
-            _refuse_rate_args(lr, weight_decay)
+        if is_factory(optimizer):
+            refuse_rate_args(lr, weight_decay)
             self.optimizer = None
         else:
-            self.optimizer = _make_optimizer(model, optimizer, lr, weight_decay)
-        if _is_scheduler_object(scheduler):
-            _check_scheduler(scheduler, self.optimizer)
+            self.optimizer = make_optimizer(model, optimizer, lr, weight_decay)
+        if is_scheduler_object(scheduler):
+            check_scheduler(scheduler, self.optimizer)
         elif isinstance(scheduler, str) and scheduler not in ("cosine", "onecycle"):
             raise ValueError(f"scheduler must be 'cosine', 'onecycle', None, a scheduler or "
                              f"a callable, got {scheduler!r}")
@@ -418,8 +340,9 @@ class Trainer:
 
         try:
             if self.optimizer is None:
-                self.optimizer = _make_optimizer(self.model, optimizer, lr, weight_decay)
-            self.scheduler = self._make_scheduler(scheduler)
+                self.optimizer = make_optimizer(self.model, optimizer, lr, weight_decay)
+            self.scheduler = make_scheduler(scheduler, self.optimizer,
+                                            self.epochs * self.steps_per_epoch)
         except Exception:
             distributed.cleanup(self.dist)
             raise
@@ -453,24 +376,6 @@ class Trainer:
         if amp not in choices:
             raise ValueError(f"amp must be True, False, 'bf16' or 'fp16', got {amp!r}")
         return choices[amp]
-
-    def _make_scheduler(self, scheduler):
-        """The scheduler of ``scheduler`` (a name, an object, a factory) on ``self.optimizer``."""
-        total = self.epochs * self.steps_per_epoch
-        if scheduler is None:
-            return None
-        if scheduler == "cosine":
-            return torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, T_max=total)
-        if scheduler == "onecycle":
-            # Peaks at the rate the optimiser was built with (``lr`` for a named one).
-            peak = [g["lr"] for g in self.optimizer.param_groups]
-            return torch.optim.lr_scheduler.OneCycleLR(
-                self.optimizer, max_lr=peak[0] if len(peak) == 1 else peak, total_steps=total)
-        if not _is_scheduler_object(scheduler):
-            made = scheduler(self.optimizer, total)
-            _check_scheduler(made, self.optimizer, f"the scheduler factory {_name(scheduler)}")
-            return made
-        return scheduler  # an object, checked in __init__
 
     def _attach_normalizers(self, norm_in: UnitGaussianNormalizer | None,
                             norm_out: UnitGaussianNormalizer | None) -> None:
@@ -534,9 +439,10 @@ class Trainer:
             y, w, b = targets_of(batch)
             loss = self.loss_fn(pred, y, w, b)
             if not (isinstance(loss, Tensor) and loss.dim() == 0):
-                shape = f"shape {tuple(loss.shape)}" if isinstance(loss, Tensor) else type(loss).__name__
-                raise ValueError(f"the loss {_name(self.loss_fn)} returned a tensor of {shape}; "
-                                 f"it must return a scalar tensor (reduce over the samples)")
+                got = (f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, Tensor)
+                       else f"a {type(loss).__name__}")
+                raise ValueError(f"the loss {name_of(self.loss_fn)} returned {got}; it must "
+                                 f"return a scalar tensor (reduce over the samples)")
             value = float(loss.detach())
             if not math.isfinite(value):
                 raise FloatingPointError(
