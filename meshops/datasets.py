@@ -226,9 +226,11 @@ class MeshFolderDataset(torch.utils.data.Dataset):
         item: pos ``[N, d]``, weight ``[N]``, x ``[N, C_in]``, y ``[N, C_out]``
 
     Example:
-        >>> ds = MeshFolderDataset("runs/", inputs=["k"], targets=["T"])
+        >>> export_to_folder([meshops.read_mesh("examples/meshes/annulus.vtu")], "annuli")
+        [PosixPath('annuli/sample_0000.vtu')]
+        >>> ds = MeshFolderDataset("annuli", inputs=[], targets=["u"])
         >>> ds[0].x.shape, ds[0].y.shape
-        (torch.Size([520, 1]), torch.Size([520, 1]))
+        (torch.Size([520, 0]), torch.Size([520, 1]))
     """
 
     def __init__(self, root, inputs: Sequence[str] = (), targets: Sequence[str] = (),
@@ -319,7 +321,8 @@ def export_to_folder(samples: Iterable[MeshData], root, fmt: str = ".vtu",
         The written paths, in sample order.
 
     Example:
-        >>> export_to_folder(load_elasticity("data/elasticity", "test"), "elasticity_vtu")
+        >>> from data_adapters import make_elasticity_standin    # any adapter's samples
+        >>> export_to_folder(make_elasticity_standin(8), "elasticity_vtu")
         >>> MeshFolderDataset("elasticity_vtu", inputs=[], targets=["sigma"])
     """
     root = Path(root)
