@@ -199,7 +199,8 @@ def test_bad_combinations_are_refused_naming_the_problem():
             torch.optim.SGD(m.parameters(), lr=0.1), 1)), ValueError,
          r"the scheduler \(StepLR\) steps another optimizer than the trainer's"),
         (dict(scheduler=torch.optim.lr_scheduler.StepLR(own, 1)), ValueError,
-         "steps another optimizer than the trainer's"),
+         "a scheduler object needs the optimizer object it was built on, passed as "
+         "optimizer=; with a named optimizer or a factory, pass a scheduler factory"),
         (dict(optimizer=own, scheduler=torch.optim.lr_scheduler.ReduceLROnPlateau(own)),
          ValueError, "ReduceLROnPlateau, which steps on a metric"),
         (dict(scheduler=lambda opt, total: torch.optim.lr_scheduler.StepLR(
@@ -207,8 +208,7 @@ def test_bad_combinations_are_refused_naming_the_problem():
          r"the scheduler factory .*<lambda> \(StepLR\) steps another optimizer"),
         (dict(optimizer=lambda params: torch.optim.SGD(params, lr=0.1),
               scheduler=torch.optim.lr_scheduler.StepLR(own, 1)), ValueError,
-         "a scheduler object needs the optimizer object it was built on; with an optimizer "
-         "factory, pass a scheduler factory"),
+         "a scheduler object needs the optimizer object it was built on"),
         (dict(scheduler="linear"), ValueError, "scheduler must be 'cosine', 'onecycle', None"),
         (dict(scheduler=0.5), TypeError, "scheduler must be .*; the scheduler is a float"),
         (dict(loss="l2"), TypeError, "loss must be a callable"),

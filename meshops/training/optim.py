@@ -14,45 +14,49 @@ def name_of(obj) -> str:
     return getattr(obj, "__qualname__", None) or type(obj).__name__
 
 
-def is_factory(optimizer) -> bool:
-    """Whether ``optimizer`` is a callable ``params -> Optimizer`` (not a name or an object)."""
-    return callable(optimizer) and not isinstance(optimizer, (str, torch.optim.Optimizer))
+#: The optimisers a Trainer builds by name (``weight_decay`` is decoupled in AdamW, an
+#: L2 penalty in Adam).
+OPTIMIZERS = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}
 
 
-def refuse_rate_args(lr: float | None, weight_decay: float | None) -> None:
-    """Refuse ``lr``/``weight_decay`` given beside an optimiser object or factory."""
+def check_optimizer_arguments(optimizer, lr: float | None, weight_decay: float | None) -> None:
+    """Refuse an unknown name or type, and ``lr``/``weight_decay`` given beside an
+    optimiser object or factory (they would be silently ignored: it has its own)."""
+    if isinstance(optimizer, str):
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be 'adamw', 'adam', an optimizer or a callable "
+                             f"params -> optimizer, got {optimizer!r}")
+        return
+    if not (isinstance(optimizer, torch.optim.Optimizer) or callable(optimizer)):
+        raise TypeError(f"optimizer must be 'adamw', 'adam', a torch.optim.Optimizer or a "
+                        f"callable params -> optimizer, got a {type(optimizer).__name__}")
     given = [k for k, v in (("lr", lr), ("weight_decay", weight_decay)) if v is not None]
     if given:
-        # They would be silently ignored: the optimizer has its own.
         raise ValueError(f"Trainer: {' and '.join(given)} configure the optimizers named by a "
                          f"string; set them on the optimizer you pass instead")
 
 
 def make_optimizer(model: nn.Module, optimizer, lr: float | None,
                    weight_decay: float | None) -> torch.optim.Optimizer:
-    """The optimiser that ``optimizer`` names, is or makes, over ``model``'s parameters."""
+    """The optimiser that ``optimizer`` names, is or makes, over ``model``'s parameters.
+
+    Named ones (``lr`` default 1e-3, ``weight_decay`` 1e-4) and factories get the
+    trainable parameters; an object or a factory's result must hold only parameters
+    of ``model``.
+    """
+    check_optimizer_arguments(optimizer, lr, weight_decay)
+    trainable = [p for p in model.parameters() if p.requires_grad]
     if isinstance(optimizer, str):
-        lr = 1e-3 if lr is None else lr
-        weight_decay = 1e-4 if weight_decay is None else weight_decay
-        params = [p for p in model.parameters() if p.requires_grad]
-        if optimizer == "adamw":
-            return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-        if optimizer == "adam":
-            return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
-        raise ValueError(f"optimizer must be 'adamw', 'adam', an optimizer or a callable "
-                         f"params -> optimizer, got {optimizer!r}")
-    refuse_rate_args(lr, weight_decay)
+        return OPTIMIZERS[optimizer](trainable, lr=1e-3 if lr is None else lr,
+                                     weight_decay=1e-4 if weight_decay is None else weight_decay)
     if isinstance(optimizer, torch.optim.Optimizer):
         what = f"the {type(optimizer).__name__} optimizer"
-    elif callable(optimizer):
+    else:
         what = f"the optimizer factory {name_of(optimizer)}"
-        optimizer = optimizer([p for p in model.parameters() if p.requires_grad])
+        optimizer = optimizer(trainable)
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"{what} returned a {type(optimizer).__name__}, not a "
                             f"torch.optim.Optimizer")
-    else:
-        raise TypeError(f"optimizer must be 'adamw', 'adam', a torch.optim.Optimizer or a "
-                        f"callable params -> optimizer, got a {type(optimizer).__name__}")
     own = {id(p) for p in model.parameters()}
     foreign = [tuple(p.shape) for g in optimizer.param_groups for p in g["params"]
                if id(p) not in own]
@@ -80,10 +84,10 @@ def check_scheduler(scheduler, optimizer: torch.optim.Optimizer | None,
         raise TypeError(f"scheduler must be 'cosine', 'onecycle', None, a learning-rate "
                         f"scheduler or a callable (optimizer, total_steps) -> scheduler; "
                         f"{what} is a {type(scheduler).__name__}")
-    if optimizer is None:  # the optimizer is still to come from a factory
+    if optimizer is None:  # the optimizer is still to be built from a name or factory
         raise ValueError("Trainer: a scheduler object needs the optimizer object it was built "
-                         "on; with an optimizer factory, pass a scheduler factory (optimizer, "
-                         "total_steps) -> scheduler")
+                         "on, passed as optimizer=; with a named optimizer or a factory, pass a "
+                         "scheduler factory (optimizer, total_steps) -> scheduler")
     if isinstance(scheduler, ReduceLROnPlateau):
         raise ValueError(f"Trainer: {what} is a ReduceLROnPlateau, which steps on a metric; the "
                          f"trainer steps schedulers after every batch without one")

@@ -24,9 +24,9 @@ from meshops._progress import progress as progress_bar
 from meshops.normalizer import UnitGaussianNormalizer
 from meshops.training import distributed, state
 from meshops.training.dataset import fit_normalizers, make_loader, prepare_batch
-from meshops.training.optim import (check_scheduler, is_factory, is_scheduler_object,
-                                    make_optimizer, make_scheduler, name_of,
-                                    refuse_rate_args)
+from meshops.training.optim import (check_optimizer_arguments, check_scheduler,
+                                    is_scheduler_object, make_optimizer, make_scheduler,
+                                    name_of)
 from meshops.training.loss import (RelativeLpLoss, lp_errors, summarize_errors,
                                    warn_zero_targets)
 from meshops.training.seed import epoch_seed, get_rng_state, seed_everything, set_rng_state
@@ -281,14 +281,15 @@ class Trainer:
         params = list(model.parameters())
         if not params:
             raise ValueError("Trainer: the model has no parameters")
-        # A named or given optimiser (and a scheduler object) now: a wrong one is refused
-        # before a process group exists that the error would leave behind. A factory is
-        # called once the model is on its device (fused optimisers check it).
-        if is_factory(optimizer):
-            refuse_rate_args(lr, weight_decay)
-            self.optimizer = None
-        else:
+        # A given optimiser (and a scheduler object) is checked now, and the arguments
+        # of the others: a wrong one is refused before a process group exists that the
+        # error would leave behind. Named ones and factories are built once the model is
+        # on its device (fused optimisers check it).
+        if isinstance(optimizer, torch.optim.Optimizer):
             self.optimizer = make_optimizer(model, optimizer, lr, weight_decay)
+        else:
+            check_optimizer_arguments(optimizer, lr, weight_decay)
+            self.optimizer = None
         if is_scheduler_object(scheduler):
             check_scheduler(scheduler, self.optimizer)
         elif isinstance(scheduler, str) and scheduler not in ("cosine", "onecycle"):
