@@ -44,12 +44,12 @@ import numpy as np
 import torch
 
 from meshops.data import MeshData
+from meshops.datasets import add_inputs_targets, as_float_dtype
 from meshops.errors import MeshError
 from meshops.pointcloud import point_cloud_weights
 
 from data_adapters._geometry import periodic_radius, polygon_distance, star_polygon
 from data_adapters._npy import check_finite, check_shape, open_npy
-from data_adapters._sample import as_dtype, finish
 from data_adapters.splits import split_indices
 
 XY_FILE = "Random_UnitCell_XY_10.npy"
@@ -174,7 +174,7 @@ class ElasticityDataset(torch.utils.data.Dataset):
         self.void_distance = void_distance
         self.weights = weights
         self.k = int(k)
-        self.dtype = as_dtype(dtype)
+        self.dtype = as_float_dtype(dtype)
         if not (isinstance(measure, (int, float)) or measure in _MEASURES):
             raise MeshError(f"measure must be a number or one of {', '.join(_MEASURES)}, "
                             f"got {measure!r}")
@@ -280,7 +280,7 @@ class ElasticityDataset(torch.utils.data.Dataset):
         if self.with_params:
             attrs["params"] = torch.from_numpy(rr)[None]
         inputs = ["void_distance"] if self.void_distance else []
-        return finish(mesh, inputs, ["sigma"], self.dtype, **attrs)
+        return add_inputs_targets(mesh, inputs, ["sigma"], self.dtype, **attrs)
 
 
 def load_elasticity(root, split: str = "train", with_params: bool = False,

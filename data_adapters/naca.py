@@ -48,12 +48,12 @@ import numpy as np
 import torch
 
 from meshops.data import MeshData
+from meshops.datasets import add_inputs_targets, as_float_dtype
 from meshops.errors import MeshError
 from meshops.io import mesh_from_arrays
 from meshops.quadrature import _basis, _corners, _gauss_cube, structured_grid_cells
 
 from data_adapters._npy import check_finite, check_shape, open_npy
-from data_adapters._sample import as_dtype, finish
 from data_adapters.splits import split_indices
 
 X_FILE = "NACA_Cylinder_X.npy"
@@ -206,7 +206,7 @@ class NacaDataset(torch.utils.data.Dataset):
                  degenerate: str = "drop", validate: bool = True) -> None:
         self.root = Path(root)
         self.split = split
-        self.dtype = as_dtype(dtype)
+        self.dtype = as_float_dtype(dtype)
         if degenerate not in ("drop", "raise"):
             raise MeshError(f"degenerate must be 'drop' or 'raise', got {degenerate!r}")
         self.degenerate = degenerate
@@ -320,8 +320,8 @@ class NacaDataset(torch.utils.data.Dataset):
 
     def _finish(self, mesh: MeshData, s: int) -> MeshData:
         n0, n1 = self.grid_shape
-        return finish(mesh, [], self.targets, self.dtype, sample_id=int(s), standin=False,
-                      grid_shape=torch.tensor([[n0, n1]]))
+        return add_inputs_targets(mesh, [], self.targets, self.dtype, sample_id=int(s),
+                                  standin=False, grid_shape=torch.tensor([[n0, n1]]))
 
 
 def load_naca(root, split: str = "train", target: str | int | Sequence = "mach",

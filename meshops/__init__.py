@@ -11,7 +11,9 @@ __version__ = "0.1.0"
 from meshops.allocator import keep_freed_memory
 from meshops.errors import CheckpointError, MeshError
 from meshops.data import MeshData
+from meshops.datasets import MeshFolderDataset, export_to_folder, list_mesh_files
 from meshops.io import mesh_from_arrays, read_mesh, write_mesh
+from meshops.normalizer import UnitGaussianNormalizer
 from meshops.pointcloud import point_cloud_weights
 from meshops.quadrature import grid_weights, quadrature_weights, structured_grid_cells
 from meshops.search import (available_backends, cells_to_edge_index, default_backend, fps, knn,
@@ -19,8 +21,9 @@ from meshops.search import (available_backends, cells_to_edge_index, default_bac
 
 __all__ = [
     "CheckpointError",
-    "MeshData", "MeshError", "__version__", "available_backends", "cells_to_edge_index",
-    "default_backend", "fps", "grid_weights", "keep_freed_memory", "knn", "knn_graph",
+    "MeshData", "MeshError", "MeshFolderDataset", "UnitGaussianNormalizer", "__version__",
+    "available_backends", "cells_to_edge_index", "default_backend", "export_to_folder", "fps",
+    "grid_weights", "keep_freed_memory", "knn", "knn_graph", "list_mesh_files",
     "mesh_from_arrays", "partition", "point_cloud_weights", "quadrature_weights", "radius",
     "radius_graph", "read_mesh",
     "structured_grid_cells", "write_mesh",

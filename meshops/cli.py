@@ -406,12 +406,12 @@ def load_folder(root, inputs: Sequence[str], targets: Sequence[str], dtype,
     ``weight``, ``x``, ``y`` and ``source``. Field shapes and the spatial
     dimension must agree across the files (the error names the first that
     disagrees). Input and target values must be finite (checked by
-    :class:`~data_adapters.folder.MeshFolderDataset`), and a mesh whose targets are
+    :class:`~meshops.datasets.MeshFolderDataset`), and a mesh whose targets are
     zero everywhere is refused: the relative L2 loss is undefined for it.
     """
     import torch
 
-    from data_adapters.folder import MeshFolderDataset
+    from meshops.datasets import MeshFolderDataset
     from meshops.data import MeshData
     from meshops.training.loss import lp_norms, zero_target
 
@@ -821,7 +821,7 @@ def predict_mesh(model, spec: RunSpec, mesh):
 
 # ========================================================================== predict
 def _mesh_files(paths: Sequence[str]) -> list[Path]:
-    from data_adapters.folder import list_mesh_files
+    from meshops.datasets import list_mesh_files
 
     out = []
     for p in map(Path, paths):
@@ -901,7 +901,7 @@ def _training_samples(meta: dict, spec: RunSpec):
     in float64, or ``(None, why not)``."""
     import torch
 
-    from data_adapters.folder import MeshFolderDataset
+    from meshops.datasets import MeshFolderDataset
     from meshops.errors import MeshError
 
     root, names = meta.get("data"), (meta.get("split") or {}).get("train")
@@ -954,7 +954,7 @@ _METRIC_LABELS = (("l2", "rel. L2 (quad)"), ("l2_unweighted", "rel. L2 (plain)")
 def _cmd_evaluate(args) -> int:
     import torch
 
-    from data_adapters.folder import MeshFolderDataset
+    from meshops.datasets import MeshFolderDataset
     from meshops.training.loss import sample_errors
 
     model, ckpt, meta = load_run(args.run, args.device)

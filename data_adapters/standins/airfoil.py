@@ -37,11 +37,11 @@ import torch
 
 from meshops._progress import progress as progress_bar
 from meshops.data import MeshData
+from meshops.datasets import add_inputs_targets, as_float_dtype
 from meshops.errors import MeshError
 from meshops.io import mesh_from_arrays
 from meshops.quadrature import structured_grid_cells
 
-from data_adapters._sample import as_dtype, finish
 from data_adapters.standins._cache import describe, generate_or_load
 from data_adapters.standins.cgrid import c_grid
 from data_adapters.standins.naca4 import naca4, naca4_name
@@ -168,10 +168,10 @@ def _build(arrays: dict, seed: int, inputs, targets, dtype) -> list[MeshData]:
         mesh = MeshData(pos=torch.from_numpy(points), weight=torch.from_numpy(arrays["weight"][k]),
                         fields={k_: torch.from_numpy(v) for k_, v in fields.items()},
                         cells=[("quad", quads)], cell_data={}, source=source)
-        out.append(finish(mesh, inputs, targets, dtype, sample_id=k, standin=True,
-                          params=torch.from_numpy(arrays["params"][k].copy())[None],
-                          cl=torch.tensor([float(arrays["cl"][k])]),
-                          grid_shape=torch.tensor([[n0, n1]])))
+        out.append(add_inputs_targets(mesh, inputs, targets, dtype, sample_id=k, standin=True,
+                                      params=torch.from_numpy(arrays["params"][k].copy())[None],
+                                      cl=torch.tensor([float(arrays["cl"][k])]),
+                                      grid_shape=torch.tensor([[n0, n1]])))
     return out
 
 
@@ -219,7 +219,7 @@ def make_airfoil_standin(num_samples: int = 200, seed: int = 0, cache_dir=None,
     Shapes:
         item: pos ``[n0 n1, 2]``, weight ``[n0 n1]``, x ``[n0 n1, C_in]``, y ``[n0 n1, C_out]``
     """
-    dtype = as_dtype(dtype)
+    dtype = as_float_dtype(dtype)
     names = FIELDS + INPUT_FIELDS
     targets = [target] if isinstance(target, str) else list(target)
     for name in list(targets) + list(inputs):

@@ -25,9 +25,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from meshops.datasets import add_inputs_targets, as_float_dtype
 from meshops.io import mesh_from_arrays
 
-from data_adapters._sample import as_dtype, finish
 
 INPUTS = ("kappa", "wind_x", "wind_y")
 TARGET = "u"
@@ -103,7 +103,7 @@ def make_convection_diffusion_standin(num_samples: int = 200, seed: int = 0, n: 
     Shapes:
         item: pos ``[n*n, 2]``, x ``[n*n, 3]``, y ``[n*n, 1]``, params ``[1, 3]``
     """
-    dtype = as_dtype(dtype)
+    dtype = as_float_dtype(dtype)
     params = sample_params(num_samples, seed)
     points, triangles, u = solve_convection_diffusion(n, params)
     samples = []
@@ -112,6 +112,6 @@ def make_convection_diffusion_standin(num_samples: int = 200, seed: int = 0, n: 
         fields[TARGET] = u[s]
         mesh = mesh_from_arrays(points, [("triangle", triangles)], fields,
                                 source=f"convection-diffusion STAND-IN sample {s} (seed {seed})")
-        samples.append(finish(mesh, INPUTS, [TARGET], dtype, sample_id=s, standin=True,
-                              params=torch.as_tensor(p)[None]))
+        samples.append(add_inputs_targets(mesh, INPUTS, [TARGET], dtype, sample_id=s, standin=True,
+                                          params=torch.as_tensor(p)[None]))
     return samples

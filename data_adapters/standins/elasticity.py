@@ -38,11 +38,11 @@ import torch
 
 from meshops._progress import progress as progress_bar
 from meshops.data import MeshData
+from meshops.datasets import add_inputs_targets, as_float_dtype
 from meshops.errors import MeshError
 from meshops.io import mesh_from_arrays
 
 from data_adapters._geometry import polygon_distance, star_polygon
-from data_adapters._sample import as_dtype, finish
 from data_adapters.standins._cache import describe, generate_or_load
 from data_adapters.standins.fem import nodal_stress, solve_plane_strain, von_mises_plane_strain
 
@@ -187,8 +187,8 @@ def _build(arrays: dict, seed: int, dtype: torch.dtype,
                         fields=fields, cells=[("triangle", torch.from_numpy(tri))],
                         cell_data={}, source=source)
         inputs = ["void_distance"] if void_distance else []
-        out.append(finish(mesh, inputs, ["sigma"], dtype, sample_id=k, standin=True,
-                          params=torch.from_numpy(arrays["params"][k].copy())[None]))
+        out.append(add_inputs_targets(mesh, inputs, ["sigma"], dtype, sample_id=k, standin=True,
+                                      params=torch.from_numpy(arrays["params"][k].copy())[None]))
     return out
 
 
@@ -229,7 +229,7 @@ def make_elasticity_standin(num_samples: int = 200, seed: int = 0, cache_dir=Non
         item: pos ``[N, 2]``, weight ``[N]``, x ``[N, 0]`` (``[N, 1]`` with
         ``void_distance``), y ``[N, 1]``, params ``[1, 11]``
     """
-    dtype = as_dtype(dtype)
+    dtype = as_float_dtype(dtype)
     cfg = {"h_void": float(h_void), "h_outer": float(h_outer), "E": float(E), "nu": float(nu),
            "traction": float(traction), "num_modes": NUM_MODES}
     meta = describe(GENERATOR, VERSION, cfg, seed, num_samples)

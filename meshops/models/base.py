@@ -16,7 +16,7 @@ from meshops._atomic import atomic_write
 from meshops._checkpoint import (check_finite, check_model_keys, check_normalizer_scales,
                                  check_weights_fit, first_line, read_checkpoint)
 from meshops.errors import CheckpointError
-from meshops.training.normalizer import UnitGaussianNormalizer
+from meshops.normalizer import UnitGaussianNormalizer
 
 CHECKPOINT_FORMAT = "meshops-checkpoint-1"
 

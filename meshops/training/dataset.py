@@ -11,61 +11,9 @@ from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
 from meshops.data import MeshData
+from meshops.datasets import check_finite_fields
 from meshops.errors import MeshError
-from meshops.training.normalizer import UnitGaussianNormalizer
-
-
-def check_finite_fields(fields, names: Sequence[str], source, role: str = "",
-                        dtype: torch.dtype | None = None) -> None:
-    """Refuse point fields with a NaN or infinite value, naming the first one.
-
-    One vectorised pass per field; the index is only looked up on failure. A NaN
-    in an input spreads through every global attention layer to the whole
-    prediction, and one in a target makes the loss NaN: both are caught here, where
-    the file is still known.
-
-    Args:
-        fields: Mapping of field name to ``[N]`` / ``[N, ...]`` tensors or arrays.
-        names: The fields to check (non-floating fields are skipped).
-        source: The file (or sample) named in the message.
-        role: ``"input"``, ``"target"`` or ``""``, for the message.
-        dtype: The floating dtype the values will be cast to: a value finite in the
-            file but beyond that dtype's range (1e300 in float32) would become
-            ``inf`` there, and is refused too.
-
-    Raises:
-        MeshError: ``"<source>: input field 'f' has a non-finite value (nan) at point
-            17"`` (with the component of a vector field, and the count), or ``"...
-            has a value (1e+300) at point 3 beyond the range of torch.float32"``.
-    """
-    for name in names:
-        v = fields[name]
-        v = v if isinstance(v, Tensor) else torch.as_tensor(v)
-        if not (v.is_floating_point() or v.is_complex()):
-            continue
-        flat = v.reshape(v.shape[0], -1) if v.dim() else v.reshape(1, 1)
-        finite = torch.isfinite(flat)
-        overflow = False
-        if bool(finite.all()):
-            if dtype is None or not v.is_floating_point() or \
-                    torch.finfo(dtype).max >= torch.finfo(v.dtype).max:
-                continue
-            finite = torch.isfinite(flat.to(dtype))
-            if bool(finite.all()):
-                continue
-            overflow = True
-        bad = (~finite).nonzero()
-        i, c = int(bad[0, 0]), int(bad[0, 1])
-        comp = f", component {c}" if flat.shape[1] > 1 else ""
-        kind = f"values beyond {dtype}'s range" if overflow else "non-finite values"
-        more = f" ({bad.shape[0]} {kind} in this field)" if bad.shape[0] > 1 else ""
-        what = f"{role} field" if role else "field"
-        if overflow:
-            raise MeshError(f"{source}: {what} {name!r} has a value ({flat[i, c].item():g}) "
-                            f"at point {i}{comp} beyond the range of {dtype} (largest "
-                            f"{torch.finfo(dtype).max:g}){more}; rescale the field")
-        raise MeshError(f"{source}: {what} {name!r} has a non-finite value "
-                        f"({flat[i, c].item()}) at point {i}{comp}{more}")
+from meshops.normalizer import UnitGaussianNormalizer
 
 
 def _stack_fields(mesh: MeshData, names: Sequence[str], role: str, n: int,

@@ -2,10 +2,10 @@
 wall-clock budget.
 
 A new user's folder is often a *parametric* FEM study: one fixed mesh, a few scalar
-parameters given as constant input fields, 100-200 samples. PiT at its documented
-benchmark sizes (width 256, 1,024 latent points, 1.25M parameters) makes a few slow
-epochs on such data in 10 minutes and loses to the nearest training sample; a small
-PiT with a small latent mesh takes ten times as many optimiser steps in that time.
+parameters given as constant input fields, 100-200 samples. PiT at its benchmark
+sizes is slow per step on such data, so a short run takes few optimiser steps; a
+small PiT with a small latent mesh takes many more in the same time (the measured
+figures are in the README and ``benchmarks/results/``).
 :func:`choose_defaults` looks at the samples and says which sizes it picked and why;
 :func:`epochs_for_budget` times one training step and picks the number of epochs.
 Options the user gives always win: the CLI applies only what was left unset.

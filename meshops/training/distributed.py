@@ -1,10 +1,11 @@
 """Data-parallel training across GPUs and nodes through ``torchrun`` + DDP.
 
-Launch the same training script on every process with ``torchrun``::
+Launch the same training script (``your_script.py`` below, one that builds a
+:class:`~meshops.training.Trainer` and calls ``fit``) on every process with ``torchrun``::
 
-    torchrun --nproc_per_node=4 train.py                    # one node, 4 GPUs
+    torchrun --nproc_per_node=4 your_script.py              # one node, 4 GPUs
     torchrun --nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d \\
-             --rdzv_endpoint=HOST:29500 train.py              # two nodes
+             --rdzv_endpoint=HOST:29500 your_script.py        # two nodes
 
 :class:`~meshops.training.Trainer` detects the ``WORLD_SIZE`` / ``RANK`` /
 ``LOCAL_RANK`` variables torchrun sets and then initialises the process group

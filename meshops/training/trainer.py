@@ -15,25 +15,24 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 import torch
 from torch import Tensor, nn
+from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DistributedSampler
 
 from meshops._atomic import atomic_write
+from meshops._checkpoint import check_weights_fit
 from meshops._progress import progress as progress_bar
-from meshops._checkpoint import (check_finite, check_model_keys, check_normalizer_scales,
-                                 check_weights_fit, first_line, read_checkpoint)
-from meshops.errors import CheckpointError
-from meshops.training import distributed
+from meshops.normalizer import UnitGaussianNormalizer
+from meshops.training import distributed, state
 from meshops.training.dataset import fit_normalizers, make_loader, prepare_batch
+from meshops.training.optim import (check_optimizer_arguments, check_scheduler,
+                                    is_scheduler_object, make_optimizer, make_scheduler,
+                                    name_of)
 from meshops.training.loss import (RelativeLpLoss, lp_errors, summarize_errors,
                                    warn_zero_targets)
-from meshops.training.normalizer import UnitGaussianNormalizer
 from meshops.training.seed import epoch_seed, get_rng_state, seed_everything, set_rng_state
 
 if TYPE_CHECKING:
     from meshops.models.base import NeuralOperator
-
-# meshops.models.base imports meshops.training (for the normaliser), so this module
-# imports it lazily: meshops.training may then export the Trainer without a cycle.
 
 LAST = "last.pt"
 BEST = "best.pt"
@@ -69,7 +68,8 @@ def _make_logger(log) -> Callable[[str], None]:
 
 
 #: Bytes of mesh structures (``mesh_transform``) the Trainer keeps for a dataset; over
-#: it, the model builds them per step (the --full NACA recipe: 13 MB per sample).
+#: it, the model builds them per step (large meshes times many samples, such as the
+#: full NACA recipe's).
 STRUCTURE_BUDGET = 4 * 2**30
 
 
@@ -135,6 +135,13 @@ def _with_mesh_structures(model, data, what: str, progress: bool):
 class Trainer:
     """Train a neural operator with a relative L2 loss, checkpoints and resumption.
 
+    The optimiser, learning-rate schedule and loss are the common ones by name
+    (``optimizer="adamw"``, ``scheduler="cosine"``, :class:`RelativeLpLoss`) or
+    objects you build: a :class:`torch.optim.Optimizer` over the model's parameters
+    (or a factory ``params -> Optimizer``), a learning-rate scheduler on that
+    optimiser (or a factory ``(optimizer, total_steps) -> scheduler``) and any loss
+    callable. The trainer uses them as given; their states go into ``last.pt``.
+
     The model is trained in physical units: when it carries normalisers (fitted
     here on the training split if ``normalize`` and it has none yet, and then
     saved with it), it sees normalised inputs, its raw outputs are decoded with
@@ -154,7 +161,8 @@ class Trainer:
     * ``last.pt`` after every epoch: a model checkpoint (loadable with
       :meth:`NeuralOperator.from_checkpoint`) plus the full training state
       (optimizer, scheduler, grad scaler, epoch, every rank's RNG states,
-      history), so a killed run loses at most one epoch;
+      history; see :mod:`meshops.training.state`), so a killed run loses at most
+      one epoch;
     * ``best.pt`` whenever the validation error improves, through
       :meth:`NeuralOperator.save` with ``epoch``, ``metric`` and the validation
       metrics (and ``metadata``) as metadata; without ``val_data`` no ``best.pt``
@@ -189,19 +197,29 @@ class Trainer:
         epochs: Number of epochs.
         batch_size: Samples per step (per process under torchrun).
         val_batch_size: Samples per evaluation step (default ``batch_size``).
-        lr: Learning rate (the peak rate for ``"onecycle"``).
-        weight_decay: Decoupled weight decay for ``"adamw"``, L2 penalty for ``"adam"``.
-        optimizer: ``"adamw"`` or ``"adam"``.
+        lr: Learning rate of the ``"adamw"``/``"adam"`` optimiser (default 1e-3).
+            ``"onecycle"`` peaks at the optimiser's rate.
+        weight_decay: Decoupled weight decay for ``"adamw"``, L2 penalty for
+            ``"adam"`` (default 1e-4). ``lr`` and ``weight_decay`` configure the
+            optimisers named by a string: with an optimiser object or factory, set
+            them there (passing them here too is an error).
+        optimizer: ``"adamw"``, ``"adam"``, a :class:`torch.optim.Optimizer` over
+            parameters of ``model`` (all or some: the others stay fixed), or a
+            callable ``params -> Optimizer`` called with the model's trainable
+            parameters.
         scheduler: ``"cosine"`` (cosine decay to 0 over the run), ``"onecycle"``,
-            ``None`` (constant rate) or a callable ``(optimizer, total_steps) ->
-            LRScheduler``. Schedulers are stepped after every batch (not every
-            epoch), so that runs of a few epochs still get a smooth schedule.
+            ``None`` (constant rate), a learning-rate scheduler built on the
+            ``optimizer`` object passed here, or a callable ``(optimizer,
+            total_steps) -> scheduler``. Schedulers are stepped after every batch
+            (not every epoch), so that runs of a few epochs still get a smooth
+            schedule; ``ReduceLROnPlateau``, which needs a metric, is refused.
         grad_clip: Maximum total gradient norm, or ``None``.
-        loss: ``loss(pred, target, weight, batch) -> scalar``; default
-            :class:`RelativeLpLoss` with quadrature weights (``RelativeLpLoss(
-            quadrature=False)`` for numbers comparable with published benchmarks).
-            The validation metric that picks ``best.pt`` follows its
-            ``quadrature`` attribute (weighted when absent).
+        loss: ``loss(pred, target, weight, batch) -> scalar tensor`` (a module or
+            any callable); default :class:`RelativeLpLoss` with quadrature weights
+            (``RelativeLpLoss(quadrature=False)`` for numbers comparable with
+            published benchmarks). Its value is the logged ``train_loss``. The
+            validation metric that picks ``best.pt`` follows its ``quadrature``
+            attribute (weighted when absent).
         seed: Seeds the global generators (rank ``r`` uses ``seed + r``, so that
             dropout differs across ranks) and the data order. The model exists
             before the trainer does: for reproducible initial weights, call
@@ -240,8 +258,10 @@ class Trainer:
 
     def __init__(self, model: "NeuralOperator", train_data: Sequence, val_data: Sequence | None = None,
                  *, epochs: int, batch_size: int = 8, val_batch_size: int | None = None,
-                 lr: float = 1e-3, weight_decay: float = 1e-4, optimizer: str = "adamw",
-                 scheduler: str | Callable | None = "cosine", grad_clip: float | None = None,
+                 lr: float | None = None, weight_decay: float | None = None,
+                 optimizer: str | torch.optim.Optimizer | Callable = "adamw",
+                 scheduler: str | LRScheduler | Callable | None = "cosine",
+                 grad_clip: float | None = None,
                  loss: Callable | None = None, seed: int = 0,
                  device: str | torch.device | None = None, amp: bool | str = False,
                  out_dir: str | Path | None = None, normalize: bool = True,
@@ -255,14 +275,26 @@ class Trainer:
             raise ValueError("Trainer: train_data is empty")
         if resume and out_dir is None:
             raise ValueError("Trainer: resume=True needs out_dir")
-        if optimizer not in ("adamw", "adam"):
-            raise ValueError(f"optimizer must be 'adamw' or 'adam', got {optimizer!r}")
-        if not (scheduler is None or callable(scheduler) or scheduler in ("cosine", "onecycle")):
-            raise ValueError(f"scheduler must be 'cosine', 'onecycle', None or a callable, "
-                             f"got {scheduler!r}")
+        if loss is not None and not callable(loss):
+            raise TypeError(f"loss must be a callable (pred, target, weight, batch) -> "
+                            f"scalar, got {type(loss).__name__}")
         params = list(model.parameters())
         if not params:
             raise ValueError("Trainer: the model has no parameters")
+        # A given optimiser (and a scheduler object) is checked now, and the arguments
+        # of the others: a wrong one is refused before a process group exists that the
+        # error would leave behind. Named ones and factories are built once the model is
+        # on its device (fused optimisers check it).
+        if isinstance(optimizer, torch.optim.Optimizer):
+            self.optimizer = make_optimizer(model, optimizer, lr, weight_decay)
+        else:
+            check_optimizer_arguments(optimizer, lr, weight_decay)
+            self.optimizer = None
+        if is_scheduler_object(scheduler):
+            check_scheduler(scheduler, self.optimizer)
+        elif isinstance(scheduler, str) and scheduler not in ("cosine", "onecycle"):
+            raise ValueError(f"scheduler must be 'cosine', 'onecycle', None, a scheduler or "
+                             f"a callable, got {scheduler!r}")
         self.dtype = params[0].dtype
         self._check_dtype(train_data[0])
         if precompute:
@@ -307,8 +339,14 @@ class Trainer:
                                         generator=self._loader_gen, num_workers=num_workers)
         self.steps_per_epoch = len(self.train_loader)
 
-        self.optimizer = self._make_optimizer(optimizer, lr, weight_decay)
-        self.scheduler = self._make_scheduler(scheduler, lr)
+        try:
+            if self.optimizer is None:
+                self.optimizer = make_optimizer(self.model, optimizer, lr, weight_decay)
+            self.scheduler = make_scheduler(scheduler, self.optimizer,
+                                            self.epochs * self.steps_per_epoch)
+        except Exception:
+            distributed.cleanup(self.dist)
+            raise
         self.history: list[dict[str, Any]] = []
         self.best: dict[str, Any] = {"value": math.inf, "epoch": None}
         self.epoch = 0  # completed epochs
@@ -339,27 +377,6 @@ class Trainer:
         if amp not in choices:
             raise ValueError(f"amp must be True, False, 'bf16' or 'fp16', got {amp!r}")
         return choices[amp]
-
-    def _make_optimizer(self, name: str, lr: float, weight_decay: float):
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        if name == "adamw":
-            return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-        if name == "adam":
-            return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
-        raise ValueError(f"optimizer must be 'adamw' or 'adam', got {name!r}")
-
-    def _make_scheduler(self, name, lr: float):
-        total = self.epochs * self.steps_per_epoch
-        if name is None:
-            return None
-        if callable(name):
-            return name(self.optimizer, total)
-        if name == "cosine":
-            return torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, T_max=total)
-        if name == "onecycle":
-            return torch.optim.lr_scheduler.OneCycleLR(self.optimizer, max_lr=lr,
-                                                       total_steps=total)
-        raise ValueError(f"scheduler must be 'cosine', 'onecycle', None or a callable, got {name!r}")
 
     def _attach_normalizers(self, norm_in: UnitGaussianNormalizer | None,
                             norm_out: UnitGaussianNormalizer | None) -> None:
@@ -422,6 +439,11 @@ class Trainer:
             pred = self._forward(net, batch)
             y, w, b = targets_of(batch)
             loss = self.loss_fn(pred, y, w, b)
+            if not (isinstance(loss, Tensor) and loss.dim() == 0):
+                got = (f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, Tensor)
+                       else f"a {type(loss).__name__}")
+                raise ValueError(f"the loss {name_of(self.loss_fn)} returned {got}; it must "
+                                 f"return a scalar tensor (reduce over the samples)")
             value = float(loss.detach())
             if not math.isfinite(value):
                 raise FloatingPointError(
@@ -576,134 +598,45 @@ class Trainer:
         rng = distributed.all_gather_objects(get_rng_state(), self.dist)
         if not self.dist.is_main:
             return
-        state = self.model.checkpoint_state(**self.metadata, epoch=self.epoch)
-        state["training"] = {
-            "epoch": self.epoch, "epochs": self.epochs, "seed": self.seed,
-            "world_size": self.dist.world_size if self.dist.active else 1,
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
-            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-            "rng": rng, "history": self.history, "best": self.best,
-        }
-        atomic_write(self.out_dir / LAST, lambda tmp: torch.save(state, tmp))
+        training = state.training_entry(
+            epoch=self.epoch, epochs=self.epochs, seed=self.seed,
+            world_size=self.dist.world_size if self.dist.active else 1,
+            optimizer=self.optimizer, scheduler=self.scheduler, scaler=self.scaler,
+            rng=rng, history=self.history, best=self.best)
+        saved = dict(self.model.checkpoint_state(**self.metadata, epoch=self.epoch),
+                     training=training)
+        atomic_write(self.out_dir / LAST, lambda tmp: torch.save(saved, tmp))
 
-    @classmethod
-    def read_state(cls, path: Path) -> dict:
-        """The checkpoint at ``path`` (a ``last.pt``), checked as a training state.
-
-        The same checks as :meth:`NeuralOperator.from_checkpoint` (archive CRCs,
-        plain pickle, finite weights), and a complete training entry with finite
-        optimizer moments: a damaged last.pt must stop the run, not continue it
-        from garbage.
-
-        Raises:
-            CheckpointError: naming ``path`` and what is wrong.
-        """
-        from meshops.models.base import CHECKPOINT_FORMAT
-
-        state = read_checkpoint(path)
-        if "training" not in state:
-            raise CheckpointError(f"{path}: not a meshops training state (no 'training')")
-        check_model_keys(state, path, CHECKPOINT_FORMAT)
-        cls._check_training_state(state["training"], path)
-        check_finite(state["state_dict"], path)
-        check_normalizer_scales(state["state_dict"], path)
-        check_finite(state["training"]["optimizer"], path, "training.optimizer")
-        return state
-
-    @staticmethod
-    def check_resume_epochs(path: Path, training: dict, epochs: int, scheduled: bool) -> None:
-        """Refuse to resume the run of ``path`` for another number of epochs.
-
-        A learning-rate schedule (cosine, one-cycle, a callable) is laid out over
-        the epochs the run was started with: resuming it for more epochs would
-        run the cosine past its end, where the rate climbs back up (one-cycle
-        stops with an error), and for fewer it would stop before the rate has
-        decayed. Neither is a run of ``epochs`` epochs, so it is refused; the same
-        ``epochs`` continue the exact schedule. Without a schedule (a constant
-        rate, before and now) nothing depends on the count and the run is simply
-        extended or stopped earlier.
-
-        Args:
-            path: The ``last.pt`` (named in the error).
-            training: Its ``training`` entry (see :meth:`read_state`).
-            epochs: The number of epochs asked for now.
-            scheduled: Whether the resumed run has a learning-rate schedule.
-
-        Raises:
-            ValueError: when the counts differ and either run has a schedule.
-        """
-        saved, had_schedule = training["epochs"], training.get("scheduler") is not None
-        if saved == epochs or not (scheduled or had_schedule):
-            return
-        why = ("its learning-rate schedule ends there" if had_schedule else
-               "without a learning-rate schedule, and one cannot start in its middle")
-        raise ValueError(
-            f"{path}: the run was started for {saved} epochs ({training['epoch']} done) "
-            f"{'and ' if had_schedule else ''}{why}, so it cannot be resumed for {epochs} "
-            f"epochs; resume it with {saved} epochs, or train {epochs} epochs in a new run")
+    # The checks of a last.pt, under their old names (the CLI checks a run before
+    # building its trainer).
+    read_state = staticmethod(state.read_training_state)
+    check_resume_epochs = staticmethod(state.check_resume_epochs)
+    _check_training_state = staticmethod(state.check_training_entry)
 
     def _load_state(self, path: Path) -> None:
-        state = self.read_state(path)
-        tr = state["training"]
+        saved = self.read_state(path)
+        tr = saved["training"]
         m = self.model
-        if state["model"] != m.model_name or state["config"] != dict(m.config):
-            raise ValueError(f"{path}: saved for {state['model']} {state['config']}, "
+        if saved["model"] != m.model_name or saved["config"] != dict(m.config):
+            raise ValueError(f"{path}: saved for {saved['model']} {saved['config']}, "
                              f"cannot resume {m.model_name} {dict(m.config)}")
         self.check_resume_epochs(path, tr, self.epochs, self.scheduler is not None)
-        norms = state.get("normalizers", {})
+        norms = saved.get("normalizers", {})
         self._attach_normalizers(
             UnitGaussianNormalizer(norms["input"]) if "input" in norms else None,
             UnitGaussianNormalizer(norms["output"]) if "output" in norms else None)
-        check_weights_fit(m, state["state_dict"], path, f"this {m.model_name} model")
-        m.load_state_dict(state["state_dict"])
-        try:
-            self.optimizer.load_state_dict(tr["optimizer"])
-            if self.scheduler is not None and tr["scheduler"] is not None:
-                self.scheduler.load_state_dict(tr["scheduler"])
-            if self.scaler is not None and tr["scaler"] is not None:
-                self.scaler.load_state_dict(tr["scaler"])
-        except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as e:
-            raise CheckpointError(f"{path}: the optimizer/scheduler state does not fit this "
-                                  f"run ({type(e).__name__}: {first_line(e)})") from None
-        world = self.dist.world_size if self.dist.active else 1
-        if tr["world_size"] == world:
-            try:
-                set_rng_state(tr["rng"][self.dist.rank])
-            except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as e:
-                raise CheckpointError(f"{path}: malformed random-generator state "
-                                      f"({type(e).__name__}: {first_line(e)})") from None
-        else:
+        check_weights_fit(m, saved["state_dict"], path, f"this {m.model_name} model")
+        m.load_state_dict(saved["state_dict"])
+        state.load_optimizer_states(path, tr, self.optimizer, self.scheduler, self.scaler)
+        rng = state.rank_rng_state(path, tr, self.dist.rank,
+                                   self.dist.world_size if self.dist.active else 1)
+        if rng is None:
             # Different ranks now; a per-(seed, rank, epoch) seed keeps it deterministic.
-            warnings.warn(f"{path}: saved on {tr['world_size']} processes, resuming on "
-                          f"{world}; random streams are re-seeded", UserWarning, stacklevel=4)
             seed_everything(epoch_seed(self.seed + self.dist.rank, tr["epoch"]))
+        else:
+            with state.checkpoint_errors(path, "malformed random-generator state"):
+                set_rng_state(rng)
         self.history = list(tr["history"])
         self.best = dict(tr["best"])
         self.epoch = int(tr["epoch"])
         self._log(f"resumed from {path} after epoch {self.epoch}/{self.epochs}")
-
-    @staticmethod
-    def _check_training_state(tr: Any, path: Path) -> dict:
-        """Keys and types of the ``training`` entry of ``last.pt`` (see :meth:`_save_state`)."""
-        if not isinstance(tr, dict):
-            raise CheckpointError(f"{path}: 'training' is a {type(tr).__name__}, not a dict")
-        kinds = {"epoch": int, "epochs": int, "seed": int, "world_size": int, "optimizer": dict,
-                 "rng": list, "history": list, "best": dict}
-        for key, kind in kinds.items():
-            if key not in tr:
-                raise CheckpointError(f"{path}: incomplete training state: no 'training.{key}'")
-            if not isinstance(tr[key], kind) or isinstance(tr[key], bool):
-                raise CheckpointError(f"{path}: training.{key} is a {type(tr[key]).__name__}, "
-                                      f"expected {kind.__name__}")
-        for key in ("scheduler", "scaler"):
-            if tr.get(key) is not None and not isinstance(tr[key], dict):
-                raise CheckpointError(f"{path}: training.{key} is a {type(tr[key]).__name__}")
-        if not 0 <= tr["epoch"] <= tr["epochs"] or tr["world_size"] < 1:
-            raise CheckpointError(f"{path}: training state says epoch {tr['epoch']} of "
-                                  f"{tr['epochs']} on {tr['world_size']} process(es)")
-        if len(tr["rng"]) != tr["world_size"] or len(tr["history"]) != tr["epoch"]:
-            raise CheckpointError(f"{path}: training state of {tr['epoch']} epoch(s) on "
-                                  f"{tr['world_size']} process(es) holds {len(tr['history'])} "
-                                  f"history entries and {len(tr['rng'])} generator states")
-        return tr

@@ -1,0 +1,112 @@
+"""Dependencies between the packages: the core package never imports the benchmark
+adapters, and the models do not import the trainer (issue 14 item 5)."""
+
+import ast
+import pickle
+from pathlib import Path
+
+import meshops
+import meshops.datasets
+import meshops.normalizer
+
+ROOT = Path(meshops.__file__).parent
+
+
+def _imported_modules(path: Path) -> list[tuple[int, str]]:
+    """``(line, module)`` of every import statement in a file, nested ones included."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append((node.lineno, node.module))
+    return out
+
+
+def test_no_module_under_meshops_imports_data_adapters():
+    """Every import statement in meshops/**.py, also those inside functions (the CLI
+    imported the folder data set lazily), is checked."""
+    files = sorted(ROOT.rglob("*.py"))
+    assert len(files) > 20
+    offenders = [f"{path.relative_to(ROOT.parent)}:{line}: import {module}"
+                 for path in files for line, module in _imported_modules(path)
+                 if module == "data_adapters" or module.startswith("data_adapters.")]
+    assert offenders == []
+
+
+def test_the_scan_sees_a_lazy_import_inside_a_function(tmp_path):
+    """Control: the scan above finds an import of data_adapters hidden in a function."""
+    f = tmp_path / "m.py"
+    f.write_text("def load():\n    from data_adapters.folder import MeshFolderDataset\n")
+    assert _imported_modules(f) == [(2, "data_adapters.folder")]
+
+
+def _meshops_modules() -> dict[str, Path]:
+    """Module name -> file of every module of the meshops package."""
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _import_closure(start: str, modules: dict[str, Path]) -> set[str]:
+    """The meshops modules that importing ``start`` can import, by the import
+    statements in the sources (also those inside functions): a static, fast
+    stand-in for importing it and looking at ``sys.modules``."""
+    seen, todo = set(), [start]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in modules:
+            continue
+        seen.add(name)
+        parents = [".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)]
+        todo += parents  # importing a.b.c runs a/__init__ and a/b/__init__ first
+        tree = ast.parse(modules[name].read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                todo += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                todo.append(node.module)
+                todo += [f"{node.module}.{alias.name}" for alias in node.names]
+    return seen
+
+
+def test_importing_the_models_does_not_import_the_trainer():
+    modules = _meshops_modules()
+    closure = _import_closure("meshops.models", modules)
+    assert {"meshops.models.base", "meshops.normalizer", "meshops.nn"} <= closure
+    assert sorted(m for m in closure if m.startswith("meshops.training")) == []
+    # Control: the trainer's closure does reach the models (it loads checkpoints).
+    assert "meshops.models.base" in _import_closure("meshops.training", modules)
+
+
+def test_old_names_are_the_same_objects():
+    import data_adapters
+    import data_adapters.folder
+    import meshops.training
+    import meshops.training.normalizer
+    from meshops.training.dataset import check_finite_fields
+
+    assert meshops.training.normalizer.UnitGaussianNormalizer is meshops.UnitGaussianNormalizer
+    assert meshops.training.UnitGaussianNormalizer is meshops.normalizer.UnitGaussianNormalizer
+    for name in ("MeshFolderDataset", "export_to_folder", "list_mesh_files"):
+        assert getattr(data_adapters, name) is getattr(meshops.datasets, name)
+        assert getattr(data_adapters.folder, name) is getattr(meshops, name)
+    assert check_finite_fields is meshops.datasets.check_finite_fields
+
+
+def test_a_pickle_naming_the_old_normaliser_module_loads():
+    """A pickle written before the move names ``meshops.training.normalizer``; it
+    must still unpickle, to the class now in :mod:`meshops.normalizer`."""
+    norm = meshops.UnitGaussianNormalizer(2)
+    norm.mean.copy_(meshops.normalizer.torch.tensor([1.5, -2.0]))
+    blob = pickle.dumps(norm, protocol=2)
+    new, old = b"meshops.normalizer", b"meshops.training.normalizer"
+    assert blob.count(new) == 1
+    old_blob = blob.replace(new, old)  # what the old code wrote (protocol 2 has no lengths)
+    loaded = pickle.loads(old_blob)
+    assert type(loaded) is meshops.normalizer.UnitGaussianNormalizer
+    assert loaded.mean.tolist() == [1.5, -2.0] and loaded.channels == 2
