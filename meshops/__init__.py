@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 from meshops.allocator import keep_freed_memory
 from meshops.errors import CheckpointError, MeshError
 from meshops.data import MeshData
+from meshops.inference import RunSpec, load_run, predict_mesh
 from meshops.io import mesh_from_arrays, read_mesh, write_mesh
 from meshops.pointcloud import point_cloud_weights
 from meshops.quadrature import grid_weights, quadrature_weights, structured_grid_cells
@@ -18,10 +19,9 @@ from meshops.search import (available_backends, cells_to_edge_index, default_bac
                             knn_graph, partition, radius, radius_graph)
 
 __all__ = [
-    "CheckpointError",
-    "MeshData", "MeshError", "__version__", "available_backends", "cells_to_edge_index",
-    "default_backend", "fps", "grid_weights", "keep_freed_memory", "knn", "knn_graph",
-    "mesh_from_arrays", "partition", "point_cloud_weights", "quadrature_weights", "radius",
-    "radius_graph", "read_mesh",
+    "CheckpointError", "MeshData", "MeshError", "RunSpec", "__version__", "available_backends",
+    "cells_to_edge_index", "default_backend", "fps", "grid_weights", "keep_freed_memory", "knn",
+    "knn_graph", "load_run", "mesh_from_arrays", "partition", "point_cloud_weights",
+    "predict_mesh", "quadrature_weights", "radius", "radius_graph", "read_mesh",
     "structured_grid_cells", "write_mesh",
 ]
