@@ -116,6 +116,11 @@ def _dtype(key, v):
     return v
 
 
+def _unset_or(coerce):
+    """``None`` (``null`` in a file: choose from the data) or a value for ``coerce``."""
+    return lambda key, v: None if v is None else coerce(key, v)
+
+
 def _option(default, coerce: Callable[[str, Any], Any]):
     """A TrainConfig field with its coercer."""
     if isinstance(default, dict):
@@ -141,10 +146,10 @@ class TrainConfig:
     targets: list[str] | None = _option(None, lambda k, v: names(v, k))
     model: str = _option("pit", _model_name)
     model_config: dict = _option({}, _model_config)
-    epochs: int | None = _option(None, lambda k, v: _to_int(k, v, minimum=1))
+    epochs: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))
     minutes: float = _option(10.0, lambda k, v: _to_float(k, v, positive=True))
-    batch_size: int | None = _option(None, lambda k, v: _to_int(k, v, minimum=1))
-    lr: float | None = _option(None, lambda k, v: _to_float(k, v, positive=True))
+    batch_size: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))
+    lr: float | None = _option(None, _unset_or(lambda k, v: _to_float(k, v, positive=True)))
     weight_decay: float = _option(1e-4, lambda k, v: _to_float(k, v, nonneg=True))
     scheduler: str | None = _option("cosine", _scheduler)
     grad_clip: float | None = _option(None, _grad_clip)
