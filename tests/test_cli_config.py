@@ -196,3 +196,13 @@ def test_null_leaves_a_data_chosen_option_unset(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("meshops: error: ") and str(tmp_path / "nothing") in err
     assert "None" not in err
+
+
+def test_an_empty_run_folder_is_refused_naming_the_source(tmp_path, capsys):
+    """``--out ""`` or ``out: none`` used to end in a TypeError traceback."""
+    assert main(["train", "--data", "d", "--inputs", "f", "--targets", "u", "--out", ""]) == 2
+    assert capsys.readouterr().err == ("meshops: error: command line: out: expected a folder "
+                                       "name, got ''\n")
+    f = _write(tmp_path / "t.yaml", "out: none\n")
+    with pytest.raises(CLIError, match=r"t\.yaml: out: expected a folder name, got 'none'$"):
+        TrainConfig.from_file(f)

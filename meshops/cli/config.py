@@ -78,6 +78,14 @@ def _opt_str(key, v):
     return str(v)
 
 
+def _folder(key, v):
+    """A folder that must be named (the run folder): not empty, not none."""
+    path = _opt_str(key, v)
+    if path is None:
+        raise CLIError(f"{key}: expected a folder name, got {v!r}")
+    return path
+
+
 def _model_name(key, v):
     if not isinstance(v, str) or not v:
         raise CLIError(f"{key}: expected a model name, got {v!r}")
@@ -157,7 +165,7 @@ class TrainConfig:
     val_fraction: float | None = _option(0.2, _val_fraction)
     val_data: str | None = _option(None, _opt_str)
     seed: int = _option(0, lambda k, v: _to_int(k, v, minimum=0))
-    out: str = _option("run", _opt_str)
+    out: str = _option("run", _folder)
     device: str | None = _option(None, _opt_str)
     dtype: str = _option("float32", _dtype)
 
