@@ -12,6 +12,7 @@ from meshops.allocator import keep_freed_memory
 from meshops.errors import CheckpointError, MeshError
 from meshops.data import MeshData
 from meshops.datasets import MeshFolderDataset, export_to_folder, list_mesh_files
+from meshops.inference import RunSpec, load_run, predict_mesh
 from meshops.io import mesh_from_arrays, read_mesh, write_mesh
 from meshops.normalizer import UnitGaussianNormalizer
 from meshops.pointcloud import point_cloud_weights
@@ -20,11 +21,11 @@ from meshops.search import (available_backends, cells_to_edge_index, default_bac
                             knn_graph, partition, radius, radius_graph)
 
 __all__ = [
-    "CheckpointError",
-    "MeshData", "MeshError", "MeshFolderDataset", "UnitGaussianNormalizer", "__version__",
-    "available_backends", "cells_to_edge_index", "default_backend", "export_to_folder", "fps",
-    "grid_weights", "keep_freed_memory", "knn", "knn_graph", "list_mesh_files",
-    "mesh_from_arrays", "partition", "point_cloud_weights", "quadrature_weights", "radius",
-    "radius_graph", "read_mesh",
+    "CheckpointError", "MeshData", "MeshError", "MeshFolderDataset", "RunSpec",
+    "UnitGaussianNormalizer", "__version__", "available_backends", "cells_to_edge_index",
+    "default_backend", "export_to_folder", "fps", "grid_weights", "keep_freed_memory", "knn",
+    "knn_graph", "list_mesh_files", "load_run", "mesh_from_arrays", "partition",
+    "point_cloud_weights", "predict_mesh", "quadrature_weights", "radius", "radius_graph",
+    "read_mesh",
     "structured_grid_cells", "write_mesh",
 ]

@@ -1,0 +1,63 @@
+"""The ``meshops`` command: ``info``, ``train``, ``predict``, ``evaluate``, ``plot``,
+``build-kernels``.
+
+One module per subcommand (its function and its parser); :mod:`.config` holds the
+typed :class:`TrainConfig` of ``train``, :mod:`.folder` every use of the
+mesh-folder data set. Loading a run and predicting with it is library API
+(:mod:`meshops.inference`).
+
+Every subcommand has ``--help`` with examples. Errors in the user's data or
+arguments (missing files or fields, empty folders, field shapes that differ
+between files, a checkpoint that does not fit the data, bad config keys) print
+``meshops: error: ...`` naming the file on stderr and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from meshops.cli import evaluate, info, kernels, plot, predict, train
+from meshops.cli._common import CLIError, os_reason
+from meshops.cli.config import (RUN_CONFIG, TRAIN_DEFAULTS, TrainConfig, load_config_file,
+                                resolve_train_config)
+from meshops.cli.folder import load_folder
+from meshops.cli.info import mesh_summary
+from meshops.cli.train import _split, build_model
+from meshops.errors import CheckpointError, MeshError
+# The predict command calls predict_mesh through this module (see predict.py).
+from meshops.inference import RUN_CHECKPOINT, RunSpec, load_run, predict_mesh
+
+__all__ = ["CLIError", "RUN_CHECKPOINT", "RUN_CONFIG", "RunSpec", "TRAIN_DEFAULTS",
+           "TrainConfig", "build_model", "build_parser", "load_config_file", "load_folder",
+           "load_run", "main", "mesh_summary", "predict_mesh", "resolve_train_config"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="meshops", description="Mesh-agnostic neural operators on unstructured meshes.",
+        epilog="Run 'meshops COMMAND --help' for the options and examples of a command.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in (info, train, predict, evaluate, plot, kernels):
+        command.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (MeshError, CheckpointError, CLIError) as e:
+        print(f"meshops: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        # A file the user named cannot be read or written (permissions, a full
+        # disk, a folder that vanished, no run folder): one line, not a traceback.
+        # A closed stdout pipe (``meshops info | head``) is not an error of ours.
+        if isinstance(e, BrokenPipeError):
+            raise
+        print(f"meshops: error: {os_reason(e)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("meshops: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,353 @@
+"""The options of ``meshops train`` as one typed :class:`TrainConfig`.
+
+Options come from four places, each overriding the one before: the defaults
+below, ``RUN/config.yaml`` of a run being resumed, a ``--config FILE`` (YAML, or
+TOML by its suffix) and the command-line flags. Every value is coerced and checked
+by the coercer of its field, and a bad one is refused naming the option and where
+it came from (``command line: lr: ...`` or ``train.yaml: lr: ...``). Options left
+``None`` (model size, batch size, learning rate, epochs) are chosen later from the
+data by :mod:`meshops.training.defaults`; :meth:`TrainConfig.render` writes the
+config as it was finally chosen (``RUN/config.yaml``, ``--dry-run``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from meshops.cli._common import CLIError, names
+
+__all__ = ["RUN_CONFIG", "TRAIN_DEFAULTS", "TrainConfig", "load_config_file",
+           "resolve_train_config"]
+
+# The resolved config of a run folder, usable as --config and the base of --resume.
+RUN_CONFIG = "config.yaml"
+
+
+# ------------------------------------------------------------------- coercers
+# Each takes the option's label for messages ("<source>: <key>") and a value as a
+# flag, YAML or TOML gives it, and returns the value of the field or raises CLIError.
+def _to_int(key, v, minimum=None):
+    if isinstance(v, bool):
+        raise CLIError(f"{key}: expected an integer, got {v!r}")
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, str):
+        try:
+            v = int(v)
+        except ValueError:
+            raise CLIError(f"{key}: expected an integer, got {v!r}") from None
+    if not isinstance(v, int):
+        raise CLIError(f"{key}: expected an integer, got {v!r}")
+    if minimum is not None and v < minimum:
+        raise CLIError(f"{key}: must be >= {minimum}, got {v}")
+    return v
+
+
+def _to_float(key, v, positive=False, nonneg=False):
+    if isinstance(v, bool):
+        raise CLIError(f"{key}: expected a number, got {v!r}")
+    try:
+        v = float(v)  # YAML reads 1e-3 (without a dot) as a string
+    except (TypeError, ValueError):
+        raise CLIError(f"{key}: expected a number, got {v!r}") from None
+    if not math.isfinite(v) or (positive and v <= 0) or (nonneg and v < 0):
+        raise CLIError(f"{key}: must be a finite {'positive' if positive else 'non-negative'} "
+                       f"number, got {v}")
+    return v
+
+
+def _to_bool(key, v):
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.lower() in ("true", "yes", "1", "false", "no", "0"):
+        return v.lower() in ("true", "yes", "1")
+    raise CLIError(f"{key}: expected true or false, got {v!r}")
+
+
+def _opt_str(key, v):
+    if v is None or (isinstance(v, str) and v.lower() in ("", "none", "null")):
+        return None
+    if not isinstance(v, (str, os.PathLike)):
+        raise CLIError(f"{key}: expected a string, got {v!r}")
+    return str(v)
+
+
+def _folder(key, v):
+    """A folder that must be named (the run folder): not empty, not none."""
+    path = _opt_str(key, v)
+    if path is None:
+        raise CLIError(f"{key}: expected a folder name, got {v!r}")
+    return path
+
+
+def _model_name(key, v):
+    if not isinstance(v, str) or not v:
+        raise CLIError(f"{key}: expected a model name, got {v!r}")
+    return v
+
+
+def _model_config(key, v):
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise CLIError(f"{key}: expected a mapping of hyperparameters, got {v!r}")
+    return {str(a).replace("-", "_"): b for a, b in v.items()}
+
+
+def _grad_clip(key, v):
+    return None if v is None or v == "none" else _to_float(key, v, positive=True)
+
+
+def _val_fraction(key, v):
+    v = None if v is None else _to_float(key, v, nonneg=True)
+    if v is not None and v >= 1:
+        raise CLIError(f"{key}: must be in [0, 1), got {v}")
+    return v
+
+
+def _scheduler(key, v):
+    v = None if v is None or str(v).lower() in ("none", "constant") else str(v)
+    if v not in (None, "cosine", "onecycle"):
+        raise CLIError(f"{key}: must be cosine, onecycle or none, got {v!r}")
+    return v
+
+
+def _dtype(key, v):
+    if v not in ("float32", "float64"):
+        raise CLIError(f"{key}: must be float32 or float64, got {v!r}")
+    return v
+
+
+def _unset_or(coerce):
+    """``None`` (``null`` in a file: choose from the data) or a value for ``coerce``."""
+    return lambda key, v: None if v is None else coerce(key, v)
+
+
+def _option(default, coerce: Callable[[str, Any], Any]):
+    """A TrainConfig field with its coercer."""
+    if isinstance(default, dict):
+        return field(default_factory=dict, metadata={"coerce": coerce})
+    return field(default=default, metadata={"coerce": coerce})
+
+
+# ------------------------------------------------------------------ the config
+@dataclass
+class TrainConfig:
+    """The options of ``meshops train``, typed and checked.
+
+    ``None`` means "not set": ``data``, ``inputs`` and ``targets`` must be given;
+    ``epochs``, ``batch_size``, ``lr`` are chosen from the data
+    (:mod:`meshops.training.defaults`, which reads and fills the config like a
+    mapping: ``cfg["lr"]``, ``cfg.get("lr")``). ``val_data`` replaces
+    ``val_fraction``. Build one with :meth:`resolve` (flags and files) or
+    :meth:`from_options` (a mapping), never with unchecked values.
+    """
+
+    data: str | None = _option(None, _opt_str)
+    inputs: list[str] | None = _option(None, lambda k, v: names(v, k))
+    targets: list[str] | None = _option(None, lambda k, v: names(v, k))
+    model: str = _option("pit", _model_name)
+    model_config: dict = _option({}, _model_config)
+    epochs: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))
+    minutes: float = _option(10.0, lambda k, v: _to_float(k, v, positive=True))
+    batch_size: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))
+    lr: float | None = _option(None, _unset_or(lambda k, v: _to_float(k, v, positive=True)))
+    weight_decay: float = _option(1e-4, lambda k, v: _to_float(k, v, nonneg=True))
+    scheduler: str | None = _option("cosine", _scheduler)
+    grad_clip: float | None = _option(None, _grad_clip)
+    quadrature_loss: bool = _option(True, _to_bool)
+    val_fraction: float | None = _option(0.2, _val_fraction)
+    val_data: str | None = _option(None, _opt_str)
+    seed: int = _option(0, lambda k, v: _to_int(k, v, minimum=0))
+    out: str = _option("run", _folder)
+    device: str | None = _option(None, _opt_str)
+    dtype: str = _option("float32", _dtype)
+
+    # ------------------------------------------------------------- coercion
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        """The option names, in the order they are written."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def coerce(cls, options: Mapping, source: str) -> dict:
+        """Check and normalise a partial set of options from ``source`` (a file's
+        path or ``"command line"``): ``batch-size`` is ``batch_size``, unknown keys
+        and bad values raise :class:`CLIError` naming ``source`` and the key."""
+        specs = {f.name: f.metadata["coerce"] for f in dataclasses.fields(cls)}
+        out = {}
+        for key, v in options.items():
+            k = str(key).replace("-", "_")
+            if k not in specs:
+                close = difflib.get_close_matches(k, list(specs), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise CLIError(f"{source}: unknown key {key!r}{hint}; valid keys: "
+                               f"{', '.join(specs)}")
+            out[k] = v
+        return {k: specs[k](f"{source}: {k}", v) for k, v in out.items()}
+
+    @classmethod
+    def from_options(cls, options: Mapping, source: str = "options") -> "TrainConfig":
+        """A config from the defaults and ``options`` (checked as from ``source``)."""
+        return cls(**cls.coerce(options, source))
+
+    @classmethod
+    def from_file(cls, path) -> dict:
+        """The options of a config file (YAML, or TOML by the ``.toml`` suffix): a flat
+        mapping of the ``meshops train`` options, with ``model_config`` a nested
+        mapping. Unknown keys are an error."""
+        path = Path(path)
+        if not path.is_file():
+            raise CLIError(f"{path}: no such config file")
+        text = path.read_bytes()
+        try:
+            if path.suffix.lower() == ".toml":
+                import tomllib
+
+                cfg = tomllib.loads(text.decode("utf-8"))
+            else:
+                import yaml
+
+                cfg = yaml.safe_load(text.decode("utf-8"))
+        except Exception as e:  # yaml.YAMLError, tomllib.TOMLDecodeError, UnicodeDecodeError
+            raise CLIError(f"{path}: cannot parse config ({type(e).__name__}: {e})") from None
+        if cfg is None:
+            cfg = {}
+        if not isinstance(cfg, dict):
+            raise CLIError(f"{path}: a config file must be a mapping of options, got "
+                           f"{type(cfg).__name__}")
+        return cls.coerce(cfg, str(path))
+
+    @classmethod
+    def from_args(cls, args) -> dict:
+        """The options given on the command line (argparse leaves absent ones out;
+        ``--model-config`` is a list of ``key=value``)."""
+        cfg = {k: getattr(args, k) for k in cls.keys()
+               if k != "model_config" and hasattr(args, k)}
+        if getattr(args, "model_config", None):
+            cfg["model_config"] = _model_config_from_pairs(args.model_config)
+        return cls.coerce(cfg, "command line")
+
+    @classmethod
+    def resolve(cls, args) -> "TrainConfig":
+        """Defaults, then ``RUN/config.yaml`` (with ``--resume``), then ``--config
+        FILE``, then the flags; ``model_config`` mappings are merged, and the highest
+        level that says how to validate (``val_data`` or ``val_fraction``) decides."""
+        flags = cls.from_args(args)
+        from_file = cls.from_file(args.config) if getattr(args, "config", None) else {}
+        if from_file.get("val_data") and "val_fraction" in from_file:
+            raise CLIError(f"{args.config}: give val_fraction or val_data, not both")
+        cfg = cls()
+        out = flags.get("out", from_file.get("out", cfg.out))
+        levels = [from_file, flags]
+        if getattr(args, "resume", False) and (Path(out) / RUN_CONFIG).is_file():
+            levels.insert(0, cls.from_file(Path(out) / RUN_CONFIG))
+        val = {"val_fraction": cfg.val_fraction, "val_data": None}
+        for level in levels:
+            for k, v in level.items():
+                setattr(cfg, k, {**cfg.model_config, **v} if k == "model_config" else v)
+            if level.get("val_data"):
+                val = {"val_fraction": None, "val_data": level["val_data"]}
+            elif level.get("val_fraction") is not None:
+                val = {"val_fraction": level["val_fraction"], "val_data": None}
+        cfg.val_fraction, cfg.val_data = val["val_fraction"], val["val_data"]
+        cfg.check_complete()
+        return cfg
+
+    def check_complete(self) -> None:
+        """The options that have no default are set, and no field is both an input
+        and a target."""
+        missing = [k for k in ("data", "inputs", "targets") if self[k] is None]
+        if missing:
+            hint = {"data": "--data DIR", "inputs": '--inputs a,b (or --inputs "" for '
+                    "geometry-only problems)", "targets": "--targets u"}
+            raise CLIError("train: missing " + "; ".join(hint[k] for k in missing)
+                           + " (on the command line or in --config)")
+        if not self.targets:
+            raise CLIError("train: --targets needs at least one field name")
+        both = sorted(set(self.inputs) & set(self.targets))
+        if both:
+            raise CLIError(f"train: field(s) {both} are both inputs and targets")
+
+    # ----------------------------------------------- mapping access, rendering
+    # meshops.training.defaults reads and fills a config as a mapping.
+    def __getitem__(self, key: str):
+        if key not in self.keys():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __setitem__(self, key: str, value) -> None:
+        """Set an option, checked like any other (source ``defaults``)."""
+        setattr(self, key, self.coerce({key: value}, "defaults")[key])
+
+    def __contains__(self, key) -> bool:
+        return key in self.keys()
+
+    def get(self, key: str, default=None):
+        return getattr(self, key) if key in self.keys() else default
+
+    def to_dict(self) -> dict:
+        """Every option, in order (``model_config`` a copy)."""
+        return {k: (dict(v) if isinstance(v, dict) else v)
+                for k, v in ((k, getattr(self, k)) for k in self.keys())}
+
+    def render(self, model_config: Mapping | None = None) -> str:
+        """The config as YAML, as written to ``RUN/config.yaml`` and printed by
+        ``--dry-run``: every option, with ``model_config`` replaced by the model's
+        full hyperparameters when given. It reads back as ``--config``."""
+        import yaml
+
+        cfg = self.to_dict()
+        if model_config is not None:
+            cfg["model_config"] = dict(model_config)
+        return yaml.safe_dump(_plain(cfg), sort_keys=False, default_flow_style=False)
+
+
+def _plain(v):
+    """YAML-safe plain data (tuples as lists, paths and other objects as strings)."""
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    return str(v)
+
+
+def _parse_value(text: str):
+    """A ``key=value`` value: int, float, bool, null or string (YAML scalars)."""
+    import yaml
+
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    try:
+        v = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return v if isinstance(v, (str, bool, int, float, list)) or v is None else text
+
+
+def _model_config_from_pairs(pairs: Sequence[str]) -> dict:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise CLIError(f"--model-config: expected key=value, got {pair!r}")
+        out[key] = _parse_value(value.strip())
+    return out
+
+
+# The defaults as a plain mapping, and the functional entry points.
+TRAIN_DEFAULTS: dict[str, Any] = TrainConfig().to_dict()
+load_config_file = TrainConfig.from_file
+resolve_train_config = TrainConfig.resolve

@@ -1,0 +1,106 @@
+"""Folders of mesh files as the commands read them.
+
+Every use of the mesh-folder data set (:class:`MeshFolderDataset`,
+:func:`list_mesh_files`) by the ``meshops`` command goes through this module, so
+that the data set's home is named in one place (the two functions just below).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from meshops.cli._common import CLIError, progress
+from meshops.inference import _field_shape, _fmt_shape
+
+
+def folder_dataset(root, inputs: Sequence[str], targets: Sequence[str], dtype):
+    """A :class:`MeshFolderDataset` of ``root``: one sample per mesh file."""
+    from meshops.datasets import MeshFolderDataset
+
+    return MeshFolderDataset(root, inputs=inputs, targets=targets, dtype=dtype)
+
+
+def mesh_files(paths: Sequence[str]) -> list[Path]:
+    """Mesh files named directly or found in the named folders."""
+    from meshops.datasets import list_mesh_files
+
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = list_mesh_files(p)
+            if not found:
+                raise CLIError(f"{p}: no mesh files in this folder")
+            out += found
+        else:
+            out.append(p)
+    return out
+
+
+def load_folder(root, inputs: Sequence[str], targets: Sequence[str], dtype,
+                desc: str = "reading") -> tuple[list, list, dict, int]:
+    """Read every mesh of a folder as a lean training sample.
+
+    Returns ``(files, samples, field_shapes, pos_dim)``; the samples carry ``pos``,
+    ``weight``, ``x``, ``y`` and ``source``. Field shapes and the spatial
+    dimension must agree across the files (the error names the first that
+    disagrees). Input and target values must be finite (checked by the data set),
+    and a mesh whose targets are zero everywhere is refused: the relative L2 loss is
+    undefined for it.
+    """
+    import torch
+
+    from meshops.data import MeshData
+    from meshops.training.loss import lp_norms, zero_target
+
+    ds = folder_dataset(root, inputs, targets, dtype)
+    fields = list(inputs) + list(targets)
+    samples, shapes, dim = [], None, None
+    for i in progress(range(len(ds)), desc=desc, unit="mesh", leave=False):
+        s = ds[i]
+        path = ds.files[i]
+        sh = {k: _field_shape(s.fields[k]) for k in fields}
+        if shapes is None:
+            shapes, dim = sh, int(s.pos.shape[1])
+        else:
+            for k in fields:
+                if sh[k] != shapes[k]:
+                    raise CLIError(f"{path}: field {k!r} is {_fmt_shape(sh[k])} but it is "
+                                   f"{_fmt_shape(shapes[k])} in {ds.files[0].name}")
+            if int(s.pos.shape[1]) != dim:
+                raise CLIError(f"{path}: the mesh is {int(s.pos.shape[1])}-D but "
+                               f"{ds.files[0].name} is {dim}-D")
+        y = s.y.to(torch.float64)
+        zero = torch.zeros_like(y)
+        if targets and bool(zero_target(lp_norms(zero, y, s.weight.to(torch.float64))[1])
+                            | zero_target(lp_norms(zero, y)[1])):
+            raise CLIError(f"{path}: the target field(s) {', '.join(targets)} are zero "
+                           f"everywhere (or at every point of positive weight); the relative "
+                           f"L2 loss and error are undefined for this mesh: leave it out of "
+                           f"the training data")
+        samples.append(MeshData(pos=s.pos, weight=s.weight, x=s.x, y=s.y, source=str(path)))
+    return list(ds.files), samples, shapes, dim
+
+
+def training_samples(meta: dict, inputs: Sequence[str], targets: Sequence[str]):
+    """A run's training samples (``meta["data"]``, files ``meta["split"]["train"]``)
+    in float64, or ``(None, why not)``."""
+    import torch
+
+    from meshops.errors import MeshError
+
+    root, train = meta.get("data"), (meta.get("split") or {}).get("train")
+    if not root or not train:
+        return None, "n/a: the checkpoint does not record its training files"
+    if not Path(root).is_dir():
+        return None, f"n/a: the training data {root} is not here"
+    try:
+        ds = folder_dataset(root, inputs, targets, torch.float64)
+        index = {Path(f).name: i for i, f in enumerate(ds.files)}
+        missing = [n for n in train if n not in index]
+        if missing:
+            return None, (f"n/a: {len(missing)} training file(s) are no longer in {root} "
+                          f"(e.g. {missing[0]})")
+        return [ds[index[n]] for n in train], ""
+    except (MeshError, OSError, ValueError, KeyError) as e:
+        return None, f"n/a: cannot read the training data {root} ({e})"
