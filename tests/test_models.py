@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch_geometric.data import Batch
 
+from _devices import BF16_MODEL_RTOL
 from _meshes import square_mesh
 from meshops import MeshData
 from meshops.models import MODELS, NeuralOperator, PiT, _common, get_model
@@ -117,20 +118,24 @@ def test_overfits_tiny_dataset(name):
 
 # ------------------------------------------------------------- shapes and batches
 @pytest.mark.parametrize("name", VARIANTS)
-def test_query_points_batches_and_shapes(name):
+def test_query_points_batches_and_shapes(name, device):
     """Samples of different sizes, query points other than the inputs (different
-    numbers per sample), 3 input and 2 output channels."""
+    numbers per sample), 3 input and 2 output channels; on every device the CPU's
+    float32 result."""
     samples = [make_sample(n, seed=i, in_channels=3, out_channels=2, query=q)
                for i, (n, q) in enumerate([(6, 17), (9, 5), (7, 40)])]
     batch = batch_of(samples)
     model = build(name, in_channels=3, out_channels=2).eval()
     with torch.no_grad():
-        out = model(batch)
-        alone = [model(s) for s in samples]
+        out = device.run(model, batch)
+        alone = [device.run(model, s) for s in samples]
+        if device.is_cuda:
+            device.assert_close(out, model(batch), rtol=1e-4, atol=1e-5,
+                                bf16_rtol=BF16_MODEL_RTOL)
     assert out.shape == (17 + 5 + 40, 2)
     assert bool(torch.isfinite(out).all())
     # the batch gives each sample's own result
-    torch.testing.assert_close(out, torch.cat(alone), rtol=1e-4, atol=1e-5)
+    device.assert_close(out, torch.cat(alone), rtol=1e-4, atol=1e-5, bf16_rtol=BF16_MODEL_RTOL)
     # without query points: outputs at the input points
     for s in samples:
         del s.query_pos
@@ -140,37 +145,38 @@ def test_query_points_batches_and_shapes(name):
 
 
 @pytest.mark.parametrize("name", VARIANTS)
-def test_no_mixing_across_samples(name):
+def test_no_mixing_across_samples(name, device):
     """Changing sample 2 (values and mesh) changes nothing in samples 1 and 3."""
     a, b, c = (make_sample(n, seed=i) for i, n in enumerate([7, 8, 6]))
     b2 = make_sample(10, seed=5)
     model = build(name).eval()
     with torch.no_grad():
-        out1 = model(batch_of([a, b, c]))
-        out2 = model(batch_of([a, b2, c]))
+        out1 = device.run(model, batch_of([a, b, c]))
+        out2 = device.run(model, batch_of([a, b2, c]))
     na, nb, nb2 = a.pos.shape[0], b.pos.shape[0], b2.pos.shape[0]
-    torch.testing.assert_close(out1[:na], out2[:na], rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(out1[na + nb:], out2[na + nb2:], rtol=1e-5, atol=1e-6)
+    device.assert_close(out1[:na], out2[:na], rtol=1e-5, atol=1e-6, bf16_rtol=BF16_MODEL_RTOL)
+    device.assert_close(out1[na + nb:], out2[na + nb2:], rtol=1e-5, atol=1e-6,
+                        bf16_rtol=BF16_MODEL_RTOL)
     # and sample 2's output does depend on sample 2
     with torch.no_grad():
         b3 = b.clone()
         b3.x = b3.x * 2 + 1
-        out3 = model(batch_of([a, b3, c]))
+        out3 = device.run(model, batch_of([a, b3, c]))
     assert float((out3[na:na + nb] - out1[na:na + nb]).abs().max()) > 1e-4
 
 
 @pytest.mark.parametrize("name", VARIANTS)
-def test_querying_the_input_points_reproduces_the_default(name):
+def test_querying_the_input_points_reproduces_the_default(name, device):
     """The decoder is one function of the query point: asking for it at the input
     points explicitly gives exactly the default output."""
     samples = [make_sample(n, seed=i) for i, n in enumerate([6, 9])]
     model = build(name).eval()
     with torch.no_grad():
-        default = model(batch_of(samples))
+        default = device.run(model, batch_of(samples))
         for s in samples:
             s.query_pos = s.pos.clone()
-        explicit = model(batch_of(samples))
-    torch.testing.assert_close(explicit, default, rtol=1e-5, atol=1e-6)
+        explicit = device.run(model, batch_of(samples))
+    device.assert_close(explicit, default, rtol=1e-5, atol=1e-6, bf16_rtol=BF16_MODEL_RTOL)
 
 
 @pytest.mark.parametrize("name", VARIANTS)
@@ -268,7 +274,7 @@ def test_tno_pointwise_decoder_refuses_other_points():
             model(s)
 
 
-def test_tno_post_norm_is_the_papers_composition():
+def test_tno_post_norm_is_the_papers_composition(device64):
     """pre_norm=False: every block (and the decoder's cross block) is the post-norm
     iteration h = N1(x + Attn(x)), y = N2(h + FFN(h)), with no final norm; checked in
     float64 against that composition written here from the model's own submodules."""
@@ -288,7 +294,7 @@ def test_tno_post_norm_is_the_papers_composition():
         z = model.query_embed(model.pos_enc(q))
         z = c.norm1(z + c.attention((h, z), None, w))
         ref = model.head(c.norm2(z + c.ffn(z)))
-        torch.testing.assert_close(model(s), ref, rtol=0, atol=1e-12)
+        device64.assert_close(device64.run(model, s), ref, rtol=0, atol=1e-12)
         # and it is not the pre-norm model with the same weights
         pre = build("transformer_no").double().eval()
         pre.load_state_dict(model.state_dict(), strict=False)
@@ -313,7 +319,7 @@ def fourier_attention_reference(att, x, pos, w):
     return att.lin_out(torch.cat(heads, 1))
 
 
-def test_galerkin_transformer_fourier_blocks_and_composition():
+def test_galerkin_transformer_fourier_blocks_and_composition(device64):
     """attention="fourier": every encoder block holds a FourierAttention whose output is
     the float64 formula above, and the model is lift -> (y + Attn(y), then + FFN) per
     block, no norms -> head."""
@@ -332,7 +338,7 @@ def test_galerkin_transformer_fourier_blocks_and_composition():
             torch.testing.assert_close(b.attention(h, pos, w), a, rtol=0, atol=1e-10)
             h = h + a
             h = h + b.ffn(h)
-        torch.testing.assert_close(model(s), model.head(h), rtol=0, atol=1e-10)
+        device64.assert_close(device64.run(model, s), model.head(h), rtol=0, atol=1e-10)
 
 
 # -------------------------------------------------------------------------- PiT
