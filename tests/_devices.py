@@ -4,7 +4,8 @@ The ``device`` fixture (conftest.py) hands a test one :class:`Device`; the test 
 its inputs and its float64 reference on the CPU as before and runs the code under test
 through :meth:`Device.run`, which moves a copy of the module and the inputs to the
 device (float64 inputs become float32 under bf16 autocast: autocast leaves float64
-alone) and brings the output back to the CPU. :meth:`Device.assert_close` then compares
+alone; a layer's features, its first argument, become bf16, as inside an autocast
+model) and brings the output back to the CPU. :meth:`Device.assert_close` then compares
 with the CPU reference: elementwise with the test's tolerance in float32/float64, and
 normwise with :data:`BF16_RTOL` under bf16 autocast.
 """
@@ -111,8 +112,14 @@ class Device:
             fn = getattr(self.module(fn.__self__), fn.__name__)
         elif isinstance(fn, torch.nn.Module):
             fn = self.module(fn)
+        args = self.to(args)
+        if self.bf16 and args and isinstance(args[0], (torch.Tensor, tuple, list)):
+            # a layer's features x (or (x_src, x_dst)) enter in bf16, as they do inside
+            # a model under autocast (they come out of an autocast Linear); positions
+            # and weights stay float32
+            args = (_cast(args[0], torch.bfloat16),) + tuple(args[1:])
         with self.autocast():
-            out = fn(*self.to(args), **self.to(kwargs))
+            out = fn(*args, **self.to(kwargs))
         return self.back(out)
 
     def back(self, out: Any) -> Any:
@@ -147,6 +154,14 @@ class Device:
             print(f"bf16 normwise relative error {err / ref:.2e} (bound {bf16_rtol})")
         assert err <= bf16_rtol * ref, (f"bf16 autocast: normwise relative error "
                                         f"{err / ref:.3g} > {bf16_rtol}")
+
+
+def _cast(obj: Any, dtype: torch.dtype) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.to(dtype) if obj.is_floating_point() else obj
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_cast(o, dtype) for o in obj)
+    return obj
 
 
 def params(bf16: bool = True) -> list:
