@@ -33,9 +33,8 @@ reader accepts any grid size ``(n0, n1)``; the benchmark's is 221 x 51.
 **Speed.** All samples share the grid's cells, whose corners are four shifted slices
 of the node arrays: a grid without degenerate or tangled cells gets its weights (the
 same Gauss rule as :func:`meshops.quadrature.quadrature_weights`, equal to rounding)
-and its checks from whole-array operations, about 4 ms a sample on one core
-(``python -m benchmarks.loading``); only grids with bad cells take the per-cell path
-above.
+and its checks from whole-array operations (``python -m benchmarks.loading`` times
+it); only grids with bad cells take the per-cell path above.
 """
 
 from __future__ import annotations

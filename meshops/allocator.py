@@ -3,11 +3,10 @@
 glibc's ``malloc`` serves every block above 32 MiB with a fresh ``mmap`` and gives it
 back to the operating system on ``free``.  A forward/backward pass on a 250k-point
 mesh allocates and frees dozens of such tensors, so every step touches brand-new
-pages and the kernel zero-fills each 4 KiB page on first touch.  Measured on 2 CPU
-cores, ``GalerkinAttention`` (64 channels) forward+backward per point: 7.0 us at 64k
-points (16 MiB tensors, reused from the heap), 9.0 us at 262k and 8.5 us at 1M
-(mmapped afresh every step); with freed memory kept 5.6, 5.3 and 5.8 us
-(``python -m benchmarks --only layers --cases galerkin,galerkin_keepmem``).
+pages and the kernel zero-fills each 4 KiB page on first touch: a layer's time per
+point grows once its tensors pass that size, and keeping freed memory takes the
+growth away (``python -m benchmarks --only layers --cases galerkin,galerkin_keepmem``
+measures both; the figures are in the README).
 
 :func:`keep_freed_memory` switches glibc to serve large blocks from its heap and to
 never hand freed memory back, so that later steps reuse pages already mapped.  This
@@ -19,12 +18,11 @@ same for a whole program.
 The price is resident memory.  The process keeps its peak heap until it exits, and
 blocks freed in the middle of the heap are reused only by requests that fit: glibc
 before 2.38 serves PyTorch's 64-byte-aligned requests with a few bytes to spare, so
-a freed block is not always reused for the next tensor of the same size.  Measured
-(``python -m benchmarks.keep_freed_memory``: 30 fwd+bwd steps of ``GalerkinAttention``
-at 262k points, 2 cores): 1.37 s instead of 2.17 s per step, 0.49M instead of 23.8M
-page faults, and 2.3 GB resident instead of 0.47 GB (the steps' peak with glibc's
-defaults is about 1.3 GB); the size levelled off after 15 steps.  Use it for long runs
-on large meshes when memory is not the limit.
+a freed block is not always reused for the next tensor of the same size, so the
+resident size can grow to a few times the steps' peak before it levels off
+(``python -m benchmarks.keep_freed_memory`` measures step time, page faults and
+resident size with and without it).  Use it for long runs on large meshes when memory
+is not the limit.
 """
 
 from __future__ import annotations

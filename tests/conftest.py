@@ -7,6 +7,7 @@ import torch
 
 # Test helpers (_meshes.py) live beside the tests.
 sys.path.insert(0, str(Path(__file__).parent))
+import _devices  # noqa: E402  (needs the path above)
 
 # pytest-xdist runs one worker per core; more intra-op threads than cores only thrash.
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -47,8 +48,28 @@ def fused_kernel(fused_kernel_available):
 
 @pytest.fixture(autouse=True)
 def _fused_parameter_needs_kernel(request):
-    """A test parametrised with the path ``"fused"`` needs the kernel."""
+    """A test parametrised with the path ``"fused"`` needs the kernel, which is CPU-only."""
     callspec = getattr(request.node, "callspec", None)
     if callspec is not None and any(isinstance(v, str) and v == "fused"
                                     for v in callspec.params.values()):
+        dev = callspec.params.get("device", callspec.params.get("device64"))
+        if dev is not None and dev.is_cuda:
+            pytest.skip("the fused attention kernel is CPU-only")
         request.getfixturevalue("fused_kernel")
+
+
+# ------------------------------------------------------------------ devices
+# Layer and model tests whose property does not depend on the device (values against a
+# float64 reference, gradients, batching) take ``device``: they run on the CPU, on CUDA
+# and on CUDA under bf16 autocast (tests/_devices.py says how and with what tolerance);
+# ``device64`` leaves out bf16 for float64-only checks (gradcheck, rounding-level
+# equalities). Without a GPU the CUDA variants skip, saying so. On a GPU machine:
+#     pytest tests/test_nn_*.py tests/test_models.py -m cuda -n 0
+@pytest.fixture(params=_devices.params())
+def device(request) -> _devices.Device:
+    return request.param
+
+
+@pytest.fixture(params=_devices.params(bf16=False))
+def device64(request) -> _devices.Device:
+    return request.param

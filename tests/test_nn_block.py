@@ -58,58 +58,60 @@ def ln(norm, t):
 
 
 @pytest.mark.parametrize("kind", ATTENTIONS)
-def test_pre_norm_self_block_is_manual_composition(kind):
+def test_pre_norm_self_block_is_manual_composition(kind, device):
     block = build(kind)
     x, pos, w, batch = make_batch(SIZES, C, seed=1)
-    out = block(x, pos, w, batch)
+    out = device.run(block, x, pos, w, batch)
     h = x + block.attention(ln(block.norm1, x), pos, w, batch)
     ref = h + ffn(block, ln(block.norm2, h))
-    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    device.assert_close(out, ref, rtol=0, atol=1e-12)
     # dense form gives the same values and zeros on padding
     X, M = to_dense_batch(x, batch)
     P = to_dense_batch(pos, batch)[0]
     W = to_dense_batch(w, batch)[0]
-    dense = block.dense(X, P, W, mask=M)
-    torch.testing.assert_close(dense[M], ref, rtol=0, atol=1e-12)
+    dense = device.run(block.dense, X, P, W, mask=M)
+    device.assert_close(dense[M], ref, rtol=0, atol=1e-12)
     assert bool((dense[~M] == 0).all())
 
 
 @pytest.mark.parametrize("kind", ATTENTIONS)
-def test_post_norm_self_block_is_manual_composition(kind):
+def test_post_norm_self_block_is_manual_composition(kind, device):
     block = build(kind, pre_norm=False, activation="relu")
     x, pos, w, batch = make_batch(SIZES, C, seed=2)
     h = ln(block.norm1, x + block.attention(x, pos, w, batch))
     ref = ln(block.norm2, h + ffn(block, h, F.relu))
-    torch.testing.assert_close(block(x, pos, w, batch), ref, rtol=0, atol=1e-12)
+    device.assert_close(device.run(block, x, pos, w, batch), ref, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("kind", ATTENTIONS)
-def test_pre_norm_cross_block_is_manual_composition(kind):
+def test_pre_norm_cross_block_is_manual_composition(kind, device):
     block = build(kind, cross=True, src_channels=6)
     assert block.norm_src.normalized_shape == (6,)
     xs, ps, ws, bs = make_batch(SIZES, 6, seed=3)
     xd, pd, _, bd = make_batch(DST_SIZES, C, seed=4)
-    out = block((xs, xd), (ps, pd), ws, (bs, bd))
+    out = device.run(block, (xs, xd), (ps, pd), ws, (bs, bd))
     h = xd + block.attention((ln(block.norm_src, xs), ln(block.norm1, xd)), (ps, pd), ws, (bs, bd))
     ref = h + ffn(block, ln(block.norm2, h))
     assert out.shape == (sum(DST_SIZES), C)
-    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    device.assert_close(out, ref, rtol=0, atol=1e-12)
     Xs, Ms = to_dense_batch(xs, bs)
     Xd, Md = to_dense_batch(xd, bd)
-    dense = block.dense((Xs, Xd), (to_dense_batch(ps, bs)[0], to_dense_batch(pd, bd)[0]),
-                        to_dense_batch(ws, bs)[0], mask=(Ms, Md))
-    torch.testing.assert_close(dense[Md], ref, rtol=0, atol=1e-12)
+    dense = device.run(block.dense, (Xs, Xd),
+                       (to_dense_batch(ps, bs)[0], to_dense_batch(pd, bd)[0]),
+                       to_dense_batch(ws, bs)[0], mask=(Ms, Md))
+    device.assert_close(dense[Md], ref, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("kind", ATTENTIONS)
-def test_post_norm_cross_block_is_manual_composition(kind):
+def test_post_norm_cross_block_is_manual_composition(kind, device):
     block = build(kind, cross=True, pre_norm=False)
     assert block.norm_src is None  # post-norm uses the source as given
     xs, ps, ws, bs = make_batch(SIZES, C, seed=5)
     xd, pd, _, bd = make_batch(DST_SIZES, C, seed=6)
     h = ln(block.norm1, xd + block.attention((xs, xd), (ps, pd), ws, (bs, bd)))
     ref = ln(block.norm2, h + ffn(block, h))
-    torch.testing.assert_close(block((xs, xd), (ps, pd), ws, (bs, bd)), ref, rtol=0, atol=1e-12)
+    device.assert_close(device.run(block, (xs, xd), (ps, pd), ws, (bs, bd)), ref, rtol=0,
+                        atol=1e-12)
 
 
 @pytest.mark.parametrize("kind", ATTENTIONS)

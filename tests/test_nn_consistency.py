@@ -8,9 +8,12 @@ fixed set of points must
    the order of the nodal quadrature (2 for smooth kernels, 1 for kernels with a
    hard cut-off such as kNN/quantile balls and patch borders);
 2. agree between a strongly graded mesh and a uniform one, to within a tolerance
-   that the same layer with uniform weights ``w = 1/N`` misses by at least 5x.
+   that the same layer with uniform weights ``w = 1/N`` misses by a layer-specific
+   factor (``GRADED_RATIO``: hundreds to thousands for smooth kernels, tens for
+   balls and patches).
 
-The observed figures are printed (``pytest -s``) and reported in the issue note.
+The observed figures are printed (``pytest -s``); the bounds below are derived from
+them. Both tests also run on CUDA (``device64``: float64) where a GPU is present.
 """
 
 from __future__ import annotations
@@ -41,10 +44,10 @@ def input_field(pts: np.ndarray) -> torch.Tensor:
     return torch.tensor(np.stack(cols, 1), dtype=torch.float64)
 
 
-def run(layer, pts, weight):
+def run(layer, pts, weight, device):
     pos = torch.tensor(pts, dtype=torch.float64)
     with torch.no_grad():
-        return layer(input_field(pts), pos, weight)
+        return device.run(layer, input_field(pts), pos, weight)
 
 
 def probe_rows(pts: np.ndarray, probes: np.ndarray) -> np.ndarray:
@@ -54,7 +57,7 @@ def probe_rows(pts: np.ndarray, probes: np.ndarray) -> np.ndarray:
 
 
 def _layers():
-    """name -> (factory, convergence order)."""
+    """name -> (factory, convergence order, GRADED_RATIO bound)."""
     from meshops.nn import (ContinuumAttention, FourierAttention, GalerkinAttention,
                             LocalAttention, LocalPositionAttention, PatchAttention,
                             PositionAttention)
@@ -62,20 +65,34 @@ def _layers():
     # Smooth kernels converge at the order of the nodal quadrature (2). A hard
     # cut-off (a ball, a patch border) is integrated to first order, because the
     # nodal rule does not resolve where the border cuts a cell.
+    #
+    # GRADED_RATIO (test_graded_mesh_matches_uniform_mesh): with w = 1/N the graded
+    # mesh (3/4 of its points in 1/4 of the domain) is a wrong measure, an O(1) error
+    # whatever h; with quadrature weights the error is the rule's, O(h^2) for a
+    # smooth kernel and O(h) for a cut-off, at h = 1/16: the ratio scales like
+    # 16^2 = 256 resp. 16, times a layer constant. Observed (pytest -s, these fixed
+    # parameters; in brackets the smallest over 6 parameter draws): continuum 1519
+    # (1519), galerkin 695 (562), fourier 538 (538), position 62 (56: its lambda = 20
+    # Gaussian is ~3 cells wide, so the h^2 constant is large), local_position_radius
+    # 29 (26), local_radius 25 (21), patch_window_voxel 277 (248), patch_token_voxel
+    # 72 (58). Each bound is about 2/3 of the smallest seen: a lost order (O(h)
+    # instead of O(h^2): 16x) or an unweighted sum anywhere fails it.
     layers = {
-        "continuum": (lambda: ContinuumAttention(IN_CHANNELS, 8, heads=2), 2),
-        "galerkin": (lambda: GalerkinAttention(IN_CHANNELS, 8, heads=2), 2),
-        "fourier": (lambda: FourierAttention(IN_CHANNELS, 8, heads=2), 2),
-        "position": (lambda: PositionAttention(IN_CHANNELS, 8, heads=2, lam_init=[5.0, 20.0]), 2),
+        "continuum": (lambda: ContinuumAttention(IN_CHANNELS, 8, heads=2), 2, 1000),
+        "galerkin": (lambda: GalerkinAttention(IN_CHANNELS, 8, heads=2), 2, 400),
+        "fourier": (lambda: FourierAttention(IN_CHANNELS, 8, heads=2), 2, 350),
+        "position": (lambda: PositionAttention(IN_CHANNELS, 8, heads=2, lam_init=[5.0, 20.0]),
+                     2, 40),
         "local_position_radius": (lambda: LocalPositionAttention(
-            IN_CHANNELS, 8, heads=2, radius=0.3, lam_init=[5.0, 20.0]), 1),
-        "local_radius": (lambda: LocalAttention(IN_CHANNELS, 8, heads=2, radius=0.3), 1),
+            IN_CHANNELS, 8, heads=2, radius=0.3, lam_init=[5.0, 20.0]), 1, 18),
+        "local_radius": (lambda: LocalAttention(IN_CHANNELS, 8, heads=2, radius=0.3), 1, 14),
         # Voxel patches are fixed boxes of the domain; kd patches balance point
         # counts and so move with the point density (not mesh-independent).
         "patch_window_voxel": (lambda: PatchAttention(
-            IN_CHANNELS, 8, heads=2, num_patches=4, method="voxel", mode="window"), 1),
+            IN_CHANNELS, 8, heads=2, num_patches=4, method="voxel", mode="window"), 1, 160),
         "patch_token_voxel": (lambda: PatchAttention(
-            IN_CHANNELS, 8, heads=2, num_patches=4, method="voxel", mode="token", pos_dim=2), 1),
+            IN_CHANNELS, 8, heads=2, num_patches=4, method="voxel", mode="token", pos_dim=2),
+            1, 40),
     }
     return layers
 
@@ -84,35 +101,58 @@ LAYERS = _layers()
 
 
 def make(name):
-    torch.manual_seed(0)
-    factory, order = LAYERS[name]
-    return factory().double().eval(), order
+    """The layer in float64 with fixed generic projections: every ``Linear`` drawn here
+    from ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` with a seeded generator, so that the
+    figures bounded below do not move with the library's initialisation scheme (norms
+    keep their identity init, lambdas come from ``lam_init``)."""
+    factory, order, graded_ratio = LAYERS[name]
+    layer = factory().double().eval()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for _, m in sorted(layer.named_modules(), key=lambda item: item[0]):
+            if isinstance(m, torch.nn.Linear):
+                bound = m.in_features ** -0.5
+                for p in (m.weight, m.bias):
+                    if p is not None:
+                        p.copy_((torch.rand(p.shape, generator=g, dtype=p.dtype) * 2 - 1)
+                                * bound)
+    return layer, order, graded_ratio
 
 
 @pytest.mark.parametrize("name", sorted(LAYERS))
-def test_converges_under_nested_refinement(name):
-    layer, order = make(name)
+def test_converges_under_nested_refinement(name, device64):
+    layer, order, _ = make(name)
+    layer = device64.module(layer)
     probes, _ = rectilinear(np.linspace(0, 1, 5), np.linspace(0, 1, 5))
     outs = []
     for n in (8, 16, 32, 64):
         g = np.linspace(0, 1, n + 1)
         pts, cells = rectilinear(g, g)
         w = quadrature_weights(pts, cells)
-        outs.append(run(layer, pts, w)[probe_rows(pts, probes)])
+        outs.append(run(layer, pts, w, device64)[probe_rows(pts, probes)])
     errs = [float((outs[i] - outs[i + 1]).abs().max()) for i in range(len(outs) - 1)]
     ratios = [errs[i] / errs[i + 1] for i in range(len(errs) - 1)]
     print(f"\n{name}: successive differences {errs}, ratios {ratios}")
-    # Order p gives a ratio of 2^p per halving of h. Points entering and leaving a
-    # ball or patch make single ratios of cut-off layers erratic, so the mean
-    # ratio over the refinement range is checked (with 25% slack).
+    # Order p gives a ratio of 2^p per halving of h. Smooth kernels (p = 2) show
+    # 4.00-4.13 at every step (pytest -s): each ratio must exceed 3.5, room for the
+    # pre-asymptotic h^3 term but not for a lost order (2). Points entering and
+    # leaving a ball or patch make single ratios of cut-off layers (p = 1) erratic
+    # (1.7 to 5.6), so there the mean ratio over the range is checked: observed 1.78
+    # (patch_window_voxel) to 3.08 (local_position_radius), bound 1.6, below the
+    # asymptotic 2 by the 10% the smallest of them shows.
     mean_ratio = (errs[0] / errs[-1]) ** (1 / (len(errs) - 1))
-    assert mean_ratio > 0.75 * 2 ** order, ratios
+    print(f"{name}: mean ratio {mean_ratio:.2f}")
+    if order == 2:
+        assert min(ratios) > 3.5, ratios
+    else:
+        assert mean_ratio > 1.6, ratios
     assert errs[-1] < 0.03 * float(outs[-1].abs().max())
 
 
 @pytest.mark.parametrize("name", sorted(LAYERS))
-def test_graded_mesh_matches_uniform_mesh(name):
-    layer, _ = make(name)
+def test_graded_mesh_matches_uniform_mesh(name, device64):
+    layer, _, graded_ratio = make(name)
+    layer = device64.module(layer)
     uniform = np.linspace(0, 1, 17)
     # 48 extra x-lines packed into [0, 1/4]: three quarters of the points in a quarter
     # of the domain. The uniform grid's lines are kept, so its nodes are shared.
@@ -123,13 +163,14 @@ def test_graded_mesh_matches_uniform_mesh(name):
     rows_g = probe_rows(pts_g, pts_u)
     w_u, w_g = quadrature_weights(pts_u, cells_u), quadrature_weights(pts_g, cells_g)
 
-    out_u = run(layer, pts_u, w_u)
-    err_w = float((run(layer, pts_g, w_g)[rows_g] - out_u).abs().max())
+    out_u = run(layer, pts_u, w_u, device64)
+    err_w = float((run(layer, pts_g, w_g, device64)[rows_g] - out_u).abs().max())
     ones_u = torch.full_like(w_u, 1 / len(w_u))
     ones_g = torch.full_like(w_g, 1 / len(w_g))
-    err_1n = float((run(layer, pts_g, ones_g)[rows_g] - run(layer, pts_u, ones_u)).abs().max())
+    err_1n = float((run(layer, pts_g, ones_g, device64)[rows_g]
+                    - run(layer, pts_u, ones_u, device64)).abs().max())
     scale = float(out_u.abs().max())
     print(f"\n{name}: graded-vs-uniform error {err_w:.3e} with quadrature weights, "
           f"{err_1n:.3e} with w = 1/N (ratio {err_1n / err_w:.1f}), output scale {scale:.3f}")
-    assert err_1n >= 5 * err_w
+    assert err_1n >= graded_ratio * err_w, (err_1n / err_w, graded_ratio)
     assert err_w < 0.05 * scale

@@ -64,30 +64,28 @@ def reference_flat(layer, x_src, x_dst, w, b_src, b_dst):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-def test_self_attention_matches_formula_flat(impl):
+def test_self_attention_matches_formula_flat(impl, device):
     layer = layer_for(6, impl=impl)
     x, pos, w, batch = make_batch(SIZES, 6, seed=1)
-    out = layer(x, pos, w, batch)
+    out = device.run(layer, x, pos, w, batch)
     assert out.shape == (sum(SIZES), 8)
-    torch.testing.assert_close(out, reference_flat(layer, x, x, w, batch, batch),
-                               rtol=0, atol=1e-10)
+    device.assert_close(out, reference_flat(layer, x, x, w, batch, batch), rtol=0, atol=1e-10)
     # pos is not used by this layer
-    torch.testing.assert_close(layer(x, None, w, batch), out, rtol=0, atol=0)
+    device.assert_close(device.run(layer, x, None, w, batch), out, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-def test_cross_attention_matches_formula_flat(impl):
+def test_cross_attention_matches_formula_flat(impl, device):
     layer = layer_for((6, 3), out_channels=8, impl=impl)
     xs, ps, ws, bs = make_batch(SIZES, 6, seed=2)
     xd, pd, _, bd = make_batch(DST_SIZES, 3, seed=3)
-    out = layer((xs, xd), (ps, pd), ws, (bs, bd))
+    out = device.run(layer, (xs, xd), (ps, pd), ws, (bs, bd))
     assert out.shape == (sum(DST_SIZES), 8)
-    torch.testing.assert_close(out, reference_flat(layer, xs, xd, ws, bs, bd),
-                               rtol=0, atol=1e-10)
+    device.assert_close(out, reference_flat(layer, xs, xd, ws, bs, bd), rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-def test_dense_form_matches_formula_and_zeroes_padding(impl):
+def test_dense_form_matches_formula_and_zeroes_padding(impl, device):
     layer = layer_for((6, 3), impl=impl)
     xs, _, ws, bs = make_batch(SIZES, 6, seed=4)
     xd, _, _, bd = make_batch(DST_SIZES, 3, seed=5)
@@ -97,35 +95,33 @@ def test_dense_form_matches_formula_and_zeroes_padding(impl):
     # garbage in padded slots, even a positive weight, must not matter
     Xs = Xs.masked_fill(~Ms[..., None], 1e6)
     Ws = Ws.masked_fill(~Ms, 1.0)
-    out = layer.dense((Xs, Xd), None, Ws, mask=(Ms, Md))
+    out = device.run(layer.dense, (Xs, Xd), None, Ws, mask=(Ms, Md))
     assert out.shape == (3, max(DST_SIZES), 8)
-    torch.testing.assert_close(out[Md], reference_flat(layer, xs, xd, ws, bs, bd),
-                               rtol=0, atol=1e-10)
+    device.assert_close(out[Md], reference_flat(layer, xs, xd, ws, bs, bd), rtol=0, atol=1e-10)
     assert bool((out[~Md] == 0).all())
     # self form, single mask
     layer = layer_for(6, impl=impl)
-    out = layer.dense(Xs, None, Ws, mask=Ms)
-    torch.testing.assert_close(out[Ms], reference_flat(layer, xs, xs, ws, bs, bs),
-                               rtol=0, atol=1e-10)
+    out = device.run(layer.dense, Xs, None, Ws, mask=Ms)
+    device.assert_close(out[Ms], reference_flat(layer, xs, xs, ws, bs, bs), rtol=0, atol=1e-10)
     # without mask: every slot is a real point
     X = torch.randn(2, 7, 6, dtype=DT)
     W = torch.rand(2, 7, dtype=DT)
-    out = layer.dense(X, None, W)
+    out = device.run(layer.dense, X, None, W)
     for b in range(2):
-        torch.testing.assert_close(out[b], reference(layer, X[b], X[b], W[b]), rtol=0, atol=1e-10)
+        device.assert_close(out[b], reference(layer, X[b], X[b], W[b]), rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-def test_samples_do_not_interact(impl):
+def test_samples_do_not_interact(impl, device):
     layer = layer_for((6, 3), impl=impl)
     xs, _, ws, bs = make_batch(SIZES, 6, seed=6)
     xd, _, _, bd = make_batch(DST_SIZES, 3, seed=7)
-    out = layer((xs, xd), None, ws, (bs, bd))
+    out = device.run(layer, (xs, xd), None, ws, (bs, bd))
     xs2, ws2, xd2 = xs.clone(), ws.clone(), xd.clone()
     xs2[bs == 1] += 3.0
     ws2[bs == 1] *= torch.linspace(0.1, 5, int((bs == 1).sum()), dtype=DT)
     xd2[bd == 1] -= 2.0
-    out2 = layer((xs2, xd2), None, ws2, (bs, bd))
+    out2 = device.run(layer, (xs2, xd2), None, ws2, (bs, bd))
     keep = bd != 1
     assert torch.equal(out2[keep], out[keep])
     assert (out2[~keep] - out[~keep]).abs().max() > 1e-3  # the change was seen by sample 1
@@ -180,23 +176,23 @@ def test_uniform_weights_give_standard_attention():
 
 
 @pytest.mark.parametrize("impl", ("sdpa", "naive") + FUSED)
-def test_gradcheck_x_and_weight(impl):
-    layer = layer_for((3, 2), out_channels=4, heads=2, impl=impl)
-    xs = torch.randn(5, 3, dtype=DT, requires_grad=True)
-    xd = torch.randn(4, 2, dtype=DT, requires_grad=True)
-    w = (torch.rand(5, dtype=DT) + 0.1).requires_grad_()
-    bs = torch.tensor([0, 0, 0, 1, 1])
-    bd = torch.tensor([0, 1, 1, 1])
+def test_gradcheck_x_and_weight(impl, device64):
+    layer = device64.module(layer_for((3, 2), out_channels=4, heads=2, impl=impl))
+    xs, xd, w, bs, bd = device64.to((
+        torch.randn(5, 3, dtype=DT, requires_grad=True),
+        torch.randn(4, 2, dtype=DT, requires_grad=True),
+        (torch.rand(5, dtype=DT) + 0.1).requires_grad_(),
+        torch.tensor([0, 0, 0, 1, 1]), torch.tensor([0, 1, 1, 1])))
     assert torch.autograd.gradcheck(lambda a, b, c: layer((a, b), None, c, (bs, bd)),
                                     (xs, xd, w))
-    xself = torch.randn(5, 3, dtype=DT, requires_grad=True)
-    layer = layer_for(3, out_channels=4, heads=2, impl=impl)
+    xself = device64.to(torch.randn(5, 3, dtype=DT, requires_grad=True))
+    layer = device64.module(layer_for(3, out_channels=4, heads=2, impl=impl))
     assert torch.autograd.gradcheck(lambda a, c: layer(a, None, c, bs), (xself, w))
 
 
-def test_padding_and_zero_weights_give_finite_gradients():
+def test_padding_and_zero_weights_give_finite_gradients(fused_kernel_available):
     """Padded query rows, zero-weight keys and an all-padding sample: no NaN anywhere."""
-    for impl in IMPLS:
+    for impl in [i for i in IMPLS if i != "fused" or fused_kernel_available]:
         layer = layer_for(3, out_channels=4, heads=2, impl=impl)
         X = torch.randn(3, 6, 3, dtype=DT, requires_grad=True)
         W = torch.rand(3, 6, dtype=DT)

@@ -86,25 +86,25 @@ def reference_flat(layer, xs, xd, w, bs, bd, ps=None, pd=None):
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("pos_dim", [0, 2])
-def test_self_attention_matches_formula_flat(kind, pos_dim):
+def test_self_attention_matches_formula_flat(kind, pos_dim, device):
     layer = layer_for(kind, 6, pos_dim=pos_dim)
     x, pos, w, batch = make_batch(SIZES, 6, seed=1)
-    out = layer(x, pos, w, batch)
+    out = device.run(layer, x, pos, w, batch)
     assert out.shape == (sum(SIZES), 8)
-    torch.testing.assert_close(out, reference_flat(layer, x, x, w, batch, batch, pos, pos),
-                               rtol=0, atol=1e-10)
+    device.assert_close(out, reference_flat(layer, x, x, w, batch, batch, pos, pos),
+                        rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("pos_dim", [0, 2])
-def test_cross_attention_matches_formula_flat_and_dense(kind, pos_dim):
+def test_cross_attention_matches_formula_flat_and_dense(kind, pos_dim, device):
     layer = layer_for(kind, (6, 3), out_channels=8, pos_dim=pos_dim)
     xs, ps, ws, bs = make_batch(SIZES, 6, seed=2)
     xd, pd, _, bd = make_batch(DST_SIZES, 3, seed=3)
     ref = reference_flat(layer, xs, xd, ws, bs, bd, ps, pd)
-    out = layer((xs, xd), (ps, pd), ws, (bs, bd))
+    out = device.run(layer, (xs, xd), (ps, pd), ws, (bs, bd))
     assert out.shape == (sum(DST_SIZES), 8)
-    torch.testing.assert_close(out, ref, rtol=0, atol=1e-10)
+    device.assert_close(out, ref, rtol=0, atol=1e-10)
     # dense form, with garbage in padded source slots
     Xs, Ms = to_dense_batch(xs, bs)
     Ps = to_dense_batch(ps, bs)[0]
@@ -113,14 +113,14 @@ def test_cross_attention_matches_formula_flat_and_dense(kind, pos_dim):
     Pd = to_dense_batch(pd, bd)[0]
     Xs = Xs.masked_fill(~Ms[..., None], float("nan"))
     Ps = Ps.masked_fill(~Ms[..., None], 1e6)
-    out = layer.dense((Xs, Xd), (Ps, Pd), Ws, mask=(Ms, Md))
+    out = device.run(layer.dense, (Xs, Xd), (Ps, Pd), Ws, mask=(Ms, Md))
     assert out.shape == (3, max(DST_SIZES), 8)
-    torch.testing.assert_close(out[Md], ref, rtol=0, atol=1e-10)
+    device.assert_close(out[Md], ref, rtol=0, atol=1e-10)
     assert bool((out[~Md] == 0).all())
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_padded_keys_contribute_nothing_even_with_positive_weight_given(kind):
+def test_padded_keys_contribute_nothing_even_with_positive_weight_given(kind, device):
     """Padding is excluded through the mask (its weight is forced to 0)."""
     layer = layer_for(kind, 6, pos_dim=2)
     x, pos, w, _ = make_batch((7,), 6, seed=4)
@@ -129,8 +129,8 @@ def test_padded_keys_contribute_nothing_even_with_positive_weight_given(kind):
     P = torch.cat([pos, torch.rand(3, 2, dtype=DT)])[None]
     W = torch.cat([w, torch.ones(3, dtype=DT)])[None]
     M = torch.arange(10)[None] < 7
-    out = layer.dense(X, P, W, mask=M)
-    torch.testing.assert_close(out[0, :7], ref, rtol=0, atol=1e-10)
+    out = device.run(layer.dense, X, P, W, mask=M)
+    device.assert_close(out[0, :7], ref, rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -164,17 +164,17 @@ def test_uniform_weights_reproduce_paper_one_over_n(kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_samples_do_not_interact(kind):
+def test_samples_do_not_interact(kind, device):
     layer = layer_for(kind, (6, 3), pos_dim=2)
     xs, ps, ws, bs = make_batch(SIZES, 6, seed=5)
     xd, pd, _, bd = make_batch(DST_SIZES, 3, seed=6)
-    out = layer((xs, xd), (ps, pd), ws, (bs, bd))
+    out = device.run(layer, (xs, xd), (ps, pd), ws, (bs, bd))
     xs2, ps2, ws2, xd2 = xs.clone(), ps.clone(), ws.clone(), xd.clone()
     xs2[bs == 1] += 3.0
     ps2[bs == 1] += 1.0
     ws2[bs == 1] *= 4.0
     xd2[bd == 1] -= 2.0
-    out2 = layer((xs2, xd2), (ps2, pd), ws2, (bs, bd))
+    out2 = device.run(layer, (xs2, xd2), (ps2, pd), ws2, (bs, bd))
     keep = bd != 1
     assert torch.equal(out2[keep], out[keep])
     assert (out2[~keep] - out[~keep]).abs().max() > 1e-3
@@ -206,15 +206,15 @@ def test_quadrature_property_duplicate_points_half_weight(kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_gradcheck_x_weight_pos(kind):
-    layer = layer_for(kind, (3, 2), out_channels=4, heads=2, pos_dim=1)
-    xs = torch.randn(5, 3, dtype=DT, requires_grad=True)
-    xd = torch.randn(4, 2, dtype=DT, requires_grad=True)
-    ps = torch.rand(5, 1, dtype=DT, requires_grad=True)
-    pd = torch.rand(4, 1, dtype=DT, requires_grad=True)
-    w = (torch.rand(5, dtype=DT) + 0.1).requires_grad_()
-    bs = torch.tensor([0, 0, 0, 1, 1])
-    bd = torch.tensor([0, 1, 1, 1])
+def test_gradcheck_x_weight_pos(kind, device64):
+    layer = device64.module(layer_for(kind, (3, 2), out_channels=4, heads=2, pos_dim=1))
+    xs, xd, ps, pd, w, bs, bd = device64.to((
+        torch.randn(5, 3, dtype=DT, requires_grad=True),
+        torch.randn(4, 2, dtype=DT, requires_grad=True),
+        torch.rand(5, 1, dtype=DT, requires_grad=True),
+        torch.rand(4, 1, dtype=DT, requires_grad=True),
+        (torch.rand(5, dtype=DT) + 0.1).requires_grad_(),
+        torch.tensor([0, 0, 0, 1, 1]), torch.tensor([0, 1, 1, 1])))
     assert torch.autograd.gradcheck(
         lambda a, b, c, d, e: layer((a, b), (c, d), e, (bs, bd)), (xs, xd, ps, pd, w))
 

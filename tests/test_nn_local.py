@@ -101,31 +101,31 @@ CONFIGS = [(5, 6, 2), (2, 8, 2)]
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)
-def test_local_position_self_matches_reference(cfg):
+def test_local_position_self_matches_reference(cfg, device):
     cin, cout, heads = cfg
     layer = make_lpa(heads, cin, cout, k=3)
     assert layer.project_after == (heads * cin < cout)
     x, pos, w, b = sample(SRC, cin)
-    out = layer(x, pos, w, b)
+    out = device.run(layer, x, pos, w, b)
     for s in range(3):
         m = b == s
         mask = knn_mask(sqdist(pos[m], pos[m]), 3)
-        torch.testing.assert_close(out[m], ref_locposatt(layer, x[m], pos[m], pos[m], w[m], mask),
-                                   rtol=0, atol=1e-10)
+        device.assert_close(out[m], ref_locposatt(layer, x[m], pos[m], pos[m], w[m], mask),
+                            rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)
-def test_local_position_cross_matches_reference(cfg):
+def test_local_position_cross_matches_reference(cfg, device):
     cin, cout, heads = cfg
     layer = make_lpa(heads, cin, cout, k=4)
     x, ps, w, bs = sample(SRC, cin, seed=2)
     _, pd, _, bd = sample(DST, cin, seed=3)
-    out = layer((x, None), (ps, pd), w, (bs, bd))
+    out = device.run(layer, (x, None), (ps, pd), w, (bs, bd))
     assert out.shape == (sum(DST), cout)
     for s in range(3):
         mask = knn_mask(sqdist(pd[bd == s], ps[bs == s]), 4)
         ref = ref_locposatt(layer, x[bs == s], ps[bs == s], pd[bd == s], w[bs == s], mask)
-        torch.testing.assert_close(out[bd == s], ref, rtol=0, atol=1e-10)
+        device.assert_close(out[bd == s], ref, rtol=0, atol=1e-10)
 
 
 def test_radius_ball_matches_reference_for_both_layers():
@@ -242,28 +242,28 @@ def test_local_position_dense_form():
 
 
 # ------------------------------------------------------------------ LocalAttention
-def test_local_attention_self_matches_reference():
+def test_local_attention_self_matches_reference(device):
     layer = make_la(k=3)
     x, pos, w, b = sample(SRC, seed=10)
-    out = layer(x, pos, w, b)
+    out = device.run(layer, x, pos, w, b)
     assert out.shape == (sum(SRC), 8)
     for s in range(3):
         m = b == s
         mask = knn_mask(sqdist(pos[m], pos[m]), 3)
-        torch.testing.assert_close(out[m], ref_localatt(layer, x[m], x[m], w[m], mask),
-                                   rtol=0, atol=1e-10)
+        device.assert_close(out[m], ref_localatt(layer, x[m], x[m], w[m], mask),
+                            rtol=0, atol=1e-10)
 
 
-def test_local_attention_cross_matches_reference():
+def test_local_attention_cross_matches_reference(device):
     torch.manual_seed(0)
     layer = LocalAttention((5, 3), 8, heads=4, k=4).double()
     xs, ps, w, bs = sample(SRC, seed=11)
     xd, pd, _, bd = sample(DST, cin=3, seed=12)
-    out = layer((xs, xd), (ps, pd), w, (bs, bd))
+    out = device.run(layer, (xs, xd), (ps, pd), w, (bs, bd))
     for s in range(3):
         mask = knn_mask(sqdist(pd[bd == s], ps[bs == s]), 4)
         ref = ref_localatt(layer, xs[bs == s], xd[bd == s], w[bs == s], mask)
-        torch.testing.assert_close(out[bd == s], ref, rtol=0, atol=1e-10)
+        device.assert_close(out[bd == s], ref, rtol=0, atol=1e-10)
     # dense form (pair), padded
     B = 3
     XS = torch.zeros(B, 12, 5, dtype=DT)
@@ -275,8 +275,8 @@ def test_local_attention_cross_matches_reference():
     md = torch.arange(9)[None] < torch.tensor(DST)[:, None]
     XS[ms], PS[ms], W[ms] = xs, ps, w
     XD[md], PD[md] = xd, pd
-    dense = layer.dense((XS, XD), (PS, PD), W, mask=(ms, md))
-    torch.testing.assert_close(dense[md], out, rtol=0, atol=1e-12)
+    dense = device.run(layer.dense, (XS, XD), (PS, PD), W, mask=(ms, md))
+    device.assert_close(dense[md], out, rtol=0, atol=1e-12)
     assert bool((dense[~md] == 0).all())
 
 
@@ -285,17 +285,17 @@ LAYERS = {"position": lambda: make_lpa(k=3), "content": lambda: make_la(k=3)}
 
 
 @pytest.mark.parametrize("name", sorted(LAYERS))
-def test_no_information_crosses_samples(name):
+def test_no_information_crosses_samples(name, device):
     layer = LAYERS[name]()
     x, pos, w, b = sample(SRC, seed=13)
-    out = layer(x, pos, w, b)
+    out = device.run(layer, x, pos, w, b)
     m = b == 1
     x2, pos2, w2 = x.clone(), pos.clone(), w.clone()
     x2[m] += 3.0
     pos2[m] = pos2[m] * 0.5 + 0.25  # still overlapping the other samples' boxes
     w2[m] *= 5.0
-    out2 = layer(x2, pos2, w2, b)
-    torch.testing.assert_close(out2[~m], out[~m], rtol=0, atol=1e-14)
+    out2 = device.run(layer, x2, pos2, w2, b)
+    device.assert_close(out2[~m], out[~m], rtol=0, atol=1e-14)
     assert (out2[m] - out[m]).abs().max() > 1e-3
 
 
@@ -385,11 +385,11 @@ def test_zero_weight_neighbours_drop_out(name):
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)
-def test_gradcheck_local_position_attention(cfg):
+def test_gradcheck_local_position_attention(cfg, device64):
     cin, cout, heads = cfg
-    layer = make_lpa(heads, cin, cout, k=2)
-    x, ps, w, bs = sample([4, 3], cin, seed=17)
-    _, pd, _, bd = sample([3, 2], cin, seed=18)
+    layer = device64.module(make_lpa(heads, cin, cout, k=2))
+    x, ps, w, bs = device64.to(sample([4, 3], cin, seed=17))
+    _, pd, _, bd = device64.to(sample([3, 2], cin, seed=18))
     params = dict(layer.named_parameters())
 
     def f(x, lam_raw, ps, pd):
@@ -401,10 +401,10 @@ def test_gradcheck_local_position_attention(cfg):
     assert torch.autograd.gradcheck(f, inputs)
 
 
-def test_gradcheck_local_attention():
-    layer = make_la(k=2)
-    xs, ps, w, bs = sample([4, 3], seed=19)
-    xd, pd, _, bd = sample([3, 2], seed=20)
+def test_gradcheck_local_attention(device64):
+    layer = device64.module(make_la(k=2))
+    xs, ps, w, bs = device64.to(sample([4, 3], seed=19))
+    xd, pd, _, bd = device64.to(sample([3, 2], seed=20))
     inputs = (xs.requires_grad_(), xd.requires_grad_(), w.requires_grad_())
     assert torch.autograd.gradcheck(
         lambda a, b, c: layer((a, b), (ps, pd), c, (bs, bd)), inputs)

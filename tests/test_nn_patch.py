@@ -102,14 +102,14 @@ def test_front_dispatch_and_repr():
 
 
 # ----------------------------------------------------------------------------- windowed
-def test_window_matches_reference():
+def test_window_matches_reference(device):
     x, pos, w, batch = _batch([70, 45], 8)
     layer = _layer(WindowAttention, 8, 6, heads=2, num_patches=5)
     parts = layer.partition(pos, batch)
-    out = layer(x, pos, w, batch)
+    out = device.run(layer, x, pos, w, batch)
     ref = ref_window(layer, x, w, parts, batch)
     assert out.shape == (115, 6)
-    assert torch.allclose(out, ref, atol=1e-10, rtol=0)
+    device.assert_close(out, ref, atol=1e-10, rtol=0)
 
 
 def test_window_one_patch_is_global_attention():
@@ -210,28 +210,33 @@ def test_degenerate_patches_are_finite():
 
 
 # ----------------------------------------------------------------------------- token
-def test_token_matches_reference():
+def test_token_matches_reference(device):
     x, pos, w, batch = _batch([50, 33, 41], 6)
     layer = _layer(PatchTokenAttention, 6, 5, heads=2, num_patches=6, num_basis=4,
                    token_channels=3, embed_dim=8, hidden=7)
     parts = layer.partition(pos, batch)
-    out = layer(x, pos, w, batch)
+    layer(x, pos, w, batch)     # materialise the lazy basis MLPs before copying the layer
+    out = device.run(layer, x, pos, w, batch)
     ref = ref_token(layer, x, pos, w, parts, batch)
     assert out.shape == (124, 5)
-    assert torch.allclose(out, ref, atol=1e-10, rtol=0)
+    device.assert_close(out, ref, atol=1e-10, rtol=0)
 
 
 @pytest.mark.parametrize("mode", ["window", "token"])
-def test_batched_samples_do_not_mix(mode):
+def test_batched_samples_do_not_mix(mode, device):
     x, pos, w, batch = _batch([37, 52], 4)
     layer = _layer(PatchAttention, 4, heads=2, num_patches=5, mode=mode)
-    out = layer(x, pos, w, batch)
+    layer(x, pos, w, batch)     # materialise lazy basis MLPs (token) before copying
+    layer = device.module(layer)
+    out = device.run(layer, x, pos, w, batch)
     a, b = batch == 0, batch == 1
-    assert torch.allclose(out[a], layer(x[a], pos[a], w[a]), atol=1e-12, rtol=0)
-    assert torch.allclose(out[b], layer(x[b], pos[b], w[b]), atol=1e-12, rtol=0)
+    device.assert_close(out[a], device.run(layer, x[a], pos[a], w[a]), atol=1e-12, rtol=0)
+    device.assert_close(out[b], device.run(layer, x[b], pos[b], w[b]), atol=1e-12, rtol=0)
     # part ids that repeat across samples (0..P-1 in each) still keep samples apart
-    local = torch.cat([layer.partition(pos[a], None), layer.partition(pos[b], None)])
-    assert torch.allclose(layer(x, pos, w, batch, parts=local), out, atol=1e-12, rtol=0)
+    local = torch.cat([layer.partition(device.to(pos[a]), None),
+                       layer.partition(device.to(pos[b]), None)])
+    device.assert_close(device.run(layer, x, pos, w, batch, parts=local), out, atol=1e-12,
+                        rtol=0)
 
 
 @pytest.mark.parametrize("mode", ["window", "token"])
@@ -358,11 +363,12 @@ def test_dense_form_matches_flat():
         assert (out[~mask] == 0).all()
 
 
-def test_gradcheck():
-    x, pos, w, batch = _batch([7, 5], 4, seed=2)
-    win = _layer(WindowAttention, 4, heads=2, num_patches=3)
+def test_gradcheck(device64):
+    x, pos, w, batch = device64.to(_batch([7, 5], 4, seed=2))
+    win = device64.module(_layer(WindowAttention, 4, heads=2, num_patches=3))
     parts = win.partition(pos, batch)
-    tok = _layer(PatchTokenAttention, 4, 3, heads=2, num_patches=3, num_basis=3, hidden=5)
+    tok = device64.module(_layer(PatchTokenAttention, 4, 3, heads=2, num_patches=3,
+                                 num_basis=3, hidden=5))
     tok(x, pos, w, batch)   # materialise the lazy basis MLPs
     xr, pr, wr = (t.clone().requires_grad_() for t in (x, pos, w))
     assert gradcheck(lambda a, c: win(a, pos, c, batch, parts=parts), (xr, wr), fast_mode=True)

@@ -65,37 +65,37 @@ CONFIGS = [(5, 6, 2), (2, 8, 2), (3, 3, 1)]
 # -------------------------------------------------------------- reference equality
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("cfg", CONFIGS)
-def test_self_flat_batch_matches_reference(path, cfg):
+def test_self_flat_batch_matches_reference(path, cfg, device):
     cin, cout, heads = cfg
     layer = make(cin, cout, heads, path)
     assert layer.project_after == (heads * cin < cout)
     sizes = [7, 12, 4]
     x, pos, w, b = sample(sizes, cin)
-    out = layer(x, pos, w, b)
+    out = device.run(layer, x, pos, w, b)
     assert out.shape == (sum(sizes), cout)
     for s in range(3):
         m = b == s
         ref = ref_posatt(layer, x[m], pos[m], pos[m], w[m])
-        torch.testing.assert_close(out[m], ref, rtol=0, atol=1e-10)
+        device.assert_close(out[m], ref, rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("cfg", CONFIGS)
-def test_cross_flat_batch_matches_reference(path, cfg):
+def test_cross_flat_batch_matches_reference(path, cfg, device):
     cin, cout, heads = cfg
     layer = make(cin, cout, heads, path)
     src_sizes, dst_sizes = [7, 12, 4], [5, 3, 9]
     x, ps, w, bs = sample(src_sizes, cin, seed=2)
     _, pd, _, bd = sample(dst_sizes, cin, seed=3)
-    out = layer((x, None), (ps, pd), w, (bs, bd))
+    out = device.run(layer, (x, None), (ps, pd), w, (bs, bd))
     assert out.shape == (sum(dst_sizes), cout)
     for s in range(3):
         ref = ref_posatt(layer, x[bs == s], ps[bs == s], pd[bd == s], w[bs == s])
-        torch.testing.assert_close(out[bd == s], ref, rtol=0, atol=1e-10)
+        device.assert_close(out[bd == s], ref, rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_dense_form_with_padding_matches_reference(path):
+def test_dense_form_with_padding_matches_reference(path, device):
     layer = make(path=path)
     B, Ns, Nd = 3, 9, 6
     g = torch.Generator().manual_seed(4)
@@ -108,32 +108,32 @@ def test_dense_form_with_padding_matches_reference(path):
     md = torch.arange(Nd)[None] < torch.tensor(nd)[:, None]
     # garbage in padded slots must not matter
     x = x.masked_fill(~ms[..., None], float("nan"))
-    out = layer.dense((x, None), (ps, pd), w, mask=(ms, md))
+    out = device.run(layer.dense, (x, None), (ps, pd), w, mask=(ms, md))
     assert out.shape == (B, Nd, 6)
     for s in range(B):
         ref = ref_posatt(layer, x[s, :ns[s]], ps[s, :ns[s]], pd[s, :nd[s]], w[s, :ns[s]])
-        torch.testing.assert_close(out[s, :nd[s]], ref, rtol=0, atol=1e-10)
+        device.assert_close(out[s, :nd[s]], ref, rtol=0, atol=1e-10)
         assert bool((out[s, nd[s]:] == 0).all())
     # self form: one mask for both sides
-    out = layer.dense(x, ps, w, mask=ms)
+    out = device.run(layer.dense, x, ps, w, mask=ms)
     for s in range(B):
         ref = ref_posatt(layer, x[s, :ns[s]], ps[s, :ns[s]], ps[s, :ns[s]], w[s, :ns[s]])
-        torch.testing.assert_close(out[s, :ns[s]], ref, rtol=0, atol=1e-10)
+        device.assert_close(out[s, :ns[s]], ref, rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_no_information_crosses_samples(path):
+def test_no_information_crosses_samples(path, device):
     layer = make(path=path)
     sizes = [7, 12, 4]
     x, pos, w, b = sample(sizes)
-    out = layer(x, pos, w, b)
+    out = device.run(layer, x, pos, w, b)
     m = b == 1
     x2, pos2, w2 = x.clone(), pos.clone(), w.clone()
     x2[m] += 5.0
     pos2[m] = torch.rand(int(m.sum()), 2, dtype=DT) * 3
     w2[m] *= 7.0
-    out2 = layer(x2, pos2, w2, b)
-    torch.testing.assert_close(out2[~m], out[~m], rtol=0, atol=1e-14)
+    out2 = device.run(layer, x2, pos2, w2, b)
+    device.assert_close(out2[~m], out[~m], rtol=0, atol=1e-14)
     assert (out2[m] - out[m]).abs().max() > 1e-3
 
 
@@ -367,11 +367,11 @@ def test_zero_weight_points_drop_out_and_gradients_stay_finite(path):
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("cfg", [(3, 4, 2), (1, 4, 2)])
-def test_gradcheck_layer(path, cfg):
+def test_gradcheck_layer(path, cfg, device64):
     cin, cout, heads = cfg
-    layer = make(cin, cout, heads, path)
-    x, ps, w, b = sample([4, 3], cin, seed=16)
-    _, pd, _, bd = sample([3, 2], cin, seed=17)
+    layer = device64.module(make(cin, cout, heads, path))
+    x, ps, w, b = device64.to(sample([4, 3], cin, seed=16))
+    _, pd, _, bd = device64.to(sample([3, 2], cin, seed=17))
     params = dict(layer.named_parameters())
 
     def f(x, lam_raw, ps, pd):

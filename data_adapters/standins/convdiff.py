@@ -89,7 +89,7 @@ def solve_convection_diffusion(n: int, params: np.ndarray, source: float = 1.0):
 
 def make_convection_diffusion_standin(num_samples: int = 200, seed: int = 0, n: int = 56,
                                       dtype=torch.float32) -> list:
-    """Generate the convection-diffusion stand-in (about 0.05 s per sample).
+    """Generate the convection-diffusion stand-in.
 
     Args:
         num_samples: Number of samples.

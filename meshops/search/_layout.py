@@ -63,8 +63,8 @@ def locality_order(p: np.ndarray) -> np.ndarray:
     """Permutation that sorts points ``[m, d]`` along a Morton (Z-order) curve.
 
     Queries issued in this order hit the same tree nodes consecutively, which makes
-    cKDTree queries on large random clouds 2-3x faster (cache locality); results do
-    not depend on it. For ``d > 3`` the three widest coordinates are used.
+    cKDTree queries on large random clouds faster (cache locality); results do not
+    depend on it. For ``d > 3`` the three widest coordinates are used.
     """
     m, d = p.shape
     lo = p.min(axis=0)
