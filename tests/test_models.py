@@ -14,9 +14,12 @@ from torch_geometric.data import Batch
 from _devices import BF16_MODEL_RTOL
 from _meshes import square_mesh
 from meshops import MeshData
-from meshops.models import MODELS, NeuralOperator, PiT, _common, get_model
-from meshops.models._common import (count_parameters, fps_latent, grid_latent,
-                                    knn_interpolate, measure_ball_graph, voronoi_weights)
+from meshops.models import MODELS, NeuralOperator, PiT, get_model
+from meshops.models.base import count_parameters
+from meshops.models.inputs import read_inputs
+from meshops.models.latent import fps_latent, grid_latent, voronoi_weights
+from meshops.nn import knn_interpolate
+from meshops.search.graph import measure_ball_graph
 from meshops.quadrature import quadrature_weights
 from meshops.training.loss import relative_lp
 from meshops.training.normalizer import UnitGaussianNormalizer
@@ -401,7 +404,7 @@ def test_pit_grid_latent_model_and_shared_mesh_path():
     model = PiT(1, 1, width=16, latent="grid", grid_shape=[n0, n1], stride=2,
                 quantile_in=0.05, quantile_out=0.1).eval()
     b = batch_of(samples)
-    lat = model.latent_mesh(_common.read_inputs(b, 1, 2, torch.float32))
+    lat = model.latent_mesh(read_inputs(b, 1, 2, torch.float32))
     assert lat.shared and lat.pos.shape[0] == 3 * 8 * 5
     with torch.no_grad():
         out = model(b)
