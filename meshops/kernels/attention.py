@@ -17,7 +17,7 @@ scores from the saved log-sum-exp, as flash attention does).
 from __future__ import annotations
 
 import math
-import warnings
+from contextlib import suppress
 from typing import Optional, Tuple
 
 import torch
@@ -44,19 +44,12 @@ def _width(dtype: torch.dtype) -> int:
 def _simd_widths() -> Tuple[int, int]:
     """SIMD lanes of float32 and float64 in the kernel, ``(0, 0)`` without it.
 
-    Loads (or builds) the kernel on the first call and registers its operators
-    (:func:`_register_ops`). ``torch.compile`` calls this once while tracing and keeps
-    the result as a constant, so neither the lock nor the extension module is traced.
+    Loads (or builds) the kernel, and so registers its operators, on the first call.
+    ``torch.compile`` calls this once while tracing and keeps the result as a
+    constant, so neither the lock nor the extension module is traced.
     """
     ext = attention_extension()
     if ext is None:
-        return 0, 0
-    try:
-        _register_ops()
-    except Exception as err:  # noqa: BLE001 - a torch.library change: use PyTorch's attention
-        warnings.warn(f"meshops: cannot register the fused CPU attention kernel as a PyTorch "
-                      f"operator ({type(err).__name__}: {err}); using PyTorch's attention",
-                      RuntimeWarning, stacklevel=2)
         return 0, 0
     return int(ext.simd_width_float()), int(ext.simd_width_double())
 
@@ -178,8 +171,8 @@ def _bias(bias: Optional[Tensor], B: int, H: int, nk: int, np_: int, like: Tenso
 # backward. torch.compile and torch.export see them as single nodes (their fake
 # implementations give the output shapes), so a compiled model traces through the
 # kernel without a graph break; autograd reaches the backward operator through
-# register_autograd. They are registered the first time the kernel is loaded
-# (_simd_widths), all parts at once, and never where the kernel is not available.
+# register_autograd. They are registered when the kernel is loaded
+# (meshops.kernels.attention_extension), all parts at once, and never without it.
 _OPS: dict[str, object] = {}
 
 
@@ -287,6 +280,16 @@ def _register_ops() -> None:
         fwd.register_autograd(_autograd_backward, setup_context=_setup_context)
     except BaseException:
         for op in made:  # all or nothing: no operator without its fake or autograd part
-            op._destroy()
+            _unregister(op)
         raise
     _OPS.update(forward=fwd, backward=bwd)
+
+
+def _unregister(op) -> None:
+    """Remove a custom operator again (torch.library has no public way; best effort:
+    the caller reports the kernel unavailable, so nothing calls a remnant anyway)."""
+    with suppress(Exception):
+        from torch._library import custom_ops
+
+        custom_ops.OPDEF_TO_LIB.pop(op._qualname, op._lib)._destroy()
+        custom_ops.OPDEFS.pop(op._qualname, None)
