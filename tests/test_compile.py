@@ -147,6 +147,7 @@ def test_shared_latent_mesh_is_known_from_the_structures(latent, same_mesh):
                 quantile_in=0.2, quantile_out=0.3).double()
     transform = model.mesh_transform()
     data = Batch.from_data_list([transform(s) for s in _samples(same_mesh=same_mesh)])
+    assert (len(set(data.pit_latent_id)) == 1) is same_mesh  # one digest per latent mesh
     inp = pit_mod.read_inputs(data, 1, 2, F64)
     lat = pit_mod._precomputed(model, data, inp)[0]
     compared = pit_mod._Latent(lat.pos, lat.weight, lat.batch, lat.index, 3)
