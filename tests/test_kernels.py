@@ -236,6 +236,18 @@ def test_compiled_fullgraph_equals_eager():
     _assert_same_gradients(out, ref, leaves, refs, 1e-12)
 
 
+@needs_kernel
+def test_second_derivatives_are_refused_by_name():
+    """First order only (as documented): differentiating the backward pass raises,
+    naming the operator, instead of giving a wrong second derivative."""
+    q, k, v, bias = _inputs(1, 2, 2, 5, 7, 3, 4)
+    q.requires_grad_()
+    (g,) = torch.autograd.grad(fused_attention(q, k, v, bias).square().sum(), q,
+                               create_graph=True)
+    with pytest.raises(RuntimeError, match="fused_attention_backward.*no autograd formula"):
+        g.sum().backward()
+
+
 _NO_OPERATOR = """
 import warnings, torch
 from meshops.kernels.attention import fused_attention_supported

@@ -107,7 +107,9 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor] = No
 
     Gradients flow to ``q``, ``k``, ``v`` and ``bias`` (first order: the backward pass
     is not itself differentiable).  Raises ``RuntimeError`` where
-    :func:`fused_attention_supported` is False.
+    :func:`fused_attention_supported` is False.  It runs as the PyTorch operator
+    ``torch.ops.meshops.fused_attention``, so ``torch.compile`` traces through it
+    (``fullgraph=True`` works).
 
     Shapes:
         - **q:** ``[B, H, Nq, E]``; **k:** ``[B, H or 1, Nk, E]``;
