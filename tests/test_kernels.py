@@ -78,11 +78,16 @@ def test_forward_and_gradients_match_the_formula_float64(shape):
     ref = _reference(*refs, scale)
     assert out.shape == ref.shape
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    _assert_same_gradients(out, ref, leaves, refs, 1e-11)
+
+
+def _assert_same_gradients(out, ref, leaves, refs, tol):
+    """Backpropagate one random cotangent through both; compare the inputs' gradients."""
     gout = torch.randn_like(out)
     out.backward(gout)
     ref.backward(gout)
     for name, a, b in zip("q k v bias".split(), leaves, refs):
-        torch.testing.assert_close(a.grad, b.grad, rtol=1e-11, atol=1e-11,
+        torch.testing.assert_close(a.grad, b.grad, rtol=tol, atol=tol,
                                    msg=lambda m, n=name: f"grad {n}: {m}")
 
 
@@ -180,6 +185,120 @@ def test_torch_func_transforms_take_the_sdpa_path():
     layer(x, None, w).square().sum().backward()  # the fused path, outside torch.func
     for name, p in layer.named_parameters():
         torch.testing.assert_close(g[name], p.grad, rtol=1e-10, atol=1e-12)
+
+
+# ------------------------------------------------------------- the PyTorch operator
+# (B, H, Hk, Nq, Nk, E, C): keys and values per head, and one set shared by the heads
+OP_CASES = [(2, 2, 2, 5, 19, 3, 5), (1, 3, 1, 4, 40, 8, 6)]
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", OP_CASES)
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_operator_passes_opcheck(dtype, shape, with_bias):
+    """The custom operator's schema, fake implementation (shapes and dtypes under
+    FakeTensor and AOT dispatch with dynamic shapes) and autograd registration are
+    consistent with its CPU implementation (torch.library.opcheck)."""
+    from torch.library import opcheck
+
+    q, k, v, bias = _inputs(*shape, dtype=dtype, excluded=0.0)
+    args = [t.requires_grad_() for t in (q, k, v, bias)]
+    if not with_bias:
+        args[3] = None
+    opcheck(torch.ops.meshops.fused_attention.default, (*args, 0.6))
+    out, lse = torch.ops.meshops.fused_attention(*args, 0.6)
+    grad = torch.randn_like(out)
+    # the backward operator has no derivative of its own (first order, as documented)
+    plain = [None if t is None else t.detach() for t in args]
+    opcheck(torch.ops.meshops.fused_attention_backward.default,
+            (grad, *plain, out.detach(), lse.detach(), 0.6))
+
+
+@needs_kernel
+def test_compiled_fullgraph_equals_eager():
+    """torch.compile traces through the kernel (fullgraph: no graph break), and the
+    compiled function and its gradients equal the eager ones."""
+    import torch._dynamo
+
+    def fn(q, k, v, bias):
+        return torch.tanh(fused_attention(q, k, v, bias, scale=0.6)).square().sum(-1)
+
+    q, k, v, bias = _inputs(2, 2, 1, 6, 30, 4, 5)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(fn)(q, k, v, bias)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    compiled = torch.compile(fn, fullgraph=True)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v, bias)]
+    refs = [t.clone().requires_grad_() for t in (q, k, v, bias)]
+    out, ref = compiled(*leaves), fn(*refs)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    _assert_same_gradients(out, ref, leaves, refs, 1e-12)
+
+
+@needs_kernel
+def test_second_derivatives_are_refused_by_name():
+    """First order only (as documented): differentiating the backward pass raises,
+    naming the operator, instead of giving a wrong second derivative."""
+    q, k, v, bias = _inputs(1, 2, 2, 5, 7, 3, 4)
+    q.requires_grad_()
+    (g,) = torch.autograd.grad(fused_attention(q, k, v, bias).square().sum(), q,
+                               create_graph=True)
+    with pytest.raises(RuntimeError, match="fused_attention_backward.*no autograd formula"):
+        g.sum().backward()
+
+
+_NO_OPERATOR = """
+import warnings, torch
+from meshops.kernels.attention import fused_attention_supported
+from meshops.nn.continuum import ContinuumAttention
+q = torch.randn(1, 2, 5, 4)
+print("supported", fused_attention_supported(q, q, q))
+x, w = torch.randn(9, 4), torch.rand(9) + 0.1
+print("finite", bool(torch.isfinite(ContinuumAttention(4, heads=2)(x, None, w)).all()))
+print("registered", hasattr(torch.ops.meshops, "fused_attention"),
+      hasattr(torch.ops.meshops, "fused_attention_backward"))
+"""
+
+
+def test_without_the_kernel_no_operator_is_registered(tmp_path):
+    """MESHOPS_KERNELS=0: the layers run on PyTorch's attention and no meshops
+    operator exists (nothing registered without its kernel)."""
+    res = subprocess.run([sys.executable, "-c", _NO_OPERATOR], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300, env=_env(MESHOPS_KERNELS="0"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split("\n")[:3] == ["supported False", "finite True",
+                                          "registered False False"]
+
+
+_HALF_REGISTERED = """
+import warnings, torch
+import meshops.kernels.attention as att
+from torch._library.custom_ops import CustomOpDef
+def fail(*args, **kwargs):
+    raise RuntimeError("planted registration failure")
+CustomOpDef.register_autograd = fail
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    print("widths", att._simd_widths())
+print("warned", any("not available (RuntimeError: planted registration failure)"
+                    in str(w.message) for w in caught))
+q = torch.randn(1, 2, 5, 4)
+print("supported", att.fused_attention_supported(q, q, q))
+print("registered", hasattr(torch.ops.meshops, "fused_attention"),
+      hasattr(torch.ops.meshops, "fused_attention_backward"))
+"""
+
+
+@needs_kernel
+def test_a_failed_registration_leaves_no_operator_and_falls_back():
+    """A registration step that fails (a torch.library change) removes the operators
+    registered before it and turns the kernel off with a warning."""
+    res = subprocess.run([sys.executable, "-c", _HALF_REGISTERED], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300, env=_env())
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split("\n")[:4] == ["widths (0, 0)", "warned True", "supported False",
+                                          "registered False False"]
 
 
 # ------------------------------------------------------------- building: never hang

@@ -14,7 +14,10 @@ no stale lock, and a process gives up waiting for another's build, or for its ow
 compile, after ``MESHOPS_KERNEL_TIMEOUT`` seconds (default 600).  Where the kernel
 cannot be had (no compiler, a CPU without AVX2, the time limit), it warns once and
 returns ``None``; the layers then use PyTorch's own fused attention, which gives the
-same numbers more slowly.  ``MESHOPS_KERNELS=0`` in the environment turns the kernels
+same numbers more slowly.  A loaded kernel is registered as the PyTorch operators
+``torch.ops.meshops.fused_attention`` and ``fused_attention_backward`` (with fake
+implementations, so ``torch.compile`` traces through them); none is registered
+without the kernel.  ``MESHOPS_KERNELS=0`` in the environment turns the kernels
 off.
 """
 
@@ -94,7 +97,13 @@ def attention_extension() -> Optional[ModuleType]:
 def _load_attention() -> Optional[ModuleType]:
     try:
         ext = attention_kernel()
-        return load_module(ext.name, ensure_built(ext).path)
+        module = load_module(ext.name, ensure_built(ext).path)
+        # the kernel as PyTorch operators (torch.compile traces through them): all
+        # parts at once, or nothing and no kernel
+        from meshops.kernels.attention import _register_ops
+
+        _register_ops()
+        return module
     except Exception as err:  # noqa: BLE001 - any failure means "use PyTorch's attention"
         reason = str(err) if isinstance(err, KernelBuildError) else f"{type(err).__name__}: {err}"
         warnings.warn(f"meshops: the fused CPU attention kernel is not available ({reason}); "

@@ -17,12 +17,12 @@ scores from the saved log-sum-exp, as flash attention does).
 from __future__ import annotations
 
 import math
+from contextlib import suppress
 from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from meshops.kernels import attention_extension
 
@@ -36,8 +36,22 @@ KEY_TILE = 256
 
 
 def _width(dtype: torch.dtype) -> int:
+    """SIMD lanes of ``dtype`` in the kernel (0 where the kernel is not available)."""
+    return _simd_widths()[0 if dtype == torch.float32 else 1]
+
+
+@torch.compiler.assume_constant_result
+def _simd_widths() -> Tuple[int, int]:
+    """SIMD lanes of float32 and float64 in the kernel, ``(0, 0)`` without it.
+
+    Loads (or builds) the kernel, and so registers its operators, on the first call.
+    ``torch.compile`` calls this once while tracing and keeps the result as a
+    constant, so neither the lock nor the extension module is traced.
+    """
     ext = attention_extension()
-    return ext.simd_width_float() if dtype == torch.float32 else ext.simd_width_double()
+    if ext is None:
+        return 0, 0
+    return int(ext.simd_width_float()), int(ext.simd_width_double())
 
 
 def _vectors(channels: int, width: int) -> int:
@@ -70,9 +84,9 @@ def fused_attention_supported(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Te
         return False
     if torch.is_autocast_enabled("cpu"):
         return False
-    if attention_extension() is None:
-        return False
     w = _width(q.dtype)
+    if w == 0:
+        return False  # no kernel
     return _vectors(max(q.shape[-1], v.shape[-1]), w) > 0
 
 
@@ -93,7 +107,9 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor] = No
 
     Gradients flow to ``q``, ``k``, ``v`` and ``bias`` (first order: the backward pass
     is not itself differentiable).  Raises ``RuntimeError`` where
-    :func:`fused_attention_supported` is False.
+    :func:`fused_attention_supported` is False.  It runs as the PyTorch operator
+    ``torch.ops.meshops.fused_attention``, so ``torch.compile`` traces through it
+    (``fullgraph=True`` works).
 
     Shapes:
         - **q:** ``[B, H, Nq, E]``; **k:** ``[B, H or 1, Nk, E]``;
@@ -117,7 +133,7 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor] = No
                            "kernel's limit, no torch.func transform, and the kernel built; "
                            "see meshops.kernels)")
     s = 1.0 / math.sqrt(E) if scale is None else float(scale)
-    return _FusedAttention.apply(q, k, v, bias, s)
+    return torch.ops.meshops.fused_attention(q, k, v, bias, s)[0]
 
 
 # ------------------------------------------------------------------------------ layout
@@ -152,55 +168,130 @@ def _bias(bias: Optional[Tensor], B: int, H: int, nk: int, np_: int, like: Tenso
     return b[:, None].expand(B, H, np_).reshape(B * H, np_).contiguous()
 
 
-class _FusedAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], scale: float
-                ) -> Tensor:
-        ext = attention_extension()
-        B, H, Nq, E = q.shape
-        Nk, C = k.shape[2], v.shape[-1]
-        w = _width(q.dtype)
-        kb, np_ = _key_tiling(Nk, w)
-        cp = _vectors(C, w) * w
-        qs = (q * scale).reshape(B * H, Nq, E).contiguous()
-        kt = _tiles(_pad(_heads(k, H), np_, E), kb)
-        vp = _pad(_heads(v, H), np_, cp)
-        b = _bias(bias, B, H, Nk, np_, q)
-        out, lse = ext.forward(qs, kt, vp, b)
-        # a fresh tensor, not a view of the kernel's padded output: callers may modify
-        # it in place (as they can SDPA's), and the backward pass reads it
-        out = out[..., :C].reshape(B, H, Nq, C).clone()
-        ctx.save_for_backward(q, k, v, bias, out, lse)
-        ctx.scale = scale
-        return out
+# ------------------------------------------------------------------ the operators
+# Two custom operators (torch.library): meshops::fused_attention -> (out, lse) and its
+# backward. torch.compile and torch.export see them as single nodes (their fake
+# implementations give the output shapes), so a compiled model traces through the
+# kernel without a graph break; autograd reaches the backward operator through
+# register_autograd. They are registered when the kernel is loaded
+# (meshops.kernels.attention_extension), all parts at once, and never without it.
+_OPS: dict[str, object] = {}
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], ...]:
-        ext = attention_extension()
-        q, k, v, bias, out, lse = ctx.saved_tensors
-        scale = ctx.scale
-        B, H, Nq, E = q.shape
-        Nk, C = k.shape[2], v.shape[-1]
-        w = _width(q.dtype)
-        kb, np_ = _key_tiling(Nk, w)
-        m = _vectors(max(E, C), w) * w
-        g = _pad(grad.reshape(B * H, Nq, C).to(q.dtype), Nq, m)
-        delta = (g[..., :C] * out.reshape(B * H, Nq, C)).sum(-1).contiguous()
-        qs = _pad((q * scale).reshape(B * H, Nq, E), Nq, m)
-        kp = _pad(_heads(k, H), np_, m)
-        vp = _pad(_heads(v, H), np_, m)
-        b = _bias(bias, B, H, Nk, np_, q)
-        dq, dk, dv, db = ext.backward(qs, kp, _tiles(kp, kb), vp, _tiles(vp, kb), b, g,
-                                      lse.contiguous(), delta)
-        dq = dq[..., :E].reshape(B, H, Nq, E) * scale
-        dk = dk[:, :Nk, :E].reshape(B, H, Nk, E)
-        dv = dv[:, :Nk, :C].reshape(B, H, Nk, C)
-        if k.shape[1] == 1:  # one key set shared by the heads
-            dk = dk.sum(1, keepdim=True)
-        if v.shape[1] == 1:
-            dv = dv.sum(1, keepdim=True)
-        dbias = None
-        if bias is not None and ctx.needs_input_grad[3]:
-            dbias = db[:, :Nk].reshape(B, H, Nk).sum(1).to(bias.dtype)
-        return dq, dk, dv, dbias, None
+
+def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], scale: float
+             ) -> Tuple[Tensor, Tensor]:
+    """The kernel's forward: ``out [B, H, Nq, C]`` and the log-sum-exp ``[B, H, Nq]``."""
+    ext = attention_extension()
+    B, H, Nq, E = q.shape
+    Nk, C = k.shape[2], v.shape[-1]
+    w = _width(q.dtype)
+    kb, np_ = _key_tiling(Nk, w)
+    cp = _vectors(C, w) * w
+    qs = (q * scale).reshape(B * H, Nq, E).contiguous()
+    kt = _tiles(_pad(_heads(k, H), np_, E), kb)
+    vp = _pad(_heads(v, H), np_, cp)
+    b = _bias(bias, B, H, Nk, np_, q)
+    out, lse = ext.forward(qs, kt, vp, b)
+    # a fresh tensor, not a view of the kernel's padded output: callers may modify
+    # it in place (as they can SDPA's), and the backward pass reads it
+    out = out[..., :C].reshape(B, H, Nq, C).clone()
+    return out, lse.view(B, H, Nq)
+
+
+def _forward_fake(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], scale: float
+                  ) -> Tuple[Tensor, Tensor]:
+    B, H, Nq, _ = q.shape
+    return q.new_empty(B, H, Nq, v.shape[-1]), q.new_empty(B, H, Nq)
+
+
+def _backward(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor],
+              out: Tensor, lse: Tensor, scale: float
+              ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The kernel's backward: gradients of ``q``, ``k``, ``v`` and of the bias
+    ``[B, Nk]`` (of a zero bias when ``bias`` is None)."""
+    ext = attention_extension()
+    B, H, Nq, E = q.shape
+    Nk, C = k.shape[2], v.shape[-1]
+    w = _width(q.dtype)
+    kb, np_ = _key_tiling(Nk, w)
+    m = _vectors(max(E, C), w) * w
+    g = _pad(grad.reshape(B * H, Nq, C).to(q.dtype), Nq, m)
+    delta = (g[..., :C] * out.reshape(B * H, Nq, C)).sum(-1).contiguous()
+    qs = _pad((q * scale).reshape(B * H, Nq, E), Nq, m)
+    kp = _pad(_heads(k, H), np_, m)
+    vp = _pad(_heads(v, H), np_, m)
+    b = _bias(bias, B, H, Nk, np_, q)
+    dq, dk, dv, db = ext.backward(qs, kp, _tiles(kp, kb), vp, _tiles(vp, kb), b, g,
+                                  lse.reshape(B * H, Nq).contiguous(), delta)
+    dq = dq[..., :E].reshape(B, H, Nq, E) * scale
+    dk = dk[:, :Nk, :E].reshape(B, H, Nk, E)
+    dv = dv[:, :Nk, :C].reshape(B, H, Nk, C)
+    if k.shape[1] == 1:  # one key set shared by the heads
+        dk = dk.sum(1, keepdim=True)
+    else:
+        dk = dk.contiguous()  # fresh tensors: an operator's outputs may not be views
+    if v.shape[1] == 1:
+        dv = dv.sum(1, keepdim=True)
+    else:
+        dv = dv.contiguous()
+    db = db[:, :Nk].reshape(B, H, Nk).sum(1)
+    return dq, dk, dv, db
+
+
+def _backward_fake(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor],
+                   out: Tensor, lse: Tensor, scale: float
+                   ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+            q.new_empty(q.shape[0], k.shape[2]))
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    q, k, v, bias, scale = inputs
+    out, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, bias, out, lse)
+    ctx.scale = scale
+
+
+def _autograd_backward(ctx, grad: Tensor, _grad_lse: Optional[Tensor]):
+    q, k, v, bias, out, lse = ctx.saved_tensors
+    # first order only: the backward operator has no derivative of its own
+    dq, dk, dv, db = torch.ops.meshops.fused_attention_backward(grad, q, k, v, bias, out, lse,
+                                                                ctx.scale)
+    dbias = db.to(bias.dtype) if bias is not None and ctx.needs_input_grad[3] else None
+    return dq, dk, dv, dbias, None
+
+
+def _register_ops() -> None:
+    """Register the two operators with their fake and autograd implementations (once)."""
+    if _OPS:
+        return
+    lib = torch.library
+    made = []
+    try:
+        made.append(lib.custom_op(
+            "meshops::fused_attention", _forward, mutates_args=(), device_types="cpu",
+            schema="(Tensor q, Tensor k, Tensor v, Tensor? bias, float scale) -> (Tensor, Tensor)"))
+        made.append(lib.custom_op(
+            "meshops::fused_attention_backward", _backward, mutates_args=(), device_types="cpu",
+            schema="(Tensor grad, Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor out, "
+                   "Tensor lse, float scale) -> (Tensor, Tensor, Tensor, Tensor)"))
+        fwd, bwd = made
+        fwd.register_fake(_forward_fake)
+        bwd.register_fake(_backward_fake)
+        fwd.register_autograd(_autograd_backward, setup_context=_setup_context)
+    except BaseException:
+        for op in made:  # all or nothing: no operator without its fake or autograd part
+            _unregister(op)
+        raise
+    _OPS.update(forward=fwd, backward=bwd)
+
+
+def _unregister(op) -> None:
+    """Remove a custom operator again (torch.library has no public way; best effort:
+    the caller reports the kernel unavailable, so nothing calls a remnant anyway)."""
+    with suppress(Exception):
+        from torch._library import custom_ops
+
+        custom_ops.OPDEF_TO_LIB.pop(op._qualname, op._lib)._destroy()
+        custom_ops.OPDEFS.pop(op._qualname, None)

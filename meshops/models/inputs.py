@@ -42,20 +42,20 @@ class MeshInputs:
         return torch.cat([self.x, self.pos], dim=-1)
 
 
-def _check_batch_vector(b: Tensor, n: int, name: str) -> Tensor:
+def _check_batch_vector(b: Tensor, n: int, name: str, check_values: bool = True) -> Tensor:
     if not isinstance(b, Tensor) or b.dim() != 1 or b.shape[0] != n:
         shape = tuple(b.shape) if isinstance(b, Tensor) else type(b).__name__
         raise ValueError(f"data.{name} must be a [{n}] vector of sample indices, got {shape}")
     if b.is_floating_point() or b.dtype == torch.bool:
         raise ValueError(f"data.{name} must be an integer vector, got {b.dtype}")
     b = b.long()
-    if n and (int(b[0]) < 0 or bool((b[1:] < b[:-1]).any())):
+    if check_values and n and (int(b[0]) < 0 or bool((b[1:] < b[:-1]).any())):
         raise ValueError(f"data.{name} must be sorted and non-negative (a PyG batch vector)")
     return b
 
 
 def read_inputs(data, in_channels: int, pos_dim: int, dtype: torch.dtype,
-                device: Optional[torch.device] = None) -> MeshInputs:
+                device: Optional[torch.device] = None, check_values: bool = True) -> MeshInputs:
     """Unpack ``data`` (a :class:`~meshops.MeshData` or a PyG batch of them).
 
     Reads ``x [N, in_channels]`` (may be absent or ``[N, 0]`` when ``in_channels == 0``),
@@ -68,6 +68,12 @@ def read_inputs(data, in_channels: int, pos_dim: int, dtype: torch.dtype,
         ValueError: missing or misshaped fields, negative or non-finite weights, NaN/inf
             positions, unsorted batch vectors, query points of a sample with no input
             points, or several samples with query points but no ``query_batch``.
+
+    ``check_values=False`` skips the checks that read tensor values (finite positions
+    and weights, sorted batch vectors, query samples with input points), each a host
+    synchronisation and a ``torch.compile`` graph break; the models pass it while
+    compiling (their eager calls check). The sample count then comes from a PyG
+    batch's ``num_graphs``.
     """
     pos = getattr(data, "pos", None)
     if not isinstance(pos, Tensor) or pos.dim() != 2 or pos.shape[1] != pos_dim:
@@ -78,7 +84,7 @@ def read_inputs(data, in_channels: int, pos_dim: int, dtype: torch.dtype,
     if n == 0:
         raise ValueError("data has no points (data.pos is empty)")
     pos = pos.to(device=device, dtype=dtype)
-    if not bool(torch.isfinite(pos).all()):
+    if check_values and not bool(torch.isfinite(pos).all()):
         raise ValueError("data.pos contains NaN or inf")
 
     x = getattr(data, "x", None)
@@ -103,13 +109,18 @@ def read_inputs(data, in_channels: int, pos_dim: int, dtype: torch.dtype,
     if weight.dim() != 1 or weight.shape[0] != n:
         raise ValueError(f"data.weight must be [N={n}], got {tuple(weight.shape)}")
     weight = weight.to(device=device, dtype=dtype)
-    if not bool((torch.isfinite(weight) & (weight >= 0)).all()):
+    if check_values and not bool((torch.isfinite(weight) & (weight >= 0)).all()):
         raise ValueError("data.weight must be finite and non-negative")
 
     batch = getattr(data, "batch", None)
     if batch is not None:
-        batch = _check_batch_vector(batch.to(device), n, "batch")
-    num_graphs = int(batch[-1]) + 1 if batch is not None else 1
+        batch = _check_batch_vector(batch.to(device), n, "batch", check_values)
+    if batch is None:
+        num_graphs = 1
+    elif not check_values and isinstance(getattr(data, "num_graphs", None), int):
+        num_graphs = data.num_graphs  # a PyG batch's count, no read of the batch vector
+    else:
+        num_graphs = int(batch[-1]) + 1
 
     query_pos = getattr(data, "query_pos", None)
     has_query = query_pos is not None
@@ -118,15 +129,16 @@ def read_inputs(data, in_channels: int, pos_dim: int, dtype: torch.dtype,
         if query_pos.dim() != 2 or query_pos.shape[1] != pos_dim:
             raise ValueError(f"data.query_pos must be [M, {pos_dim}], got {tuple(query_pos.shape)}")
         query_pos = query_pos.to(device=device, dtype=dtype)
-        if not bool(torch.isfinite(query_pos).all()):
+        if check_values and not bool(torch.isfinite(query_pos).all()):
             raise ValueError("data.query_pos contains NaN or inf")
         m = query_pos.shape[0]
         query_batch = getattr(data, "query_batch", None)
         if query_batch is None:
             query_batch = getattr(data, "query_pos_batch", None)
         if query_batch is not None:
-            query_batch = _check_batch_vector(query_batch.to(device), m, "query_batch")
-            if m and int(query_batch[-1]) >= num_graphs:
+            query_batch = _check_batch_vector(query_batch.to(device), m, "query_batch",
+                                              check_values)
+            if check_values and m and int(query_batch[-1]) >= num_graphs:
                 raise ValueError(f"data.query_batch refers to sample {int(query_batch[-1])} but "
                                  f"the inputs have {num_graphs} sample(s)")
         elif num_graphs > 1:
@@ -134,14 +146,14 @@ def read_inputs(data, in_channels: int, pos_dim: int, dtype: torch.dtype,
                              "(batch with meshops.training.dataset's loader, or set "
                              "data.query_batch)")
         if batch is None and query_batch is not None:
-            if m and int(query_batch.max()) > 0:
+            if check_values and m and int(query_batch.max()) > 0:
                 raise ValueError("data.query_batch has several samples but data.batch is absent")
             query_batch = None
         elif batch is not None and query_batch is None:
             query_batch = torch.zeros(m, dtype=torch.long, device=device)
     else:
         query_pos, query_batch = pos, batch
-    if batch is not None and has_query and query_pos.shape[0]:
+    if check_values and batch is not None and has_query and query_pos.shape[0]:
         # every sample with query points needs input points of positive weight
         has_src = torch.zeros(num_graphs, dtype=torch.bool, device=device)
         has_src[batch[weight > 0]] = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import warnings
 from typing import Any, Optional, Sequence, Union
@@ -12,7 +13,7 @@ from torch.nn.functional import gelu
 
 from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
                                  register_model)
-from meshops.models.inputs import read_inputs, sample_ptr
+from meshops.models.inputs import read_inputs
 from meshops.models.latent import fps_latent, grid_latent, voronoi_weights
 from meshops.nn.local import LocalPositionAttention, local_graph
 from meshops.nn.mlp import MLP
@@ -63,14 +64,18 @@ def _lam_spread(heads: int, lam_min: float, lam_max: float) -> list[float]:
 
 class _Latent:
     """The latent mesh of a batch: indices into the inputs (or None), positions,
-    quadrature weights, batch vector, and whether all samples share one mesh."""
+    quadrature weights, batch vector, and whether all samples share one mesh
+    (``shared``: compared here unless the caller knows it)."""
 
     def __init__(self, pos: Tensor, weight: Tensor, batch: Optional[Tensor],
-                 index: Optional[Tensor], num_graphs: int) -> None:
+                 index: Optional[Tensor], num_graphs: int, shared: Optional[bool] = None
+                 ) -> None:
         self.pos, self.weight, self.batch, self.index = pos, weight, batch, index
         self.num_graphs = num_graphs
         self.shared = False
-        if batch is not None and num_graphs > 1:
+        if shared is not None:
+            self.shared = shared and batch is not None and num_graphs > 1
+        elif batch is not None and num_graphs > 1:
             n = pos.shape[0]
             if n % num_graphs == 0 and bool((torch.bincount(batch) == n // num_graphs).all()):
                 p = pos.view(num_graphs, n // num_graphs, -1)
@@ -121,7 +126,7 @@ class PiT(NeuralOperator):
       with stride 2 gives PiT's 111 x 26 latent mesh.
 
     **Latent quadrature weights**: every input point gives its weight to its nearest
-    latent point (Voronoi aggregation, :func:`~meshops.models._common.voronoi_weights`),
+    latent point (Voronoi aggregation, :func:`~meshops.models.latent.voronoi_weights`),
     so the latent weights sum to the domain measure and converge to the Voronoi cell
     measures of the latent points as the input mesh is refined (``"input"`` keeps the
     input weights).
@@ -134,7 +139,7 @@ class PiT(NeuralOperator):
     **Local balls**: PiT restricts the encoder/decoder softmax to a ball holding a
     fraction ``quantile`` of each row of the distance matrix. With ``ball="measure"``
     (default) the fraction is of the source *measure* (the ball holds ``q |Ω|`` of
-    quadrature weight, :func:`~meshops.models._common.measure_ball_graph`), which is
+    quadrature weight, :func:`~meshops.search.measure_ball_graph`), which is
     mesh independent also on graded meshes; ``ball="count"`` is PiT's count quantile
     (``k = floor(q (N - 1)) + 1`` nearest points, :func:`~meshops.nn.local.quantile_k`).
     With uniform weights both agree.
@@ -340,9 +345,12 @@ class PiT(NeuralOperator):
         return PiTStructures(self)
 
     def forward(self, data) -> Tensor:
+        # Compiled, the forward trusts the values of its inputs: checks that read them
+        # are host synchronisations (graph breaks); eager calls and PiTStructures check.
+        check = not torch.compiler.is_compiling()
         inp = read_inputs(data, self.in_channels, self.pos_dim, self.lift.weight.dtype,
-                          self.lift.weight.device)
-        pre = _precomputed(self, data, inp)
+                          self.lift.weight.device, check_values=check)
+        pre = _precomputed(self, data, inp, check)
         if pre is None:
             lat = self.latent_mesh(inp)
             e_in = self._graph(inp.pos, inp.weight, inp.batch, lat.pos, lat.batch,
@@ -381,7 +389,9 @@ class PiTStructures:
 
     Adds to one sample (a :class:`~meshops.MeshData`, not a batch): the latent mesh
     (``pit_latent``: indices into the sample's points, absent for ``latent="input"``;
-    ``pit_latent_weight``; ``pit_latent_count``), the encoder graph (``pit_enc``, rows
+    ``pit_latent_weight``; ``pit_latent_count``; ``pit_latent_id``, a digest of the
+    latent points and weights, by which a batch knows without reading its tensors
+    whether its samples share one latent mesh), the encoder graph (``pit_enc``, rows
     ``(latent point, input point)``; ``pit_enc_count``), the decoder graph (``pit_dec``,
     rows ``(query point, latent point)`` for ``query_pos`` when the sample has it, else
     for its points; ``pit_dec_count``), all local to the sample, and ``pit_key`` (the
@@ -423,6 +433,7 @@ class PiTStructures:
             data.pit_latent = lat.index
         data.pit_latent_weight = lat.weight
         data.pit_latent_count = torch.tensor([lat.pos.shape[0]])
+        data.pit_latent_id = _digest(lat.pos, lat.weight)
         # Stored as rows (destination, source), the layout of structures built before
         # the layers took PyG's orientation: their pit_key is unchanged, so they stay valid.
         data.pit_enc = e_in.flip(0).t().contiguous()
@@ -436,15 +447,39 @@ class PiTStructures:
         return f"{type(self).__name__}({_structure_key(self.model, self.dtype, False)})"
 
 
-def _offsets(counts: Tensor, ptr: Tensor) -> Tensor:
-    """``ptr[s]`` for each of the ``counts[s]`` entries of sample ``s``."""
-    return torch.repeat_interleave(ptr[:-1], counts, output_size=int(counts.sum()))
+def _digest(*tensors: Tensor) -> str:
+    """A digest of the shapes, dtypes and values of ``tensors`` (equal meshes, equal digests)."""
+    h = hashlib.sha256()
+    for t in tensors:
+        t = t.detach().cpu().contiguous()
+        h.update(f"{tuple(t.shape)} {t.dtype};".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
 
 
-def _precomputed(model: "PiT", data, inp) -> Optional[tuple]:
+def _offsets(counts: Tensor, ptr: Tensor, total: int) -> Tensor:
+    """``ptr[s]`` for each of the ``counts[s]`` entries of sample ``s`` (``total`` in all:
+    given, as it is known from a shape, so that nothing is read back from the device)."""
+    return torch.repeat_interleave(ptr[:-1], counts, output_size=total)
+
+
+def _shared_latent(data, num_graphs: int) -> Optional[bool]:
+    """Whether the samples' latent meshes are one mesh, from their ``pit_latent_id``
+    (None where structures built before it lack it: the tensors are compared then)."""
+    ids = getattr(data, "pit_latent_id", None)
+    if ids is None:
+        return None
+    ids = ids if isinstance(ids, (list, tuple)) else [ids]
+    if len(ids) != num_graphs:
+        return None
+    return all(i == ids[0] for i in ids)
+
+
+def _precomputed(model: "PiT", data, inp, check: bool = True) -> Optional[tuple]:
     """The latent mesh and the encoder/decoder graphs of the batch from the
     :class:`PiTStructures` attributes, or None when they are absent or were built for
-    other settings."""
+    other settings. ``check=False`` skips the checks that read tensor values (the
+    structures' counts against their lengths): nothing here synchronises then."""
     key = getattr(data, "pit_key", None)
     if key is None:
         return None
@@ -458,7 +493,10 @@ def _precomputed(model: "PiT", data, inp) -> Optional[tuple]:
     B = inp.num_graphs
 
     def ptr(batch, n):
-        return torch.tensor(sample_ptr(batch, n, B), device=dev)
+        if batch is None:
+            return torch.tensor([0, n], device=dev)
+        # the start of each sample in the sorted batch vector, without reading it back
+        return torch.searchsorted(batch, torch.arange(B + 1, device=dev, dtype=batch.dtype))
 
     def counts(name):
         c = getattr(data, name).view(-1).to(dev)
@@ -473,18 +511,24 @@ def _precomputed(model: "PiT", data, inp) -> Optional[tuple]:
     if model.latent == "input":
         if weight.shape[0] != inp.pos.shape[0]:
             raise ValueError("data.pit_latent_weight does not match the samples' points")
-        lat = _Latent(inp.pos, weight, inp.batch, None, B)
+        lat = _Latent(inp.pos, weight, inp.batch, None, B, _shared_latent(data, B))
     else:
-        idx = data.pit_latent.to(dev) + _offsets(n_lat, p_in)
+        local = data.pit_latent.to(dev)
+        if check and int(n_lat.sum()) != local.shape[0]:
+            raise ValueError("data.pit_latent does not match data.pit_latent_count")
+        idx = local + _offsets(n_lat, p_in, local.shape[0])
         batch = None if inp.batch is None else inp.batch[idx]
-        lat = _Latent(inp.pos[idx], weight, batch, idx, B)
+        lat = _Latent(inp.pos[idx], weight, batch, idx, B, _shared_latent(data, B))
     enc, dec = data.pit_enc.to(dev), data.pit_dec.to(dev)
     n_enc, n_dec = counts("pit_enc_count"), counts("pit_dec_count")
-    if int(n_dec.sum()) != dec.shape[0] or int(n_enc.sum()) != enc.shape[0]:
+    if check and (int(n_dec.sum()) != dec.shape[0] or int(n_enc.sum()) != enc.shape[0]):
         raise ValueError("data.pit_enc/pit_dec do not match their counts")
     # the layers' edge_index: PyG's orientation, row 0 source, row 1 destination
-    e_in = torch.stack([enc[:, 1] + _offsets(n_enc, p_in), enc[:, 0] + _offsets(n_enc, p_lat)])
-    e_out = torch.stack([dec[:, 1] + _offsets(n_dec, p_lat), dec[:, 0] + _offsets(n_dec, p_q)])
+    E_in, E_out = enc.shape[0], dec.shape[0]
+    e_in = torch.stack([enc[:, 1] + _offsets(n_enc, p_in, E_in),
+                        enc[:, 0] + _offsets(n_enc, p_lat, E_in)])
+    e_out = torch.stack([dec[:, 1] + _offsets(n_dec, p_lat, E_out),
+                         dec[:, 0] + _offsets(n_dec, p_q, E_out)])
     return lat, e_in, e_out
 
 

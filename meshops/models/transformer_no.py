@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch import Tensor, nn
@@ -150,17 +150,27 @@ class TransformerNO(NeuralOperator):
             self.norm_out.reset_parameters()
         self.head.reset_parameters()
 
-    def encode(self, data) -> tuple[Tensor, Any]:
-        """Lifting + processor: features ``[N, width]`` on the input mesh, and the inputs."""
+    def encode(self, data, check_values: Optional[bool] = None) -> tuple[Tensor, Any]:
+        """Lifting + processor: features ``[N, width]`` on the input mesh, and the inputs.
+
+        ``check_values`` (default: unless compiling) checks the values of the inputs
+        (:func:`~meshops.models.inputs.read_inputs`).
+        """
+        if check_values is None:
+            check_values = not torch.compiler.is_compiling()
         dtype = self.lift.weight.dtype
-        inp = read_inputs(data, self.in_channels, self.pos_dim, dtype, self.lift.weight.device)
+        inp = read_inputs(data, self.in_channels, self.pos_dim, dtype, self.lift.weight.device,
+                          check_values=check_values)
         h = self.lift(torch.cat([inp.x, self.pos_enc(inp.pos)], dim=-1))
         for blk in self.blocks:
             h = blk(h, None, inp.weight, inp.batch)
         return h, inp
 
     def forward(self, data) -> Tensor:
-        h, inp = self.encode(data)
+        # Compiled, the forward trusts the values of its inputs: checks that read them are
+        # host synchronisations (graph breaks); eager calls check. Decided here, in the
+        # traced frame: a graph break in a layer can leave encode() to run eagerly.
+        h, inp = self.encode(data, check_values=not torch.compiler.is_compiling())
         if self.decoder == "pointwise":
             if inp.has_query and not (inp.query_pos.shape == inp.pos.shape
                                       and torch.equal(inp.query_pos, inp.pos)):

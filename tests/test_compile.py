@@ -1,0 +1,156 @@
+"""Whole models under ``torch.compile`` with precomputed mesh structures (issue 14, item 3):
+no graph break (``torch._dynamo.explain``) in a PiT or TransformerNO forward on a fixed
+mesh, and the compiled forward equals the eager one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch._dynamo
+from torch_geometric.data import Batch
+
+import meshops
+import meshops.models.pit as pit_mod
+from meshops.data import MeshData
+from meshops.models.pit import PiT
+from meshops.models.transformer_no import TransformerNO
+
+F64 = torch.float64
+PACKAGE = Path(meshops.__file__).resolve().parent
+LAYERS = PACKAGE / "nn"
+
+
+def _samples(n_samples: int = 3, n: int = 40, seed: int = 0, same_mesh: bool = True):
+    """Samples on one fixed mesh (other input functions), or each on its own mesh."""
+    g = torch.Generator().manual_seed(seed)
+    pos = torch.rand(n, 2, generator=g, dtype=F64)
+    weight = 0.5 / n + torch.rand(n, generator=g, dtype=F64) / n
+    out = []
+    for _ in range(n_samples):
+        if not same_mesh:
+            pos = torch.rand(n, 2, generator=g, dtype=F64)
+        out.append(MeshData(pos=pos.clone(), weight=weight.clone(),
+                            x=torch.randn(n, 1, generator=g, dtype=F64)))
+    return out
+
+
+def _pit() -> PiT:
+    torch.manual_seed(0)
+    return PiT(1, 2, width=8, heads=2, blocks=2, latent="fps", num_latent=12, quantile_in=0.2,
+               quantile_out=0.3).double().eval()
+
+
+def _tno() -> TransformerNO:
+    torch.manual_seed(0)
+    return TransformerNO(1, 2, width=8, layers=2, heads=2).double().eval()
+
+
+def _case(name: str):
+    """A model and a batch of three samples on one mesh, with the model's mesh
+    structures stored in the samples (PiT; TransformerNO has none)."""
+    model = _pit() if name == "pit" else _tno()
+    transform = model.mesh_transform()
+    samples = _samples()
+    if transform is not None:
+        samples = [transform(s) for s in samples]
+    return model, Batch.from_data_list(samples)
+
+
+_EXPLAINED: dict[str, object] = {}
+
+
+def _explain(name: str):
+    """``torch._dynamo.explain`` of the model's forward (once per model and session)."""
+    if name not in _EXPLAINED:
+        model, data = _case(name)
+        torch._dynamo.reset()
+        _EXPLAINED[name] = torch._dynamo.explain(model)(data)
+    return _EXPLAINED[name]
+
+
+def _where(reason) -> str:
+    frames = reason.user_stack or []
+    return " <- ".join(f"{Path(f.filename).name}:{f.lineno}" for f in reversed(frames[-4:]))
+
+
+def _in(frame, folder: Path) -> bool:
+    return Path(frame.filename).resolve().is_relative_to(folder)
+
+
+MODELS = ["pit", "transformer_no"]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_graph_breaks_are_only_inside_the_layers(name):
+    """The models' own code (input reading, precomputed structures, latent mesh) reads
+    no tensor value while compiling: every graph break left lies in a layer
+    (meshops/nn) or in what a layer calls."""
+    explained = _explain(name)
+    ours = [r for r in explained.break_reasons
+            if any(_in(f, PACKAGE) for f in r.user_stack)
+            and not any(_in(f, LAYERS) for f in r.user_stack)]
+    assert not ours, "\n".join(f"{r.reason.splitlines()[0]} at {_where(r)}" for r in ours)
+
+
+@pytest.mark.xfail(strict=False, reason="the layers (meshops/nn) still read tensor values in "
+                   "their forward; issue 14 item 3, layer part (nn branch)")
+@pytest.mark.parametrize("name", MODELS)
+def test_forward_on_a_fixed_mesh_has_no_graph_break(name):
+    explained = _explain(name)
+    assert explained.graph_break_count == 0, "\n".join(
+        f"{r.reason.splitlines()[0]} at {_where(r)}" for r in explained.break_reasons)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_compiled_forward_equals_eager(name):
+    """Compiled (dynamo + AOT autograd; the value checks skipped) the forward gives
+    the eager output to rounding (float64)."""
+    model, data = _case(name)
+    eager = model(data)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="aot_eager")(data)
+    assert compiled.shape == eager.shape == (data.pos.shape[0], 2)
+    torch.testing.assert_close(compiled, eager, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODELS)
+def test_inductor_forward_equals_eager(name):
+    model, data = _case(name)
+    eager = model(data)
+    torch._dynamo.reset()
+    compiled = torch.compile(model)(data)
+    torch.testing.assert_close(compiled, eager, rtol=1e-10, atol=1e-10)
+
+
+def test_eager_forward_still_checks_values():
+    """Only the compiled forward trusts its inputs: eager calls refuse bad values."""
+    model, data = _case("transformer_no")
+    data.pos[3, 1] = float("nan")
+    with pytest.raises(ValueError, match="data.pos contains NaN or inf"):
+        model(data)
+    model, data = _case("pit")
+    data.weight[5] = -1.0
+    with pytest.raises(ValueError, match="data.weight must be finite and non-negative"):
+        model(data)
+
+
+@pytest.mark.parametrize("latent", ["fps", "input"])
+@pytest.mark.parametrize("same_mesh", [True, False])
+def test_shared_latent_mesh_is_known_from_the_structures(latent, same_mesh):
+    """Whether a batch's samples share one latent mesh (the dense processor path) is
+    read from the structures' digests, without comparing tensors, and agrees with the
+    comparison; structures stored before the digest existed are compared as before."""
+    model = PiT(1, 2, width=8, heads=2, blocks=1, latent=latent, num_latent=12,
+                quantile_in=0.2, quantile_out=0.3).double()
+    transform = model.mesh_transform()
+    data = Batch.from_data_list([transform(s) for s in _samples(same_mesh=same_mesh)])
+    assert (len(set(data.pit_latent_id)) == 1) is same_mesh  # one digest per latent mesh
+    inp = pit_mod.read_inputs(data, 1, 2, F64)
+    lat = pit_mod._precomputed(model, data, inp)[0]
+    compared = pit_mod._Latent(lat.pos, lat.weight, lat.batch, lat.index, 3)
+    assert lat.shared is compared.shared is same_mesh
+    del data.pit_latent_id  # as stored by an older meshops
+    assert pit_mod._precomputed(model, data, inp)[0].shared is same_mesh
