@@ -37,15 +37,25 @@ namespace {
 template <typename T>
 using Vec = Vectorized<T>;
 
+// Horizontal reductions through a stored copy: at::vec::vec_reduce_all's overloads
+// differ between torch versions (2.11's rejected the lambda that 2.13 takes), and these
+// run once per row and key block, not in the inner loop.
 template <typename T>
 inline T hmax(Vec<T> x) {
-  return at::vec::vec_reduce_all<T>([](Vec<T>& a, Vec<T>& b) { return at::vec::maximum(a, b); },
-                                    x);
+  alignas(64) T buf[Vec<T>::size()];
+  x.store(buf);
+  T m = buf[0];
+  for (int i = 1; i < Vec<T>::size(); ++i) m = std::max(m, buf[i]);
+  return m;
 }
 
 template <typename T>
 inline T hsum(Vec<T> x) {
-  return at::vec::vec_reduce_all<T>([](Vec<T>& a, Vec<T>& b) { return a + b; }, x);
+  alignas(64) T buf[Vec<T>::size()];
+  x.store(buf);
+  T s = buf[0];
+  for (int i = 1; i < Vec<T>::size(); ++i) s += buf[i];
+  return s;
 }
 
 template <typename T>
