@@ -48,8 +48,9 @@ class ContinuumAttention(GlobalAttentionBase):
     * ``"fused"``: meshops' fused CPU kernel, bias ``log w`` per key (``-inf`` on
       padding and zero weights), gradients to ``w`` included; no ``N_dst x N_src``
       matrix, forward or backward; made for the small head dimensions of neural
-      operators (timings: ``benchmarks/README``).  CPU, float32/float64, head
-      dimension up to 64, no attention dropout; compiled on first use.
+      operators (timings: ``python -m benchmarks --only layers``).  CPU,
+      float32/float64, head dimension up to 64, no attention dropout; compiled on
+      first use.
     * ``"sdpa"``: :func:`torch.nn.functional.scaled_dot_product_attention` with a
       broadcast ``[B, 1, 1, N_src]`` additive bias ``log w``, which takes PyTorch's
       fused, memory-efficient kernel (CPU and GPU).  PyTorch only takes that kernel

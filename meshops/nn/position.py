@@ -463,8 +463,8 @@ class PositionAttention(PositionParameters):
       applies, else ``"sdpa"`` (:func:`meshops.nn.functional.weighted_attention`).
 
     Either way the cost is ``heads * N_dst * N_src`` exponentials per call (per sample
-    unless the mesh is shared; timings in ``benchmarks/README``).  When
-    ``heads * in_channels < out_channels`` the kernel mixes the input channels and
+    unless the mesh is shared; timings: ``python -m benchmarks --only layers``).
+    When ``heads * in_channels < out_channels`` the kernel mixes the input channels and
     :math:`W_V` is applied afterwards (:attr:`project_after`; exact, as the kernel's
     rows sum to 1), which keeps the values narrow.
 
