@@ -81,6 +81,9 @@ class Points:
 
     def to_dense(self, t: Tensor) -> Tensor:
         """Flat ``[N, *F]`` to dense ``[B, N_max, *F]`` (zeros on padding)."""
+        if self.max_points < 0:
+            raise RuntimeError("these Points were built without the dense layout "
+                               "(batch_points(..., dense=False))")
         if self.index is None:
             return t.unsqueeze(0)
         rest = tuple(t.shape[1:])
@@ -114,6 +117,11 @@ def _layout(batch: Optional[Tensor], n: int, size: int) -> Tuple[int, Optional[T
     return nmax, index, mask.view(size, nmax)
 
 
+def _no_layout(batch: Optional[Tensor], n: int, size: int) -> Tuple[int, None, None]:
+    """No dense layout (``max_points = -1``): :meth:`Points.to_dense` then refuses."""
+    return (n, None, None) if batch is None else (-1, None, None)
+
+
 def _check_pos(pos: Optional[Tensor], n: int, name: str) -> None:
     if pos is None:
         return
@@ -124,7 +132,8 @@ def _check_pos(pos: Optional[Tensor], n: int, name: str) -> None:
 
 
 def batch_points(pos: Any, weight: Optional[Tensor], batch: Any = None,
-                 num_points: Any = None) -> Union[Points, Tuple[Points, Points]]:
+                 num_points: Any = None, dense: bool = True
+                 ) -> Union[Points, Tuple[Points, Points]]:
     """Validate a flat point set once and return the :class:`Points` layers trust.
 
     Args:
@@ -133,6 +142,8 @@ def batch_points(pos: Any, weight: Optional[Tensor], batch: Any = None,
         weight: source quadrature weights ``[N_src]`` (finite, non-negative).
         batch: sorted ``[N]`` sample index, or a ``(batch_src, batch_dst)`` pair.
         num_points: ``N`` or ``(N_src, N_dst)`` where ``pos`` is None.
+        dense: also build the dense layout (``index``, ``mask``, ``max_points``); the
+            local layers, which work on the flat batch, skip it.
 
     Returns:
         :class:`Points` (one tensor given) or a ``(src, dst)`` pair of them sharing
@@ -167,14 +178,14 @@ def batch_points(pos: Any, weight: Optional[Tensor], batch: Any = None,
         check_weight(weight, n_src)
     size = max([int(b.max()) + 1 for b in (b_src, b_dst) if b is not None and b.numel()],
                default=1)
-    src = Points(pos_src, weight, b_src, n_src, size, *_layout(b_src, n_src, size))
+    layout = _layout if dense else _no_layout
+    src = Points(pos_src, weight, b_src, n_src, size, *layout(b_src, n_src, size))
     if not cross:
         return src
     if b_dst is b_src and n_dst == n_src:
-        layout = (src.max_points, src.index, src.mask)
-    else:
-        layout = _layout(b_dst, n_dst, size)
-    return src, Points(pos_dst, None, b_dst, n_dst, size, *layout)
+        return src, Points(pos_dst, None, b_dst, n_dst, size, src.max_points, src.index,
+                           src.mask)
+    return src, Points(pos_dst, None, b_dst, n_dst, size, *layout(b_dst, n_dst, size))
 
 
 class AttentionBase(torch.nn.Module):
@@ -190,6 +201,8 @@ class AttentionBase(torch.nn.Module):
     in_dst: int
     out_channels: int
     heads: int
+    #: whether the layer works on the dense layout of its :class:`Points`
+    dense_layout = True
 
     def _init_channels(self, in_channels: Channels, out_channels: Optional[int],
                        heads: int, divisible: bool = True) -> None:
@@ -248,11 +261,13 @@ class AttentionBase(torch.nn.Module):
                 raise ValueError(f"the Points hold ({src.num_points}, {dst.num_points}) "
                                  f"points, the inputs have ({n_src}, {n_dst})")
             return src, dst, False
+        dense = self.dense_layout
         if not is_pair(pos) and not is_pair(batch) and n_src == n_dst:  # self-attention
-            src = batch_points(pos, weight, batch, n_src)
+            src = batch_points(pos, weight, batch, n_src, dense)
             return src, src, True
         src, dst = batch_points(pos if is_pair(pos) else (pos, pos), weight,
-                                batch if is_pair(batch) else (batch, batch), (n_src, n_dst))
+                                batch if is_pair(batch) else (batch, batch), (n_src, n_dst),
+                                dense)
         return src, dst, True
 
     def _repr_extra(self) -> str:
@@ -372,6 +387,7 @@ class LocalAttentionBase(AttentionBase):
     """
 
     needs_x_dst = True
+    dense_layout = False
     flow: str = "source_to_target"
     k: Optional[int] = None
     quantile: Optional[float] = None
