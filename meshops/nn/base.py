@@ -52,6 +52,11 @@ def is_pair(value: Any) -> bool:
     return isinstance(value, (tuple, list))
 
 
+def is_points(pos: Any) -> bool:
+    """Whether ``pos`` is a trusted :class:`Points` (or a ``(src, dst)`` pair of them)."""
+    return isinstance(pos, Points) or (is_pair(pos) and isinstance(pos[0], Points))
+
+
 class Points:
     """A validated point set: one mesh, or a flat PyG batch of meshes.
 
@@ -252,7 +257,7 @@ class AttentionBase(torch.nn.Module):
                 ) -> Tuple[Points, Points, bool]:
         """``(src, dst)`` :class:`Points` and whether the layer must still check values:
         a given :class:`Points` (pair) is trusted; tensors are built and checked here."""
-        if isinstance(pos, Points) or (is_pair(pos) and isinstance(pos[0], Points)):
+        if is_points(pos):
             if weight is not None or batch is not None:
                 raise ValueError("pass weight and batch inside the Points (batch_points), "
                                  "not beside them")
@@ -397,7 +402,7 @@ class LocalAttentionBase(AttentionBase):
         """The layer's neighbourhood graph ``[2, E]`` in the layer's ``flow`` (PyG's
         default: row 0 source, row 1 destination), to reuse across layers with the
         same neighbourhoods (``forward(..., edge_index=...)``)."""
-        from meshops.nn.local import local_graph
+        from meshops.nn.local import local_graph  # local.py builds on this module
 
         pos_src, pos_dst = as_pair(pos)
         b_src, b_dst = as_pair(batch)
@@ -410,14 +415,14 @@ class LocalAttentionBase(AttentionBase):
         destination as in PyG, e.g. from :meth:`graph`) replaces the neighbour search.
         ``pos`` may be a :class:`Points` pair from :func:`batch_points` (trusted: with
         ``edge_index`` the forward pass then checks no values)."""
-        from meshops.nn.local import _dst_src_graph, _src_dst
+        from meshops.nn.local import _dst_src_graph, _src_dst  # local.py imports base
 
         cross = is_pair(x)
         x_src, x_dst = as_pair(x)
         self._check_x(x_src, self.in_src, "x_src" if cross else "x")
         if self.needs_x_dst:
             self._check_x(x_dst, self.in_dst, "x_dst" if cross else "x")
-        trusted = isinstance(pos, Points) or (is_pair(pos) and isinstance(pos[0], Points))
+        trusted = is_points(pos)
         if not trusted:
             for name, p in zip(("pos_src", "pos_dst"), as_pair(pos)):
                 if not isinstance(p, Tensor) or p.dim() != 2 or not p.is_floating_point():

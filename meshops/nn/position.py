@@ -28,7 +28,7 @@ from torch import Tensor
 
 from meshops.nn import functional
 from meshops.nn._utils import as_pair, check_weight, safe_log
-from meshops.nn.base import AttentionBase, Points, batch_points, is_pair, reset_linear
+from meshops.nn.base import AttentionBase, batch_points, is_points, reset_linear
 
 __all__ = ["PositionAttention", "position_kernel"]
 
@@ -555,7 +555,7 @@ class PositionAttention(PositionParameters):
         share it)."""
         x_src = as_pair(x)[0]
         self._check_x(x_src, self.in_channels, "x")
-        trusted = isinstance(pos, Points) or (is_pair(pos) and isinstance(pos[0], Points))
+        trusted = is_points(pos)
         v = self._values(x_src)
         if kernel is not None and not trusted:
             b_src, b_dst = as_pair(batch)
