@@ -10,8 +10,8 @@ import torch
 
 from meshops.nn import (ContinuumAttention, FourierAttention, GalerkinAttention,
                         LocalAttention, LocalPositionAttention, PatchAttention,
-                        PatchTokenAttention, PositionAttention, WindowAttention, batch_points,
-                        patch_attention, weighted_attention)
+                        PatchTokenAttention, PositionAttention, TransformerBlock,
+                        WindowAttention, batch_points, patch_attention, weighted_attention)
 from meshops.nn.functional import choose_impl
 
 DT = torch.float64
@@ -92,6 +92,8 @@ def test_batch_points_validates_once_and_layers_trust_it():
     assert torch.equal(pts.to_flat(dense), x)
     layer = ContinuumAttention(8, heads=2).to(DT)
     torch.testing.assert_close(layer(x, pts), layer(x, pos, w, batch), rtol=0, atol=0)
+    block = TransformerBlock(layer, 8).to(DT)
+    torch.testing.assert_close(block(x, pts), block(x, pos, w, batch), rtol=0, atol=0)
     with pytest.raises(ValueError, match="sorted"):
         batch_points(pos, w, batch.flip(0))
     with pytest.raises(ValueError, match="non-negative"):
