@@ -230,7 +230,7 @@ def build_token(n: int, impl: str, device: str, patch_size: int = 1024) -> Runne
 def _position(path: str, device: str):
     from meshops.nn.position import PositionAttention
 
-    return _mod(PositionAttention(C, C, heads=H, lam_init=LAM, path=path), device)
+    return _mod(PositionAttention(C, C, heads=H, lam_init=LAM, impl=path), device)
 
 
 def build_position(n: int, impl: str, device: str) -> Runner:

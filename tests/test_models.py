@@ -415,7 +415,7 @@ def test_pit_grid_latent_model_and_shared_mesh_path():
 def test_pit_shared_lambda_builds_one_kernel(monkeypatch):
     """shared_lambda: one position kernel for all processor blocks (instead of one per
     block), the same result as giving every block the first block's lambda."""
-    import meshops.models.pit as pit_mod
+    import meshops.nn.functional as functional_mod
     import meshops.nn.position as pos_mod
     calls = []
     real = pos_mod._dense_kernel
@@ -428,7 +428,7 @@ def test_pit_shared_lambda_builds_one_kernel(monkeypatch):
         out = model(b)
     assert len(calls) == 1
     # too large for one materialised kernel: each block evaluates the shared lambda
-    monkeypatch.setattr(pit_mod, "KERNEL_LIMIT", 1)
+    monkeypatch.setattr(functional_mod, "KERNEL_LIMIT", 1)
     with torch.no_grad():
         torch.testing.assert_close(model(b), out, rtol=1e-5, atol=1e-6)
     monkeypatch.undo()

@@ -9,7 +9,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch_geometric.utils import to_dense_batch
 
-import meshops.nn.continuum as CA
+import meshops.nn.functional as CA  # chooses the kernel for every layer
 from meshops.nn.continuum import ContinuumAttention
 
 DT = torch.float64

@@ -465,7 +465,7 @@ def test_repr():
     assert repr(LocalPositionAttention(16, 32, heads=4, k=8)) == \
         "LocalPositionAttention(16, 32, heads=4, k=8)"
     assert repr(LocalPositionAttention(16, quantile=0.05)) == \
-        "LocalPositionAttention(16, 16, heads=1, quantile=0.05)"
+        "LocalPositionAttention(16, 16, heads=4, quantile=0.05)"
     assert repr(LocalAttention(16, 32)) == "LocalAttention(16, 32, heads=4, k=16)"
 
 

@@ -8,7 +8,7 @@ from torch.autograd import gradcheck
 
 import meshops.nn.patch as patch_mod
 from meshops.nn.patch import (PatchAttention, PatchTokenAttention, WindowAttention,
-                              rotate_positions)
+                              patch_attention, rotate_positions)
 
 DT = torch.float64
 
@@ -94,8 +94,8 @@ def ref_token(layer, x, pos, w, parts, batch):
 
 # ----------------------------------------------------------------------------- front
 def test_front_dispatch_and_repr():
-    a = PatchAttention(8, heads=2, num_patches=4)
-    b = PatchAttention(8, heads=2, num_patches=4, mode="token", num_basis=3)
+    a = patch_attention(8, heads=2, num_patches=4)
+    b = patch_attention(8, heads=2, num_patches=4, mode="token", num_basis=3)
     assert type(a) is WindowAttention and type(b) is PatchTokenAttention
     assert isinstance(a, PatchAttention) and isinstance(b, PatchAttention)
     assert "num_patches=4" in repr(a) and "num_basis=3" in repr(b)
@@ -170,13 +170,13 @@ def test_shifted_partition_crosses_borders(d, method):
 def test_window_tensor_sizes_scale_like_n_squared_over_p(monkeypatch):
     seen = []
 
-    real = patch_mod._attention
+    real = patch_mod.weighted_attention
 
-    def spy(q, k, v, bias):
-        seen.append((tuple(q.shape), tuple(bias.shape)))
-        return real(q, k, v, bias)
+    def spy(q, k, v, log_w):
+        seen.append((tuple(q.shape), tuple(log_w.shape)))
+        return real(q, k, v, log_w)
 
-    monkeypatch.setattr(patch_mod, "_attention", spy)
+    monkeypatch.setattr(patch_mod, "weighted_attention", spy)
     N, P = 4096, 64
     x, pos, w = _sample(N, 8, seed=5)
     layer = WindowAttention(8, heads=2, num_patches=P).to(DT)
@@ -184,7 +184,7 @@ def test_window_tensor_sizes_scale_like_n_squared_over_p(monkeypatch):
         layer(x, pos, w)
     (G, H, n, dh), mshape = seen[-1]
     assert (G, H, dh) == (P, 2, 4)
-    assert mshape == (G, 1, 1, n)                      # broadcast bias, no [n, n] mask
+    assert mshape == (G, n)                            # a weight per key, no [n, n] mask
     assert n <= 1.25 * N / P                           # balanced windows
     assert G * n * n <= 1.25 * N * N / P               # attention scores O(N·N/P), not N²
 
@@ -225,7 +225,7 @@ def test_token_matches_reference(device):
 @pytest.mark.parametrize("mode", ["window", "token"])
 def test_batched_samples_do_not_mix(mode, device):
     x, pos, w, batch = _batch([37, 52], 4)
-    layer = _layer(PatchAttention, 4, heads=2, num_patches=5, mode=mode)
+    layer = _layer(patch_attention, 4, heads=2, num_patches=5, mode=mode)
     layer(x, pos, w, batch)     # materialise lazy basis MLPs (token) before copying
     layer = device.module(layer)
     out = device.run(layer, x, pos, w, batch)
@@ -242,7 +242,7 @@ def test_batched_samples_do_not_mix(mode, device):
 @pytest.mark.parametrize("mode", ["window", "token"])
 def test_partition_covers_and_balances(mode):
     x, pos, w, batch = _batch([100, 61], 4)
-    layer = PatchAttention(4, num_patches=8, mode=mode)
+    layer = patch_attention(4, num_patches=8, mode=mode)
     parts = layer.partition(pos, batch)
     assert parts.shape == (161,) and parts.dtype == torch.long and (parts >= 0).all()
     for b in range(2):
@@ -269,7 +269,7 @@ def test_patch_size_gives_patches_of_bounded_size_per_sample(mode, shift):
     # balanced k-d patches (one more in the alternate partition only without a rotation,
     # which d = 2 has), i.e. at most 32 points per patch; ids never shared by samples.
     x, pos, w, batch = _batch([300, 97, 64], 4)
-    layer = _layer(PatchAttention, 4, heads=2, patch_size=32, mode=mode, shift=shift)
+    layer = _layer(patch_attention, 4, heads=2, patch_size=32, mode=mode, shift=shift)
     parts = layer.partition(pos, batch)
     for b, want in enumerate([10, 4, 2]):
         ids, counts = torch.unique(parts[batch == b], return_counts=True)
@@ -278,7 +278,7 @@ def test_patch_size_gives_patches_of_bounded_size_per_sample(mode, shift):
     # Same numbers as the layer with num_patches = ceil(n / 32), sample by sample.
     out = layer(x, pos, w, batch)
     for b, want in enumerate([10, 4, 2]):
-        fixed = _layer(PatchAttention, 4, heads=2, num_patches=want, mode=mode, shift=shift)
+        fixed = _layer(patch_attention, 4, heads=2, num_patches=want, mode=mode, shift=shift)
         fixed.load_state_dict(layer.state_dict())
         m = batch == b
         assert torch.allclose(out[m], fixed(x[m], pos[m], w[m]), atol=1e-12, rtol=0)
@@ -290,7 +290,7 @@ def test_patch_size_with_extra_patch_and_equal_samples(mode):
     # d = 1 has no rotation: the alternate partition takes one patch more,
     # ceil(50/16) + 1 = 5; a 1-point sample gets one patch, not 2.
     x, pos, w, batch = _batch([50, 1], 4, d=1)
-    layer = _layer(PatchAttention, 4, heads=2, patch_size=16, mode=mode, shift=True)
+    layer = _layer(patch_attention, 4, heads=2, patch_size=16, mode=mode, shift=True)
     parts = layer.partition(pos, batch)
     assert len(torch.unique(parts[batch == 0])) == 5 and len(torch.unique(parts[batch == 1])) == 1
     out = layer(x, pos, w, batch)
@@ -299,7 +299,7 @@ def test_patch_size_with_extra_patch_and_equal_samples(mode):
         assert torch.allclose(out[m], layer(x[m], pos[m], w[m]), atol=1e-12, rtol=0)
     # Samples of equal size share one patch count and take the batched path.
     x, pos, w, batch = _batch([64, 64], 4)
-    parts = _layer(PatchAttention, 4, patch_size=16, mode=mode).partition(pos, batch)
+    parts = _layer(patch_attention, 4, patch_size=16, mode=mode).partition(pos, batch)
     for b in range(2):
         counts = torch.unique(parts[batch == b], return_counts=True)[1]
         assert counts.tolist() == [16] * 4
@@ -329,7 +329,7 @@ def test_patch_size_invalid():
 @pytest.mark.parametrize("mode", ["window", "token"])
 def test_duplicating_points_with_half_weight_is_invariant(mode):
     x, pos, w, batch = _batch([45, 30], 4)
-    layer = _layer(PatchAttention, 4, heads=2, num_patches=4, mode=mode)
+    layer = _layer(patch_attention, 4, heads=2, num_patches=4, mode=mode)
     parts = layer.partition(pos, batch)
     out = layer(x, pos, w, batch, parts=parts)
     dup = lambda t: torch.repeat_interleave(t, 2, dim=0)   # noqa: E731  (keeps batch sorted)
@@ -341,7 +341,7 @@ def test_duplicating_points_with_half_weight_is_invariant(mode):
 @pytest.mark.parametrize("mode", ["window", "token"])
 def test_permutation_equivariance(mode):
     x, pos, w = _sample(150, 4, seed=9)
-    layer = _layer(PatchAttention, 4, heads=2, num_patches=6, mode=mode)
+    layer = _layer(patch_attention, 4, heads=2, num_patches=6, mode=mode)
     perm = torch.randperm(150, generator=torch.Generator().manual_seed(1))
     out = layer(x, pos, w)
     assert torch.allclose(layer(x[perm], pos[perm], w[perm]), out[perm], atol=1e-12, rtol=0)
@@ -352,7 +352,7 @@ def test_permutation_equivariance(mode):
 def test_dense_form_matches_flat():
     x, pos, w, batch = _batch([20, 13], 4)
     for mode in ("window", "token"):
-        layer = _layer(PatchAttention, 4, num_patches=3, mode=mode)
+        layer = _layer(patch_attention, 4, num_patches=3, mode=mode)
         flat = layer(x, pos, w, batch)
         from torch_geometric.utils import to_dense_batch
         xd, mask = to_dense_batch(x, batch)
@@ -383,13 +383,13 @@ def test_invalid_arguments():
     with pytest.raises(ValueError, match="divisible by heads"):
         PatchTokenAttention(4, heads=3, embed_dim=8)
     with pytest.raises(ValueError, match="num_patches"):
-        PatchAttention(4, num_patches=0)
+        patch_attention(4, num_patches=0)
     with pytest.raises(ValueError, match="mode"):
-        PatchAttention(4, mode="global")
+        patch_attention(4, mode="global")
     with pytest.raises(ValueError, match="mode"):
         WindowAttention(4, mode="token")
     for mode in ("window", "token"):
-        layer = PatchAttention(4, num_patches=2, mode=mode).to(DT)
+        layer = patch_attention(4, num_patches=2, mode=mode).to(DT)
         with pytest.raises(ValueError, match="non-negative"):
             layer(x, pos, -w)
         with pytest.raises(ValueError, match="weight has shape"):

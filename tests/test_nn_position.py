@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch.func import functional_call
 
+from meshops.nn import functional as PF
 from meshops.nn import position as P
 from meshops.nn.position import PositionAttention, position_kernel
 
@@ -39,7 +40,7 @@ def ref_posatt(layer, x_src, pos_src, pos_dst, w):
 
 def make(cin=5, cout=6, heads=2, path="kernel", lam=(3.0, 11.0), seed=0):
     torch.manual_seed(seed)
-    layer = PositionAttention(cin, cout, heads=heads, lam_init=list(lam)[:heads], path=path)
+    layer = PositionAttention(cin, cout, heads=heads, lam_init=list(lam)[:heads], impl=path)
     with torch.no_grad():
         layer.lin.bias.normal_()
     return layer.double()
@@ -152,7 +153,7 @@ def test_shared_mesh_dense_equals_per_sample(path, cfg, monkeypatch):
 
     calls = []
     real_kernel, real_sdpa = P._dense_kernel, P.F.scaled_dot_product_attention
-    real_fused = P.fused_attention
+    real_fused = PF.fused_attention
 
     def spy_kernel(*args):
         out = real_kernel(*args)
@@ -169,7 +170,7 @@ def test_shared_mesh_dense_equals_per_sample(path, cfg, monkeypatch):
 
     monkeypatch.setattr(P, "_dense_kernel", spy_kernel)
     monkeypatch.setattr(P.F, "scaled_dot_product_attention", spy_sdpa)
-    monkeypatch.setattr(P, "fused_attention", spy_fused)
+    monkeypatch.setattr(PF, "fused_attention", spy_fused)
     out = layer.dense((x, None), (ps, pd), w)
     # the position-only part was evaluated once, for all B samples
     if path == "kernel":
@@ -250,21 +251,20 @@ def test_auto_path_switches_on_size(monkeypatch, fused_kernel_available):
     seen = []
 
     def spy(name):
-        real = getattr(P, name)
+        real = getattr(PF, name)
 
         def wrapped(*args, **kw):
-            if not kw.get("check_only"):
-                seen.append(name)
+            seen.append(name)
             return real(*args, **kw)
         return wrapped
 
-    for name in ("_sdpa_attention", "_fused_attention"):
-        monkeypatch.setattr(P, name, spy(name))
+    for name in ("_folded", "fused_attention"):
+        monkeypatch.setattr(PF, name, spy(name))
     small = layer(x, pos, w)
     assert not seen
-    monkeypatch.setattr(P, "KERNEL_LIMIT", 100)
+    monkeypatch.setattr(PF, "KERNEL_LIMIT", 100)
     big = layer(x, pos, w)
-    assert seen == ["_fused_attention" if fused_kernel_available else "_sdpa_attention"]
+    assert seen == ["fused_attention" if fused_kernel_available else "_folded"]
     torch.testing.assert_close(big, small, rtol=0, atol=1e-10)
 
 
@@ -422,8 +422,8 @@ def test_invalid_arguments():
         PositionAttention(4, 4, lam_init=0.0)
     with pytest.raises(ValueError, match="lam_init has 1 values but heads=2"):
         PositionAttention(4, 4, heads=2, lam_init=[1.0])
-    with pytest.raises(ValueError, match="path must be one of"):
-        PositionAttention(4, path="fast")
+    with pytest.raises(ValueError, match="impl must be one of"):
+        PositionAttention(4, impl="fast")
     with pytest.raises(ValueError, match="lam must be finite and positive"):
         position_kernel(torch.rand(3, 2), torch.rand(2, 2), torch.ones(3), torch.tensor([-1.0]))
 

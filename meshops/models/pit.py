@@ -15,43 +15,16 @@ from meshops.models.base import (NeuralOperator, check_model_sizes, check_positi
                                  register_model)
 from meshops.models.inputs import read_inputs
 from meshops.models.latent import fps_latent, grid_latent, voronoi_weights
+from meshops.nn.functional import materialise_kernel
 from meshops.nn.local import LocalPositionAttention, local_graph
 from meshops.nn.mlp import MLP
-from meshops.nn.position import KERNEL_LIMIT, PositionAttention, position_kernel
+from meshops.nn.position import PositionAttention, position_kernel
 from meshops.search.graph import measure_ball_graph
 
 __all__ = ["PiT", "PiTStructures"]
 
 _LATENTS = ("fps", "input", "grid")
 _BALLS = ("measure", "count")
-
-
-class _LogLambda:
-    r"""Mixin: :math:`\lambda_h = \exp(\rho_h)` instead of the layers' softplus.
-
-    Adam moves :math:`\rho` by about the learning rate per step, so with a log
-    parametrisation :math:`\lambda` changes by a *relative* amount per step and can
-    travel from 1 to 10^3 in a few hundred steps (PiT's reference code uses
-    :math:`\tan(\frac{\pi}{4}(1 + \sin r))` for the same reason); with softplus it
-    moves by an absolute ~1e-3 per step and sharp kernels are out of reach.
-    """
-
-    @property
-    def lam(self) -> Tensor:
-        return torch.exp(self.lam_raw)
-
-    def reset_parameters(self) -> None:
-        super().reset_parameters()
-        with torch.no_grad():
-            self.lam_raw.copy_(torch.log(torch.tensor(self.lam_init, dtype=torch.float64)))
-
-
-class _PosAtt(_LogLambda, PositionAttention):
-    """:class:`~meshops.nn.position.PositionAttention` with log-parametrised lambda."""
-
-
-class _LocPosAtt(_LogLambda, LocalPositionAttention):
-    """:class:`~meshops.nn.local.LocalPositionAttention` with log-parametrised lambda."""
 
 
 def _lam_spread(heads: int, lam_min: float, lam_max: float) -> list[float]:
@@ -247,14 +220,18 @@ class PiT(NeuralOperator):
         lam = _lam_spread(heads, lam_min, lam_max)
 
         self.lift = nn.Linear(in_channels + pos_dim, width)
-        self.encoder = _LocPosAtt(width, width, heads=heads, quantile=quantile_in, lam_init=lam,
-                                  bias=False)
-        self.attn = nn.ModuleList([_PosAtt(width, width, heads=heads, lam_init=lam, bias=False)
+        # lam = exp(raw): Adam then moves lambda by a relative amount per step, so it can
+        # travel from 1 to 10^3 in a few hundred steps; with softplus it moves by an
+        # absolute ~1e-3 per step and sharp kernels are out of reach.
+        self.encoder = LocalPositionAttention(width, width, heads=heads, quantile=quantile_in,
+                                              lam_init=lam, bias=False, lam_param="exp")
+        self.attn = nn.ModuleList([PositionAttention(width, width, heads=heads, lam_init=lam,
+                                                     bias=False, lam_param="exp")
                                    for _ in range(blocks)])
         self.mlp = nn.ModuleList([MLP(width, width, width) for _ in range(blocks)])
         self.linear = nn.ModuleList([nn.Linear(width, width) for _ in range(blocks)])
-        self.decoder = _LocPosAtt(width, width, heads=heads, quantile=quantile_out, lam_init=lam,
-                                  bias=False)
+        self.decoder = LocalPositionAttention(width, width, heads=heads, quantile=quantile_out,
+                                              lam_init=lam, bias=False, lam_param="exp")
         self.head = MLP(width, width, out_channels)
         self._init_pointwise()
         if shared_lambda:
@@ -312,16 +289,17 @@ class PiT(NeuralOperator):
             # one kernel for all blocks (and all samples when they share the latent mesh)
             n = lat.pos.shape[0] // (lat.num_graphs if lat.shared else 1)
             entries = self.heads * n * n * (1 if lat.shared else lat.num_graphs)
-            if entries <= KERNEL_LIMIT:
+            if materialise_kernel(entries):
                 if lat.shared:
                     shared_kernel = position_kernel(lat.pos[:n], lat.pos[:n], lat.weight[:n],
                                                     self.attn[0].lam)
                 else:
                     shared_kernel = position_kernel(lat.pos, lat.pos, lat.weight,
                                                     self.attn[0].lam, batch=batch)
-        for i, (att, mlp, lin) in enumerate(zip(self.attn, self.mlp, self.linear)):
-            if self.shared_lambda and i > 0 and shared_kernel is None:
-                att = _SharedLambda(att, self.attn[0])
+        # shared_lambda without one materialised kernel: every block evaluates the
+        # first block's lambda (passed explicitly; the blocks' own stay frozen)
+        lam = self.attn[0].lam if self.shared_lambda and len(self.attn) else None
+        for att, mlp, lin in zip(self.attn, self.mlp, self.linear):
             if lat.shared:
                 B = lat.num_graphs
                 n = u.shape[0] // B
@@ -329,13 +307,13 @@ class PiT(NeuralOperator):
                 if shared_kernel is not None:
                     h = att.dense(ud, None, None, kernel=shared_kernel)
                 else:
-                    h = att.dense(ud, lat.pos[:n], lat.weight[:n])
+                    h = att.dense(ud, lat.pos[:n], lat.weight[:n], lam=lam)
                 h = h.reshape(B * n, -1)
             elif shared_kernel is not None:
                 h = att(u, None, None, batch if batch is None else (batch, batch),
                         kernel=shared_kernel)
             else:
-                h = att(u, lat.pos, lat.weight, batch)
+                h = att(u, lat.pos, lat.weight, batch, lam=lam)
             h = gelu(h)
             u = gelu(mlp(h) + lin(u))
         return u
@@ -530,25 +508,3 @@ def _precomputed(model: "PiT", data, inp, check: bool = True) -> Optional[tuple]
     e_out = torch.stack([dec[:, 1] + _offsets(n_dec, p_lat, E_out),
                          dec[:, 0] + _offsets(n_dec, p_q, E_out)])
     return lat, e_in, e_out
-
-
-class _SharedLambda:
-    """Calls a position-attention layer with another layer's lambda (``shared_lambda``
-    when the shared kernel is too large to materialise once)."""
-
-    def __init__(self, att: PositionAttention, lam_from: PositionAttention) -> None:
-        self.att, self.lam_from = att, lam_from
-
-    def _swap(self, fn, *args, **kwargs):
-        raw = self.att.lam_raw
-        try:
-            self.att._parameters["lam_raw"] = self.lam_from.lam_raw
-            return fn(*args, **kwargs)
-        finally:
-            self.att._parameters["lam_raw"] = raw
-
-    def __call__(self, *args, **kwargs):
-        return self._swap(self.att, *args, **kwargs)
-
-    def dense(self, *args, **kwargs):
-        return self._swap(self.att.dense, *args, **kwargs)

@@ -4,8 +4,13 @@ Every layer approximates an integral operator with the quadrature weights of the
 source mesh, so the same parameters give (nearly) the same function on any mesh
 of the same geometry. Flat PyG batches: ``layer(x, pos, weight, batch=None)``;
 cross forms take ``(src, dst)`` pairs; dense batches: ``layer.dense(...)``.
+Every layer builds on :mod:`meshops.nn.base`; the attention primitive and the choice
+of its implementation are :func:`meshops.nn.functional.weighted_attention`.
 """
 
+from meshops.nn import functional
+from meshops.nn.base import (AttentionBase, GlobalAttentionBase, LocalAttentionBase, Points,
+                             batch_points)
 from meshops.nn.block import TransformerBlock
 from meshops.nn.continuum import ContinuumAttention
 from meshops.nn.fourier_features import FourierFeatures
@@ -15,13 +20,17 @@ from meshops.nn.interpolate import knn_interpolate
 # replacements (it had PyG's name but not its signature or orientation).
 from meshops.nn.local import (LocalAttention, LocalPositionAttention, knn_graph,  # noqa: F401
                               local_graph, quantile_k)
+from meshops.nn.functional import weighted_attention
 from meshops.nn.mlp import MLP
-from meshops.nn.patch import PatchAttention, PatchTokenAttention, WindowAttention
+from meshops.nn.patch import (PatchAttention, PatchTokenAttention, WindowAttention,
+                              patch_attention)
 from meshops.nn.position import PositionAttention, position_kernel
 
 __all__ = [
-    "ContinuumAttention", "FourierAttention", "FourierFeatures", "GalerkinAttention", "MLP",
-    "LocalAttention", "knn_interpolate",
-    "LocalPositionAttention", "PatchAttention", "PatchTokenAttention", "PositionAttention",
-    "TransformerBlock", "WindowAttention", "local_graph", "position_kernel", "quantile_k",
+    "AttentionBase", "ContinuumAttention", "FourierAttention", "FourierFeatures",
+    "GalerkinAttention", "GlobalAttentionBase", "LocalAttention", "LocalAttentionBase",
+    "LocalPositionAttention", "MLP", "PatchAttention", "PatchTokenAttention", "Points",
+    "PositionAttention", "TransformerBlock", "WindowAttention", "batch_points", "functional",
+    "knn_interpolate", "local_graph", "patch_attention", "position_kernel", "quantile_k",
+    "weighted_attention",
 ]

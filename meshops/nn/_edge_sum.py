@@ -126,13 +126,16 @@ def edge_sum(alpha: Tensor, v: Tensor, dst: Tensor, src: Tensor, n_dst: int) -> 
     """``out[i, h] = sum_{e: dst[e] = i} alpha[e, h] * v[src[e], h]``.
 
     Differentiable in ``alpha`` and ``v`` (once). Edges may come in any order.
-    Half precision (which sparse kernels do not all take) goes through the plain
-    gather-and-scatter form.
+    Half precision (which sparse kernels do not all take) and :func:`torch.compile`
+    go through the plain gather-and-scatter form.
 
     Shapes:
         alpha ``[E, H]``, v ``[N_src, H, c]``, dst/src ``[E]`` -> ``[n_dst, H, c]``
     """
-    if v.dtype not in (torch.float32, torch.float64) or alpha.dtype != v.dtype:
+    if v.dtype not in (torch.float32, torch.float64) or alpha.dtype != v.dtype \
+            or torch.compiler.is_compiling():
+        # torch.compile cannot trace the sparse kernels (nor their host-side sorting):
+        # the compiler fuses this gather-and-scatter form instead.
         out = v.new_zeros(n_dst, v.shape[1], v.shape[2])
         return out.index_add(0, dst, alpha.unsqueeze(-1).to(v.dtype) * v[src])
     return _EdgeSum.apply(alpha, v, dst, src, n_dst)

@@ -16,7 +16,6 @@ from typing import Any, Tuple
 
 import torch
 from torch import Tensor
-from torch_geometric.utils import to_dense_batch
 
 Pair = Tuple[Any, Any]
 
@@ -62,14 +61,6 @@ def _check_values(weight: Tensor, name: str) -> None:
                          f"{weight.flatten()[i].item()}")
 
 
-def check_dense_weight(weight: Tensor, x: Tensor, name: str = "weight") -> Tensor:
-    """Validate dense weights ``[B, N]`` against ``x [B, N, C]``."""
-    if weight.shape != x.shape[:2]:
-        raise ValueError(f"{name} has shape {tuple(weight.shape)}, expected {tuple(x.shape[:2])}")
-    _check_values(weight, name)
-    return weight
-
-
 def check_length(t: Tensor | None, n: int, name: str) -> None:
     """``t`` (if given) must have ``n`` rows."""
     if t is not None and t.shape[0] != n:
@@ -82,28 +73,11 @@ def num_graphs(*batches: Tensor | None) -> int:
     return max(sizes, default=1)
 
 
-def to_dense(x: Tensor, batch: Tensor | None, batch_size: int | None = None
-             ) -> tuple[Tensor, Tensor]:
-    """Flat ``[N, C]`` to dense ``[B, Nmax, C]`` and ``mask [B, Nmax]``."""
-    if batch is None:
-        return x.unsqueeze(0), torch.ones(1, x.shape[0], dtype=torch.bool, device=x.device)
-    return to_dense_batch(x, batch, batch_size=batch_size)
-
-
 def safe_log(weight: Tensor) -> Tensor:
     """``log w`` with ``-inf`` at ``w = 0`` and a zero (not NaN) gradient there."""
     positive = weight > 0
     logw = torch.log(torch.where(positive, weight, torch.ones_like(weight)))
     return logw.masked_fill(~positive, float("-inf"))
-
-
-def log_weight_bias(weight: Tensor, mask: Tensor | None = None) -> Tensor:
-    """Attention bias ``log w`` ``[B, 1, 1, N]`` from dense weights ``[B, N]``.
-
-    Zero weights and padding give ``-inf``, i.e. the point drops out of the integral.
-    """
-    w = weight if mask is None else weight.masked_fill(~mask, 0)
-    return safe_log(w)[:, None, None, :]
 
 
 def check_batch(batch: Tensor | None, name: str) -> None:

@@ -190,8 +190,10 @@ class TransformerBlock(torch.nn.Module):
         h = self.norm1(x_dst + self.drop(call((x_src, x_dst) if self.cross else x_dst)))
         return self.norm2(h + self.ffn(h))
 
-    def forward(self, x: Union[Tensor, tuple], pos: Any, weight: Tensor,
+    def forward(self, x: Union[Tensor, tuple], pos: Any, weight: Optional[Tensor] = None,
                 batch: Any = None, **kwargs: Any) -> Tensor:
+        """Flat form; ``pos`` may be a :class:`~meshops.nn.base.Points` (pair) from
+        :func:`~meshops.nn.base.batch_points`, passed on to the attention layer."""
         return self._run(x, lambda a: self.attention(a, pos, weight, batch, **kwargs))
 
     def dense(self, x: Union[Tensor, tuple], pos: Any, weight: Tensor, mask: Any = None,

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from meshops.nn._utils import check_channels, merge_heads, split_heads
-from meshops.nn.continuum import Channels, _QuadratureAttention
+from meshops.nn._utils import merge_heads, split_heads
+from meshops.nn.base import Channels, GlobalAttentionBase
 
 __all__ = ["GalerkinAttention", "FourierAttention"]
 
@@ -74,7 +74,7 @@ def _blocks(*tensors: Optional[Tensor], rows: int) -> list:
     return [[None] * count if t is None else list(t.split(size, dim=1)) for t in tensors]
 
 
-class _SimpleAttention(_QuadratureAttention):
+class _SimpleAttention(GlobalAttentionBase):
     """Shared body of Galerkin and Fourier attention (they differ in which of
     Q, K, V are layer-normalised)."""
 
@@ -84,28 +84,20 @@ class _SimpleAttention(_QuadratureAttention):
                  heads: int = 4, pos_dim: int = 0, eta: float = 1e-2, delta: float = 1e-2,
                  dropout: float = 0.0, bias: bool = True, eps: float = 1e-5) -> None:
         super().__init__()
-        self.in_src, self.in_dst = self._split_channels(in_channels)
-        out_channels = self.in_dst if out_channels is None else out_channels
-        check_channels(out_channels, heads, "out_channels")
+        self._init_channels(in_channels, out_channels, heads)
+        out_channels = self.out_channels
         if not isinstance(pos_dim, int) or pos_dim < 0:
             raise ValueError(f"pos_dim must be a non-negative int, got {pos_dim!r}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        self.in_channels = in_channels
-        self.out_channels = out_channels
-        self.heads = heads
         self.head_channels = out_channels // heads
         self.pos_dim = pos_dim
         self.eta = eta
         self.delta = delta
         self.dropout = dropout
-        self.lin_q = torch.nn.Linear(self.in_dst, out_channels, bias=bias)
-        self.lin_k = torch.nn.Linear(self.in_src, out_channels, bias=bias)
-        self.lin_v = torch.nn.Linear(self.in_src, out_channels, bias=bias)
+        self._init_projections(bias, out_in=heads * (self.head_channels + pos_dim))
         self.norms = torch.nn.ModuleDict(
             {name: _HeadNorm(heads, self.head_channels, eps) for name in self._normed})
-        self.lin_out = torch.nn.Linear(heads * (self.head_channels + pos_dim), out_channels,
-                                       bias=bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -140,13 +132,12 @@ class _SimpleAttention(_QuadratureAttention):
             t = self.norms[name](t)
         return self._with_pos(t, pos, pos_name)
 
-    def _attend(self, x_src, x_dst, pos_src, pos_dst, weight, m_src, m_dst):
+    def _attend(self, x_src, x_dst, pos_src, pos_dst, weight, m_src, m_dst, checked):
         # Without autograd, two passes over row blocks, so that the [B, H, rows, D']
-        # intermediates of a block stay in cache on large meshes (on 2 CPU cores one
-        # pass over 262k points ran at 3.3 us per point, blocks of 16k at ~2 us); the
-        # result is the same sum in a different order. With autograd one block: the
-        # backward pass gained nothing from blocks (it was 10-15 % slower); nor did
-        # meshes that fit in cache anyway (64k points: 8 % slower in a model).
+        # intermediates of a block stay in cache on large meshes (faster on CPU: python
+        # -m benchmarks --only layers); the result is the same sum in a different
+        # order. With autograd one block: the backward pass gained nothing from blocks,
+        # nor did meshes that fit in cache anyway.
         grad = torch.is_grad_enabled() and (
             x_src.requires_grad or x_dst.requires_grad or weight.requires_grad
             or any(p.requires_grad for p in self.parameters()))

@@ -23,22 +23,18 @@ import math
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.utils import scatter, softmax
 
 from meshops.nn._edge_sum import edge_sum
-from meshops.nn._utils import (as_pair, check_batch, check_channels, check_length,
-                               check_weight, num_graphs, safe_log)
-from meshops.nn.position import (PositionParameters, head_values, project_after,
-                                 project_heads)
+from meshops.nn._utils import num_graphs, safe_log
+from meshops.nn.base import Channels, LocalAttentionBase, reset_linear
+from meshops.nn.position import PositionParameters, head_values, project_heads
 
 __all__ = ["LocalPositionAttention", "LocalAttention", "local_graph", "quantile_k"]
 
 _FLOWS = ("source_to_target", "target_to_source")
 
-Channels = Union[int, Tuple[int, int]]
-PairOrTensor = Union[Tensor, Tuple[Optional[Tensor], Optional[Tensor]]]
 
 
 # --------------------------------------------------------------------------- graph
@@ -152,14 +148,6 @@ def _dst_src_graph(pos_src: Tensor, pos_dst: Tensor, k: Optional[int],
 
 
 # ------------------------------------------------------------------------ helpers
-def _check_x(x: Optional[Tensor], channels: int, name: str) -> None:
-    if not isinstance(x, Tensor) or x.dim() != 2:
-        got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(f"{name} must be a [N, C] tensor, got {got}")
-    if x.shape[-1] != channels:
-        raise ValueError(f"{name} has {x.shape[-1]} channels, expected {channels}")
-
-
 def _check_k(k: Optional[int], quantile: Optional[float], radius: Optional[float] = None
              ) -> None:
     if radius is not None and not (isinstance(radius, (int, float)) and not isinstance(radius, bool)
@@ -172,8 +160,10 @@ def _check_k(k: Optional[int], quantile: Optional[float], radius: Optional[float
         raise ValueError(f"quantile must be in (0, 1], got {quantile!r}")
 
 
-def _src_dst(edge_index: Tensor, flow: str, n_src: int, n_dst: int) -> Tuple[Tensor, Tensor]:
-    """Checked ``(source, destination)`` rows of an ``edge_index`` given with ``flow``."""
+def _src_dst(edge_index: Tensor, flow: str, n_src: int, n_dst: int, checked: bool = True
+             ) -> Tuple[Tensor, Tensor]:
+    """``(source, destination)`` rows of an ``edge_index`` given with ``flow``; with
+    ``checked`` the indices are range-checked (a host synchronisation)."""
     rows = ("source", "destination") if flow == "source_to_target" else ("destination", "source")
     if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 \
             or edge_index.shape[0] != 2 or edge_index.dtype != torch.long:
@@ -182,7 +172,7 @@ def _src_dst(edge_index: Tensor, flow: str, n_src: int, n_dst: int) -> Tuple[Ten
         raise ValueError(f"edge_index must be a LongTensor [2, E] (row 0 {rows[0]}, row 1 "
                          f"{rows[1]}; flow={flow!r}), got {got}")
     sizes = {"source": n_src, "destination": n_dst}
-    if edge_index.numel():
+    if checked and edge_index.numel():
         for row, name in enumerate(rows):
             n = sizes[name]
             if int(edge_index[row].min()) < 0 or int(edge_index[row].max()) >= n:
@@ -193,135 +183,24 @@ def _src_dst(edge_index: Tensor, flow: str, n_src: int, n_dst: int) -> Tuple[Ten
     return edge_index[1], edge_index[0]
 
 
-class _LocalBase(torch.nn.Module):
-    """Input validation, graph construction and the dense form shared by the layers."""
-
-    heads: int
-    out_channels: int
-    k: Optional[int]
-    quantile: Optional[float]
-    radius: Optional[float] = None
-
-    def _inputs(self, x: PairOrTensor, pos: PairOrTensor, weight: Tensor,
-                batch: PairOrTensor, need_dst: bool):
-        cross = isinstance(x, (tuple, list))
-        x_src, x_dst = as_pair(x)
-        pos_src, pos_dst = as_pair(pos)
-        b_src, b_dst = as_pair(batch)
-        _check_x(x_src, self.in_src, "x_src" if cross else "x")
-        if need_dst:
-            _check_x(x_dst, self.in_dst, "x_dst" if cross else "x")
-        for name, p in (("pos_src", pos_src), ("pos_dst", pos_dst)):
-            if not isinstance(p, Tensor) or p.dim() != 2 or not p.is_floating_point():
-                got = tuple(p.shape) if isinstance(p, Tensor) else type(p).__name__
-                raise ValueError(f"{name} must be a floating [N, d] tensor, got {got}")
-        if pos_src.shape[1] != pos_dst.shape[1]:
-            raise ValueError(f"pos_src and pos_dst have different dimensions "
-                             f"({pos_src.shape[1]} and {pos_dst.shape[1]})")
-        n_src, n_dst = x_src.shape[0], pos_dst.shape[0]
-        check_length(pos_src, n_src, "pos_src")
-        if need_dst:
-            check_length(x_dst, n_dst, "x_dst")
-        if (b_src is None) != (b_dst is None):
-            raise ValueError("batch_src and batch_dst must both be given or both be None")
-        check_length(b_src, n_src, "batch_src")
-        check_length(b_dst, n_dst, "batch_dst")
-        check_batch(b_src, "batch_src")
-        check_batch(b_dst, "batch_dst")
-        check_weight(weight, n_src)
-        return x_src, x_dst, pos_src, pos_dst, b_src, b_dst, weight
-
-    flow: str = "source_to_target"
-
-    def graph(self, pos: PairOrTensor, batch: PairOrTensor = None) -> Tensor:
-        """The layer's neighbourhood graph ``[2, E]`` in the layer's ``flow`` (PyG's
-        default: row 0 source, row 1 destination), to reuse across layers with the
-        same neighbourhoods (``forward(..., edge_index=...)``); :func:`local_graph`."""
-        pos_src, pos_dst = as_pair(pos)
-        b_src, b_dst = as_pair(batch)
-        return local_graph(pos_src, pos_dst, self.k, self.quantile, b_src, b_dst, self.radius,
-                           flow=self.flow)
-
-    def _edges(self, edge_index: Optional[Tensor], pos_src: Tensor, pos_dst: Tensor,
-               b_src: Optional[Tensor], b_dst: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
-        """``(source, destination)`` index of every edge: the given ``edge_index``
-        (checked, read with the layer's ``flow``) or the layer's own search."""
-        if edge_index is None:
-            # the search's own layout, no flip
-            dst, src = _dst_src_graph(pos_src, pos_dst, self.k, self.quantile, b_src, b_dst,
-                                      self.radius)
-            return src, dst
-        return _src_dst(edge_index, self.flow, pos_src.shape[0], pos_dst.shape[0])
-
-    def _softmax(self, logits: Tensor, src: Tensor, dst: Tensor, weight: Tensor, n_dst: int
-                 ) -> Tensor:
-        """Sparse softmax over the edges of each destination, ``log w`` included."""
-        if not bool((weight > 0).all()):
-            mass = scatter(weight[src], dst, dim=0, dim_size=n_dst, reduce="sum")
-            has_edge = torch.zeros(n_dst, dtype=torch.bool, device=dst.device)
-            has_edge[dst] = True
-            bad = (has_edge & (mass <= 0)).nonzero()
-            if bad.numel():
-                raise ValueError(f"destination point {int(bad[0])} has no neighbour with "
-                                 f"positive weight; its normalising integral is zero")
-        logits = logits + safe_log(weight.to(logits.dtype))[src].unsqueeze(-1)
-        return softmax(logits, dst, num_nodes=n_dst, dim=0)
-
-    def dense(self, x: PairOrTensor, pos: PairOrTensor, weight: Tensor,
-              mask: PairOrTensor = None) -> Tensor:
-        """Dense form: ``x [B, N, C]`` (or ``(x_src, x_dst)``; ``x_dst`` may be None for
-        position attention), ``pos [N, d]`` (shared) or ``[B, N, d]`` (or a pair),
-        ``weight [Ns]`` or ``[B, Ns]``, ``mask [B, N]`` or ``(mask_src, mask_dst)``.
-        Padded points are removed (they are neither neighbours nor queries); returns
-        ``[B, Nd, out_channels]`` with zeros on padded rows."""
-        cross = isinstance(x, (tuple, list))
-        x_src, x_dst = as_pair(x)
-        pos_src, pos_dst = as_pair(pos)
-        m_src, m_dst = as_pair(mask)
-        if not isinstance(x_src, Tensor) or x_src.dim() != 3:
-            raise ValueError("x must be a [B, N, C] tensor")
-        B, Ns = x_src.shape[:2]
-        if x_dst is not None and (x_dst.dim() != 3 or x_dst.shape[0] != B):
-            raise ValueError(f"x_dst must be [{B}, N_dst, C]")
-        Nd = pos_dst.shape[-2]
-
-        def full(m: Optional[Tensor], n: int, name: str) -> Tensor:
-            if m is None:
-                return torch.ones(B, n, dtype=torch.bool, device=x_src.device)
-            if m.shape != (B, n):
-                raise ValueError(f"{name} has shape {tuple(m.shape)}, expected {(B, n)}")
-            return m.to(torch.bool)
-
-        m_src = full(m_src, Ns, "mask_src" if cross else "mask")
-        m_dst = full(m_dst, Nd, "mask_dst" if cross else "mask")
-        for name, p, n in (("pos_src", pos_src, Ns), ("pos_dst", pos_dst, Nd)):
-            if not isinstance(p, Tensor) or p.dim() not in (2, 3) or p.shape[-2] != n \
-                    or (p.dim() == 3 and p.shape[0] != B):
-                raise ValueError(f"{name} must be [{n}, d] or [{B}, {n}, d]")
-        if not isinstance(weight, Tensor) or weight.shape not in ((Ns,), (B, Ns)):
-            raise ValueError(f"weight must be [{Ns}] or [{B}, {Ns}], got "
-                             f"{tuple(weight.shape) if isinstance(weight, Tensor) else weight}")
-        ar = torch.arange(B, device=x_src.device)
-        b_src = ar[:, None].expand(B, Ns)[m_src]
-        b_dst = ar[:, None].expand(B, Nd)[m_dst]
-        ps = pos_src.expand(B, Ns, pos_src.shape[-1])[m_src]
-        pd = pos_dst.expand(B, Nd, pos_dst.shape[-1])[m_dst]
-        w = weight.expand(B, Ns)[m_src]
-        xs = x_src[m_src]
-        xd = None if x_dst is None else x_dst[m_dst]
-        out = self((xs, xd), (ps, pd), w, (b_src, b_dst))
-        dense = out.new_zeros(B, Nd, out.shape[-1])
-        dense[m_dst] = out
-        return dense
-
-    def _repr_k(self) -> str:
-        if self.radius is not None:
-            return f"radius={self.radius}"
-        return f"quantile={self.quantile}" if self.quantile is not None else f"k={self.k}"
+def _softmax(logits: Tensor, src: Tensor, dst: Tensor, weight: Tensor, n_dst: int,
+             checked: bool = True) -> Tensor:
+    """Sparse softmax over the edges of each destination, ``log w`` included.  With
+    ``checked``, a destination whose neighbours all have zero weight is an error."""
+    if checked and not bool((weight > 0).all()):
+        mass = scatter(weight[src], dst, dim=0, dim_size=n_dst, reduce="sum")
+        has_edge = torch.zeros(n_dst, dtype=torch.bool, device=dst.device)
+        has_edge[dst] = True
+        bad = (has_edge & (mass <= 0)).nonzero()
+        if bad.numel():
+            raise ValueError(f"destination point {int(bad[0])} has no neighbour with "
+                             f"positive weight; its normalising integral is zero")
+    logits = logits + safe_log(weight.to(logits.dtype))[src].unsqueeze(-1)
+    return softmax(logits, dst, num_nodes=n_dst, dim=0)
 
 
 # --------------------------------------------------------------------------- layers
-class LocalPositionAttention(PositionParameters, _LocalBase):
+class LocalPositionAttention(PositionParameters, LocalAttentionBase):
     r"""PiT's local position attention on the kNN graph, with quadrature weights.
 
     PiT eq. (10) with the source weights :math:`w_j` in the softmax:
@@ -357,7 +236,7 @@ class LocalPositionAttention(PositionParameters, _LocalBase):
         in_channels (int): source feature channels.
         out_channels (int, optional): output channels, divisible by ``heads``.
             Defaults to ``in_channels``.
-        heads (int): number of heads. (default: ``1``)
+        heads (int): number of heads. (default: ``4``)
         k (int, optional): neighbours per destination point (``>= 1``).
         quantile (float, optional): PiT's locality quantile in ``(0, 1]``; give
             exactly one of ``k`` and ``quantile``.
@@ -367,6 +246,8 @@ class LocalPositionAttention(PositionParameters, _LocalBase):
         flow (str): how ``edge_index`` is read, as in PyG's ``MessagePassing``:
             ``"source_to_target"`` (row 0 source, row 1 destination) or
             ``"target_to_source"`` (rows swapped). (default: ``"source_to_target"``)
+        lam_param (str): ``"softplus"`` (default) or ``"exp"``, as in
+            :class:`~meshops.nn.position.PositionAttention`.
 
     Shapes:
         - **input:** ``x [Ns, C]`` or ``(x_src [Ns, C], x_dst or None)``,
@@ -386,59 +267,38 @@ class LocalPositionAttention(PositionParameters, _LocalBase):
             neighbours all have zero weight.
     """
 
-    def __init__(self, in_channels: int, out_channels: Optional[int] = None, heads: int = 1,
+    needs_x_dst = False
+
+    def __init__(self, in_channels: int, out_channels: Optional[int] = None, heads: int = 4,
                  k: Optional[int] = None, quantile: Optional[float] = None,
                  lam_init: Union[float, Sequence[float]] = 1.0,
                  bias: bool = True, radius: Optional[float] = None,
-                 flow: str = "source_to_target") -> None:
+                 flow: str = "source_to_target", lam_param: str = "softplus") -> None:
         super().__init__()
         _check_flow(flow)
         self.flow = flow
-        if not isinstance(in_channels, int) or in_channels < 1:
-            raise ValueError(f"in_channels must be a positive int, got {in_channels!r}")
-        out_channels = in_channels if out_channels is None else out_channels
-        check_channels(out_channels, heads, "out_channels")
         _check_k(k, quantile, radius)
         if sum(v is not None for v in (k, quantile, radius)) != 1:
             raise ValueError("give exactly one of k, quantile and radius")
-        self.in_channels = self.in_src = self.in_dst = in_channels
-        self.out_channels = out_channels
-        self.heads = heads
+        self._init_position_parameters(in_channels, out_channels, heads, lam_init, bias,
+                                       lam_param)
         self.k = k
         self.quantile = None if quantile is None else float(quantile)
         self.radius = None if radius is None else float(radius)
-        self._init_position_parameters(in_channels, out_channels, heads, lam_init, bias)
         self.reset_parameters()
 
-    def forward(self, x: PairOrTensor, pos: PairOrTensor, weight: Tensor,
-                batch: PairOrTensor = None, edge_index: Optional[Tensor] = None) -> Tensor:
-        """Flat (PyG) form; see the class docstring.  ``edge_index`` (row 0 source, row 1
-        destination as in PyG, e.g. from :meth:`graph` or :func:`meshops.knn_graph`)
-        replaces the kNN search."""
-        x_src, _, pos_src, pos_dst, b_src, b_dst, weight = self._inputs(
-            x, pos, weight, batch, need_dst=False)
-        n_dst = pos_dst.shape[0]
-        src, dst = self._edges(edge_index, pos_src, pos_dst, b_src, b_dst)
+    def _edges_attend(self, x_src, x_dst, pos_src, pos_dst, src, dst, weight, n_dst, checked):
         v = head_values(self, x_src)                                       # [Ns, H, c]
         diff = (pos_dst[dst] - pos_src[src]).to(v.dtype)
         dist = (diff * diff).sum(-1, keepdim=True)                         # [E, 1]
-        alpha = self._softmax(-dist * self.lam.to(v.dtype), src, dst, weight, n_dst)
-        out = edge_sum(alpha, v, dst, src, n_dst)
-        return project_heads(self, out)
+        alpha = _softmax(-dist * self.lam.to(v.dtype), src, dst, weight, n_dst, checked)
+        return project_heads(self, edge_sum(alpha, v, dst, src, n_dst))
 
-    @property
-    def project_after(self) -> bool:
-        """Apply :math:`W_V` after the kernel (``heads * in_channels < out_channels``;
-        exact since the kernel's rows sum to 1), so that the messages carry the
-        narrower input channels."""
-        return project_after(self)
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self.in_channels}, {self.out_channels}, "
-                f"heads={self.heads}, {self._repr_k()})")
+    def _repr_extra(self) -> str:
+        return LocalAttentionBase._repr_extra(self) + PositionParameters._repr_extra(self)
 
 
-class LocalAttention(_LocalBase):
+class LocalAttention(LocalAttentionBase):
     r"""Content-based continuum attention restricted to the k nearest source points.
 
     .. math::
@@ -481,62 +341,32 @@ class LocalAttention(_LocalBase):
             :class:`LocalPositionAttention`, or a missing ``x_dst``.
     """
 
-    quantile = None
-
     def __init__(self, in_channels: Channels, out_channels: Optional[int] = None,
                  heads: int = 4, k: Optional[int] = 16, bias: bool = True,
                  radius: Optional[float] = None, flow: str = "source_to_target") -> None:
         super().__init__()
         _check_flow(flow)
         self.flow = flow
-        src, dst = as_pair(in_channels)
-        for ch in (src, dst):
-            if not isinstance(ch, int) or ch < 1:
-                raise ValueError(f"in_channels must be a positive int or a (src, dst) pair of "
-                                 f"them, got {in_channels!r}")
-        out_channels = dst if out_channels is None else out_channels
-        check_channels(out_channels, heads, "out_channels")
+        self._init_channels(in_channels, out_channels, heads)
         if radius is not None:  # a ball replaces the default k
             k = None
         elif k is None:
             raise ValueError("give k or radius")
         _check_k(k, None, radius)
         self.radius = None if radius is None else float(radius)
-        self.in_channels = in_channels
-        self.in_src, self.in_dst = src, dst
-        self.out_channels = out_channels
-        self.heads = heads
         self.k = k
-        self.lin_q = torch.nn.Linear(dst, out_channels, bias=bias)
-        self.lin_k = torch.nn.Linear(src, out_channels, bias=bias)
-        self.lin_v = torch.nn.Linear(src, out_channels, bias=bias)
-        self.lin_out = torch.nn.Linear(out_channels, out_channels, bias=bias)
+        self._init_projections(bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        for lin in (self.lin_q, self.lin_k, self.lin_v, self.lin_out):
-            torch.nn.init.xavier_uniform_(lin.weight)
-            if lin.bias is not None:
-                torch.nn.init.zeros_(lin.bias)
+        reset_linear(self.lin_q, self.lin_k, self.lin_v, self.lin_out)
 
-    def forward(self, x: PairOrTensor, pos: PairOrTensor, weight: Tensor,
-                batch: PairOrTensor = None, edge_index: Optional[Tensor] = None) -> Tensor:
-        """Flat (PyG) form; see the class docstring.  ``edge_index`` (row 0 source, row 1
-        destination as in PyG, e.g. from :meth:`graph` or :func:`meshops.knn_graph`)
-        replaces the kNN search."""
-        x_src, x_dst, pos_src, pos_dst, b_src, b_dst, weight = self._inputs(
-            x, pos, weight, batch, need_dst=True)
-        n_dst = x_dst.shape[0]
-        src, dst = self._edges(edge_index, pos_src, pos_dst, b_src, b_dst)
+    def _edges_attend(self, x_src, x_dst, pos_src, pos_dst, src, dst, weight, n_dst, checked):
         H, c = self.heads, self.out_channels // self.heads
         q = self.lin_q(x_dst).view(-1, H, c)
         k = self.lin_k(x_src).view(-1, H, c)
         v = self.lin_v(x_src).view(-1, H, c)
         logits = (q[dst] * k[src]).sum(-1) / math.sqrt(c)                   # [E, H]
-        alpha = self._softmax(logits, src, dst, weight, n_dst)
+        alpha = _softmax(logits, src, dst, weight, n_dst, checked)
         out = edge_sum(alpha, v, dst, src, n_dst)
         return self.lin_out(out.view(n_dst, H * c))
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self.in_channels}, {self.out_channels}, "
-                f"heads={self.heads}, {self._repr_k()})")

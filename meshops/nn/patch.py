@@ -1,4 +1,4 @@
-"""Patched continuum attention via spatial partitioning (DESIGN.md §2, item 5).
+"""Patched continuum attention via spatial partitioning.
 
 The point set of every sample is split into ``P`` patches (``meshops.search.partition``:
 balanced k-d bisection, a voxel grid or k-means) and attention is restricted by the patches in one
@@ -11,9 +11,10 @@ of two ways:
   tokens attend to each other (continuum-attention paper §3, Definitions 13-14, and the
   ViT neural operator of §4.3) and are mapped back to the points. Cost ``O(N · P)``.
 
-:class:`PatchAttention` is the common front: ``PatchAttention(channels, mode="window", ...)``
-returns a :class:`WindowAttention`, ``mode="token"`` a :class:`PatchTokenAttention`; both
-are subclasses of :class:`PatchAttention`, so ``isinstance`` checks work either way.
+:func:`patch_attention` is the common front: ``patch_attention(in_channels,
+mode="window", ...)`` returns a :class:`WindowAttention`, ``mode="token"`` a
+:class:`PatchTokenAttention`; both are subclasses of :class:`PatchAttention`, so
+``isinstance`` checks work either way.
 
 Patches never mix samples of a batch, whatever the partition ids look like (ids are
 combined with ``batch`` before use). The partition depends on coordinates only, so the
@@ -26,31 +27,22 @@ same ``num_patches``/``patch_size``/``method``/``shift``.
 from __future__ import annotations
 
 import math
-from typing import Optional
+import warnings
+from typing import Any, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from meshops.kernels.attention import fused_attention, fused_attention_supported
-from meshops.nn._utils import (check_channels, check_dense_weight, check_length,
-                               check_weight, log_weight_bias, merge_heads, split_heads,
-                               to_dense)
+from meshops.nn._utils import (check_channels, check_length, check_weight, merge_heads,
+                               safe_log, split_heads)
+from meshops.nn.base import (AttentionBase, Points, batch_points, dense_mask, reset_linear,
+                             scatter_dense)
+from meshops.nn.functional import weighted_attention
 from meshops.search import partition as _partition
 from meshops.search.partition import METHODS as _METHODS
 
-__all__ = ["PatchAttention", "WindowAttention", "PatchTokenAttention", "rotate_positions",
-           "SHIFT_ANGLE"]
-
-
-def _attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
-    """``softmax(q k^T / sqrt(d) + bias) v`` for a broadcast key bias ``[B, 1, 1, n]``:
-    meshops' fused CPU kernel where it applies (:mod:`meshops.kernels.attention`),
-    else PyTorch's :func:`~torch.nn.functional.scaled_dot_product_attention`.  One
-    module-level function, so that tests can observe the padded window tensors."""
-    if fused_attention_supported(q, k, v, bias):
-        return fused_attention(q, k, v, bias[:, 0, 0, :])
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+__all__ = ["PatchAttention", "WindowAttention", "PatchTokenAttention", "patch_attention",
+           "rotate_positions", "SHIFT_ANGLE"]
 
 #: Angle (radians) of the fixed rotation used by the shifted partition. Not pi/4: a
 #: rotation with a rational tangent would map regular grids onto exactly tied coordinates.
@@ -78,7 +70,8 @@ def rotate_positions(pos: Tensor, angle: float = SHIFT_ANGLE) -> Tensor:
 
 
 class _Groups:
-    """Patches of a flat batch, sorted by (sample, part) and padded to ``[G, n_max]``.
+    """Patches of a flat batch, sorted by (sample, part) and padded to ``[G, n_max]``
+    (built once, with its host synchronisations; the layers' forward passes trust it).
 
     Attributes:
         perm: ``[N]`` points sorted by patch (stable, so the original order is kept
@@ -89,6 +82,8 @@ class _Groups:
         dest: ``[N]`` flat position ``g * n_max + rank`` of point ``i`` (original order)
             in the padded ``[G * n_max]`` layout.
         mask: ``[G, n_max]`` True for real points.
+        tokens: the :class:`~meshops.nn.base.Points` layout of the patches as tokens of
+            their samples.
     """
 
     def __init__(self, parts: Tensor, batch: Optional[Tensor]):
@@ -111,6 +106,9 @@ class _Groups:
                                 device=parts.device)
         self.mask[self.dest] = True
         self.mask = self.mask.view(self.num_groups, self.n_max)
+        # the patches of each sample, as tokens (PatchTokenAttention)
+        self.tokens: Points = batch_points(None, None, None if batch is None else self.sample,
+                                           self.num_groups)
 
     def pad(self, t: Tensor) -> Tensor:
         """Flat ``[N, *F]`` (original order) to padded ``[G, n_max, *F]`` (zeros)."""
@@ -123,27 +121,61 @@ class _Groups:
         return t.reshape((self.num_groups * self.n_max,) + tuple(t.shape[2:]))[self.dest]
 
 
-def _safe_bias(weight: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """``log w`` bias ``[B, 1, 1, n]`` plus a ``[B]`` flag of zero-measure rows.
+def _safe_log_weight(weight: Tensor, mask: Optional[Tensor]) -> tuple[Tensor, Tensor]:
+    """``log w`` ``[B, n]`` plus a ``[B]`` flag of zero-measure rows.
 
     A row (patch or sample) whose weights are all zero has no integral; it gets a zero
-    bias instead of ``-inf`` (which would give NaN in the softmax and its gradient) and
-    the caller zeroes the output of such rows.
+    ``log w`` instead of ``-inf`` (which would give NaN in the softmax and its
+    gradient) and the caller zeroes the output of such rows.
     """
-    w = weight.masked_fill(~mask, 0)
+    w = weight if mask is None else weight.masked_fill(~mask, 0)
     empty = w.sum(-1) <= 0
-    bias = log_weight_bias(w, mask)
-    if bool(empty.any()):
-        bias = bias.masked_fill(empty[:, None, None, None], 0.0)
-    return bias, empty
+    return safe_log(w).masked_fill(empty[:, None], 0.0), empty
 
 
-class PatchAttention(nn.Module):
+def _attend(q: Tensor, k: Tensor, v: Tensor, log_w: Tensor, empty: Tensor) -> Tensor:
+    """Weighted attention of padded rows, zero for the zero-measure rows ``empty``
+    (no data-dependent branch: the fill is cheap next to the attention)."""
+    out = weighted_attention(q, k, v, log_w)
+    return out.masked_fill(empty[:, None, None, None], 0.0)
+
+
+def patch_attention(in_channels: int, out_channels: Optional[int] = None, *,
+                    mode: str = "window", **kwargs: Any) -> "PatchAttention":
+    """A patched continuum-attention layer: :class:`WindowAttention` for
+    ``mode="window"`` (attention inside each patch), :class:`PatchTokenAttention` for
+    ``mode="token"`` (patches -> tokens -> attention -> points).  The other keyword
+    arguments go to that class (see it, and :class:`PatchAttention` for the
+    partition).
+
+    Raises:
+        ValueError: an unknown ``mode``.
+    """
+    if mode not in _MODES:
+        raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+    cls = WindowAttention if mode == "window" else PatchTokenAttention
+    return cls(in_channels, out_channels, **kwargs)
+
+
+def _in_channels(in_channels: Optional[int], kwargs: dict) -> int:
+    """``in_channels``, or the deprecated ``channels=`` keyword it replaced."""
+    if "channels" in kwargs:
+        warnings.warn("channels= is deprecated; use in_channels= (as every meshops layer)",
+                      DeprecationWarning, stacklevel=3)
+        in_channels = kwargs.pop("channels")
+    if kwargs:
+        raise TypeError(f"unexpected keyword arguments {sorted(kwargs)}")
+    if isinstance(in_channels, bool) or not isinstance(in_channels, int) or in_channels < 1:
+        raise ValueError(f"in_channels must be >= 1, got {in_channels!r}")
+    return in_channels
+
+
+class PatchAttention(AttentionBase):
     r"""Patched continuum self-attention; front for the two modes.
 
-    ``PatchAttention(channels, ..., mode="window")`` constructs a :class:`WindowAttention`
-    and ``mode="token"`` a :class:`PatchTokenAttention` (all other arguments are passed
-    on; see those classes for the formulas and arguments). Both subclasses share:
+    The base of :class:`WindowAttention` and :class:`PatchTokenAttention`
+    (:func:`patch_attention` builds either from ``mode``; see those classes for the
+    formulas and arguments). Both share:
 
     * ``forward(x, pos, weight, batch=None, parts=None) -> [N, out_channels]`` on a flat
       PyG batch; ``pos`` defines the patches;
@@ -178,12 +210,22 @@ class PatchAttention(nn.Module):
         hence the output function, (nearly) mesh independent.
     """
 
-    def __new__(cls, *args, mode: str = "window", **kwargs):
+    def __new__(cls, *args: Any, **kwargs: Any):
         if cls is PatchAttention:
+            # The old front: PatchAttention(..., mode=...) built one of the subclasses.
+            warnings.warn("PatchAttention(..., mode=...) is deprecated; use "
+                          "meshops.nn.patch_attention(..., mode=...) or WindowAttention / "
+                          "PatchTokenAttention", DeprecationWarning, stacklevel=2)
+            mode = kwargs.get("mode", "window")
             if mode not in _MODES:
                 raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
             cls = WindowAttention if mode == "window" else PatchTokenAttention
         return super().__new__(cls)
+
+    @property
+    def channels(self) -> int:
+        """Old name of :attr:`in_channels`."""
+        return self.in_channels
 
     # ----------------------------------------------------------------- shared helpers
     def _init_partition(self, num_patches: int, method: str, shift: bool, mode: str,
@@ -257,15 +299,20 @@ class PatchAttention(nn.Module):
         return (f"num_patches={self.num_patches}" if self.patch_size is None
                 else f"patch_size={self.patch_size}")
 
-    def _check_inputs(self, x: Tensor, pos: Tensor, weight: Tensor,
-                      batch: Optional[Tensor], parts: Optional[Tensor]) -> None:
-        if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[1] != self.channels:
+    def _check_x(self, x: Any) -> None:  # type: ignore[override]
+        if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[1] != self.in_channels:
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x)
-            raise ValueError(f"x must have shape [N, {self.channels}], got {shape}")
-        n = x.shape[0]
+            raise ValueError(f"x must have shape [N, {self.in_channels}], got {shape}")
+
+    def groups(self, pos: Tensor, weight: Tensor, batch: Optional[Tensor] = None,
+               parts: Optional[Tensor] = None) -> _Groups:
+        """The checked patches of a flat batch (positions, weights, batch vector and the
+        partition), built once per mesh and passed as ``forward(..., groups=g)``: the
+        forward pass then does no host synchronisation (it compiles with
+        ``torch.compile(fullgraph=True)``)."""
+        n = pos.shape[0] if isinstance(pos, Tensor) else 0
         if not isinstance(pos, Tensor) or pos.dim() != 2 or pos.shape[1] < 1:
             raise ValueError("pos must be a [N, d] tensor of positions (it defines the patches)")
-        check_length(pos, n, "pos")
         if not bool(torch.isfinite(pos).all()):
             raise ValueError("pos must be finite")
         check_weight(weight, n)
@@ -282,11 +329,23 @@ class PatchAttention(nn.Module):
             check_length(parts, n, "parts")
             if n and int(parts.min()) < 0:
                 raise ValueError("parts must be non-negative patch ids")
-
-    def _groups(self, pos: Tensor, batch: Optional[Tensor], parts: Optional[Tensor]) -> _Groups:
         if parts is None:
             parts = self.partition(pos, batch)
         return _Groups(parts.long(), None if batch is None else batch.long())
+
+    def _prepare(self, x: Tensor, pos: Tensor, weight: Tensor, batch: Optional[Tensor],
+                 parts: Optional[Tensor], groups: Optional[_Groups]) -> Optional[_Groups]:
+        """The patches (checked now, or trusted when given); None for an empty input."""
+        self._check_x(x)
+        if groups is not None:
+            if groups.dest.shape[0] != x.shape[0]:
+                raise ValueError(f"groups hold {groups.dest.shape[0]} points, x has "
+                                 f"{x.shape[0]}")
+            return groups
+        if isinstance(pos, Tensor):
+            check_length(pos, x.shape[0], "pos")
+        groups = self.groups(pos, weight, batch, parts)
+        return groups if x.shape[0] else None
 
     def dense(self, x: Tensor, pos: Tensor, weight: Tensor, mask: Optional[Tensor] = None,
               parts: Optional[Tensor] = None) -> Tensor:
@@ -295,21 +354,18 @@ class PatchAttention(nn.Module):
         (zeros at padding). Equivalent to ``forward`` on the flattened batch."""
         if x.dim() != 3 or pos.dim() != 3 or pos.shape[:2] != x.shape[:2]:
             raise ValueError("dense form expects x [B, N, C] and pos [B, N, d]")
-        check_dense_weight(weight, x)
-        if mask is None:
-            mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
-        elif mask.shape != x.shape[:2]:
-            raise ValueError(f"mask has shape {tuple(mask.shape)}, expected {tuple(x.shape[:2])}")
+        if weight.shape != x.shape[:2]:
+            raise ValueError(f"weight has shape {tuple(weight.shape)}, expected "
+                             f"{tuple(x.shape[:2])}")
+        check_weight(weight.reshape(-1), weight.numel())
+        mask = dense_mask(mask, x.shape[0], x.shape[1], x.device, "mask")
         batch = torch.arange(x.shape[0], device=x.device).repeat_interleave(mask.sum(1))
         if parts is not None:
             if parts.shape != x.shape[:2]:
                 raise ValueError(f"parts has shape {tuple(parts.shape)}, expected "
                                  f"{tuple(x.shape[:2])}")
             parts = parts[mask]
-        y = self(x[mask], pos[mask], weight[mask], batch, parts=parts)
-        out = y.new_zeros(x.shape[:2] + (y.shape[-1],))
-        out[mask] = y
-        return out
+        return scatter_dense(self(x[mask], pos[mask], weight[mask], batch, parts=parts), mask)
 
 
 class WindowAttention(PatchAttention):
@@ -353,47 +409,38 @@ class WindowAttention(PatchAttention):
         - **output:** ``[N, out_channels]``.
     """
 
-    def __init__(self, channels: int, out_channels: Optional[int] = None, heads: int = 1,
-                 num_patches: int = 16, method: str = "kd", shift: bool = False,
-                 bias: bool = True, mode: str = "window", patch_size: Optional[int] = None):
+    def __init__(self, in_channels: Optional[int] = None, out_channels: Optional[int] = None,
+                 heads: int = 4, num_patches: int = 16, method: str = "kd",
+                 shift: bool = False, bias: bool = True, mode: str = "window",
+                 patch_size: Optional[int] = None, **kwargs: Any):
         super().__init__()
-        out_channels = channels if out_channels is None else out_channels
-        check_channels(channels, heads)
-        if out_channels < 1:
-            raise ValueError(f"out_channels must be >= 1, got {out_channels}")
+        in_channels = _in_channels(in_channels, kwargs)
+        self._init_channels(in_channels, out_channels, heads, divisible=False)
+        check_channels(in_channels, heads)
         self._init_partition(num_patches, method, shift, mode, "window", patch_size)
-        self.channels, self.out_channels, self.heads = channels, out_channels, heads
-        self.lin_qkv = nn.Linear(channels, 3 * channels, bias=bias)
-        self.lin_out = nn.Linear(channels, out_channels, bias=bias)
+        self.lin_qkv = nn.Linear(in_channels, 3 * in_channels, bias=bias)
+        self.lin_out = nn.Linear(in_channels, self.out_channels, bias=bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        self.lin_qkv.reset_parameters()
-        self.lin_out.reset_parameters()
+        reset_linear(self.lin_qkv, self.lin_out)
 
-    def forward(self, x: Tensor, pos: Tensor, weight: Tensor, batch: Optional[Tensor] = None,
-                parts: Optional[Tensor] = None) -> Tensor:
-        """Windowed attention of a flat batch; see the class docstring."""
-        self._check_inputs(x, pos, weight, batch, parts)
-        if x.shape[0] == 0:
+    def forward(self, x: Tensor, pos: Optional[Tensor] = None, weight: Optional[Tensor] = None,
+                batch: Optional[Tensor] = None, parts: Optional[Tensor] = None,
+                groups: Optional[_Groups] = None) -> Tensor:
+        """Windowed attention of a flat batch; see the class docstring.  ``groups``
+        (from :meth:`groups`) replaces ``pos``, ``batch`` and ``parts`` and their checks."""
+        groups = self._prepare(x, pos, weight, batch, parts, groups)
+        if groups is None:
             return x.new_zeros(0, self.out_channels)
-        groups = self._groups(pos, batch, parts)
         qkv = groups.pad(self.lin_qkv(x))                           # [G, n, 3C]
         q, k, v = (split_heads(t, self.heads) for t in qkv.chunk(3, dim=-1))
-        bias, empty = _safe_bias(groups.pad(weight.to(x.dtype)), groups.mask)
-        out = _attention(q, k, v, bias)                             # [G, H, n, C/H]
-        if bool(empty.any()):
-            out = out.masked_fill(empty[:, None, None, None], 0.0)
+        log_w, empty = _safe_log_weight(groups.pad(weight.to(x.dtype)), groups.mask)
+        out = _attend(q, k, v, log_w, empty)                        # [G, H, n, C/H]
         return self.lin_out(groups.unpad(merge_heads(out)))
 
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self.channels}, {self.out_channels}, "
-                f"heads={self.heads}, {self._patches_repr()}, "
-                f"method={self.method!r}, shift={self.shift})")
-
-
-def _mlp(d_in: int, hidden: int, d_out: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(d_in, hidden), nn.GELU(), nn.Linear(hidden, d_out))
+    def _repr_extra(self) -> str:
+        return f", {self._patches_repr()}, method={self.method!r}, shift={self.shift}"
 
 
 class PatchTokenAttention(PatchAttention):
@@ -468,29 +515,28 @@ class PatchTokenAttention(PatchAttention):
         - **output:** ``[N, out_channels]``.
     """
 
-    def __init__(self, channels: int, out_channels: Optional[int] = None, heads: int = 1,
-                 num_patches: int = 16, method: str = "kd", shift: bool = False,
-                 num_basis: int = 8, token_channels: Optional[int] = None,
+    def __init__(self, in_channels: Optional[int] = None, out_channels: Optional[int] = None,
+                 heads: int = 4, num_patches: int = 16, method: str = "kd",
+                 shift: bool = False, num_basis: int = 8, token_channels: Optional[int] = None,
                  embed_dim: Optional[int] = None, hidden: int = 32, bias: bool = True,
                  pos_dim: Optional[int] = None, mode: str = "token",
-                 patch_size: Optional[int] = None):
+                 patch_size: Optional[int] = None, **kwargs: Any):
         super().__init__()
-        out_channels = channels if out_channels is None else out_channels
-        token_channels = channels if token_channels is None else token_channels
-        embed_dim = channels if embed_dim is None else embed_dim
-        if channels < 1:
-            raise ValueError(f"channels must be >= 1, got {channels}")
+        in_channels = _in_channels(in_channels, kwargs)
+        self._init_channels(in_channels, out_channels, heads, divisible=False)
+        out_channels = self.out_channels
+        token_channels = in_channels if token_channels is None else token_channels
+        embed_dim = in_channels if embed_dim is None else embed_dim
         check_channels(embed_dim, heads, "embed_dim")
-        for name, val in (("out_channels", out_channels), ("token_channels", token_channels),
-                          ("num_basis", num_basis), ("hidden", hidden)):
+        for name, val in (("token_channels", token_channels), ("num_basis", num_basis),
+                          ("hidden", hidden)):
             if val < 1:
                 raise ValueError(f"{name} must be >= 1, got {val}")
         self._init_partition(num_patches, method, shift, mode, "token", patch_size)
-        self.channels, self.out_channels, self.heads = channels, out_channels, heads
         self.num_basis, self.token_channels, self.embed_dim = num_basis, token_channels, embed_dim
         self.hidden = hidden
         self.pos_dim = pos_dim
-        self.lin_in = nn.Linear(channels, token_channels, bias=False)
+        self.lin_in = nn.Linear(in_channels, token_channels, bias=False)
         self.embed = nn.Linear(num_basis * token_channels, embed_dim, bias=bias)
         self.lin_qkv = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)
         self.lin_out = nn.Linear(embed_dim, num_basis * out_channels, bias=bias)
@@ -502,9 +548,14 @@ class PatchTokenAttention(PatchAttention):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        for m in self.modules():
-            if isinstance(m, nn.Linear):   # LazyLinear skips itself until materialised
-                m.reset_parameters()
+        reset_linear(self.lin_in, self.embed, self.lin_qkv, self.lin_out)
+        # The basis MLPs g, h keep PyTorch's initialisation: their random biases give
+        # the learned basis constants and offsets (zero biases would make every basis
+        # function vanish at the patch centre, xi = 0).
+        for m in (self.basis_in, self.basis_in_rest, self.basis_out, self.basis_out_rest):
+            for lin in m.modules():
+                if isinstance(lin, nn.Linear):   # LazyLinear skips itself until materialised
+                    lin.reset_parameters()
 
     def g(self, xi: Tensor) -> Tensor:
         """Learned basis of the token integral, ``[N, d] -> [N, M]``."""
@@ -540,15 +591,18 @@ class PatchTokenAttention(PatchAttention):
         xi = torch.where(ok[gid, None], rel / scale[gid, None], torch.zeros_like(rel))
         return m, xi
 
-    def forward(self, x: Tensor, pos: Tensor, weight: Tensor, batch: Optional[Tensor] = None,
-                parts: Optional[Tensor] = None) -> Tensor:
-        """Patch-token attention of a flat batch; see the class docstring."""
-        self._check_inputs(x, pos, weight, batch, parts)
-        if self.pos_dim is not None and pos.shape[1] != self.pos_dim:
+    def forward(self, x: Tensor, pos: Optional[Tensor] = None, weight: Optional[Tensor] = None,
+                batch: Optional[Tensor] = None, parts: Optional[Tensor] = None,
+                groups: Optional[_Groups] = None) -> Tensor:
+        """Patch-token attention of a flat batch; see the class docstring.  ``groups``
+        (from :meth:`groups`) replaces ``batch`` and ``parts`` and their checks (``pos``
+        is still needed: the patch-local coordinates)."""
+        if self.pos_dim is not None and isinstance(pos, Tensor) and pos.dim() == 2 \
+                and pos.shape[1] != self.pos_dim:
             raise ValueError(f"pos has {pos.shape[1]} coordinates, expected pos_dim={self.pos_dim}")
-        if x.shape[0] == 0:
+        groups = self._prepare(x, pos, weight, batch, parts, groups)
+        if groups is None:
             return x.new_zeros(0, self.out_channels)
-        groups = self._groups(pos, batch, parts)
         G, M = groups.num_groups, self.num_basis
         measure, xi = self.local_coordinates(pos.to(x.dtype), weight, groups.gid, G)
         w = weight.to(x.dtype)
@@ -561,23 +615,20 @@ class PatchTokenAttention(PatchAttention):
         tokens = self.embed((t / m_safe[:, None, None]).reshape(G, -1))  # [G, D]
 
         # continuum attention among the tokens of each sample, patch measures as weights
-        qkv, tmask = to_dense(self.lin_qkv(tokens), groups.sample if batch is not None else None)
-        mdense, _ = to_dense(measure[:, None], groups.sample if batch is not None else None)
+        tok = groups.tokens
+        qkv = tok.to_dense(self.lin_qkv(tokens))
         q, k, v = (split_heads(z, self.heads) for z in qkv.chunk(3, dim=-1))
-        bias, empty = _safe_bias(mdense[..., 0], tmask)
-        out = _attention(q, k, v, bias)                              # [B, H, P, D/H]
-        if bool(empty.any()):
-            out = out.masked_fill(empty[:, None, None, None], 0.0)
-        coeff = self.lin_out(merge_heads(out)[tmask]).view(G, M, self.out_channels)
+        log_w, empty = _safe_log_weight(tok.to_dense(measure), tok.mask)
+        out = _attend(q, k, v, log_w, empty)                         # [B, H, P, D/H]
+        coeff = self.lin_out(tok.to_flat(merge_heads(out))).view(G, M, self.out_channels)
 
         # back to the points: y_i = sum_m h_m(xi_i) coeff_p[m, :]
         hp = groups.pad(self.h(xi))                                  # [G, n, M]
         y = torch.bmm(hp, coeff)                                     # [G, n, out]
-        if bool(empty.any()):   # all-zero-weight samples output 0 (no bias either)
-            y = y.masked_fill(empty[groups.sample][:, None, None], 0.0)
+        # all-zero-weight samples output 0 (no bias either)
+        y = y.masked_fill(empty[groups.sample][:, None, None], 0.0)
         return groups.unpad(y)
 
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self.channels}, {self.out_channels}, "
-                f"heads={self.heads}, {self._patches_repr()}, method={self.method!r}, "
-                f"shift={self.shift}, num_basis={self.num_basis}, embed_dim={self.embed_dim})")
+    def _repr_extra(self) -> str:
+        return (f", {self._patches_repr()}, method={self.method!r}, shift={self.shift}, "
+                f"num_basis={self.num_basis}, embed_dim={self.embed_dim}")

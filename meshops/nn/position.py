@@ -18,23 +18,27 @@ the discretisation of the integral operator of PiT's eq. (7)-(8) on any mesh.
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Sequence, Tuple, Union
+
+import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from meshops.kernels.attention import fused_attention, fused_attention_supported
-from meshops.nn._utils import (as_pair, check_batch, check_channels, check_length,
-                               check_weight, num_graphs, safe_log, to_dense)
+from meshops.nn import functional
+from meshops.nn._utils import as_pair, check_weight, safe_log
+from meshops.nn.base import AttentionBase, batch_points, is_points, reset_linear
 
 __all__ = ["PositionAttention", "position_kernel"]
 
-PATHS = ("auto", "kernel", "fused", "sdpa")
+IMPLS = ("auto", "kernel", "fused", "sdpa")
+PATHS = IMPLS  # old name
 
-#: ``path="auto"`` materialises the kernel when it has at most this many entries
-#: (``heads * N_dst * N_src``, times the batch size unless the mesh is shared).
-KERNEL_LIMIT = 1 << 22
+#: Old name of :data:`meshops.nn.functional.KERNEL_LIMIT` (the threshold is read there).
+KERNEL_LIMIT = functional.KERNEL_LIMIT
+
+LAM_PARAMS = ("softplus", "exp")
 
 PairOrTensor = Union[Tensor, Tuple[Optional[Tensor], Optional[Tensor]]]
 
@@ -82,47 +86,30 @@ def _dense_kernel(pos_src: Tensor, pos_dst: Tensor, weight: Tensor, lam: Tensor)
     return torch.softmax(logits, dim=-1)
 
 
-def _prepare_weight(weight: Tensor, has_dst: Optional[Tensor]) -> Tensor:
+def _prepare_weight(weight: Tensor, has_dst: Optional[Tensor], checked: bool = True) -> Tensor:
     """Reject samples whose source carries no weight (the normalising integral is
-    zero) when they have destination points; scale each sample's weights by their
-    maximum (the softmax is invariant to it, and ``log w`` near 0 keeps float32
-    rounding small).  ``weight [(B,) Ns]``, ``has_dst [(B,)]`` or None (= all).
-    An empty source (``Ns = 0``) is a source without weight."""
+    zero) when they have destination points (``checked`` only: the test reads the
+    values); scale each sample's weights by their maximum (the softmax is invariant
+    to it, and ``log w`` near 0 keeps float32 rounding small).  ``weight [(B,) Ns]``,
+    ``has_dst [(B,)]`` or None (= all).  An empty source (``Ns = 0``) is a source
+    without weight."""
     if weight.shape[-1] == 0:
         peak = weight.new_zeros(weight.shape[:-1] + (1,))
     else:
         peak = weight.amax(-1, keepdim=True)
     empty = peak.squeeze(-1) <= 0
-    if bool(empty.any()):
+    if checked and bool(empty.any()):
         bad = empty if has_dst is None else empty & has_dst
         if bool(bad.any()):
             i = int(bad.reshape(-1).nonzero()[0]) if bad.dim() else 0
             raise ValueError(f"sample {i} has destination points but no source point with "
                              f"positive weight; position attention normalises by the source "
                              f"integral and is undefined")
-        if weight.shape[-1] == 0:
-            return weight
-        # All-padding slots: dummy weights so that no NaN is formed anywhere.
-        weight = torch.where(empty.unsqueeze(-1), torch.ones_like(weight), weight)
-        peak = weight.amax(-1, keepdim=True)
-    return weight / peak
-
-
-def _flat_to_dense(pos_src: Tensor, pos_dst: Tensor, weight: Tensor,
-                   b_src: Optional[Tensor], b_dst: Optional[Tensor]
-                   ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Validated flat inputs to dense ``pos_src, pos_dst, weight, mask_src, mask_dst``."""
-    if (b_src is None) != (b_dst is None):
-        raise ValueError("batch_src and batch_dst must both be given or both be None")
-    check_length(b_src, pos_src.shape[0], "batch_src")
-    check_length(b_dst, pos_dst.shape[0], "batch_dst")
-    check_batch(b_src, "batch_src")
-    check_batch(b_dst, "batch_dst")
-    size = num_graphs(b_src, b_dst)
-    ps, ms = to_dense(pos_src, b_src, size)
-    pd, md = to_dense(pos_dst, b_dst, size)
-    ws = to_dense(weight.unsqueeze(-1), b_src, size)[0].squeeze(-1)
-    return ps, pd, ws, ms, md
+    if weight.shape[-1] == 0:
+        return weight
+    # All-padding slots: dummy weights so that no NaN is formed anywhere.
+    weight = torch.where(empty.unsqueeze(-1), torch.ones_like(weight), weight)
+    return weight / torch.where(empty.unsqueeze(-1), torch.ones_like(peak), peak)
 
 
 def position_kernel(pos_src: Tensor, pos_dst: Tensor, weight: Tensor,
@@ -180,17 +167,15 @@ def position_kernel(pos_src: Tensor, pos_dst: Tensor, weight: Tensor,
     if batch is not None:
         if mask is not None:
             raise ValueError("mask is for the dense form; the flat form takes batch")
-        check_weight(weight, pos_src.shape[0])
-        ps, pd, w, _, md = _flat_to_dense(pos_src, pos_dst, weight, b_src, b_dst)
-        w = _prepare_weight(w.to(ps.dtype), md.any(-1))
-        return _dense_kernel(ps, pd, w, lam)
-    pos_src, pos_dst, weight, has_dst = _dense_inputs(pos_src, pos_dst, weight, mask, None,
-                                                      None)
+        src, dst = batch_points((pos_src, pos_dst), weight, (b_src, b_dst))
+        w = _prepare_weight(src.to_dense(weight).to(pos_src.dtype), dst.mask.any(-1))
+        return _dense_kernel(src.to_dense(pos_src), dst.to_dense(pos_dst), w, lam)
+    pos_src, pos_dst, weight, has_dst = _dense_inputs(pos_src, pos_dst, weight, mask, None, None)
     return _dense_kernel(pos_src, pos_dst, _prepare_weight(weight, has_dst), lam)
 
 
 def _dense_inputs(pos_src: Tensor, pos_dst: Tensor, weight: Tensor, m_src: Optional[Tensor],
-                  m_dst: Optional[Tensor], batch_size: Optional[int]
+                  m_dst: Optional[Tensor], batch_size: Optional[int], check: bool = True
                   ) -> Tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
     """Validate dense inputs; fold the source mask into the weights.
 
@@ -205,7 +190,8 @@ def _dense_inputs(pos_src: Tensor, pos_dst: Tensor, weight: Tensor, m_src: Optio
     if weight.shape[-1] != ns:
         raise ValueError(f"weight has shape {tuple(weight.shape)} but the source has {ns} "
                          f"points")
-    check_weight(weight.reshape(-1), weight.numel())
+    if check:
+        check_weight(weight.reshape(-1), weight.numel())
     sizes = {t.shape[0] for t in (pos_src, pos_dst) if t.dim() == 3}
     if weight.dim() == 2:
         sizes.add(weight.shape[0])
@@ -302,39 +288,15 @@ def _unshare(out: Tensor, B: int, c: int, shared: bool) -> Tensor:
     return out.transpose(1, 2)
 
 
-def _fused_attention(pos_src: Tensor, pos_dst: Tensor, weight: Tensor, lam: Tensor,
-                     v: Tensor, check_only: bool = False):
-    """Position attention through meshops' fused CPU kernel
-    (:func:`meshops.kernels.attention.fused_attention`), shapes as in
-    :func:`_sdpa_attention`.  With ``check_only`` returns whether the kernel takes
-    these inputs instead."""
-    shared = pos_src.dim() == 2
-    if shared:
-        pos_src, pos_dst, weight = pos_src[None], pos_dst[None], weight[None]
-    if check_only:  # stand-ins of the real shapes: nothing computed or copied
-        B, Ns, H, c = v.shape
-        Bk, Nd, d = pos_dst.shape
-        zero = v.new_zeros(())
-        return fused_attention_supported(zero.expand(Bk, H, Nd, d + 1),
-                                         zero.expand(Bk, 1, Ns, d + 1),
-                                         zero.expand(Bk, H, Ns, B * c if shared else c))
-    vv = _shared_values(v, shared)
-    q, k, logw = _expanded(pos_src, pos_dst, weight, lam, v.dtype)
-    return _unshare(fused_attention(q, k, vv, logw, scale=1.0), v.shape[0], v.shape[-1],
-                    shared)
+def _expanded_attention(pos_src: Tensor, pos_dst: Tensor, weight: Tensor, lam: Tensor,
+                        v: Tensor, impl: str = "auto") -> Tensor:
+    r"""Position attention as softmax attention with a per-key bias, through
+    :func:`meshops.nn.functional.weighted_attention` (no ``N_dst x N_src`` matrix).
 
-
-def _sdpa_attention(pos_src: Tensor, pos_dst: Tensor, weight: Tensor, lam: Tensor,
-                    v: Tensor) -> Tensor:
-    r"""Position attention through :func:`~torch.nn.functional.scaled_dot_product_attention`.
-
-    The logits are expanded as in :func:`_expanded`, with ``log w`` as a third key
-    column (``q = [2\lambda x, -\lambda, 1]``, ``k = [y, |y|^2, \log w]``), so that no
-    ``N_dst x N_src`` bias is needed.  q, k and v are zero-padded to one head
-    dimension because PyTorch's fused CPU kernel requires it (otherwise SDPA falls
-    back to a path that materialises the ``N_dst x N_src`` matrix).  A shared mesh
-    (unbatched positions) folds the batch into the value channels, so its kernel is
-    evaluated once.
+    The logits are expanded as in :func:`_expanded` (scale 1, keys shared by the
+    heads); a shared mesh (unbatched positions) folds the batch into the value
+    channels, so its kernel is evaluated once.  ``impl``: ``"auto"`` (the fused kernel
+    where it applies), ``"fused"``, or ``"sdpa"`` (``log w`` folded into the keys).
 
     ``pos_src [(Bk,) Ns, d]``, ``pos_dst [(Bk,) Nd, d]``, ``weight [(Bk,) Ns]`` (scaled,
     zeros excluded), ``lam [H]``, ``v [B, Ns, H, c]`` -> ``[B, Nd, H, c]``.
@@ -342,23 +304,10 @@ def _sdpa_attention(pos_src: Tensor, pos_dst: Tensor, weight: Tensor, lam: Tenso
     shared = pos_src.dim() == 2
     if shared:
         pos_src, pos_dst, weight = pos_src[None], pos_dst[None], weight[None]
-    B, Ns, H, c = v.shape
-    dtype = v.dtype
-    q, k, logw = _expanded(pos_src, pos_dst, weight, lam, dtype)
-    # log 0 -> a huge finite negative (not -inf: -inf in k gives 0 * -inf = NaN
-    # in the backward pass); exp of it is exactly 0.
-    logw = logw.clamp_min(torch.finfo(dtype).min / 4)
-    Bk, _, Nd, d1 = q.shape
-    q = torch.cat([q, q.new_ones(Bk, H, Nd, 1)], -1)                          # [Bk,H,Nd,d+2]
-    k = torch.cat([k, logw[:, None, :, None]], -1)                            # [Bk,1,Ns,d+2]
-    vv = _shared_values(v, shared)
-    cv = vv.shape[-1]
-    E = max(d1 + 1, cv)
-    q = F.pad(q, (0, E - d1 - 1))
-    k = F.pad(k, (0, E - d1 - 1)).expand(Bk, H, Ns, E)
-    vv = F.pad(vv, (0, E - cv))
-    out = F.scaled_dot_product_attention(q, k, vv, scale=1.0)[..., :cv]
-    return _unshare(out, B, c, shared)
+    q, k, logw = _expanded(pos_src, pos_dst, weight, lam, v.dtype)
+    out = functional.weighted_attention(q, k, _shared_values(v, shared), logw, scale=1.0,
+                                        impl="fold" if impl == "sdpa" else impl)
+    return _unshare(out, v.shape[0], v.shape[-1], shared)
 
 
 # ------------------------------------------- lambda and values (shared with local.py)
@@ -409,31 +358,69 @@ def project_heads(layer: torch.nn.Module, out: Tensor) -> Tensor:
 
 
 # -------------------------------------------------------------------------- module
-class PositionParameters:
+class PositionParameters(AttentionBase):
     """The parameters shared by global and local position attention: a positive
-    ``lambda_h`` per head (``softplus`` of a raw parameter) and the value projection
-    ``W_V`` (``self.lin``)."""
+    ``lambda_h`` per head (``softplus`` or ``exp`` of a raw parameter ``lam_raw``, as
+    ``lam_param`` says) and the value projection ``W_V`` (``self.lin``)."""
 
-    def _init_position_parameters(self, in_channels: int, out_channels: int, heads: int,
-                                  lam_init: Union[float, Sequence[float]], bias: bool) -> None:
+    def _init_position_parameters(self, in_channels: int, out_channels: Optional[int],
+                                  heads: int, lam_init: Union[float, Sequence[float]],
+                                  bias: bool, lam_param: str = "softplus") -> None:
+        if not isinstance(in_channels, int) or in_channels < 1:
+            raise ValueError(f"in_channels must be a positive int, got {in_channels!r}")
+        self._init_channels(in_channels, out_channels, heads)
+        if lam_param not in LAM_PARAMS:
+            raise ValueError(f"lam_param must be one of {LAM_PARAMS}, got {lam_param!r}")
+        self.lam_param = lam_param
         self.lam_init = lam_init_values(lam_init, heads)
-        self.lin = torch.nn.Linear(in_channels, out_channels, bias=bias)
+        self.lin = torch.nn.Linear(in_channels, self.out_channels, bias=bias)
         self.lam_raw = torch.nn.Parameter(torch.empty(heads))
 
     def reset_parameters(self) -> None:
-        torch.nn.init.xavier_uniform_(self.lin.weight)
-        if self.lin.bias is not None:
-            torch.nn.init.zeros_(self.lin.bias)
+        reset_linear(self.lin)
+        init = torch.tensor(self.lam_init, dtype=torch.float64)
         with torch.no_grad():
-            self.lam_raw.copy_(inverse_softplus(self.lam_init))
+            self.lam_raw.copy_(inverse_softplus(self.lam_init) if self.lam_param == "softplus"
+                               else torch.log(init))
 
     @property
     def lam(self) -> Tensor:
-        r""":math:`\lambda_h = \mathrm{softplus}(\rho_h) > 0`, ``[heads]``."""
+        r""":math:`\lambda_h > 0`, ``[heads]``: :math:`\mathrm{softplus}(\rho_h)`, or
+        :math:`\exp(\rho_h)` with ``lam_param="exp"`` (Adam then moves
+        :math:`\lambda` by a relative amount per step, so sharp kernels are reachable;
+        PiT's reference code uses :math:`\tan(\frac{\pi}{4}(1 + \sin r))` for the
+        same reason)."""
+        if self.lam_param == "exp":
+            return torch.exp(self.lam_raw)
         return F.softplus(self.lam_raw)
 
+    @property
+    def project_after(self) -> bool:
+        """Apply :math:`W_V` after the kernel (``heads * in_channels < out_channels``).
 
-class PositionAttention(PositionParameters, torch.nn.Module):
+        The kernel is linear and its rows sum to 1, so ``K (x W + b) = (K x) W + b``
+        per head; mixing the ``in_channels`` input channels per head instead of the
+        ``out_channels / heads`` projected ones is cheaper for narrow inputs (e.g. a
+        PiT encoder lifting a few input fields from a large mesh).
+        """
+        return project_after(self)
+
+    def _repr_extra(self) -> str:
+        return "" if self.lam_param == "softplus" else f", lam_param={self.lam_param!r}"
+
+
+def _impl_from_path(impl: str, path: Optional[str], impls: Tuple[str, ...]) -> str:
+    """``impl``, or the deprecated ``path=`` keyword it replaced."""
+    if path is not None:
+        warnings.warn("PositionAttention(path=...) is deprecated; use impl=... (the one "
+                      "keyword of every meshops layer)", DeprecationWarning, stacklevel=3)
+        impl = path
+    if impl not in impls:
+        raise ValueError(f"impl must be one of {impls}, got {impl!r}")
+    return impl
+
+
+class PositionAttention(PositionParameters):
     r"""Position attention of PiT (global, self or cross) with quadrature weights.
 
     PiT's eqs. (5) and (9), with the source mesh's quadrature weights :math:`w_j`
@@ -455,32 +442,31 @@ class PositionAttention(PositionParameters, torch.nn.Module):
     with a raw parameter :math:`\rho_h` (``lam_raw``), so it stays positive; it has
     units of 1/length^2 (the kernel's width is about :math:`1/\sqrt{\lambda}`).
 
-    Computation paths (``path``):
+    Computation (``impl``):
 
     * ``"kernel"``: the ``[H, N_dst, N_src]`` kernel is materialised (exact distances)
       and applied with a matrix product; for a mesh shared by the batch (dense form
       with unbatched ``pos``) it is built once for all samples;
     * ``"fused"``: memory-light; ``-\lambda\|x-y\|^2 + \log w`` is expanded into a dot
       product of centred positions plus a per-key bias ``log w`` and run through
-      meshops' fused CPU kernel (:mod:`meshops.kernels.attention`: no
-      ``N_dst x N_src`` matrix, forward or backward); float32 rounding of the logits
-      is about ``\lambda R^2 \cdot 10^{-7}`` for a source of radius ``R`` around its
-      centroid.  CPU, float32/float64, at most 64 value channels per head (for a mesh
-      shared by the batch: ``batch * channels`` per head); compiled on first use;
+      meshops' fused CPU kernel (no ``N_dst x N_src`` matrix, forward or backward);
+      float32 rounding of the logits is about ``\lambda R^2 \cdot 10^{-7}`` for a
+      source of radius ``R`` around its centroid.  CPU, float32/float64, at most 64
+      value channels per head (for a mesh shared by the batch: ``batch * channels``
+      per head);
     * ``"sdpa"``: the same expansion through
       :func:`~torch.nn.functional.scaled_dot_product_attention` (PyTorch's fused
-      kernel, CPU or GPU);
+      kernel, CPU or GPU), ``log w`` folded into the keys;
     * ``"auto"`` (default): ``"kernel"`` when the kernel has at most
-      :data:`KERNEL_LIMIT` entries (``heads * N_dst * N_src``, times the batch size
-      unless the mesh is shared), else ``"fused"`` where it applies, else ``"sdpa"``.
+      :data:`meshops.nn.functional.KERNEL_LIMIT` entries (``heads * N_dst * N_src``,
+      times the batch size unless the mesh is shared), else ``"fused"`` where it
+      applies, else ``"sdpa"`` (:func:`meshops.nn.functional.weighted_attention`).
 
     Either way the cost is ``heads * N_dst * N_src`` exponentials per call (per sample
-    unless the mesh is shared); e.g. 100k source -> 2,048 destination points, 4 heads
-    of 16 value channels, float32, forward: 1.15 s on 2 CPU cores with ``"fused"``,
-    1.67 s with ``"sdpa"`` (``python -m benchmarks --only layers --cases
-    position_cross,position_cross_sdpa``).  When ``heads * in_channels < out_channels`` the kernel mixes the
-    input channels and :math:`W_V` is applied afterwards (:attr:`project_after`;
-    exact, as the kernel's rows sum to 1), which keeps the values narrow.
+    unless the mesh is shared; timings: ``python -m benchmarks --only layers``).
+    When ``heads * in_channels < out_channels`` the kernel mixes the input channels and
+    :math:`W_V` is applied afterwards (:attr:`project_after`; exact, as the kernel's
+    rows sum to 1), which keeps the values narrow.
 
     A precomputed kernel (:func:`position_kernel`, :meth:`kernel`) passed as
     ``kernel=`` is used as is (the layer's own :math:`\lambda` is then ignored): build
@@ -491,11 +477,14 @@ class PositionAttention(PositionParameters, torch.nn.Module):
         out_channels (int, optional): output channels, divisible by ``heads``.
             Defaults to ``in_channels``.
         heads (int): number of heads, each with its own :math:`\lambda_h`.
-            (default: ``1``)
+            (default: ``4``)
         lam_init (float or sequence): initial :math:`\lambda` (one value, or one per
             head), positive. (default: ``1.0``)
         bias (bool): bias in :math:`W_V`. (default: ``True``)
-        path (str): ``"auto"``, ``"kernel"``, ``"fused"`` or ``"sdpa"``, see above.
+        impl (str): ``"auto"``, ``"kernel"``, ``"fused"`` or ``"sdpa"``, see above.
+            (``path=`` is the deprecated old name.)
+        lam_param (str): ``"softplus"`` (default) or ``"exp"``: how :math:`\lambda`
+            is made positive from the raw parameter ``lam_raw`` (see :attr:`lam`).
 
     Shapes:
         - **input (flat):** ``x [Ns, C]`` (or ``(x_src [Ns, C], x_dst or None)``),
@@ -514,7 +503,7 @@ class PositionAttention(PositionParameters, torch.nn.Module):
 
     Raises:
         ValueError: ``out_channels`` not divisible by ``heads``, non-positive
-            ``lam_init``, unknown ``path``; at call time mismatched lengths or
+            ``lam_init``, unknown ``impl`` or ``lam_param``; at call time mismatched lengths or
             dimensions, invalid weights (negative, non-finite, wrong length), a
             sample with destination points but no source weight, or a kernel of the
             wrong shape.
@@ -527,22 +516,24 @@ class PositionAttention(PositionParameters, torch.nn.Module):
         >>> y = att.dense(x_lat, pos_lat, w_lat, kernel=K)      # x_lat [B, N, 64]
     """
 
-    def __init__(self, in_channels: int, out_channels: Optional[int] = None, heads: int = 1,
+    def __init__(self, in_channels: int, out_channels: Optional[int] = None, heads: int = 4,
                  lam_init: Union[float, Sequence[float]] = 1.0, bias: bool = True,
-                 path: str = "auto") -> None:
+                 impl: str = "auto", lam_param: str = "softplus",
+                 path: Optional[str] = None) -> None:
         super().__init__()
-        if not isinstance(in_channels, int) or in_channels < 1:
-            raise ValueError(f"in_channels must be a positive int, got {in_channels!r}")
-        out_channels = in_channels if out_channels is None else out_channels
-        check_channels(out_channels, heads, "out_channels")
-        if path not in PATHS:
-            raise ValueError(f"path must be one of {PATHS}, got {path!r}")
-        self.in_channels = in_channels
-        self.out_channels = out_channels
-        self.heads = heads
-        self.path = path
-        self._init_position_parameters(in_channels, out_channels, heads, lam_init, bias)
+        self._init_position_parameters(in_channels, out_channels, heads, lam_init, bias,
+                                       lam_param)
+        self.impl = _impl_from_path(impl, path, IMPLS)
         self.reset_parameters()
+
+    @property
+    def path(self) -> str:
+        """Old name of :attr:`impl`."""
+        return self.impl
+
+    @path.setter
+    def path(self, value: str) -> None:
+        self.impl = value
 
     def kernel(self, pos: PairOrTensor, weight: Tensor, batch: PairOrTensor = None,
                mask: Optional[Tensor] = None) -> Tensor:
@@ -553,55 +544,63 @@ class PositionAttention(PositionParameters, torch.nn.Module):
                                mask=as_pair(mask)[0])
 
     # -------------------------------------------------------------------- flat
-    def forward(self, x: PairOrTensor, pos: PairOrTensor, weight: Optional[Tensor],
-                batch: PairOrTensor = None, kernel: Optional[Tensor] = None) -> Tensor:
+    def forward(self, x: PairOrTensor, pos: Any, weight: Optional[Tensor] = None,
+                batch: PairOrTensor = None, kernel: Optional[Tensor] = None,
+                lam: Optional[Tensor] = None) -> Tensor:
         """Flat (PyG) form; see the class docstring for shapes.  With ``kernel`` (a
         row-stochastic kernel as from :func:`position_kernel` / :meth:`kernel`, for the
-        same ``batch``), ``pos`` and ``weight`` are not used and may be None."""
+        same ``batch``), ``pos`` and ``weight`` are not used and may be None.  ``pos``
+        may be a :class:`~meshops.nn.base.Points` pair (trusted: no value checks).
+        ``lam`` replaces the layer's own :math:`\\lambda` (e.g. another layer's, to
+        share it)."""
         x_src = as_pair(x)[0]
-        self._check_x(x_src, 2, "x")
-        b_src, b_dst = as_pair(batch)
-        if (b_src is None) != (b_dst is None):
-            raise ValueError("batch_src and batch_dst must both be given or both be None")
+        self._check_x(x_src, self.in_channels, "x")
+        trusted = is_points(pos)
         v = self._values(x_src)
+        if kernel is not None and not trusted:
+            b_src, b_dst = as_pair(batch)
+            n_dst = kernel.shape[-2] if b_dst is None else b_dst.shape[0]
+            src, dst = batch_points((None, None), None, (b_src, b_dst),
+                                    (x_src.shape[0], n_dst))
+            checked = True
+        else:
+            if not trusted:
+                pos_src, pos_dst = as_pair(pos)
+                _check_pos(pos_src, "pos_src", (2,))
+                _check_pos(pos_dst, "pos_dst", (2,))
+                n_dst = pos_dst.shape[0]
+            else:
+                n_dst = as_pair(pos)[1].num_points
+            src, dst, checked = self._points(pos, weight, batch, x_src.shape[0], n_dst)
+        vd = src.to_dense(v.flatten(1)).unflatten(-1, v.shape[1:])
         if kernel is not None:
-            check_length(b_src, x_src.shape[0], "batch_src")
-            check_batch(b_src, "batch_src")
-            check_batch(b_dst, "batch_dst")
-            size = num_graphs(b_src, b_dst)
-            vd = to_dense(v.flatten(1), b_src, size)[0].unflatten(-1, v.shape[1:])
             out = self._project(_apply_kernel(kernel, vd))
-            if b_dst is None:
-                return out[0]
-            md = to_dense(b_dst.unsqueeze(-1), b_dst, size)[1]
-            if md.shape[1] != out.shape[1]:
+            if dst.index is not None and dst.max_points != out.shape[1]:
                 raise ValueError(f"kernel has {out.shape[1]} destination rows but batch_dst "
-                                 f"has up to {md.shape[1]} points per sample")
-            return out[md]
-        pos_src, pos_dst = as_pair(pos)
-        _check_pos(pos_src, "pos_src", (2,))
-        _check_pos(pos_dst, "pos_dst", (2,))
-        check_length(pos_src, x_src.shape[0], "pos_src")
-        if pos_src.shape[-1] != pos_dst.shape[-1]:
-            raise ValueError(f"pos_src and pos_dst have different dimensions "
-                             f"({pos_src.shape[-1]} and {pos_dst.shape[-1]})")
-        check_weight(weight, x_src.shape[0])
-        ps, pd, w, _, md = _flat_to_dense(pos_src, pos_dst, weight, b_src, b_dst)
-        vd = to_dense(v.flatten(1), b_src, ps.shape[0])[0].unflatten(-1, v.shape[1:])
-        w = _prepare_weight(w.to(ps.dtype), md.any(-1))
-        return self._attend(vd, ps, pd, w)[md]
+                                 f"has up to {dst.max_points} points per sample")
+            return dst.to_flat(out)
+        ps = src.to_dense(src.pos)
+        pd = ps if dst.pos is src.pos and dst.index is src.index else dst.to_dense(dst.pos)
+        if dst.mask is not None:
+            has_dst = dst.mask.any(-1)
+        else:
+            has_dst = None if n_dst else torch.zeros(1, dtype=torch.bool)
+        w = _prepare_weight(src.to_dense(src.weight).to(ps.dtype), has_dst, checked)
+        return dst.to_flat(self._attend(vd, ps, pd, w, lam))
 
     # ------------------------------------------------------------------- dense
     def dense(self, x: PairOrTensor, pos: PairOrTensor, weight: Optional[Tensor],
-              mask: PairOrTensor = None, kernel: Optional[Tensor] = None) -> Tensor:
+              mask: PairOrTensor = None, kernel: Optional[Tensor] = None,
+              lam: Optional[Tensor] = None, check: bool = True) -> Tensor:
         """Dense form: ``x [B, Ns, C]`` (or ``(x_src, x_dst or None)``), ``pos [N, d]``
         (one mesh shared by the batch: the kernel is built once) or ``[B, N, d]`` (or a
         ``(pos_src, pos_dst)`` pair), ``weight [Ns]`` or ``[B, Ns]``, ``mask [B, N]`` or
         ``(mask_src, mask_dst)`` (True = real point), ``kernel`` as from
-        :func:`position_kernel`.  Returns ``[B, Nd, out_channels]``, zeros on padded
-        destination rows."""
+        :func:`position_kernel`, ``lam`` as in :meth:`forward`; ``check=False`` skips
+        the value checks (weights already validated).  Returns ``[B, Nd, out_channels]``,
+        zeros on padded destination rows."""
         x_src = as_pair(x)[0]
-        self._check_x(x_src, 3, "x")
+        self._check_x(x_src, self.in_channels, "x", 3)
         m_src, m_dst = as_pair(mask)
         B, Ns = x_src.shape[:2]
         if m_src is not None:
@@ -621,8 +620,8 @@ class PositionAttention(PositionParameters, torch.nn.Module):
             if pos_src.shape[-1] != pos_dst.shape[-1]:
                 raise ValueError(f"pos_src and pos_dst have different dimensions "
                                  f"({pos_src.shape[-1]} and {pos_dst.shape[-1]})")
-            ps, pd, w, has_dst = _dense_inputs(pos_src, pos_dst, weight, m_src, m_dst, B)
-            out = self._attend(v, ps, pd, _prepare_weight(w, has_dst))
+            ps, pd, w, has_dst = _dense_inputs(pos_src, pos_dst, weight, m_src, m_dst, B, check)
+            out = self._attend(v, ps, pd, _prepare_weight(w, has_dst, check), lam)
         if m_dst is not None:
             if m_dst.shape != out.shape[:2]:
                 raise ValueError(f"mask_dst has shape {tuple(m_dst.shape)}, expected "
@@ -631,57 +630,28 @@ class PositionAttention(PositionParameters, torch.nn.Module):
         return out
 
     # ---------------------------------------------------------------- internals
-    def _check_x(self, x: Tensor, dim: int, name: str) -> None:
-        if not isinstance(x, Tensor) or x.dim() != dim:
-            shape = "[N, C]" if dim == 2 else "[B, N, C]"
-            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"{name} must be a {shape} tensor, got {got}")
-        if x.shape[-1] != self.in_channels:
-            raise ValueError(f"{name} has {x.shape[-1]} channels, expected {self.in_channels}")
-
-    def _choose_path(self, batch: int, nd: int, ns: int) -> str:
-        if self.path != "auto":
-            return self.path
-        return "kernel" if batch * self.heads * nd * ns <= KERNEL_LIMIT else "auto"
-
-    @property
-    def project_after(self) -> bool:
-        """Apply :math:`W_V` after the kernel (``heads * in_channels < out_channels``).
-
-        The kernel is linear and its rows sum to 1, so ``K (x W + b) = (K x) W + b``
-        per head; mixing the ``in_channels`` input channels per head instead of the
-        ``out_channels / heads`` projected ones is cheaper for narrow inputs (e.g. a
-        PiT encoder lifting a few input fields from a large mesh).
-        """
-        return project_after(self)
-
     def _values(self, x: Tensor) -> Tensor:
         return head_values(self, x)
 
     def _project(self, out: Tensor) -> Tensor:
         return project_heads(self, out)
 
-    def _attend(self, v: Tensor, pos_src: Tensor, pos_dst: Tensor, weight: Tensor) -> Tensor:
+    def _attend(self, v: Tensor, pos_src: Tensor, pos_dst: Tensor, weight: Tensor,
+                lam: Optional[Tensor] = None) -> Tensor:
         """``v [B, Ns, H, c]``; positions/weights ``[Ns, ...]`` (shared) or batched."""
-        lam = self.lam
+        lam = self.lam if lam is None else lam
         shared = pos_src.dim() == 2
         nb = 1 if shared else v.shape[0]
-        path = self._choose_path(nb, pos_dst.shape[-2], pos_src.shape[-2])
-        if pos_dst.shape[-2] == 0 or pos_src.shape[-2] == 0:
+        nd, ns = pos_dst.shape[-2], pos_src.shape[-2]
+        impl = self.impl
+        if impl == "auto" and functional.materialise_kernel(nb * self.heads * nd * ns):
+            impl = "kernel"
+        if nd == 0 or ns == 0:
             # Nothing to attend (only padded rows are left): the materialised kernel
             # is empty and its product keeps the graph, so backward works too.
-            path = "kernel"
-        if path == "kernel":
+            impl = "kernel"
+        if impl == "kernel":
             kernel = _dense_kernel(pos_src.to(v.dtype), pos_dst.to(v.dtype),
                                    weight.to(v.dtype), lam.to(v.dtype))
             return self._project(_apply_kernel(kernel, v))
-        if path == "auto":
-            path = "fused" if _fused_attention(pos_src, pos_dst, weight, lam, v,
-                                               check_only=True) else "sdpa"
-        if path == "fused":
-            return self._project(_fused_attention(pos_src, pos_dst, weight, lam, v))
-        return self._project(_sdpa_attention(pos_src, pos_dst, weight, lam, v))
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self.in_channels}, {self.out_channels}, "
-                f"heads={self.heads})")
+        return self._project(_expanded_attention(pos_src, pos_dst, weight, lam, v, impl))
