@@ -55,10 +55,6 @@ def materialise_kernel(entries: int) -> bool:
     return entries <= KERNEL_LIMIT
 
 
-def _compiling() -> bool:
-    return torch.compiler.is_compiling()
-
-
 def choose_impl(q: Tensor, k: Tensor, v: Tensor, log_w: Tensor, impl: str = "auto",
                 dropout_p: float = 0.0) -> str:
     """The implementation :func:`weighted_attention` runs for these inputs."""
@@ -67,8 +63,9 @@ def choose_impl(q: Tensor, k: Tensor, v: Tensor, log_w: Tensor, impl: str = "aut
     if 0 in (q.shape[-2], k.shape[-2]):
         return "naive"
     if impl == "auto":
-        fused = (dropout_p == 0 and not _compiling()
-                 and fused_attention_supported(q, k, v, log_w))
+        # the fused kernel is a registered operator (torch.ops.meshops), which
+        # torch.compile traces through like any other
+        fused = dropout_p == 0 and fused_attention_supported(q, k, v, log_w)
         impl = "fused" if fused else "sdpa"
     if impl == "sdpa" and ((log_w.requires_grad and torch.is_grad_enabled())
                            or k.shape[1] != q.shape[1] or v.shape[1] != q.shape[1]
