@@ -59,7 +59,7 @@ def probe_rows(pts: np.ndarray, probes: np.ndarray) -> np.ndarray:
 def _layers():
     """name -> (factory, convergence order, GRADED_RATIO bound)."""
     from meshops.nn import (ContinuumAttention, FourierAttention, GalerkinAttention,
-                            LocalAttention, LocalPositionAttention, PatchAttention,
+                            LocalAttention, LocalPositionAttention, patch_attention,
                             PositionAttention)
 
     # Smooth kernels converge at the order of the nodal quadrature (2). A hard
@@ -88,9 +88,9 @@ def _layers():
         "local_radius": (lambda: LocalAttention(IN_CHANNELS, 8, heads=2, radius=0.3), 1, 14),
         # Voxel patches are fixed boxes of the domain; kd patches balance point
         # counts and so move with the point density (not mesh-independent).
-        "patch_window_voxel": (lambda: PatchAttention(
+        "patch_window_voxel": (lambda: patch_attention(
             IN_CHANNELS, 8, heads=2, num_patches=4, method="voxel", mode="window"), 1, 160),
-        "patch_token_voxel": (lambda: PatchAttention(
+        "patch_token_voxel": (lambda: patch_attention(
             IN_CHANNELS, 8, heads=2, num_patches=4, method="voxel", mode="token", pos_dim=2),
             1, 40),
     }

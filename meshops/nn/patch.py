@@ -59,14 +59,17 @@ def rotate_positions(pos: Tensor, angle: float = SHIFT_ANGLE) -> Tensor:
     (k-d medians, voxel faces) of the rotated positions are oblique in the original frame,
     so they cross the borders of the unrotated partition.
     """
-    d = pos.shape[-1]
-    rot = torch.eye(d, dtype=pos.dtype, device=pos.device)
-    c, s = math.cos(angle), math.sin(angle)
-    for a in range(d - 1):
-        g = torch.eye(d, dtype=pos.dtype, device=pos.device)
-        g[a, a], g[a, a + 1], g[a + 1, a], g[a + 1, a + 1] = c, -s, s, c
-        rot = g @ rot
-    return pos @ rot.T
+    # Geometry stays in the positions' dtype: under autocast these products would be
+    # bf16, moving the cuts (and bf16 positions cannot be partitioned at all).
+    with torch.autocast(pos.device.type, enabled=False):
+        d = pos.shape[-1]
+        rot = torch.eye(d, dtype=pos.dtype, device=pos.device)
+        c, s = math.cos(angle), math.sin(angle)
+        for a in range(d - 1):
+            g = torch.eye(d, dtype=pos.dtype, device=pos.device)
+            g[a, a], g[a, a + 1], g[a + 1, a], g[a + 1, a + 1] = c, -s, s, c
+            rot = g @ rot
+        return pos @ rot.T
 
 
 class _Groups:
@@ -604,15 +607,21 @@ class PatchTokenAttention(PatchAttention):
         if groups is None:
             return x.new_zeros(0, self.out_channels)
         G, M = groups.num_groups, self.num_basis
-        measure, xi = self.local_coordinates(pos.to(x.dtype), weight, groups.gid, G)
+        # Patch geometry (centroids, radii, measures) in at least float32: in bf16 the
+        # differences x_i - c_p lose most of their digits (a 38 % layer error under bf16
+        # autocast); only the O(1) local coordinates meet the bf16 features.
+        gdt = torch.promote_types(x.dtype, torch.float32)
+        measure, xi = self.local_coordinates(pos.to(gdt), weight, groups.gid, G)
+        xi = xi.to(x.dtype)
         w = weight.to(x.dtype)
 
         # tokens t_p = (1/m_p) sum_i w_i g(xi_i) (W_in x_i)^T  as a padded batched matmul
-        wg = groups.pad(w[:, None] * self.g(xi))                     # [G, n, M]
         u = groups.pad(self.lin_in(x))                               # [G, n, C']
+        wg = groups.pad((w[:, None] * self.g(xi)).to(u.dtype))       # [G, n, M]
         t = torch.bmm(wg.transpose(1, 2), u)                         # [G, M, C']
         m_safe = torch.where(measure > 0, measure, torch.ones_like(measure))
-        tokens = self.embed((t / m_safe[:, None, None]).reshape(G, -1))  # [G, D]
+        tokens = self.embed((t / m_safe[:, None, None]).to(t.dtype).reshape(G, -1))  # [G, D]
+        measure = measure.to(x.dtype)
 
         # continuum attention among the tokens of each sample, patch measures as weights
         tok = groups.tokens
