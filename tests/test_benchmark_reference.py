@@ -3,6 +3,8 @@ without the reference's repository: the Geo-FNO file writers (read back by mesho
 adapters), the stand-in conversions, the script patcher and the config mapping."""
 
 import numpy as np
+import os
+
 import pytest
 import torch
 
@@ -251,3 +253,24 @@ def test_cuda_benchmarks_run_children_by_spawn():
     from benchmarks.harness import Isolated
     assert Isolated(start_method="spawn").ctx.get_start_method() == "spawn"
     assert Isolated().ctx.get_start_method() == "forkserver"
+
+
+def test_reference_commit_is_the_checkouts_own(tmp_path):
+    """An exported snapshot inside another git checkout must not report that
+    checkout's HEAD as the reference commit."""
+    import subprocess
+    from benchmarks.reference.__main__ import _reference_commit
+    outer = tmp_path / "outer"
+    (outer / "ref").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(outer)], check=True)
+    assert _reference_commit(outer / "ref") == "unknown: not the root of a git checkout"
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@t")
+    ref = outer / "ref"
+    subprocess.run(["git", "init", "-q", str(ref)], check=True)
+    (ref / "pit.py").write_text("")
+    subprocess.run(["git", "-C", str(ref), "add", "pit.py"], check=True)
+    subprocess.run(["git", "-C", str(ref), "commit", "-qm", "x"], check=True, env=env)
+    head = subprocess.run(["git", "-C", str(ref), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert _reference_commit(ref) == head

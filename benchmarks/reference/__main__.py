@@ -85,6 +85,18 @@ def _run(cmd: list[str], out: Path, cwd: Path, env: dict, timeout: float) -> dic
     return r
 
 
+def _reference_commit(ref_dir: Path) -> str:
+    """The reference checkout's commit; not that of a repository it merely sits in (an
+    exported snapshot inside another checkout would otherwise report that one's HEAD)."""
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", str(ref_dir), *a], capture_output=True,
+                              text=True).stdout.strip()
+    top = git("rev-parse", "--show-toplevel")
+    if not top or Path(top).resolve() != ref_dir.resolve():
+        return "unknown: not the root of a git checkout"
+    return git("rev-parse", "HEAD") or "unknown"
+
+
 def _device_name(device: str) -> str:
     if device == "cpu":
         return f"{os.cpu_count()} CPUs"
@@ -232,8 +244,7 @@ def main(argv=None) -> int:
         print(msg, flush=True)
         lines.append(msg)
 
-    commit = subprocess.run(["git", "-C", str(args.reference_dir), "rev-parse", "HEAD"],
-                            capture_output=True, text=True).stdout.strip() or "unknown"
+    commit = _reference_commit(args.reference_dir)
     log(f"reference: {args.reference_dir} (commit {commit}); scratch: {work}")
     log(f"device {args.device}; threads {args.threads} both sides, float32, matmul precision {precision!r} "
         f"(as the reference's pit.py sets); {args.rounds} round(s) x ({args.warmup} warm-up + "
