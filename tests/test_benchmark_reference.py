@@ -2,9 +2,9 @@
 without the reference's repository: the Geo-FNO file writers (read back by meshops'
 adapters), the stand-in conversions, the script patcher and the config mapping."""
 
-import numpy as np
 import os
 
+import numpy as np
 import pytest
 import torch
 
