@@ -141,8 +141,12 @@ def test_bad_shapes_are_named():
 
 @needs_kernel
 def test_unsupported_inputs_are_refused():
-    q, k, v, bias = _inputs(1, 1, 1, 4, 10, 4, 100, dtype=torch.float32)
-    assert not fused_attention_supported(q, k, v, bias)  # 100 channels > 8 vectors
+    from meshops.kernels.attention import MAX_VECTORS, _width
+    # one channel more than MAX_VECTORS SIMD vectors hold (8 x 8 on AVX2, 8 x 16 on
+    # AVX-512: a fixed 100 fitted on the H100 machine's AVX-512 CPU)
+    c = MAX_VECTORS * _width(torch.float32) + 1
+    q, k, v, bias = _inputs(1, 1, 1, 4, 10, 4, c, dtype=torch.float32)
+    assert not fused_attention_supported(q, k, v, bias)
     with pytest.raises(RuntimeError, match="unsupported input"):
         fused_attention(q, k, v, bias)
     assert not fused_attention_supported(q.half(), k.half(), v.half())
@@ -308,7 +312,10 @@ needs_avx2 = pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() not in (
 
 
 def _env(**extra):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    # the checkout first, then whatever the caller's PYTHONPATH held (packages
+    # installed with --target, as on the GPU machine, must stay importable)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1")
     env.pop("MESHOPS_KERNELS", None)
     env.update(extra)
     return env
