@@ -81,7 +81,10 @@ def read_inputs(data, in_channels: int, pos_dim: int, dtype: torch.dtype,
     and weights, sorted batch vectors, query samples with input points), each a host
     synchronisation and a ``torch.compile`` graph break; the models pass it while
     compiling (their eager calls check). The sample count then comes from a PyG
-    batch's ``num_graphs``.
+    batch's ``num_graphs``, and a batch of ``N`` points in ``B`` samples with ``B``
+    dividing ``N`` is taken for ``B`` samples of ``N / B`` points (a fixed mesh:
+    ``max_points``, with which the layers' dense layout reads nothing back; a batch
+    of samples of different sizes is then an error raised on the device).
     """
     pos = getattr(data, "pos", None)
     if not isinstance(pos, Tensor) or pos.dim() != 2 or pos.shape[1] != pos_dim:
