@@ -47,12 +47,12 @@ def _tno() -> TransformerNO:
     return TransformerNO(1, 2, width=8, layers=2, heads=2).double().eval()
 
 
-def _case(name: str):
-    """A model and a batch of three samples on one mesh, with the model's mesh
-    structures stored in the samples (PiT; TransformerNO has none)."""
+def _case(name: str, same_mesh: bool = True):
+    """A model and a batch of three samples on one mesh (or each on its own), with
+    the model's mesh structures stored in the samples (PiT; TransformerNO has none)."""
     model = _pit() if name == "pit" else _tno()
     transform = model.mesh_transform()
-    samples = _samples()
+    samples = _samples(same_mesh=same_mesh)
     if transform is not None:
         samples = [transform(s) for s in samples]
     return model, Batch.from_data_list(samples)
@@ -94,8 +94,6 @@ def test_graph_breaks_are_only_inside_the_layers(name):
     assert not ours, "\n".join(f"{r.reason.splitlines()[0]} at {_where(r)}" for r in ours)
 
 
-@pytest.mark.xfail(strict=False, reason="the layers (meshops/nn) still read tensor values in "
-                   "their forward; issue 14 item 3, layer part (nn branch)")
 @pytest.mark.parametrize("name", MODELS)
 def test_forward_on_a_fixed_mesh_has_no_graph_break(name):
     explained = _explain(name)
@@ -103,11 +101,13 @@ def test_forward_on_a_fixed_mesh_has_no_graph_break(name):
         f"{r.reason.splitlines()[0]} at {_where(r)}" for r in explained.break_reasons)
 
 
+@pytest.mark.parametrize("same_mesh", [True, False])
 @pytest.mark.parametrize("name", MODELS)
-def test_compiled_forward_equals_eager(name):
+def test_compiled_forward_equals_eager(name, same_mesh):
     """Compiled (dynamo + AOT autograd; the value checks skipped) the forward gives
-    the eager output to rounding (float64)."""
-    model, data = _case(name)
+    the eager output to rounding (float64), on one mesh and on several (PiT's latent
+    meshes then differ: its processor takes the flat path)."""
+    model, data = _case(name, same_mesh)
     eager = model(data)
     torch._dynamo.reset()
     compiled = torch.compile(model, backend="aot_eager")(data)
@@ -123,6 +123,27 @@ def test_inductor_forward_equals_eager(name):
     torch._dynamo.reset()
     compiled = torch.compile(model)(data)
     torch.testing.assert_close(compiled, eager, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_compiled_forward_on_samples_of_different_sizes(name):
+    """A batch of samples of different sizes: where its points do not divide evenly
+    among the samples the compiled forward reads the sizes (a graph break) and equals
+    the eager one; where they do, it takes them for samples of one size (a fixed mesh)
+    and a sample larger than that is an error, not a wrong layout (TransformerNO: its
+    dense layout; PiT's local layers and shared latent mesh need no such size)."""
+    model = _pit() if name == "pit" else _tno()
+    transform = model.mesh_transform() or (lambda s: s)
+    for sizes in ((30, 43), (30, 50)):
+        data = Batch.from_data_list([transform(_samples(1, n, seed=n)[0]) for n in sizes])
+        eager = model(data)
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="aot_eager")
+        if name == "transformer_no" and sum(sizes) % len(sizes) == 0:
+            with pytest.raises(RuntimeError, match="more than max_points=40 points"):
+                compiled(data)
+        else:
+            torch.testing.assert_close(compiled(data), eager, rtol=1e-12, atol=1e-12)
 
 
 def test_eager_forward_still_checks_values():

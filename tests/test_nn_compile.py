@@ -109,3 +109,21 @@ def test_forward_compiles_without_graph_breaks(name):
 @pytest.mark.parametrize("name", CASES)
 def test_forward_compiles_with_inductor(name):
     _check(name, "inductor")
+
+
+def test_points_built_from_known_sizes_compile_and_equal_the_read_ones():
+    """batch_points with the sizes given (num_graphs, max_points) reads no tensor
+    value: it traces with fullgraph=True, while compiling skips the value checks, and
+    gives the layout it reads eagerly; a sample larger than max_points is an error
+    (raised on the device, as an eager call shows), not a silently overlapping layout."""
+    x, pos, w, b = _data()
+    eager = batch_points(pos, w, b)
+    build = torch.compile(lambda: batch_points(pos, w, b, num_graphs=2, max_points=7),
+                          fullgraph=True, backend="aot_eager")
+    torch._dynamo.reset()
+    known = build()
+    assert (known.num_graphs, known.max_points) == (eager.num_graphs, eager.max_points) == (2, 7)
+    assert torch.equal(known.index, eager.index) and torch.equal(known.mask, eager.mask)
+    torch.testing.assert_close(known.to_dense(x), eager.to_dense(x), rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="more than max_points=6 points"):
+        batch_points(pos, w, b, num_graphs=2, max_points=6)

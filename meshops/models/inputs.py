@@ -5,12 +5,14 @@ weights, batch vectors, query points), cast to the model's dtype."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
-__all__ = ["MeshInputs", "read_inputs", "sample_ptr"]
+from meshops.nn.base import batch_points
+
+__all__ = ["MeshInputs", "layer_inputs", "read_inputs", "sample_ptr"]
 
 
 @dataclass
@@ -26,6 +28,10 @@ class MeshInputs:
         query_batch: ``[M]`` sample index of the output points, or None (one sample).
         has_query: whether the data carried ``query_pos``.
         num_graphs: number of samples ``B``.
+        max_points, max_query: the most input / query points of a sample where known
+            without reading a tensor value (one sample; while compiling, a batch whose
+            points divide evenly among its samples, taken as samples of one size: a
+            fixed mesh), else None.
     """
 
     x: Tensor
@@ -36,6 +42,8 @@ class MeshInputs:
     query_batch: Optional[Tensor]
     has_query: bool
     num_graphs: int
+    max_points: Optional[int] = None
+    max_query: Optional[int] = None
 
     def lifted(self) -> Tensor:
         """``[x, pos]`` (the input function concatenated with the identity), ``[N, C + d]``."""
@@ -73,7 +81,10 @@ def read_inputs(data, in_channels: int, pos_dim: int, dtype: torch.dtype,
     and weights, sorted batch vectors, query samples with input points), each a host
     synchronisation and a ``torch.compile`` graph break; the models pass it while
     compiling (their eager calls check). The sample count then comes from a PyG
-    batch's ``num_graphs``.
+    batch's ``num_graphs``, and a batch of ``N`` points in ``B`` samples with ``B``
+    dividing ``N`` is taken for ``B`` samples of ``N / B`` points (a fixed mesh:
+    ``max_points``, with which the layers' dense layout reads nothing back; a batch
+    of samples of different sizes is then an error raised on the device).
     """
     pos = getattr(data, "pos", None)
     if not isinstance(pos, Tensor) or pos.dim() != 2 or pos.shape[1] != pos_dim:
@@ -161,7 +172,38 @@ def read_inputs(data, in_channels: int, pos_dim: int, dtype: torch.dtype,
             bad = int(query_batch[~has_src[query_batch]][0])
             raise ValueError(f"sample {bad} has query points but no input point of positive weight")
     return MeshInputs(x=x, pos=pos, weight=weight, batch=batch, query_pos=query_pos,
-                      query_batch=query_batch, has_query=has_query, num_graphs=num_graphs)
+                      query_batch=query_batch, has_query=has_query, num_graphs=num_graphs,
+                      max_points=_max_points(n, batch, num_graphs, check_values),
+                      max_query=_max_points(query_pos.shape[0], query_batch, num_graphs,
+                                            check_values))
+
+
+def _max_points(n: int, batch: Optional[Tensor], num_graphs: int, check_values: bool
+                ) -> Optional[int]:
+    """The most points of a sample, where known without reading the batch vector: one
+    sample; unchecked (compiled), ``n`` points in ``B`` samples with ``B`` dividing ``n``
+    are taken for samples of one size (a fixed mesh; the layers' dense layout checks it
+    on the device, an error otherwise).  None: the layers read it (eager calls always,
+    so that their results do not depend on this)."""
+    if batch is None or num_graphs == 1:
+        return n
+    if check_values or n % num_graphs:
+        return None
+    return n // num_graphs
+
+
+def layer_inputs(pos: Any, weight: Optional[Tensor], batch: Any, num_points: Any,
+                 num_graphs: int, trusted: bool, dense: bool = True, max_points: Any = None
+                 ) -> tuple:
+    """``(pos, weight, batch)`` for a layer: as given (the layer checks them), or with
+    ``trusted`` (a compiled forward) the :class:`~meshops.nn.base.Points` the layer
+    trusts, built from the sizes the model knows (``num_graphs``, ``max_points``) so
+    that nothing is read back from the device."""
+    if not trusted:
+        return pos, weight, batch
+    points = batch_points(pos, weight, batch, num_points, dense=dense, num_graphs=num_graphs,
+                          max_points=max_points)
+    return points, None, None
 
 
 def sample_ptr(batch: Optional[Tensor], n: int, num_graphs: int) -> list[int]:

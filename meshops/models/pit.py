@@ -13,7 +13,7 @@ from torch.nn.functional import gelu
 
 from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
                                  register_model)
-from meshops.models.inputs import read_inputs
+from meshops.models.inputs import layer_inputs, read_inputs
 from meshops.models.latent import fps_latent, grid_latent, voronoi_weights
 from meshops.nn.functional import materialise_kernel
 from meshops.nn.local import LocalPositionAttention, local_graph
@@ -282,7 +282,7 @@ class PiT(NeuralOperator):
             return measure_ball_graph(pos_src, w_src, b_src, pos_dst, b_dst, quantile).flip(0)
         return local_graph(pos_src, pos_dst, None, quantile, b_src, b_dst)
 
-    def _process(self, u: Tensor, lat: _Latent) -> Tensor:
+    def _process(self, u: Tensor, lat: _Latent, check: bool = True) -> Tensor:
         batch = lat.batch
         shared_kernel = None
         if self.shared_lambda and len(self.attn):
@@ -307,7 +307,7 @@ class PiT(NeuralOperator):
                 if shared_kernel is not None:
                     h = att.dense(ud, None, None, kernel=shared_kernel)
                 else:
-                    h = att.dense(ud, lat.pos[:n], lat.weight[:n], lam=lam)
+                    h = att.dense(ud, lat.pos[:n], lat.weight[:n], lam=lam, check=check)
                 h = h.reshape(B * n, -1)
             elif shared_kernel is not None:
                 h = att(u, None, None, batch if batch is None else (batch, batch),
@@ -338,16 +338,20 @@ class PiT(NeuralOperator):
             lat, e_in, e_out = pre
         u = gelu(self.lift(inp.lifted()))
         # encoder: input mesh -> latent mesh (input quadrature weights)
+        # compiled: the layers get trusted Points (the sizes known here, nothing read back)
         pair = None if inp.batch is None else (inp.batch, lat.batch)
-        u = gelu(self.encoder((u, None), (inp.pos, lat.pos), inp.weight, pair, edge_index=e_in))
-        u = self._process(u, lat)
+        args = layer_inputs((inp.pos, lat.pos), inp.weight, pair, None, inp.num_graphs,
+                            not check, dense=False)
+        u = gelu(self.encoder((u, None), *args, edge_index=e_in))
+        u = self._process(u, lat, check)
         # decoder: latent mesh -> query points (latent quadrature weights)
         if e_out is None:
             e_out = self._graph(lat.pos, lat.weight, lat.batch, inp.query_pos, inp.query_batch,
                                 self.quantile_out)
         pair = None if lat.batch is None else (lat.batch, inp.query_batch)
-        h = gelu(self.decoder((u, None), (lat.pos, inp.query_pos), lat.weight, pair,
-                              edge_index=e_out))
+        args = layer_inputs((lat.pos, inp.query_pos), lat.weight, pair, None, inp.num_graphs,
+                            not check, dense=False)
+        h = gelu(self.decoder((u, None), *args, edge_index=e_out))
         return self.head(h)
 
 

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
                                  register_model)
-from meshops.models.inputs import read_inputs
+from meshops.models.inputs import layer_inputs, read_inputs
 from meshops.nn.block import TransformerBlock
 from meshops.nn.continuum import ContinuumAttention
 from meshops.nn.fourier_features import FourierFeatures
@@ -162,15 +162,18 @@ class TransformerNO(NeuralOperator):
         inp = read_inputs(data, self.in_channels, self.pos_dim, dtype, self.lift.weight.device,
                           check_values=check_values)
         h = self.lift(torch.cat([inp.x, self.pos_enc(inp.pos)], dim=-1))
+        args = layer_inputs(None, inp.weight, inp.batch, inp.pos.shape[0], inp.num_graphs,
+                            not check_values, max_points=inp.max_points)
         for blk in self.blocks:
-            h = blk(h, None, inp.weight, inp.batch)
+            h = blk(h, *args)
         return h, inp
 
     def forward(self, data) -> Tensor:
         # Compiled, the forward trusts the values of its inputs: checks that read them are
         # host synchronisations (graph breaks); eager calls check. Decided here, in the
         # traced frame: a graph break in a layer can leave encode() to run eagerly.
-        h, inp = self.encode(data, check_values=not torch.compiler.is_compiling())
+        trusted = torch.compiler.is_compiling()
+        h, inp = self.encode(data, check_values=not trusted)
         if self.decoder == "pointwise":
             if inp.has_query and not (inp.query_pos.shape == inp.pos.shape
                                       and torch.equal(inp.query_pos, inp.pos)):
@@ -179,5 +182,7 @@ class TransformerNO(NeuralOperator):
             return self.head(self.norm_out(h))
         q = self.query_embed(self.pos_enc(inp.query_pos))
         batch = None if inp.batch is None else (inp.batch, inp.query_batch)
-        z = self.cross((h, q), None, inp.weight, batch)
+        args = layer_inputs(None, inp.weight, batch, (h.shape[0], q.shape[0]), inp.num_graphs,
+                            trusted, max_points=(inp.max_points, inp.max_query))
+        z = self.cross((h, q), *args)
         return self.head(self.norm_out(z))

@@ -37,8 +37,16 @@ def check_channels(channels: int, heads: int, name: str = "channels") -> None:
         raise ValueError(f"{name}={channels} is not divisible by heads={heads}")
 
 
+def checking() -> bool:
+    """Whether value checks run: always in eager mode, never while ``torch.compile``
+    traces.  A check that reads a tensor value is a host synchronisation and a graph
+    break; compiled forwards trust the values of their inputs (eager calls check them)."""
+    return not torch.compiler.is_compiling()
+
+
 def check_weight(weight: Tensor, num_points: int, name: str = "weight") -> Tensor:
-    """Validate quadrature weights: shape ``[N]``, finite and non-negative.
+    """Validate quadrature weights: shape ``[N]``, finite and non-negative (the values
+    only in eager mode, see :func:`checking`).
 
     Raises:
         ValueError: naming the problem and the first offending index.
@@ -48,7 +56,8 @@ def check_weight(weight: Tensor, num_points: int, name: str = "weight") -> Tenso
     if weight.dim() != 1 or weight.shape[0] != num_points:
         raise ValueError(f"{name} has shape {tuple(weight.shape)} but the source has "
                          f"{num_points} points (expected [{num_points}])")
-    _check_values(weight, name)
+    if checking():
+        _check_values(weight, name)
     return weight
 
 
@@ -81,13 +90,14 @@ def safe_log(weight: Tensor) -> Tensor:
 
 
 def check_batch(batch: Tensor | None, name: str) -> None:
-    """A PyG batch vector must be 1-D and sorted (samples contiguous)."""
+    """A PyG batch vector must be 1-D and sorted (samples contiguous; the order is
+    checked in eager mode only, see :func:`checking`)."""
     if batch is None:
         return
     if batch.dim() != 1:
         raise ValueError(f"{name} must be a 1-D vector of sample indices, got shape "
                          f"{tuple(batch.shape)}")
-    if batch.numel() > 1 and bool((batch[1:] < batch[:-1]).any()):
+    if checking() and batch.numel() > 1 and bool((batch[1:] < batch[:-1]).any()):
         raise ValueError(f"{name} must be sorted (PyG batch vector)")
 
 

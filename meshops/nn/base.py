@@ -7,6 +7,9 @@ A layer is one file that implements its kernel; this module holds the rest:
   (weights finite and non-negative, batch vector sorted, sample sizes) happen once,
   when it is built (:func:`batch_points`); layers trust it, so their forward passes
   do no host synchronisation and compile with ``torch.compile(fullgraph=True)``.
+  While ``torch.compile`` traces, the value checks are skipped everywhere in
+  :mod:`meshops.nn` (the compiled code trusts its inputs; eager calls check them), and
+  :func:`batch_points` given ``num_graphs`` and ``max_points`` reads no tensor value.
 * :class:`AttentionBase`: channels and heads, input shape checks, ``(src, dst)``
   pairs, PyG-style :meth:`~AttentionBase.reset_parameters` and ``__repr__``.
 * :class:`GlobalAttentionBase`: attention over all source points of a sample.  A
@@ -107,22 +110,37 @@ class Points:
                 f"weight={self.weight is not None})")
 
 
-def _layout(batch: Optional[Tensor], n: int, size: int) -> Tuple[int, Optional[Tensor],
-                                                                  Optional[Tensor]]:
+def _layout(batch: Optional[Tensor], n: int, size: int, nmax: Optional[int] = None
+            ) -> Tuple[int, Optional[Tensor], Optional[Tensor]]:
     """``max_points``, ``index`` and ``mask`` of a sorted batch vector with ``size``
-    samples (one host synchronisation, here and only here)."""
+    samples.  ``nmax`` (the most points of a sample) is read from the batch vector (one
+    host synchronisation, here and only here) unless given: then it is checked on the
+    device, without a synchronisation (an error when a sample has more points)."""
     if batch is None:
         return n, None, None
-    counts = torch.bincount(batch, minlength=size)
-    nmax = int(counts.max()) if size else 0
-    start = torch.cumsum(counts, 0) - counts
+    # sample boundaries of the sorted vector (a static shape, unlike bincount's)
+    bounds = torch.searchsorted(batch, torch.arange(size + 1, device=batch.device,
+                                                    dtype=batch.dtype))
+    start, counts = bounds[:-1], bounds[1:] - bounds[:-1]
+    if nmax is None:
+        nmax = int(counts.max()) if size else 0
+    else:
+        # (a compiled model passes the size of a fixed mesh's samples: see
+        # meshops.models.inputs.read_inputs)
+        torch._assert_async((counts <= nmax).all(),
+                            f"a sample has more than max_points={nmax} points; compiled "
+                            f"meshops models take a batch of N points in B samples, B "
+                            f"dividing N, for B samples of N/B points (a fixed mesh): call "
+                            f"the model eagerly on such a batch of samples of different "
+                            f"sizes")
     index = batch * nmax + (torch.arange(n, device=batch.device) - start[batch])
     mask = torch.zeros(size * nmax, dtype=torch.bool, device=batch.device)
     mask[index] = True
     return nmax, index, mask.view(size, nmax)
 
 
-def _no_layout(batch: Optional[Tensor], n: int, size: int) -> Tuple[int, None, None]:
+def _no_layout(batch: Optional[Tensor], n: int, size: int, nmax: Optional[int] = None
+               ) -> Tuple[int, None, None]:
     """No dense layout (``max_points = -1``): :meth:`Points.to_dense` then refuses."""
     return (n, None, None) if batch is None else (-1, None, None)
 
@@ -137,8 +155,8 @@ def _check_pos(pos: Optional[Tensor], n: int, name: str) -> None:
 
 
 def batch_points(pos: Any, weight: Optional[Tensor], batch: Any = None,
-                 num_points: Any = None, dense: bool = True
-                 ) -> Union[Points, Tuple[Points, Points]]:
+                 num_points: Any = None, dense: bool = True, num_graphs: Optional[int] = None,
+                 max_points: Any = None) -> Union[Points, Tuple[Points, Points]]:
     """Validate a flat point set once and return the :class:`Points` layers trust.
 
     Args:
@@ -149,6 +167,13 @@ def batch_points(pos: Any, weight: Optional[Tensor], batch: Any = None,
         num_points: ``N`` or ``(N_src, N_dst)`` where ``pos`` is None.
         dense: also build the dense layout (``index``, ``mask``, ``max_points``); the
             local layers, which work on the flat batch, skip it.
+        num_graphs: the number of samples ``B`` where the caller knows it (e.g. a PyG
+            batch's ``num_graphs``); read from the batch vectors otherwise.
+        max_points: the most points of a sample (or an ``(src, dst)`` pair; None: read
+            from the batch vector) where the caller knows it; a sample with more points
+            is an error raised on the device.  With both given (and while
+            ``torch.compile`` traces, where the value checks are skipped) nothing here
+            reads a tensor value.
 
     Returns:
         :class:`Points` (one tensor given) or a ``(src, dst)`` pair of them sharing
@@ -181,16 +206,20 @@ def batch_points(pos: Any, weight: Optional[Tensor], batch: Any = None,
         check_batch(b_dst, "batch" + d)
     if weight is not None:
         check_weight(weight, n_src)
-    size = max([int(b.max()) + 1 for b in (b_src, b_dst) if b is not None and b.numel()],
-               default=1)
+    if num_graphs is None:
+        size = max([int(b.max()) + 1 for b in (b_src, b_dst) if b is not None and b.numel()],
+                   default=1)
+    else:
+        size = num_graphs
+    m_src, m_dst = as_pair(max_points)
     layout = _layout if dense else _no_layout
-    src = Points(pos_src, weight, b_src, n_src, size, *layout(b_src, n_src, size))
+    src = Points(pos_src, weight, b_src, n_src, size, *layout(b_src, n_src, size, m_src))
     if not cross:
         return src
     if b_dst is b_src and n_dst == n_src:
         return src, Points(pos_dst, None, b_dst, n_dst, size, src.max_points, src.index,
                            src.mask)
-    return src, Points(pos_dst, None, b_dst, n_dst, size, *layout(b_dst, n_dst, size))
+    return src, Points(pos_dst, None, b_dst, n_dst, size, *layout(b_dst, n_dst, size, m_dst))
 
 
 class AttentionBase(torch.nn.Module):

@@ -14,7 +14,7 @@ import torch
 
 from meshops.nn.base import Channels, GlobalAttentionBase, reset_linear
 from meshops.nn.functional import IMPLS, weighted_attention
-from meshops.nn._utils import merge_heads, safe_log, split_heads
+from meshops.nn._utils import checking, merge_heads, safe_log, split_heads
 
 __all__ = ["ContinuumAttention"]
 
@@ -124,12 +124,12 @@ class ContinuumAttention(GlobalAttentionBase):
         v = split_heads(self.lin_v(x_src), H)
 
         # A sample whose source carries no weight has a 0/0 softmax.  Reject it if it
-        # has destination points (checked inputs only: the test needs the values);
-        # otherwise (an all-padding slot) give it dummy weights so no NaN is formed
-        # anywhere (NaN in a discarded row would still poison the backward pass
+        # has destination points (checked inputs in eager mode only: the test reads
+        # the values); otherwise (an all-padding slot) give it dummy weights so no NaN
+        # is formed anywhere (NaN in a discarded row would still poison the backward pass
         # through the attention matrix).
         has_src = (weight > 0).any(-1)
-        if checked and not bool(has_src.all()):
+        if checked and checking() and not bool(has_src.all()):
             has_dst = (torch.full_like(has_src, q.shape[-2] > 0) if m_dst is None
                        else m_dst.any(-1))
             bad = (has_dst & ~has_src).nonzero()

@@ -27,7 +27,7 @@ from torch import Tensor
 from torch_geometric.utils import scatter, softmax
 
 from meshops.nn._edge_sum import edge_sum
-from meshops.nn._utils import num_graphs, safe_log
+from meshops.nn._utils import checking, num_graphs, safe_log
 from meshops.nn.base import Channels, LocalAttentionBase, reset_linear
 from meshops.nn.position import PositionParameters, head_values, project_heads
 
@@ -163,7 +163,7 @@ def _check_k(k: Optional[int], quantile: Optional[float], radius: Optional[float
 def _src_dst(edge_index: Tensor, flow: str, n_src: int, n_dst: int, checked: bool = True
              ) -> Tuple[Tensor, Tensor]:
     """``(source, destination)`` rows of an ``edge_index`` given with ``flow``; with
-    ``checked`` the indices are range-checked (a host synchronisation)."""
+    ``checked`` the indices are range-checked in eager mode (a host synchronisation)."""
     rows = ("source", "destination") if flow == "source_to_target" else ("destination", "source")
     if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 \
             or edge_index.shape[0] != 2 or edge_index.dtype != torch.long:
@@ -172,7 +172,7 @@ def _src_dst(edge_index: Tensor, flow: str, n_src: int, n_dst: int, checked: boo
         raise ValueError(f"edge_index must be a LongTensor [2, E] (row 0 {rows[0]}, row 1 "
                          f"{rows[1]}; flow={flow!r}), got {got}")
     sizes = {"source": n_src, "destination": n_dst}
-    if checked and edge_index.numel():
+    if checked and checking() and edge_index.numel():
         for row, name in enumerate(rows):
             n = sizes[name]
             if int(edge_index[row].min()) < 0 or int(edge_index[row].max()) >= n:
@@ -186,8 +186,9 @@ def _src_dst(edge_index: Tensor, flow: str, n_src: int, n_dst: int, checked: boo
 def _softmax(logits: Tensor, src: Tensor, dst: Tensor, weight: Tensor, n_dst: int,
              checked: bool = True) -> Tensor:
     """Sparse softmax over the edges of each destination, ``log w`` included.  With
-    ``checked``, a destination whose neighbours all have zero weight is an error."""
-    if checked and not bool((weight > 0).all()):
+    ``checked`` (in eager mode), a destination whose neighbours all have zero weight
+    is an error."""
+    if checked and checking() and not bool((weight > 0).all()):
         mass = scatter(weight[src], dst, dim=0, dim_size=n_dst, reduce="sum")
         has_edge = torch.zeros(n_dst, dtype=torch.bool, device=dst.device)
         has_edge[dst] = True

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from meshops.nn import functional
-from meshops.nn._utils import as_pair, check_weight, safe_log
+from meshops.nn._utils import as_pair, check_weight, checking, safe_log
 from meshops.nn.base import AttentionBase, batch_points, is_points, reset_linear
 
 __all__ = ["PositionAttention", "position_kernel"]
@@ -51,7 +51,7 @@ def _as_lam(lam: Union[Tensor, float, Sequence[float]], like: Tensor) -> Tensor:
     lam = lam.to(like.dtype).reshape(-1)
     if lam.numel() < 1:
         raise ValueError("lam must hold one value per head, got an empty tensor")
-    if not bool(torch.isfinite(lam).all() & (lam > 0).all()):
+    if checking() and not bool(torch.isfinite(lam).all() & (lam > 0).all()):
         raise ValueError(f"lam must be finite and positive, got {lam.detach().tolist()}")
     return lam
 
@@ -88,8 +88,8 @@ def _dense_kernel(pos_src: Tensor, pos_dst: Tensor, weight: Tensor, lam: Tensor)
 
 def _prepare_weight(weight: Tensor, has_dst: Optional[Tensor], checked: bool = True) -> Tensor:
     """Reject samples whose source carries no weight (the normalising integral is
-    zero) when they have destination points (``checked`` only: the test reads the
-    values); scale each sample's weights by their maximum (the softmax is invariant
+    zero) when they have destination points (``checked`` in eager mode only: the
+    test reads the values); scale each sample's weights by their maximum (the softmax is invariant
     to it, and ``log w`` near 0 keeps float32 rounding small).  ``weight [(B,) Ns]``,
     ``has_dst [(B,)]`` or None (= all).  An empty source (``Ns = 0``) is a source
     without weight."""
@@ -98,7 +98,7 @@ def _prepare_weight(weight: Tensor, has_dst: Optional[Tensor], checked: bool = T
     else:
         peak = weight.amax(-1, keepdim=True)
     empty = peak.squeeze(-1) <= 0
-    if checked and bool(empty.any()):
+    if checked and checking() and bool(empty.any()):
         bad = empty if has_dst is None else empty & has_dst
         if bool(bad.any()):
             i = int(bad.reshape(-1).nonzero()[0]) if bad.dim() else 0
