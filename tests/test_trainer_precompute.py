@@ -71,14 +71,20 @@ def test_precomputed_training_equals_plain_training():
         assert torch.allclose(results[0][k], results[1][k], rtol=0, atol=1e-12), k
 
 
-def test_models_without_structures_get_their_samples_unchanged():
+def test_transformer_no_stores_only_its_mesh_digest():
+    """TransformerNO derives nothing from a mesh but its digest (what lets a compiled
+    forward on one mesh know the samples' sizes): the Trainer's copies carry that one
+    string, equal for samples of one mesh, and the user's samples are left unchanged."""
     from meshops.models import get_model
     model = get_model("transformer_no", in_channels=1, out_channels=1, pos_dim=2,
                       width=8, heads=2, layers=1).double()
-    assert model.mesh_transform() is None
     train = _shared_mesh_samples(3)
+    before = [set(s.keys()) for s in train]
     trainer = Trainer(model, train, None, epochs=1, progress=False, log=lambda msg: None)
-    assert trainer.train_data is train
+    assert [set(s.keys()) for s in train] == before
+    added = [set(s.keys()) - b for s, b in zip(trainer.train_data, before)]
+    assert added == [{"mesh_id"}] * 3
+    assert len({s.mesh_id for s in trainer.train_data}) == 1
 
 
 def test_views_of_one_storage_are_different_meshes():

@@ -4,6 +4,7 @@ weights, batch vectors, query points), cast to the model's dtype."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -12,7 +13,12 @@ from torch import Tensor
 
 from meshops.nn.base import batch_points
 
-__all__ = ["MeshInputs", "layer_inputs", "read_inputs", "sample_ptr"]
+__all__ = ["MESH_ID", "MeshInputs", "layer_inputs", "mesh_digest", "read_inputs",
+           "sample_mesh_digest", "sample_ptr"]
+
+#: Attribute of a sample holding :func:`mesh_digest` of its mesh (set by the models'
+#: ``mesh_transform()``); a batch carries the list of its samples' digests.
+MESH_ID = "mesh_id"
 
 
 @dataclass
@@ -81,10 +87,10 @@ def read_inputs(data, in_channels: int, pos_dim: int, dtype: torch.dtype,
     and weights, sorted batch vectors, query samples with input points), each a host
     synchronisation and a ``torch.compile`` graph break; the models pass it while
     compiling (their eager calls check). The sample count then comes from a PyG
-    batch's ``num_graphs``, and a batch of ``N`` points in ``B`` samples with ``B``
-    dividing ``N`` is taken for ``B`` samples of ``N / B`` points (a fixed mesh:
-    ``max_points``, with which the layers' dense layout reads nothing back; a batch
-    of samples of different sizes is then an error raised on the device).
+    batch's ``num_graphs``; when every sample carries the same :data:`MESH_ID` (one
+    fixed mesh, stored by the models' ``mesh_transform()``), the ``B`` samples hold
+    ``N / B`` points each (``max_points``, with which the layers' dense layout reads
+    nothing back); otherwise the sizes are read from the batch vector.
     """
     pos = getattr(data, "pos", None)
     if not isinstance(pos, Tensor) or pos.dim() != 2 or pos.shape[1] != pos_dim:
@@ -173,23 +179,44 @@ def read_inputs(data, in_channels: int, pos_dim: int, dtype: torch.dtype,
             raise ValueError(f"sample {bad} has query points but no input point of positive weight")
     return MeshInputs(x=x, pos=pos, weight=weight, batch=batch, query_pos=query_pos,
                       query_batch=query_batch, has_query=has_query, num_graphs=num_graphs,
-                      max_points=_max_points(n, batch, num_graphs, check_values),
+                      max_points=_max_points(n, batch, num_graphs, check_values, data),
                       max_query=_max_points(query_pos.shape[0], query_batch, num_graphs,
-                                            check_values))
+                                            check_values, data))
 
 
-def _max_points(n: int, batch: Optional[Tensor], num_graphs: int, check_values: bool
-                ) -> Optional[int]:
+def _one_mesh(data, num_graphs: int) -> bool:
+    """Whether every sample of ``data`` carries one and the same :data:`MESH_ID` (plain
+    strings: compared without reading a tensor, and guarded on by torch.compile)."""
+    ids = getattr(data, MESH_ID, None)
+    if isinstance(ids, str):
+        ids = [ids]
+    return (isinstance(ids, (list, tuple)) and len(ids) == num_graphs
+            and all(i == ids[0] for i in ids))
+
+
+def _max_points(n: int, batch: Optional[Tensor], num_graphs: int, check_values: bool,
+                data) -> Optional[int]:
     """The most points of a sample, where known without reading the batch vector: one
-    sample; unchecked (compiled), ``n`` points in ``B`` samples with ``B`` dividing ``n``
-    are taken for samples of one size (a fixed mesh; the layers' dense layout checks it
-    on the device, an error otherwise).  None: the layers read it (eager calls always,
-    so that their results do not depend on this)."""
+    sample; unchecked (compiled), samples that all carry one mesh digest hold ``n / B``
+    points each.  None: the layers read it (eager calls always, so that their results do
+    not depend on this; a compiled forward on samples of several meshes breaks its
+    graph there and stays right)."""
     if batch is None or num_graphs == 1:
         return n
-    if check_values or n % num_graphs:
+    if check_values or n % num_graphs or not _one_mesh(data, num_graphs):
         return None
     return n // num_graphs
+
+
+def mesh_digest(*tensors: Tensor) -> str:
+    """A digest of the shapes, dtypes and values of ``tensors`` (e.g. a sample's ``pos``,
+    ``weight`` and ``query_pos``): equal meshes, equal digests."""
+    h = hashlib.sha256()
+    for t in tensors:
+        t = t.detach().cpu().contiguous()
+        h.update(f"{tuple(t.shape)} {t.dtype};".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
 
 
 def layer_inputs(pos: Any, weight: Optional[Tensor], batch: Any, num_points: Any,
@@ -212,3 +239,12 @@ def sample_ptr(batch: Optional[Tensor], n: int, num_graphs: int) -> list[int]:
         return [0, n]
     counts = torch.bincount(batch, minlength=num_graphs)
     return [0] + torch.cumsum(counts, 0).tolist()
+
+
+def sample_mesh_digest(data) -> str:
+    """:func:`mesh_digest` of one sample's mesh: ``pos``, ``weight`` and, when present,
+    ``query_pos`` (what fixes the sizes of its point sets)."""
+    parts = [data.pos, data.weight]
+    if getattr(data, "query_pos", None) is not None:
+        parts.append(data.query_pos)
+    return mesh_digest(*parts)

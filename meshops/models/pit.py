@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 import warnings
 from typing import Any, Optional, Sequence, Union
@@ -13,7 +12,8 @@ from torch.nn.functional import gelu
 
 from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
                                  register_model)
-from meshops.models.inputs import layer_inputs, read_inputs
+from meshops.models.inputs import (MESH_ID, layer_inputs, mesh_digest, read_inputs,
+                                   sample_mesh_digest)
 from meshops.models.latent import fps_latent, grid_latent, voronoi_weights
 from meshops.nn.functional import materialise_kernel
 from meshops.nn.local import LocalPositionAttention, local_graph
@@ -415,7 +415,8 @@ class PiTStructures:
             data.pit_latent = lat.index
         data.pit_latent_weight = lat.weight
         data.pit_latent_count = torch.tensor([lat.pos.shape[0]])
-        data.pit_latent_id = _digest(lat.pos, lat.weight)
+        data.pit_latent_id = mesh_digest(lat.pos, lat.weight)
+        setattr(data, MESH_ID, sample_mesh_digest(data))
         # Stored as rows (destination, source), the layout of structures built before
         # the layers took PyG's orientation: their pit_key is unchanged, so they stay valid.
         data.pit_enc = e_in.flip(0).t().contiguous()
@@ -427,16 +428,6 @@ class PiTStructures:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({_structure_key(self.model, self.dtype, False)})"
-
-
-def _digest(*tensors: Tensor) -> str:
-    """A digest of the shapes, dtypes and values of ``tensors`` (equal meshes, equal digests)."""
-    h = hashlib.sha256()
-    for t in tensors:
-        t = t.detach().cpu().contiguous()
-        h.update(f"{tuple(t.shape)} {t.dtype};".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
 
 
 def _offsets(counts: Tensor, ptr: Tensor, total: int) -> Tensor:

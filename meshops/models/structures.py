@@ -24,10 +24,10 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from meshops.models.inputs import read_inputs
+from meshops.models.inputs import MESH_ID, read_inputs, sample_mesh_digest
 from meshops.search.graph import interpolation_k, knn_interpolation_weights
 
-__all__ = ["MeshStructures", "has_structures", "interpolation_structures", "sample_offsets",
+__all__ = ["MeshDigest", "MeshStructures", "has_structures", "interpolation_structures", "sample_offsets",
            "stored_interpolation"]
 
 #: Key of the attribute that records what the stored structures were built for.
@@ -73,6 +73,7 @@ class MeshStructures:
         for name, value in m.build_structures(inp).items():
             setattr(data, f"mesh_{name}", value)
         setattr(data, KEY, m.structure_key(self.dtype, inp.has_query))
+        setattr(data, MESH_ID, sample_mesh_digest(data))
         return data
 
     def __repr__(self) -> str:
@@ -135,3 +136,21 @@ def stored_interpolation(data, inp, k: int) -> Optional[tuple[Tensor, Tensor]]:
     if offsets is not None:
         src = src + offsets[inp.query_batch][:, None]
     return src, w.view(m, k)
+
+
+class MeshDigest:
+    """PyG-style transform for models with no mesh structures of their own
+    (:class:`~meshops.models.TransformerNO`): stores :data:`~meshops.models.inputs.MESH_ID`,
+    the digest of the sample's mesh, so that a compiled forward on a batch of samples of
+    one mesh knows their sizes without reading them back from the device."""
+
+    @torch.no_grad()
+    def __call__(self, data):
+        if getattr(data, "batch", None) is not None:
+            raise ValueError(f"{type(self).__name__} takes one sample (data.batch is set): "
+                             f"apply it to the samples before batching")
+        setattr(data, MESH_ID, sample_mesh_digest(data))
+        return data
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

@@ -139,6 +139,14 @@ class TransformerNO(NeuralOperator):
         self.norm_out = nn.LayerNorm(width) if pre_norm else nn.Identity()
         self.head = MLP(width, width, out_channels, layers=2, activation=activation)
 
+    def mesh_transform(self):
+        """Stores the digest of each sample's mesh (:class:`~meshops.models.structures.
+        MeshDigest`): TransformerNO derives nothing else from a mesh, but with it a
+        compiled forward on a batch of one mesh knows the samples' sizes (no graph
+        break)."""
+        from meshops.models.structures import MeshDigest
+        return MeshDigest()
+
     def reset_parameters(self) -> None:
         self.lift.reset_parameters()
         for blk in self.blocks:
