@@ -206,3 +206,16 @@ def test_an_empty_run_folder_is_refused_naming_the_source(tmp_path, capsys):
     f = _write(tmp_path / "t.yaml", "out: none\n")
     with pytest.raises(CLIError, match=r"t\.yaml: out: expected a folder name, got 'none'$"):
         TrainConfig.from_file(f)
+
+
+def test_a_rendered_config_with_val_data_reads_back(tmp_path):
+    """A run's own config.yaml names val_data and renders val_fraction: null; used as
+    --config it must not be refused as giving both (it was: 'give val_fraction or
+    val_data, not both')."""
+    (tmp_path / "val").mkdir()
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"val_data": str(tmp_path / "val"), "val_fraction": None,
+                                    "out": str(tmp_path / "run"), "inputs": ["f"],
+                                    "targets": ["u"], "data": str(tmp_path)}))
+    cfg = TrainConfig.resolve(_flags("--config", str(path)))
+    assert cfg["val_data"] == str(tmp_path / "val") and cfg["val_fraction"] is None

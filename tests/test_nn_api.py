@@ -192,3 +192,34 @@ def test_lam_passed_explicitly_is_used():
     torch.testing.assert_close(out, b(x, pos, w), rtol=0, atol=1e-12)
     out.sum().backward()
     assert src.lam_raw.grad is not None and a.lam_raw.grad is None
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ContinuumAttention(8, heads=2), lambda: GalerkinAttention(8, heads=2),
+    lambda: PositionAttention(8, heads=2), lambda: LocalAttention(8, heads=2, k=3),
+    lambda: LocalPositionAttention(8, heads=2, k=3)])
+def test_a_missing_weight_is_named(make):
+    """Flat and dense forms refuse ``weight=None`` with the message naming the weights
+    (the layer contract's first version let it reach an AttributeError deep inside)."""
+    layer = make()
+    x, pos = torch.randn(10, 8), torch.rand(10, 2)
+    with pytest.raises(ValueError, match="weight must be a tensor of quadrature weights"):
+        layer(x, pos, None)
+    if hasattr(layer, "dense") and not isinstance(layer, (LocalAttention,
+                                                          LocalPositionAttention)):
+        with pytest.raises(ValueError, match=r"^weight must be "):
+            layer.dense(x[None], pos[None], None)
+
+
+@pytest.mark.parametrize("mode", ["window", "token"])
+def test_patch_weights_beside_given_groups_are_checked(mode):
+    """``groups=`` replaces the positions and the batch, not the weights: those are still
+    checked (a NaN or negative weight was silently treated as 0 on that path)."""
+    layer = patch_attention(8, 8, heads=2, num_patches=2, mode=mode)
+    x, pos, w = torch.randn(10, 8), torch.rand(10, 2), torch.ones(10)
+    groups = layer.groups(pos, w)
+    for bad, msg in ((torch.full((10,), float("nan")), "finite and non-negative"),
+                     (-torch.ones(10), "finite and non-negative"),
+                     (torch.ones(7), r"weight has shape \(7,\)")):
+        with pytest.raises(ValueError, match=msg):
+            layer(x, pos, bad, groups=groups)

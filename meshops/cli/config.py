@@ -241,7 +241,7 @@ class TrainConfig:
         level that says how to validate (``val_data`` or ``val_fraction``) decides."""
         flags = cls.from_args(args)
         from_file = cls.from_file(args.config) if getattr(args, "config", None) else {}
-        if from_file.get("val_data") and "val_fraction" in from_file:
+        if from_file.get("val_data") and from_file.get("val_fraction") is not None:
             raise CLIError(f"{args.config}: give val_fraction or val_data, not both")
         cfg = cls()
         out = flags.get("out", from_file.get("out", cfg.out))

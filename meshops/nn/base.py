@@ -295,6 +295,8 @@ class AttentionBase(torch.nn.Module):
                 raise ValueError(f"the Points hold ({src.num_points}, {dst.num_points}) "
                                  f"points, the inputs have ({n_src}, {n_dst})")
             return src, dst, False
+        if not isinstance(weight, Tensor):  # batch_points takes None (a given kernel)
+            check_weight(weight, n_src)     # raises, naming the missing weights
         dense = self.dense_layout
         if not is_pair(pos) and not is_pair(batch) and n_src == n_dst:  # self-attention
             src = batch_points(pos, weight, batch, n_src, dense)
@@ -382,6 +384,9 @@ class GlobalAttentionBase(AttentionBase):
         _check_dense_pos(pos_dst, x_dst, "pos" + d)
         m_src = _check_mask(m_src, x_src, "mask" + s)
         m_dst = _check_mask(m_dst, x_dst, "mask" + d)
+        if not isinstance(weight, Tensor):
+            raise ValueError(f"weight must be a tensor of quadrature weights, got "
+                             f"{type(weight)}")
         if weight.shape != x_src.shape[:2]:
             raise ValueError(f"weight has shape {tuple(weight.shape)}, expected "
                              f"{tuple(x_src.shape[:2])}")

@@ -22,9 +22,8 @@ i.e. softmax attention whose normalising sum is a quadrature with weights
   width), so that ``s q'.k' = s q.k + log w`` without any bias tensor.
 * ``"naive"``: the explicit ``[B, H, N_q, N_k]`` softmax (reference; also used
   for empty inputs, where it keeps the autograd graph).
-* ``"auto"`` (default): ``"fused"`` where it applies, else ``"sdpa"``.  Under
-  :func:`torch.compile` (until the kernel is a custom op that the compiler can
-  trace) ``"auto"`` takes ``"sdpa"``.
+* ``"auto"`` (default): ``"fused"`` where it applies, else ``"sdpa"`` (also under
+  :func:`torch.compile`: the kernel is a registered operator the compiler traces).
 
 Layers do not import :mod:`meshops.kernels`; this module does.
 """

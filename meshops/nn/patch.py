@@ -352,6 +352,8 @@ class PatchAttention(AttentionBase):
             if groups.dest.shape[0] != x.shape[0]:
                 raise ValueError(f"groups hold {groups.dest.shape[0]} points, x has "
                                  f"{x.shape[0]}")
+            # the weights come beside the groups, so they are checked as given
+            check_weight(weight, x.shape[0])
             return groups
         if isinstance(pos, Tensor):
             check_length(pos, x.shape[0], "pos")
