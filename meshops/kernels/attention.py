@@ -255,13 +255,18 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.scale = scale
 
 
-def _autograd_backward(ctx, grad: Tensor, _grad_lse: Optional[Tensor]):
+def _input_grads(ctx, backward, grad: Tensor):
+    """The gradients of ``(q, k, v, bias, scale)`` through ``backward`` (the operator or
+    its Python implementation :func:`_backward`)."""
     q, k, v, bias, out, lse = ctx.saved_tensors
-    # first order only: the backward operator has no derivative of its own
-    dq, dk, dv, db = torch.ops.meshops.fused_attention_backward(grad, q, k, v, bias, out, lse,
-                                                                ctx.scale)
+    dq, dk, dv, db = backward(grad, q, k, v, bias, out, lse, ctx.scale)
     dbias = db.to(bias.dtype) if bias is not None and ctx.needs_input_grad[3] else None
     return dq, dk, dv, dbias, None
+
+
+def _autograd_backward(ctx, grad: Tensor, _grad_lse: Optional[Tensor]):
+    # first order only: the backward operator has no derivative of its own
+    return _input_grads(ctx, torch.ops.meshops.fused_attention_backward, grad)
 
 
 class _EagerFusedAttention(torch.autograd.Function):
@@ -279,12 +284,10 @@ class _EagerFusedAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad, _grad_lse):
-        if torch.is_grad_enabled():  # create_graph=True: the operator names the limit
-            return _autograd_backward(ctx, grad, _grad_lse)
-        q, k, v, bias, out, lse = ctx.saved_tensors
-        dq, dk, dv, db = _backward(grad, q, k, v, bias, out, lse, ctx.scale)
-        dbias = db.to(bias.dtype) if bias is not None and ctx.needs_input_grad[3] else None
-        return dq, dk, dv, dbias, None
+        # create_graph=True goes through the backward operator, which refuses a second
+        # derivative by name
+        return _input_grads(ctx, torch.ops.meshops.fused_attention_backward
+                            if torch.is_grad_enabled() else _backward, grad)
 
 
 def _register_ops() -> None:

@@ -184,14 +184,16 @@ def read_inputs(data, in_channels: int, pos_dim: int, dtype: torch.dtype,
                                             check_values, data))
 
 
-def _one_mesh(data, num_graphs: int) -> bool:
-    """Whether every sample of ``data`` carries one and the same :data:`MESH_ID` (plain
-    strings: compared without reading a tensor, and guarded on by torch.compile)."""
-    ids = getattr(data, MESH_ID, None)
+def same_digest(data, name: str, num_graphs: int) -> Optional[bool]:
+    """Whether the ``num_graphs`` samples of ``data`` carry one and the same digest in
+    attribute ``name`` (plain strings: compared without reading a tensor, and guarded on
+    by torch.compile); None where the digests are missing or not one per sample."""
+    ids = getattr(data, name, None)
     if isinstance(ids, str):
         ids = [ids]
-    return (isinstance(ids, (list, tuple)) and len(ids) == num_graphs
-            and all(i == ids[0] for i in ids))
+    if not isinstance(ids, (list, tuple)) or len(ids) != num_graphs:
+        return None
+    return all(i == ids[0] for i in ids)
 
 
 def _max_points(n: int, batch: Optional[Tensor], num_graphs: int, check_values: bool,
@@ -203,7 +205,7 @@ def _max_points(n: int, batch: Optional[Tensor], num_graphs: int, check_values: 
     graph there and stays right)."""
     if batch is None or num_graphs == 1:
         return n
-    if check_values or n % num_graphs or not _one_mesh(data, num_graphs):
+    if check_values or n % num_graphs or not same_digest(data, MESH_ID, num_graphs):
         return None
     return n // num_graphs
 

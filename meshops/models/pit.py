@@ -13,7 +13,7 @@ from torch.nn.functional import gelu
 from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
                                  register_model)
 from meshops.models.inputs import (MESH_ID, layer_inputs, mesh_digest, read_inputs,
-                                   sample_mesh_digest)
+                                   same_digest, sample_mesh_digest)
 from meshops.models.latent import fps_latent, grid_latent, voronoi_weights
 from meshops.nn.functional import materialise_kernel
 from meshops.nn.local import LocalPositionAttention, local_graph
@@ -439,13 +439,7 @@ def _offsets(counts: Tensor, ptr: Tensor, total: int) -> Tensor:
 def _shared_latent(data, num_graphs: int) -> Optional[bool]:
     """Whether the samples' latent meshes are one mesh, from their ``pit_latent_id``
     (None where structures built before it lack it: the tensors are compared then)."""
-    ids = getattr(data, "pit_latent_id", None)
-    if ids is None:
-        return None
-    ids = ids if isinstance(ids, (list, tuple)) else [ids]
-    if len(ids) != num_graphs:
-        return None
-    return all(i == ids[0] for i in ids)
+    return same_digest(data, "pit_latent_id", num_graphs)
 
 
 def _precomputed(model: "PiT", data, inp, check: bool = True) -> Optional[tuple]:
