@@ -168,6 +168,13 @@ def correspondence(samples: Sequence) -> tuple[str | None, str]:
     return None, f"meshes differ: {min(sizes)} to {max(sizes)} points per sample"
 
 
+def _not_available(name: str, train: Sequence, test: Sequence, why: str) -> BaselineResult:
+    """The result of a baseline that cannot run: no samples, or ``why`` not."""
+    if len(train) == 0 or len(test) == 0:
+        why = "no training or no test samples"
+    return BaselineResult(name, None, note=f"n/a: {why}")
+
+
 def mean_field_baseline(train: Sequence, test: Sequence) -> BaselineResult:
     """Predict the point-wise mean of the training targets on every test sample.
 
@@ -183,11 +190,9 @@ def mean_field_baseline(train: Sequence, test: Sequence) -> BaselineResult:
         train ``y [M, C]``, test ``y [M, C]`` -> errors ``[T]``
     """
     name = "training mean"
-    if len(train) == 0 or len(test) == 0:
-        return BaselineResult(name, None, note="n/a: no training or no test samples")
-    how, why = correspondence(list(train) + list(test))
+    how, why = correspondence(list(train) + list(test)) if train and test else (None, "")
     if how is None:
-        return BaselineResult(name, None, note=f"n/a: {why}")
+        return _not_available(name, train, test, why)
     mean = torch.stack([s.y.to(torch.float64) for s in train]).mean(0)
     preds = [mean.clone() for _ in test]
     return BaselineResult(name, preds, per_sample_errors(preds, test),
@@ -295,11 +300,9 @@ def pod_rbf_baseline(train: Sequence, test: Sequence) -> BaselineResult:
     from meshops.reduced.rbf import ThinPlateSpline
 
     name = "POD + RBF"
-    if len(train) == 0 or len(test) == 0:
-        return BaselineResult(name, None, note="n/a: no training or no test samples")
-    how, why = correspondence(list(train) + list(test))
+    how, why = correspondence(list(train) + list(test)) if train and test else (None, "")
     if how is None:
-        return BaselineResult(name, None, note=f"n/a: {why}")
+        return _not_available(name, train, test, why)
     p_tr, source = sample_parameters(train)
     p_te, _ = sample_parameters(test)
     if p_tr is None or p_te is None or p_te.shape[1] != p_tr.shape[1]:
