@@ -154,7 +154,7 @@ class RunSpec:
     def __init__(self, model, ckpt: Path, meta: dict, inputs=None, targets=None) -> None:
         cfg = dict(getattr(model, "config", {}) or {})
         self.ckpt = ckpt
-        self.dtype = next(model.parameters()).dtype
+        self.dtype = model_tensor(model).dtype
         self.in_channels = int(cfg.get("in_channels", meta.get("in_channels", 0)))
         self.out_channels = int(cfg.get("out_channels", meta.get("out_channels", 1)))
         self.pos_dim = cfg.get("pos_dim", meta.get("pos_dim"))
@@ -240,6 +240,14 @@ class RunSpec:
                 for name, sl in self.target_slices().items()}
 
 
+def model_tensor(model) -> "torch.Tensor":
+    """A tensor of the model (its first parameter, or buffer for a model fitted without
+    trainable weights) whose dtype and device the model's inputs take."""
+    import itertools
+
+    return next(itertools.chain(model.parameters(), model.buffers()))
+
+
 def predict_mesh(model, spec: RunSpec, mesh):
     """``model.predict`` on one mesh, its inputs taken from the fields ``spec`` names.
 
@@ -251,7 +259,7 @@ def predict_mesh(model, spec: RunSpec, mesh):
 
     from meshops.data import MeshData
 
-    param = next(model.parameters())
+    param = model_tensor(model)
     n = int(mesh.pos.shape[0])
     cols = [mesh.fields[k].reshape(n, -1).to(torch.float64) for k in spec.inputs]
     x = torch.cat(cols, 1) if cols else torch.zeros(n, 0, dtype=torch.float64)

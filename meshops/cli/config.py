@@ -87,6 +87,8 @@ def _folder(key, v):
 
 
 def _model_name(key, v):
+    if v is None or (isinstance(v, str) and v.lower() in ("auto", "none", "null")):
+        return None  # chosen from the data
     if not isinstance(v, str) or not v:
         raise CLIError(f"{key}: expected a model name, got {v!r}")
     return v
@@ -142,7 +144,7 @@ class TrainConfig:
     """The options of ``meshops train``, typed and checked.
 
     ``None`` means "not set": ``data``, ``inputs`` and ``targets`` must be given;
-    ``epochs``, ``batch_size``, ``lr`` are chosen from the data
+    ``model``, ``epochs``, ``batch_size``, ``lr`` are chosen from the data
     (:mod:`meshops.training.defaults`, which reads and fills the config like a
     mapping: ``cfg["lr"]``, ``cfg.get("lr")``). ``val_data`` replaces
     ``val_fraction``. Build one with :meth:`resolve` (flags and files) or
@@ -152,7 +154,7 @@ class TrainConfig:
     data: str | None = _option(None, _opt_str)
     inputs: list[str] | None = _option(None, lambda k, v: names(v, k))
     targets: list[str] | None = _option(None, lambda k, v: names(v, k))
-    model: str = _option("pit", _model_name)
+    model: str | None = _option(None, _model_name)
     model_config: dict = _option({}, _model_config)
     epochs: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))
     minutes: float = _option(10.0, lambda k, v: _to_float(k, v, positive=True))

@@ -132,7 +132,22 @@ def cmd_train(args) -> int:
     c_in = sum(_channels(shapes[k]) for k in cfg.inputs)
     c_out = sum(_channels(shapes[k]) for k in cfg.targets)
     # Options nobody set come from the data; a resumed run's config.yaml sets them all.
-    chosen = [fill_from_data(cfg, train_samples)]
+    try:
+        chosen = [fill_from_data(cfg, train_samples)]
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+    metadata = {
+        "inputs": list(cfg.inputs), "targets": list(cfg.targets),
+        "field_shapes": shapes, "in_channels": c_in, "out_channels": c_out, "pos_dim": dim,
+        "data": str(cfg.data),
+        "split": {"train": [Path(files[i]).name for i in train_idx],
+                  "val": [Path(f).name for f in val_files]},
+    }
+    if cfg.model == "reduced_basis":
+        from meshops.cli.reduced import fit_reduced_run
+
+        return fit_reduced_run(args, cfg, "; ".join(c for c in chosen if c), train_samples,
+                               val_samples, metadata, out, _check_writable_folder)
     model = build_model(cfg.model, cfg.model_config, c_in, c_out, dim)
     if dtype == torch.float64:
         model = model.double()
@@ -159,13 +174,6 @@ def cmd_train(args) -> int:
             print(f"# {summary}", file=sys.stderr)
         return 0
 
-    metadata = {
-        "inputs": list(cfg.inputs), "targets": list(cfg.targets),
-        "field_shapes": shapes, "in_channels": c_in, "out_channels": c_out, "pos_dim": dim,
-        "data": str(cfg.data),
-        "split": {"train": [Path(files[i]).name for i in train_idx],
-                  "val": [Path(f).name for f in val_files]},
-    }
     _check_writable_folder(out)
     if main_rank:
         atomic_write(out / RUN_CONFIG, lambda tmp: Path(tmp).write_text(resolved))
@@ -259,8 +267,9 @@ def add_parser(sub) -> None:
                    help="folder of validation meshes (instead of a split of --data)")
     g = p.add_argument_group("model")
     g.add_argument("--model", metavar="NAME",
-                   help="transformer_no, galerkin_transformer, patched_transformer or pit "
-                   "(default pit)")
+                   help="reduced_basis, pit, transformer_no, galerkin_transformer or "
+                   "patched_transformer (default: chosen from the data: reduced_basis for a "
+                   "parametric study on one mesh, pit otherwise)")
     g.add_argument("--model-config", nargs="+", action="extend", metavar="KEY=VALUE",
                    dest="model_config",
                    help="model hyperparameters, e.g. width=64 layers=2 heads=4 (defaults: "

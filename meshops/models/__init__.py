@@ -8,7 +8,8 @@ from meshops.models.base import (MODELS, NeuralOperator, count_parameters, get_m
 from meshops.models.galerkin_transformer import GalerkinTransformer
 from meshops.models.patched import PatchedTransformer
 from meshops.models.pit import PiT
+from meshops.models.reduced_basis import ReducedBasis
 from meshops.models.transformer_no import TransformerNO
 
 __all__ = ["MODELS", "GalerkinTransformer", "NeuralOperator", "PatchedTransformer", "PiT",
-           "TransformerNO", "count_parameters", "get_model", "register_model"]
+           "ReducedBasis", "TransformerNO", "count_parameters", "get_model", "register_model"]

@@ -14,7 +14,11 @@ coefficients. This package holds those pieces, each in its own module:
 * :mod:`~meshops.reduced.gp`: Gaussian-process regression with one length scale per
   parameter, fitted by the marginal likelihood;
 * :mod:`~meshops.reduced.ensemble`: an ensemble of MLPs trained on the modal
-  coefficients with the relative L2 loss of the fields.
+  coefficients with the relative L2 loss of the fields;
+* :mod:`~meshops.reduced.transfer`: the modes on other points of the same geometry
+  (linear moving least squares);
+* :mod:`~meshops.reduced.fit`: fitting a :class:`~meshops.models.ReducedBasis`, the
+  regression chosen on validation samples.
 
 :func:`meshops.training.baselines.pod_rbf_baseline` (the classical baseline every
 run is compared with) and the :class:`meshops.models.ReducedBasis` model are built

@@ -16,28 +16,21 @@ saves, loads and exports like any other module; the tests check it against scipy
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
+
+from meshops.reduced.kernel import KernelRegression
 
 
 def _tps(r: Tensor) -> Tensor:
     return torch.where(r > 0, r.square() * torch.log(r.clamp_min(1e-300)), torch.zeros_like(r))
 
 
-class ThinPlateSpline(nn.Module):
-    """Thin-plate-spline interpolation from ``D`` inputs to ``R`` outputs.
-
-    Args:
-        num_points: Training points ``S`` (sizes the buffers, so a saved spline loads).
-        in_channels: ``D``.
-        out_channels: ``R``.
-
-    Shapes:
-        forward: ``[T, D] -> [T, R]``
-    """
+class ThinPlateSpline(KernelRegression):
+    """Thin-plate-spline interpolation from ``D`` inputs to ``R`` outputs (arguments and
+    shapes: :class:`~meshops.reduced.kernel.KernelRegression`)."""
 
     def __init__(self, num_points: int, in_channels: int, out_channels: int) -> None:
-        super().__init__()
-        self.register_buffer("centres", torch.zeros(num_points, in_channels, dtype=torch.float64))
+        super().__init__(num_points, in_channels, out_channels)
         self.register_buffer("a", torch.zeros(num_points, out_channels, dtype=torch.float64))
         self.register_buffer("b", torch.zeros(in_channels + 1, out_channels, dtype=torch.float64))
 
@@ -69,16 +62,12 @@ class ThinPlateSpline(nn.Module):
                 float(res) > 1e-6 * max(float(y.abs().max()), 1e-300):
             raise ValueError("thin-plate spline: the points do not determine an interpolant "
                              "(repeated parameter vectors, or all on one hyperplane)")
-        self.centres.copy_(x)
+        self.inputs.copy_(x)
         self.a.copy_(sol[:s])
         self.b.copy_(sol[s:])
         return self
 
     def forward(self, x: Tensor) -> Tensor:
         x = x.to(torch.float64)
-        k = _tps(torch.cdist(x, self.centres))
+        k = _tps(torch.cdist(x, self.inputs))
         return k @ self.a + self.b[0] + x @ self.b[1:]
-
-    def extra_repr(self) -> str:
-        s, d = self.centres.shape
-        return f"points={s}, in_channels={d}, out_channels={self.a.shape[1]}"
