@@ -76,20 +76,18 @@ EXP_TPS = [(("h100", "pcie"), 3.0), (("h100",), 3.9), (("h200",), 3.9), (("gh200
 SIZES = [4096, 16384, 65536, 262144, 1_000_000]
 
 
-def peak_tflops(name: str) -> Optional[float]:
+def _by_name(table, name: str) -> Optional[float]:
+    """The value of the first entry of ``table`` whose fragments all occur in ``name``."""
     low = name.lower()
-    for frags, tf in PEAK_TFLOPS:
-        if all(f in low for f in frags):
-            return tf
-    return None
+    return next((value for frags, value in table if all(f in low for f in frags)), None)
+
+
+def peak_tflops(name: str) -> Optional[float]:
+    return _by_name(PEAK_TFLOPS, name)
 
 
 def exp_rate(name: str) -> Optional[float]:
-    low = name.lower()
-    for frags, tps in EXP_TPS:
-        if all(f in low for f in frags):
-            return tps
-    return None
+    return _by_name(EXP_TPS, name)
 
 
 def attention_flops(n_dst: int, n_src: int, head_dim: int, heads: int, batch: int = 1,
