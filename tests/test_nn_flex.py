@@ -246,3 +246,33 @@ def test_flex_distances_stay_exact_for_bf16_values_far_from_the_origin():
                             v.bfloat16().double())
     err = (out.double() - ref).norm() / ref.norm()
     assert err <= 2 ** -8, err
+
+
+def test_auto_falls_back_to_sdpa_once_when_flex_fails(monkeypatch):
+    """When FlexAttention fails (a GPU Triton cannot build for), impl='auto' warns once,
+    answers through SDPA (the same result) and stops choosing FlexAttention; an explicit
+    impl='flex' still raises. Emulated on the CPU: auto is made to prefer FlexAttention
+    and FlexAttention made to fail."""
+    from meshops.nn import functional as F_
+    calls = []
+
+    def broken(*a, **k):
+        calls.append(1)
+        raise RuntimeError("triton: no kernel image for this device\nmore")
+
+    monkeypatch.setattr(_flex, "AUTO_DISABLED", None)
+    monkeypatch.setattr(F_, "flex_preferred", lambda *a, **k: _flex.AUTO_DISABLED is None)
+    monkeypatch.setattr(F_, "flex_weighted_attention", broken)
+    monkeypatch.setattr(F_, "fused_attention_supported", lambda *a, **k: False)
+    q, k, v, log_w = _inputs()
+    ref = _formula(q, k, v, log_w, 0.3)
+    with pytest.warns(RuntimeWarning, match="FlexAttention failed .RuntimeError: triton: no "
+                                            "kernel image for this device.; impl='auto' uses SDPA"):
+        out = weighted_attention(q, k, v, log_w, scale=0.3)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    assert _flex.AUTO_DISABLED.startswith("RuntimeError: triton")
+    assert not auto_rule(torch.device("cuda"), torch.bfloat16, FLEX_MIN_SCORES)
+    out = weighted_attention(q, k, v, log_w, scale=0.3)          # no second try
+    assert len(calls) == 1
+    with pytest.raises(RuntimeError, match="no kernel image"):
+        weighted_attention(q, k, v, log_w, scale=0.3, impl="flex")

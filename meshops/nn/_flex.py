@@ -35,7 +35,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-__all__ = ["FLEX_MIN_SCORES", "MAX_HEAD_DIM", "auto_rule", "flex_available",
+__all__ = ["FLEX_MIN_SCORES", "MAX_HEAD_DIM", "auto_fallback", "auto_rule", "flex_available",
            "flex_unsupported", "flex_preferred", "flex_weighted_attention", "flex_distance_attention"]
 
 #: ``impl="auto"`` picks FlexAttention on CUDA when one (batch, head) has at least this
@@ -52,6 +52,10 @@ MIN_HEAD_DIM = 16
 #: The widest query/key or value head accepted (the Triton kernel keeps a block of
 #: rows this wide in registers/shared memory).
 MAX_HEAD_DIM = 256
+
+#: Why ``impl="auto"`` stopped choosing FlexAttention in this process (its compilation
+#: failed once: a GPU or driver Triton cannot build for), or None.
+AUTO_DISABLED: Optional[str] = None
 
 _LOW = (torch.float16, torch.bfloat16)
 _AUTO_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -108,8 +112,26 @@ def auto_rule(device: torch.device, dtype: torch.dtype, scores: int) -> bool:
     """The ``impl="auto"`` rule for FlexAttention: a CUDA device, float16, bfloat16 or
     float32, and at least :data:`FLEX_MIN_SCORES` scores (``N_q * N_k``) per batch
     entry and head."""
-    return (torch.device(device).type == "cuda" and dtype in _AUTO_DTYPES
-            and scores >= FLEX_MIN_SCORES)
+    return (AUTO_DISABLED is None and torch.device(device).type == "cuda"
+            and dtype in _AUTO_DTYPES and scores >= FLEX_MIN_SCORES)
+
+
+def auto_fallback(flex_call, other_call):
+    """``flex_call()``, chosen by ``impl="auto"``; if FlexAttention fails to compile or
+    run, warn once, stop choosing it in this process (:data:`AUTO_DISABLED`) and return
+    ``other_call()`` instead.  Under an enclosing ``torch.compile`` a failure surfaces
+    there and is not caught."""
+    global AUTO_DISABLED
+    if torch.compiler.is_compiling():
+        return flex_call()
+    try:
+        return flex_call()
+    except Exception as exc:  # noqa: BLE001 - any compiler or kernel failure
+        AUTO_DISABLED = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        warnings.warn(f"FlexAttention failed ({AUTO_DISABLED}); impl='auto' uses SDPA from "
+                      f"now on in this process (impl='flex' still tries it)", RuntimeWarning,
+                      stacklevel=3)
+        return other_call()
 
 
 def flex_preferred(q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0) -> bool:

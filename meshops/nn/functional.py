@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from meshops.kernels.attention import fused_attention, fused_attention_supported
-from meshops.nn._flex import flex_preferred, flex_weighted_attention
+from meshops.nn._flex import auto_fallback, flex_preferred, flex_weighted_attention
 
 __all__ = ["IMPLS", "KERNEL_LIMIT", "materialise_kernel", "weighted_attention"]
 
@@ -105,8 +105,13 @@ def weighted_attention(q: Tensor, k: Tensor, v: Tensor, log_w: Tensor,
         ValueError: an unknown ``impl``, ``impl="fused"`` with dropout, or
             ``impl="flex"`` on inputs FlexAttention cannot take (the reason is named).
     """
-    impl = choose_impl(q, k, v, log_w, impl, dropout_p)
+    chosen = choose_impl(q, k, v, log_w, impl, dropout_p)
     s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if chosen == "flex" and impl == "auto":
+        return auto_fallback(
+            lambda: flex_weighted_attention(q, k, v, log_w, scale=s),
+            lambda: weighted_attention(q, k, v, log_w, s, dropout_p, impl="auto"))
+    impl = chosen
     if impl == "fused":
         if dropout_p > 0:
             raise ValueError("impl='fused' has no attention dropout; use impl='sdpa' "

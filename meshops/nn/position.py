@@ -27,7 +27,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from meshops.nn import functional
-from meshops.nn._flex import MAX_HEAD_DIM, auto_rule, flex_available, flex_distance_attention
+from meshops.nn._flex import (MAX_HEAD_DIM, auto_fallback, auto_rule, flex_available,
+                              flex_distance_attention)
 from meshops.nn._utils import as_pair, check_weight, checking, safe_log
 from meshops.nn.base import AttentionBase, batch_points, is_points, reset_linear
 
@@ -671,7 +672,14 @@ class PositionAttention(PositionParameters):
             kernel = _dense_kernel(pos_src.to(v.dtype), pos_dst.to(v.dtype),
                                    weight.to(v.dtype), lam.to(v.dtype))
             return self._project(_apply_kernel(kernel, v))
-        if impl == "flex" or (impl == "auto" and _flex_auto(v, nd * ns)):
-            out = flex_distance_attention(pos_dst, pos_src, lam, safe_log(weight), v)
-            return self._project(out)
-        return self._project(_expanded_attention(pos_src, pos_dst, weight, lam, v, impl))
+        def expanded():
+            return _expanded_attention(pos_src, pos_dst, weight, lam, v, impl)
+
+        def flex():
+            return flex_distance_attention(pos_dst, pos_src, lam, safe_log(weight), v)
+
+        if impl == "flex":
+            return self._project(flex())
+        if impl == "auto" and _flex_auto(v, nd * ns):
+            return self._project(auto_fallback(flex, expanded))
+        return self._project(expanded())
