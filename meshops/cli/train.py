@@ -197,6 +197,14 @@ def cmd_train(args) -> int:
                        metric=None, val=None, selected="last epoch (no validation data)")
             print(f"no validation data: {out / RUN_CHECKPOINT} is the model after epoch "
                   f"{trainer.epoch}")
+        elif history and trainer.best["epoch"] is None:
+            last = history[-1]["val"] or {}
+            why = (f"the model predicts non-finite values on {last['failed']} of "
+                   f"{last['n']} validation meshes" if last.get("failed") else
+                   f"{trainer.metric} is {last.get(trainer.metric)}")
+            raise CLIError(f"no epoch had a finite validation error ({why}), so there is no "
+                           f"best model: {out / RUN_CHECKPOINT} was not written; "
+                           f"{out / 'last.pt'} holds the model after epoch {trainer.epoch}")
         elif history:
             best = trainer.best
             print(f"best validation {trainer.metric} {best['value']:.4e} at epoch "
