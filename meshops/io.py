@@ -6,7 +6,7 @@ import contextvars
 import os
 import warnings
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import meshio
 import numpy as np
@@ -20,12 +20,25 @@ from meshops.quadrature import (CELL_DIMS, check_points, check_weight_range, qua
                                 top_dimension)
 
 
-# Formats whose meshio writer keeps point and cell data of every name and shape we
-# write (checked by a write/read round trip: STL, OBJ, OFF, Abaqus, Nastran, Medit,
-# DOLFIN XML, ... write none; PLY and Tecplot keep only scalars). Gmsh stores 1, 3
-# or 9 components per field and its writer says so for other shapes.
+# Formats whose meshio writer keeps point and cell data of every name we write
+# (checked by a write/read round trip: STL, OBJ, OFF, Abaqus, Nastran, Medit,
+# DOLFIN XML, ... write none; PLY and Tecplot keep only scalars).
 FIELD_FORMATS = {"vtu": ".vtu", "vtk": ".vtk", "xdmf": ".xdmf", "gmsh22": ".msh",
                  "gmsh": ".msh"}
+
+# The components per point (or cell) that each of them reads back as written, from a
+# write/read round trip of 1..12 components through meshio 5.3 (tests/test_field_formats.py
+# repeats it): legacy VTK pads 2 components to 3; XDMF's attribute types are scalar,
+# 2- and 3-vectors and 6- and 9-component tensors; Gmsh stores 1, 3 or 9. A field of
+# several dimensions per point (a 3x3 tensor) is written as its flattened components,
+# the way VTK stores tensors (row-major: xx, xy, xz, yx, ...), and reads back flat.
+_COMPONENTS: dict[str, Callable[[int], bool]] = {
+    "vtu": lambda c: True,
+    "vtk": lambda c: c != 2,
+    "xdmf": lambda c: c in (1, 2, 3, 6, 9),
+    "gmsh22": lambda c: c in (1, 3, 9),
+    "gmsh": lambda c: c in (1, 3, 9),
+}
 
 # Point field that carries the quadrature weights of a point cloud (a mesh without
 # cells) through a file, so that a written cloud reads back with the same weights.
@@ -229,6 +242,19 @@ def _check_format_holds_fields(path: Path, fmt: str, point_data: Mapping,
                                cell_data: Mapping) -> None:
     """Refuse to write fields into a format that silently drops them."""
     if fmt in FIELD_FORMATS:
+        fits = _COMPONENTS[fmt]
+        arrays = [("point", k, v) for k, v in point_data.items()]
+        arrays += [("cell", k, a) for k, v in cell_data.items() for a in v[:1]]
+        for where, k, v in arrays:
+            c = int(np.prod(v.shape[1:], dtype=np.int64))
+            if not fits(c):
+                ok = [f for f, test in _COMPONENTS.items() if test(c)]
+                shape = f" ({'x'.join(map(str, v.shape[1:]))})" if v.ndim > 2 else ""
+                raise MeshError(
+                    f"{path}: the {fmt} format cannot hold the {where} field {k!r} of "
+                    f"{c} components per {where}{shape}: it would read back as another "
+                    f"field; write "
+                    f"{', '.join(sorted({FIELD_FORMATS[f] for f in ok}))} instead")
         return
     lost = [f"point field {k!r}" for k in point_data if not _reader_tag(k)]
     lost += [f"cell field {k!r}" for k in cell_data if not _reader_tag(k)]
@@ -250,8 +276,10 @@ def write_mesh(path: str | os.PathLike, mesh: MeshData,
     Args:
         path: Output file; the format follows the suffix (.vtu, .vtk, .xdmf, .msh, ...).
         mesh: Mesh with ``pos`` and ``cells`` (e.g. from :func:`read_mesh`).
-        point_data: Extra point fields ``[N]`` or ``[N, c]``, e.g. predictions; they
-            override fields of the same name.
+        point_data: Extra point fields ``[N]``, ``[N, c]`` or ``[N, a, b]``, e.g.
+            predictions; they override fields of the same name. A field of more than
+            one axis per point (a 3x3 tensor) is written as its ``a * b`` components,
+            row-major, as VTK stores tensors, and reads back as ``[N, a * b]``.
         file_format: meshio format name when the suffix is ambiguous.
 
     Returns:
@@ -259,8 +287,10 @@ def write_mesh(path: str | os.PathLike, mesh: MeshData,
 
     Raises:
         MeshError: a format that cannot hold the mesh's fields or ``point_data``
-            (STL, OBJ, OFF, PLY, ...; see :data:`FIELD_FORMATS`), a ``point_data``
-            array of the wrong length, or a failed write. Nothing is written then.
+            (STL, OBJ, OFF, PLY, ...; see :data:`FIELD_FORMATS`), or not with their
+            number of components (legacy .vtk: not 2; .xdmf: 1, 2, 3, 6 or 9; Gmsh
+            .msh: 1, 3 or 9; .vtu holds any), a ``point_data`` array of the wrong
+            length, or a failed write. Nothing is written then.
     """
     path = Path(path)
     pos = _numpy(mesh.pos).astype(np.float64, copy=False)
@@ -281,6 +311,10 @@ def write_mesh(path: str | os.PathLike, mesh: MeshData,
         pos = np.hstack([pos, np.zeros((n, 3 - pos.shape[1]))])
     cell_data = {k: [_numpy(a) for a in v]
                  for k, v in (getattr(mesh, "cell_data", None) or {}).items()}
+    # Tensors as their components (no format keeps more than one axis per point).
+    data = {k: v.reshape(len(v), -1) if v.ndim > 2 else v for k, v in data.items()}
+    cell_data = {k: [a.reshape(len(a), -1) if a.ndim > 2 else a for a in v]
+                 for k, v in cell_data.items()}
     out = meshio.Mesh(pos, [(t, _numpy(c)) for t, c in cells], point_data=data,
                       cell_data=cell_data)
     fmt = file_format
