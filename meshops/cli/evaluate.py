@@ -73,6 +73,27 @@ def _baseline_report(train, note: str, tests: list, names: list, slices: dict) -
     return out
 
 
+def _training_overlap(meta: dict, data, files) -> str:
+    """A note when evaluated files are training files of the run: by content when the
+    run recorded a fingerprint of its data, else by name in the training folder."""
+    from meshops.cli.provenance import listing, same_content
+
+    train = list((meta.get("split") or {}).get("train", []))
+    recorded = meta.get("data_files")
+    if isinstance(recorded, dict):
+        same = same_content(files, {n: recorded[n] for n in train if n in recorded})
+        if not same:
+            return ""
+        pairs = [a if a == b else f"{a} = {b}" for a, b in same.items()]
+        return (f"{len(same)} of the {len(files)} files have the content of training files "
+                f"of this run ({listing(pairs)})")
+    names = {Path(f).name for f in files}
+    overlap = sorted(names & set(train)) if Path(data).resolve() == \
+        Path(str(meta.get("data", ""))).resolve() else []
+    return (f"{len(overlap)} of the {len(files)} files were in the training split of this "
+            f"run" if overlap else "")
+
+
 def cmd_evaluate(args) -> int:
     import torch
 
@@ -113,12 +134,9 @@ def cmd_evaluate(args) -> int:
                    if any(math.isinf(v["l2"]) for v in e.values())],
         "samples": per_sample,
     }
-    train_names = set((meta.get("split") or {}).get("train", []))
-    overlap = sorted(set(names) & train_names) if Path(args.data).resolve() == \
-        Path(str(meta.get("data", ""))).resolve() else []
-    if overlap:
-        result["note"] = (f"{len(overlap)} of the {len(names)} files were in the training "
-                          f"split of this run")
+    note = _training_overlap(meta, args.data, ds.files)
+    if note:
+        result["note"] = note
     if not args.no_baselines and tests:
         train, note = training_samples(meta, spec.inputs, spec.targets)
         result["baselines"] = _baseline_report(train, note, tests, names, slices)

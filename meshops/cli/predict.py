@@ -34,6 +34,14 @@ def cmd_predict(args) -> int:
         if dest in targets.values():
             raise CLIError(f"{f}: two inputs would both be written to {dest}")
         targets[f] = dest
+    # Checked for every file before the first is written: only files this run writes
+    # are replaced, unless the user says so.
+    existing = [d for d in targets.values() if d.exists() or d.is_symlink()]
+    if existing and not args.overwrite:
+        more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
+        raise CLIError(f"{existing[0]}: exists{more}; predict does not replace files it did "
+                       f"not write: pass --overwrite to replace them, or choose another -o "
+                       f"folder")
     written = []
     for f in progress(files, desc="predicting", unit="mesh"):
         mesh = read_mesh(f)
@@ -61,7 +69,8 @@ examples:
   meshops plot predicted/case.vtu --field u -o case.png
 
 Each output file is the input mesh with all its fields plus <target>_pred for
-every target the model was trained on; open it in ParaView.
+every target the model was trained on; open it in ParaView. A file that exists
+in OUTDIR is not replaced without --overwrite.
 """
 
 
@@ -76,6 +85,8 @@ def add_parser(sub) -> None:
     p.add_argument("meshes", nargs="+", metavar="MESH", help="mesh files or folders of them")
     p.add_argument("-o", "--output", required=True, metavar="OUTDIR", help="output folder")
     p.add_argument("--format", metavar=".EXT", help="output format by suffix, e.g. .vtu")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace files that already exist in OUTDIR (never the input files)")
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     p.add_argument("--inputs", help="input fields, for checkpoints that do not record them")
     p.add_argument("--targets", help="target names, for checkpoints that do not record them")

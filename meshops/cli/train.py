@@ -12,6 +12,9 @@ from pathlib import Path
 from meshops.cli._common import RAW, CLIError, is_main_rank, os_reason, plural, wrap
 from meshops.cli.config import RUN_CONFIG, TrainConfig
 from meshops.cli.folder import load_folder
+from meshops.cli.provenance import changes, fingerprint, listing, same_content
+from meshops.cli.run_folder import (check_out_folder, check_resume_options, clear_run_files,
+                                    recorded_config)
 from meshops.errors import CheckpointError
 from meshops.inference import RUN_CHECKPOINT, _channels, _fmt_shape
 
@@ -80,8 +83,51 @@ def _check_writable_folder(out: Path) -> None:
         raise CLIError(f"{out}: cannot write the run folder ({os_reason(e)})") from None
 
 
+def _same_folder(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist: the data set says so when it reads it
+        return False
+
+
+def _check_run_folder(args, cfg: TrainConfig, out: Path) -> dict | None:
+    """The checks of ``--out`` and ``--resume`` made before the data is read, so that a
+    refused run leaves the folder as it was. Returns the metadata of ``last.pt`` when
+    resuming a run, else ``None``."""
+    from meshops.training import Trainer
+
+    last = out / "last.pt"
+    if not (args.resume and last.is_file()):
+        check_out_folder(out, cfg, args.overwrite)
+        return None
+    try:
+        state = Trainer.read_state(last)
+        Trainer.check_resume_epochs(last, state["training"], cfg.epochs,
+                                    cfg.scheduler is not None)
+    except (CheckpointError, ValueError) as e:
+        raise CLIError(str(e)) from None
+    meta = dict(state.get("metadata") or {})
+    # runs before the train_config record: their config.yaml
+    recorded = meta.get("train_config") or recorded_config(out)
+    if recorded:
+        check_resume_options(cfg, recorded, args, last)
+    return meta
+
+
+def _check_same_data(meta: dict, cfg: TrainConfig, out: Path) -> None:
+    """Refuse to resume a run whose training or validation files changed."""
+    diff = changes(meta["data_files"], cfg.data)
+    if cfg.val_data and meta.get("val_files") is not None:
+        diff += changes(meta["val_files"], cfg.val_data)
+    if diff:
+        raise CLIError(f"{out / 'last.pt'}: the data behind this run changed since it was "
+                       f"trained ({listing(diff)}); --resume continues on the files it was "
+                       f"trained on: restore them, or start a new run with another --out")
+
+
 def cmd_train(args) -> int:
     import torch
+    import yaml
 
     from meshops._atomic import atomic_write
     from meshops.training import RelativeLpLoss, Trainer
@@ -91,20 +137,15 @@ def cmd_train(args) -> int:
     cfg = TrainConfig.resolve(args)
     main_rank = is_main_rank()
     out = Path(cfg.out)
-    if not args.dry_run and not args.resume and (out / "last.pt").exists():
-        raise CLIError(f"{out}: already holds a training run (last.pt); pass --resume to "
-                       f"continue it or choose another --out")
-    if args.resume and (out / "last.pt").is_file():
-        # Before the data is read and before config.yaml is rewritten: a resume the
-        # Trainer would refuse (a damaged last.pt, another epoch count under a
-        # learning-rate schedule) must leave the run folder as it was.
-        try:
-            state = Trainer.read_state(out / "last.pt")
-            Trainer.check_resume_epochs(out / "last.pt", state["training"], cfg.epochs,
-                                        cfg.scheduler is not None)
-        except (CheckpointError, ValueError) as e:
-            raise CLIError(str(e)) from None
-        del state
+    # The run records where its data is, not where it was run from: evaluate and
+    # --resume from another folder then read this data (see provenance.py).
+    cfg.data = os.path.abspath(cfg.data)
+    cfg.val_data = os.path.abspath(cfg.val_data) if cfg.val_data else None
+    if cfg.val_data and _same_folder(cfg.val_data, cfg.data):
+        raise CLIError(f"--val-data {cfg.val_data} is the training folder --data: the best "
+                       f"checkpoint would be picked on the training files; give a folder "
+                       f"of other meshes, or --val-fraction F to hold out part of --data")
+    resumed = None if args.dry_run else _check_run_folder(args, cfg, out)
     # Before anything draws a random number: the model's initial weights (built
     # below) then depend on the seed alone, not on what ran before in the process.
     # The Trainer seeds again (seed + rank) for dropout and the data order.
@@ -159,14 +200,29 @@ def cmd_train(args) -> int:
             print(f"# {summary}", file=sys.stderr)
         return 0
 
+    data_files = fingerprint(files, "fingerprinting data")
+    val_record = fingerprint(val_files, "fingerprinting val data") if cfg.val_data else None
+    if resumed is not None and resumed.get("data_files") is not None:
+        _check_same_data(resumed, cfg, out)
+    if val_record and main_rank:
+        same = same_content([Path(cfg.val_data) / n for n in val_record], data_files)
+        if same:
+            pairs = [f"{v} = {t}" for v, t in same.items()]
+            print(f"meshops: warning: {len(same)} of the {len(val_record)} validation files "
+                  f"have the same content as training files ({listing(pairs)}): the best "
+                  f"checkpoint is partly picked on training data", file=sys.stderr)
     metadata = {
         "inputs": list(cfg.inputs), "targets": list(cfg.targets),
         "field_shapes": shapes, "in_channels": c_in, "out_channels": c_out, "pos_dim": dim,
-        "data": str(cfg.data),
+        "data": cfg.data, "val_data": cfg.val_data,
         "split": {"train": [Path(files[i]).name for i in train_idx],
                   "val": [Path(f).name for f in val_files]},
+        "data_files": data_files, "val_files": val_record,
+        "train_config": yaml.safe_load(resolved),
     }
     _check_writable_folder(out)
+    if main_rank and resumed is None:
+        clear_run_files(out)  # a new run leaves no best.pt of an earlier one behind
     if main_rank:
         atomic_write(out / RUN_CONFIG, lambda tmp: Path(tmp).write_text(resolved))
         if chosen:
@@ -302,6 +358,9 @@ def add_parser(sub) -> None:
     g.add_argument("--resume", action="store_true", default=False,
                    help="continue RUN from RUN/last.pt (with RUN/config.yaml as the base "
                    "config); under a learning-rate schedule --epochs must stay the run's")
+    g.add_argument("--overwrite", action="store_true", default=False,
+                   help="start a new run in a non-empty --out that is not a run of the same "
+                   "config (its best.pt, last.pt and history.json are removed first)")
     g.add_argument("--dry-run", action="store_true", default=False, dest="dry_run",
                    help="read the data, print the resolved config (YAML) and exit")
     p.set_defaults(func=cmd_train)
