@@ -180,14 +180,46 @@ def mesh_from_arrays(points, cells, point_data: Mapping | None = None,
     )
 
 
+def _meshio_read(path: Path) -> meshio.Mesh:
+    """``meshio.read``, but quiet and bounded: the file is sniffed first (a 1 GB file of
+    junk is refused from its first bytes, see :mod:`meshops._sniff`), and each reader
+    its suffix allows is tried here, so that a failure is one MeshError with meshio's
+    reasons, not meshio's console output and ``sys.exit(1)``."""
+    from meshio._helpers import _filetypes_from_path, reader_map
+
+    from meshops._sniff import check_mesh_file
+
+    try:
+        formats = _filetypes_from_path(path)
+    except meshio.ReadError:
+        raise MeshError(f"{path}: cannot read mesh: unknown format {path.suffix!r}; meshio "
+                        f"reads {', '.join(sorted(meshio.extension_to_filetypes))}") from None
+    check_mesh_file(path, formats)
+    reasons = []
+    for fmt in formats:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return reader_map[fmt](str(path))
+        except MeshError:
+            raise
+        except (Exception, SystemExit) as e:  # meshio raises assorted errors on corrupt files
+            text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            if isinstance(e, meshio.ReadError):
+                reasons.append(f"{fmt}: {text or f'not a valid {fmt} file'}")
+            else:
+                reasons.append(f"{fmt}: {type(e).__name__}" + (f": {text}" if text else ""))
+    raise MeshError(f"{path}: cannot read mesh ({'; '.join(reasons)})")
+
+
 def read_mesh(path: str | os.PathLike, fields: Sequence[str] | None = None) -> MeshData:
     """Read a mesh file (any format meshio reads: .vtu, .vtk, .msh, .xdmf, .stl, ...)
     as a function with quadrature weights.
 
     Args:
         path: Mesh file.
-        fields: Point-data arrays to keep (default: all). A name that is not in the
-            file raises :class:`MeshError` listing the available ones.
+        fields: Point-data arrays to keep, a list of names (default: all). A name that
+            is not in the file raises :class:`MeshError` listing the available ones.
 
     Returns:
         :class:`MeshData` with ``pos [N, d]`` (float64; a 2-D mesh stored with a zero
@@ -200,25 +232,25 @@ def read_mesh(path: str | os.PathLike, fields: Sequence[str] | None = None) -> M
             whose length is not N, weights that float32 cannot hold (coordinates
             near 1e30 or 1e-30: see :func:`meshops.quadrature.check_weight_range`),
             VTU arrays whose size does not fit their
-            number of components, and unused duplicate points.
+            number of components, and unused duplicate points. A file that does not
+            begin like its format, or is larger than the free memory, is refused
+            before it is read.
+        TypeError: ``fields`` given as a string.
     """
     path = Path(path)
     if not path.is_file():
         raise MeshError(f"{path}: no such file")
+    if isinstance(fields, str):
+        # a bare string would be taken letter by letter ("uf" as fields u and f)
+        raise TypeError(f"read_mesh: fields is a list of field names, e.g. [{fields!r}], "
+                        f"not a string")
     token = _STRICT_VTU.set(str(path))
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            m = meshio.read(path)
-    except MeshError:
-        raise
-    except meshio.ReadError as e:
-        raise MeshError(f"{path}: cannot read mesh ({e})") from e
-    except (Exception, SystemExit) as e:  # meshio raises assorted errors (even
-        # SystemExit) on corrupt files
-        raise MeshError(f"{path}: cannot read mesh ({type(e).__name__}: {e})") from e
+        m = _meshio_read(path)
     finally:
         _STRICT_VTU.reset(token)
+    if len(m.points) == 0:
+        raise MeshError(f"{path}: holds no points")
     return mesh_from_arrays(m.points, m.cells, m.point_data, m.cell_data, fields=fields,
                             source=str(path))
 

@@ -23,10 +23,13 @@ INFERRED = ("in_channels", "out_channels", "pos_dim")
 
 
 def build_model(name: str, model_config: dict, in_channels: int, out_channels: int,
-                pos_dim: int):
+                pos_dim: int, dtype=None, device=None):
     """A registered model (:data:`meshops.models.MODELS`) with ``model_config`` and the
-    channels and dimension of the data; a key the model does not take is refused."""
-    from meshops.models import MODELS
+    channels and dimension of the data; a key the model does not take is refused, and
+    so is a model whose training would not fit in the memory of ``device`` (checked on
+    the meta device, before anything is allocated; ``dtype``: the training dtype)."""
+    from meshops._memory import module_bytes, skeleton, too_big
+    from meshops.models import MODELS, count_parameters
 
     if name not in MODELS:
         raise CLIError(f"unknown model {name!r}; available: {', '.join(sorted(MODELS))}")
@@ -48,11 +51,19 @@ def build_model(name: str, model_config: dict, in_channels: int, out_channels: i
                            f"valid keys: {', '.join(sorted(accepted - set(INFERRED)))}")
     kwargs = dict(model_config)
     kwargs.update({k: v for k, v in inferred.items() if k in accepted or open_kw})
+    described = f"model {name!r} with {model_config or 'the default config'}"
     try:
+        shapes = skeleton(lambda: cls(**kwargs))
+        # weights, gradients and the two moments of AdamW
+        why = too_big(4 * module_bytes(shapes, dtype), device,
+                      f"training it ({count_parameters(shapes):,} parameters, 4 copies: "
+                      f"weights, gradients, 2 optimiser moments)")
+        if why:
+            raise CLIError(f"{described}: {why}; choose a smaller model_config")
+        del shapes
         return cls(**kwargs)
     except (TypeError, ValueError) as e:
-        raise CLIError(f"model {name!r} with {model_config or 'the default config'}: {e}") \
-            from None
+        raise CLIError(f"{described}: {e}") from None
 
 
 def _split(n: int, cfg) -> tuple[list[int], list[int]]:
@@ -174,7 +185,7 @@ def cmd_train(args) -> int:
     c_out = sum(_channels(shapes[k]) for k in cfg.targets)
     # Options nobody set come from the data; a resumed run's config.yaml sets them all.
     chosen = [fill_from_data(cfg, train_samples)]
-    model = build_model(cfg.model, cfg.model_config, c_in, c_out, dim)
+    model = build_model(cfg.model, cfg.model_config, c_in, c_out, dim, dtype, cfg.device)
     if dtype == torch.float64:
         model = model.double()
     # The epoch count fitted to --minutes from one timed step is printed and saved in
