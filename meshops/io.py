@@ -90,9 +90,15 @@ def _spatial_dim(points: np.ndarray, tdim: int) -> int:
     return d
 
 
-def _check_duplicates(points: np.ndarray, used: np.ndarray, source: str) -> None:
+def _check_duplicates(points: np.ndarray, used: np.ndarray, source: str,
+                      lower: dict[str, np.ndarray] | None = None, tdim: int = 0) -> None:
     """Unreferenced points that coincide with another point are a broken mesh
-    (typically a file with merged-but-not-removed nodes), not a harmless extra."""
+    (typically a file with merged-but-not-removed nodes), not a harmless extra.
+
+    ``used`` marks the points of cells of the top dimension ``tdim``; ``lower`` maps
+    the lower-dimensional cell types to the points they use (a tagged boundary
+    face), which carry no measure: the warning says so rather than "used by no cell".
+    """
     unused = np.flatnonzero(~used)
     if not len(unused):
         return
@@ -108,8 +114,16 @@ def _check_duplicates(points: np.ndarray, used: np.ndarray, source: str) -> None
         raise MeshError(
             f"{source}: point {i} at {points[i].tolist()} is used by no cell and duplicates "
             f"another point ({len(bad)} such points); merge or remove duplicate nodes")
-    warnings.warn(f"{source}: {len(unused)} points are used by no cell; they get weight 0",
-                  stacklevel=3)
+    in_lower = {t: int(np.isin(unused, p).sum()) for t, p in (lower or {}).items()}
+    in_lower = {t: n for t, n in in_lower.items() if n}
+    if not in_lower:
+        warnings.warn(f"{source}: {len(unused)} points are used by no cell; they get weight 0",
+                      stacklevel=3)
+        return
+    warnings.warn(f"{source}: {len(unused)} points are in no {tdim}-D cell, only in "
+                  f"{', '.join(f'{t} ({n} points)' for t, n in in_lower.items())} cells or in "
+                  f"none; lower-dimensional cells have no {tdim}-D measure, so these points "
+                  f"get weight 0", stacklevel=3)
 
 
 def _point_cloud_weight(points: np.ndarray, stored, source: str) -> torch.Tensor:
@@ -157,10 +171,14 @@ def mesh_from_arrays(points, cells, point_data: Mapping | None = None,
     else:
         weight = quadrature_weights(points, blocks, source=source)
         used = np.zeros(n, bool)
+        lower: dict[str, list] = {}
         for t, c in blocks:
             if CELL_DIMS[t] == tdim:
                 used[np.asarray(c).ravel()] = True
-        _check_duplicates(points, used, source)
+            else:
+                lower.setdefault(t, []).append(np.asarray(c).ravel())
+        _check_duplicates(points, used, source,
+                          {t: np.concatenate(v) for t, v in lower.items()}, tdim)
     check_weight_range(weight, source)
 
     if fields is not None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
+import torch
 
 from meshops import cli
 from meshops.io import mesh_from_arrays, write_mesh
@@ -47,3 +49,41 @@ def run_cli(capsys, argv: list[str]) -> tuple[int, str, str]:
 
 def train(capsys, data: Path, out: Path, *extra) -> tuple[int, str, str]:
     return run_cli(capsys, ["train", "--data", data, *SMALL, "--out", out, *extra])
+
+
+def tiny_model():
+    """The model of SMALL, seeded: a Trainer test's model in milliseconds."""
+    from meshops.models import get_model
+
+    torch.manual_seed(0)
+    return get_model("transformer_no", in_channels=1, out_channels=1, pos_dim=2, width=8,
+                     layers=1, heads=2)
+
+
+def tiny_samples(n: int, edits: dict | None = None, **kw) -> list:
+    """Training samples (f -> u, float32) of ``n`` meshes of :func:`sample`."""
+    from meshops.training import assemble
+
+    return [assemble(sample(k, edit=(edits or {}).get(k), **kw), ["f"], ["u"])
+            for k in range(n)]
+
+
+# Module fixtures: a test module imports them by name (``from _folders import data, run``).
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Four meshes of :func:`sample` (s0.vtu .. s3.vtu)."""
+    return write_folder(tmp_path_factory.mktemp("data"))
+
+
+def trained(data: Path, out: Path) -> Path:
+    """``out``, a run of SMALL trained on ``data``."""
+    code = cli.main(["train", "--data", str(data), *SMALL, "--out", str(out)])
+    if code:
+        raise RuntimeError(f"training the test run {out} failed (exit {code})")
+    return out
+
+
+@pytest.fixture(scope="module")
+def run(data, tmp_path_factory):
+    """A run of SMALL trained on ``data``."""
+    return trained(data, tmp_path_factory.mktemp("runs") / "run")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 
-import meshio
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode

@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 
-import numpy as np
 import pytest
 import torch
 
-from meshops.models import get_model
-from meshops.training import Trainer, assemble, lp_errors, summarize_errors
-from meshops.io import read_mesh
+from meshops.training import Trainer, lp_errors, summarize_errors
 
-from _folders import run_cli, sample, train, write_folder
+from _folders import (data, run, run_cli, tiny_model, tiny_samples, train,  # noqa: F401
+                      write_folder)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -25,17 +22,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def _huge_input(fields):
     # finite in float32 (< 3.4e38), but no attention layer survives it
     fields["f"][4] = 1e30
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    data = write_folder(tmp_path_factory.mktemp("data"))
-    out = tmp_path_factory.mktemp("runs") / "run"
-    from meshops import cli
-    assert cli.main(["train", "--data", str(data), "--inputs", "f", "--targets", "u",
-                     "--model", "transformer_no", "--model-config", "width=8", "layers=1",
-                     "heads=2", "--epochs", "1", "--batch-size", "2", "--out", str(out)]) == 0
-    return out
 
 
 def test_lp_errors_call_a_non_finite_prediction_a_failure_not_a_zero_target():
@@ -78,18 +64,12 @@ def test_evaluate_counts_names_and_reports_a_failed_sample(run, tmp_path, capsys
     assert row.split()[4] == "inf"  # the mean column
 
 
-def _samples(n, edits=None):
-    return [assemble(sample(k, edit=(edits or {}).get(k)), ["f"], ["u"]) for k in range(n)]
-
-
 def test_validation_counts_a_failed_sample_in_the_statistics():
-    torch.manual_seed(0)
-    model = get_model("transformer_no", in_channels=1, out_channels=1, pos_dim=2, width=8,
-                      layers=1, heads=2)
-    val = _samples(3, {2: _huge_input})
+    model = tiny_model()
+    val = tiny_samples(3, {2: _huge_input})
     for i, s in enumerate(val):
         s.source = f"v{i}"
-    tr = Trainer(model, _samples(2), val, epochs=1, batch_size=2, progress=False, log=None)
+    tr = Trainer(model, tiny_samples(2), val, epochs=1, batch_size=2, progress=False, log=None)
     with pytest.warns(UserWarning, match=r"non-finite value .* on 1 sample\(s\).*: v2"):
         res = tr.evaluate()
     assert res["failed"] == 1 and res["l2_undefined"] == 0 and res["n"] == 3

@@ -13,25 +13,10 @@ import pytest
 from meshops.io import read_mesh, write_mesh
 from meshops.models import NeuralOperator
 
-from _folders import run_cli, sample, train, write_folder
+from _folders import data, run, run_cli, sample, train  # noqa: F401 (fixtures)
 from _tiny_run import one_line_error
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return write_folder(tmp_path_factory.mktemp("data"))
-
-
-@pytest.fixture(scope="module")
-def run(data, tmp_path_factory, request):
-    from meshops import cli
-    from _folders import SMALL
-
-    out = tmp_path_factory.mktemp("runs") / "run"
-    assert cli.main(["train", "--data", str(data), *SMALL, "--out", str(out)]) == 0
-    return out
 
 
 def _files(folder: Path) -> dict:

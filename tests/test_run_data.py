@@ -17,7 +17,7 @@ import yaml
 
 from meshops.models import NeuralOperator
 
-from _folders import SMALL, run_cli, train, write_folder
+from _folders import run_cli, train, write_folder
 from _tiny_run import one_line_error
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -12,11 +12,10 @@ import pytest
 import torch
 
 from meshops.normalizer import UnitGaussianNormalizer
-from meshops.training import Trainer, assemble, relative_lp
-from meshops.models import get_model
+from meshops.training import Trainer, relative_lp
 from meshops.data import MeshData
 
-from _folders import run_cli, sample, train, write_folder
+from _folders import run_cli, tiny_model, tiny_samples, train, write_folder
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -92,12 +91,10 @@ def test_a_target_below_float32_says_float32_is_the_limit(tmp_path, capsys):
 
 
 def test_an_overflowing_loss_names_float32_when_the_data_are_near_its_limit():
-    torch.manual_seed(0)
-    model = get_model("transformer_no", in_channels=1, out_channels=1, pos_dim=2, width=8,
-                      layers=1, heads=2)
+    model = tiny_model()
     inf_loss = (lambda pred, y, w, b: (pred * 0).sum() + float("inf"))
     for scale, hint in ((1.0, "lower lr"), (1e37, "train in float64")):
-        data = [assemble(sample(k, scale=scale), ["f"], ["u"]) for k in range(2)]
+        data = tiny_samples(2, scale=scale)
         tr = Trainer(model, data, epochs=1, batch_size=2, loss=inf_loss, progress=False,
                      log=None)
         with pytest.raises(FloatingPointError, match=hint):

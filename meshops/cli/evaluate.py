@@ -14,7 +14,7 @@ import math
 import sys
 from pathlib import Path
 
-from meshops.cli._common import RAW, optional_names, progress, wrap
+from meshops.cli._common import RAW, device_or_error, optional_names, progress, wrap
 from meshops.cli.folder import folder_dataset, training_samples
 from meshops.inference import RunSpec, load_run, predict_mesh
 
@@ -97,7 +97,11 @@ def _training_overlap(meta: dict, data, files) -> str:
 def cmd_evaluate(args) -> int:
     import torch
 
-    model, ckpt, meta = load_run(args.run, args.device)
+    if args.plot:  # before the evaluation, not after it
+        from meshops.plot import check_picture_path
+
+        check_picture_path(args.plot)
+    model, ckpt, meta = load_run(args.run, device_or_error(args.device))
     spec = RunSpec(model, ckpt, meta, optional_names(args.inputs), optional_names(args.targets))
     ds = folder_dataset(args.data, spec.inputs, spec.targets, torch.float64)
     names = [Path(f).name for f in ds.files]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from meshops.cli._common import RAW, CLIError, optional_names, progress, wrap
+from meshops.cli._common import RAW, CLIError, device_or_error, optional_names, progress, wrap
 from meshops.cli.folder import mesh_files
 from meshops.inference import RunSpec, load_run
 
@@ -21,7 +21,7 @@ def cmd_predict(args) -> int:
     from meshops import cli
     from meshops.io import read_mesh, write_mesh
 
-    model, ckpt, meta = load_run(args.run, args.device)
+    model, ckpt, meta = load_run(args.run, device_or_error(args.device))
     spec = RunSpec(model, ckpt, meta, optional_names(args.inputs), optional_names(args.targets))
     files = mesh_files(args.meshes)
     out_dir = Path(args.output)

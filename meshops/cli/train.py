@@ -9,7 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-from meshops.cli._common import RAW, CLIError, is_main_rank, os_reason, plural, wrap
+from meshops.cli._common import (RAW, CLIError, device_or_error, is_main_rank, os_reason,
+                                 plural, wrap)
 from meshops.cli.config import RUN_CONFIG, TrainConfig
 from meshops.cli.folder import load_folder
 from meshops.cli.provenance import changes, fingerprint, listing, same_content
@@ -146,6 +147,7 @@ def cmd_train(args) -> int:
     from meshops.training.seed import seed_everything
 
     cfg = TrainConfig.resolve(args)
+    device_or_error(cfg.device)  # before any data is read
     main_rank = is_main_rank()
     out = Path(cfg.out)
     # The run records where its data is, not where it was run from: evaluate and

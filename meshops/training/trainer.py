@@ -29,7 +29,8 @@ from meshops.training.optim import (check_optimizer_arguments, check_scheduler,
                                     name_of)
 from meshops.training.loss import (RelativeLpLoss, lp_errors, summarize_errors, warn_failed,
                                    warn_zero_targets)
-from meshops.training.seed import epoch_seed, get_rng_state, seed_everything, set_rng_state
+from meshops.training.seed import (MAX_SEED, epoch_seed, get_rng_state, seed_everything,
+                                   set_rng_state)
 
 if TYPE_CHECKING:
     from meshops.models.base import NeuralOperator
@@ -269,10 +270,20 @@ class Trainer:
                  resume: bool = False, metadata: dict | None = None, num_workers: int = 0,
                  find_unused_parameters: bool = False, precompute: bool = True,
                  time_limit: float | None = None) -> None:
-        if epochs < 1 or batch_size < 1:
-            raise ValueError(f"epochs and batch_size must be positive, got {epochs}, {batch_size}")
+        for name, value in (("epochs", epochs), ("batch_size", batch_size),
+                            ("val_batch_size", val_batch_size)):
+            # 2.5 would be truncated to 2 without a word
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise ValueError(f"Trainer: {name} must be a positive integer, got {value!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+            raise ValueError(f"Trainer: seed must be an integer in 0..{MAX_SEED}, got {seed!r}")
         if len(train_data) == 0:
             raise ValueError("Trainer: train_data is empty")
+        if val_data is not None and len(val_data) == 0:
+            # it would fail after the first epoch, with nothing to validate on
+            raise ValueError("Trainer: val_data is empty; pass val_data=None to train without "
+                             "validation")
         if resume and out_dir is None:
             raise ValueError("Trainer: resume=True needs out_dir")
         if loss is not None and not callable(loss):
