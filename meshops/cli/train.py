@@ -307,7 +307,9 @@ config file (train.yaml); keys are the long options (batch_size or batch-size):
 
 The run folder gets best.pt (lowest validation error; the final model without
 validation data), last.pt (resumable state), history.json (per-epoch losses and
-metrics) and config.yaml (the resolved config, usable as --config).
+metrics) and config.yaml (the resolved config, usable as --config). Checkpoints
+record the absolute data folder and a fingerprint of its files (docs/trust.md).
+A non-empty --out that is not a run of the same config needs --overwrite.
 """
 
 
@@ -370,7 +372,8 @@ def add_parser(sub) -> None:
     g.add_argument("--out", metavar="RUN", help="run folder (default ./run)")
     g.add_argument("--resume", action="store_true", default=False,
                    help="continue RUN from RUN/last.pt (with RUN/config.yaml as the base "
-                   "config); under a learning-rate schedule --epochs must stay the run's")
+                   "config) on the same data; every option must stay the run's but --minutes, "
+                   "--device and, without a learning-rate schedule, --epochs")
     g.add_argument("--overwrite", action="store_true", default=False,
                    help="start a new run in a non-empty --out that is not a run of the same "
                    "config (its best.pt, last.pt and history.json are removed first)")
