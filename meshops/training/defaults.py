@@ -19,10 +19,7 @@ from typing import Any, Sequence
 
 import torch
 
-# Inputs whose spread over a mesh is below this fraction of their size are constant
-# (float32 files round a parameter the same way at every node, so the spread is 0;
-# the tolerance only absorbs writers that store values with their own rounding).
-CONST_RTOL = 1e-6
+from meshops.reduced import constant_inputs
 
 # PiT for a parametric map on one mesh: the processor only has to carry a few
 # numbers per sample, so a small latent mesh and width suffice (measured on the
@@ -37,19 +34,6 @@ def _shares_one_mesh(samples: Sequence) -> bool:
     first = samples[0].pos
     return all(s.pos is first or (s.pos.shape == first.shape and torch.equal(s.pos, first))
                for s in samples[1:])
-
-
-def _constant_inputs(samples: Sequence) -> bool:
-    for s in samples:
-        x = getattr(s, "x", None)
-        if x is None or x.numel() == 0:
-            return False
-        x = x.reshape(x.shape[0], -1).to(torch.float64)
-        spread = (x.max(0).values - x.min(0).values).abs()
-        scale = x.abs().max(0).values.clamp_min(1.0)
-        if bool((spread > CONST_RTOL * scale).any()):
-            return False
-    return True
 
 
 def choose_defaults(dataset: Sequence) -> tuple[str, dict[str, Any], dict[str, Any], str]:
@@ -71,7 +55,7 @@ def choose_defaults(dataset: Sequence) -> tuple[str, dict[str, Any], dict[str, A
     n = len(dataset)
     points = round(sum(int(s.pos.shape[0]) for s in dataset) / n)
     one_mesh = _shares_one_mesh(dataset)
-    constant = _constant_inputs(dataset)
+    constant = constant_inputs(dataset)
     facts = (f"{n} samples of {'one mesh' if one_mesh else 'varying meshes'} "
              f"({points:,} points{' each' if one_mesh else ' on average'}), "
              f"{'constant' if constant else 'field' if getattr(dataset[0], 'x', None) is not None else 'no'}"
