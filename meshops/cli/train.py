@@ -144,6 +144,7 @@ def cmd_train(args) -> int:
     from meshops._atomic import atomic_write
     from meshops.training import RelativeLpLoss, Trainer
     from meshops.training.defaults import fill_epochs, fill_from_data
+    from meshops.training.distributed import check_device
     from meshops.training.seed import seed_everything
 
     cfg = TrainConfig.resolve(args)
@@ -187,7 +188,8 @@ def cmd_train(args) -> int:
     c_out = sum(_channels(shapes[k]) for k in cfg.targets)
     # Options nobody set come from the data; a resumed run's config.yaml sets them all.
     chosen = [fill_from_data(cfg, train_samples)]
-    model = build_model(cfg.model, cfg.model_config, c_in, c_out, dim, dtype, cfg.device)
+    model = build_model(cfg.model, cfg.model_config, c_in, c_out, dim, dtype,
+                        check_device(cfg.device))  # (cuda when available, as the Trainer)
     if dtype == torch.float64:
         model = model.double()
     # The epoch count fitted to --minutes from one timed step is printed and saved in
