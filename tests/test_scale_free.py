@@ -43,6 +43,25 @@ def test_normaliser_floor_maps_constant_and_zero_channels_to_zero():
     assert n.std.tolist() == pytest.approx([3e-6, 1.0])
 
 
+def test_scaled_norms_equal_the_plain_formula_in_float64():
+    """lp_norms divides by each sample's largest value and multiplies back: the same
+    numbers as sqrt(sum_i w_i |e_i|^2) computed plainly."""
+    from meshops.training.loss import lp_norms
+
+    g = torch.Generator().manual_seed(3)
+    y = torch.randn(30, 3, dtype=torch.float64, generator=g) * 7
+    pred = y + torch.randn(30, 3, dtype=torch.float64, generator=g)
+    w = torch.rand(30, dtype=torch.float64, generator=g)
+    b = torch.tensor([0] * 10 + [1] * 20)
+    num, den = lp_norms(pred, y, w, b)
+    for k, rows in enumerate((slice(0, 10), slice(10, 30))):
+        e, t, wk = (pred - y)[rows].numpy(), y[rows].numpy(), w[rows].numpy()
+        assert num[k].item() == pytest.approx(float((wk * (e ** 2).sum(1)).sum() ** 0.5),
+                                              rel=1e-14)
+        assert den[k].item() == pytest.approx(float((wk * (t ** 2).sum(1)).sum() ** 0.5),
+                                              rel=1e-14)
+
+
 @pytest.mark.parametrize("scale", [TINIER, 2.0 ** -120, HUGE, 2.0 ** 120])
 def test_relative_loss_is_the_same_number_at_every_magnitude_float32_holds(scale):
     torch.manual_seed(1)
