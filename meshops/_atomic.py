@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import socket
@@ -78,6 +79,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
     :func:`clean_stale_temporaries`).
     """
     path = Path(path)
+    if path.is_dir():  # else the rename fails naming the temporary file
+        raise IsADirectoryError(errno.EISDIR, "Is a directory (give a file name)", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     folder = path.parent.resolve()
     if folder not in _cleaned:  # once per folder: predict writes thousands of files

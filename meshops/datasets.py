@@ -72,6 +72,7 @@ def check_finite_fields(fields, names: Sequence[str], source, role: str = "",
         finite = torch.isfinite(flat)
         overflow = False
         if bool(finite.all()):
+            _check_not_below_range(flat, dtype, source, role, name)
             if dtype is None or not v.is_floating_point() or \
                     torch.finfo(dtype).max >= torch.finfo(v.dtype).max:
                 continue
@@ -88,9 +89,28 @@ def check_finite_fields(fields, names: Sequence[str], source, role: str = "",
         if overflow:
             raise MeshError(f"{source}: {what} {name!r} has a value ({flat[i, c].item():g}) "
                             f"at point {i}{comp} beyond the range of {dtype} (largest "
-                            f"{torch.finfo(dtype).max:g}){more}; rescale the field")
+                            f"{torch.finfo(dtype).max:g}){more}; rescale the field, or work "
+                            f"in float64 (meshops train --dtype float64)")
         raise MeshError(f"{source}: {what} {name!r} has a non-finite value "
                         f"({flat[i, c].item()}) at point {i}{comp}{more}")
+
+
+def _check_not_below_range(flat: Tensor, dtype, source, role: str, name: str) -> None:
+    """A field that is not zero but whose every value is below the normal range of
+    ``dtype`` (1e-40 in float32) would arrive as zeros and denormals with a few bits
+    left: refused, naming the way out, rather than trained on as noise."""
+    if dtype is None or not flat.is_floating_point() or not flat.numel():
+        return
+    tiny = torch.finfo(dtype).tiny
+    if torch.finfo(flat.dtype).tiny >= tiny:
+        return
+    top = float(flat.abs().max())
+    if 0 < top < tiny:
+        what = f"{role} field" if role else "field"
+        raise MeshError(f"{source}: {what} {name!r} is at most {top:g} in magnitude, below "
+                        f"the normal range of {dtype} (smallest {tiny:g}): its values would "
+                        f"be lost; rescale the field, or work in float64 (meshops train "
+                        f"--dtype float64)")
 
 
 def as_float_dtype(dtype) -> torch.dtype:

@@ -46,6 +46,15 @@ def _channels(shape: Sequence[int]) -> int:
     return int(math.prod(shape)) if shape else 1
 
 
+def _same_layout(shape: Sequence[int], expected: Sequence[int]) -> bool:
+    """A field of per-point ``shape`` holds what the model expects as ``expected``:
+    the same shape, or the same number of components with one of them flat (mesh
+    formats store a 3x3 tensor as 9 components, row-major, and a 1-vector as a
+    scalar; see :func:`meshops.io.write_mesh`)."""
+    return list(shape) == list(expected) or (
+        _channels(shape) == _channels(expected) and min(len(shape), len(expected)) <= 1)
+
+
 def _fmt_shape(shape: Sequence[int]) -> str:
     return "scalar" if not shape else "x".join(str(s) for s in shape) + " per point"
 
@@ -219,7 +228,7 @@ class RunSpec:
                         f"{self.ckpt} needs {self.describe()}); available point fields: "
                         f"{_available(mesh)}")
                 sh = _field_shape(fields[name])
-                if sh != self.shapes[name]:
+                if not _same_layout(sh, self.shapes[name]):
                     raise MeshError(f"{path}: field {name!r} is {_fmt_shape(sh)} but the model "
                                     f"in {self.ckpt} was trained on "
                                     f"{_fmt_shape(self.shapes[name])}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 from meshops.cli import evaluate, info, kernels, plot, predict, train
 from meshops.cli._common import CLIError, os_reason
@@ -43,10 +44,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as the command's one line, without Python's source location."""
+    print(f"meshops: warning: {message}", file=sys.stderr if file is None else file)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return args.func(args)
     except (MeshError, CheckpointError, CLIError) as e:
         print(f"meshops: error: {e}", file=sys.stderr)
         return 2

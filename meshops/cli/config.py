@@ -32,7 +32,7 @@ RUN_CONFIG = "config.yaml"
 # ------------------------------------------------------------------- coercers
 # Each takes the option's label for messages ("<source>: <key>") and a value as a
 # flag, YAML or TOML gives it, and returns the value of the field or raises CLIError.
-def _to_int(key, v, minimum=None):
+def _to_int(key, v, minimum=None, maximum=None):
     if isinstance(v, bool):
         raise CLIError(f"{key}: expected an integer, got {v!r}")
     if isinstance(v, float) and v.is_integer():
@@ -46,7 +46,15 @@ def _to_int(key, v, minimum=None):
         raise CLIError(f"{key}: expected an integer, got {v!r}")
     if minimum is not None and v < minimum:
         raise CLIError(f"{key}: must be >= {minimum}, got {v}")
+    if maximum is not None and v > maximum:
+        raise CLIError(f"{key}: must be <= {maximum}, got {v}")
     return v
+
+
+def _seed(key, v):
+    from meshops.training.seed import MAX_SEED
+
+    return _to_int(key, v, minimum=0, maximum=MAX_SEED)
 
 
 def _to_float(key, v, positive=False, nonneg=False):
@@ -166,7 +174,7 @@ class TrainConfig:
     quadrature_loss: bool = _option(True, _to_bool)
     val_fraction: float | None = _option(0.2, _val_fraction)
     val_data: str | None = _option(None, _opt_str)
-    seed: int = _option(0, lambda k, v: _to_int(k, v, minimum=0))
+    seed: int = _option(0, _seed)
     out: str = _option("run", _folder)
     device: str | None = _option(None, _opt_str)
     dtype: str = _option("float32", _dtype)

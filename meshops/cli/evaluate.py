@@ -14,7 +14,7 @@ import math
 import sys
 from pathlib import Path
 
-from meshops.cli._common import RAW, optional_names, progress, wrap
+from meshops.cli._common import RAW, device_or_error, optional_names, progress, wrap
 from meshops.cli.folder import folder_dataset, training_samples
 from meshops.inference import RunSpec, load_run, predict_mesh
 
@@ -25,8 +25,16 @@ _METRICS = tuple(m for m, _ in _METRIC_LABELS)
 
 
 def _json_number(v):
-    """NaN (undefined) as null: JSON has no NaN."""
-    return None if isinstance(v, float) and math.isnan(v) else v
+    """NaN (undefined) and inf (the model failed) as null: JSON has neither; the
+    statistics name those samples (``undefined``, ``failed``)."""
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def _json_stats(stats):
+    """Statistics with their non-finite numbers as null (see :func:`_json_number`)."""
+    if isinstance(stats, dict):
+        return {k: _json_stats(v) for k, v in stats.items()}
+    return _json_number(stats)
 
 
 def _errors_by_field(pred, truth, weight, slices: dict) -> dict:
@@ -65,10 +73,35 @@ def _baseline_report(train, note: str, tests: list, names: list, slices: dict) -
     return out
 
 
+def _training_overlap(meta: dict, data, files) -> str:
+    """A note when evaluated files are training files of the run: by content when the
+    run recorded a fingerprint of its data, else by name in the training folder."""
+    from meshops.cli.provenance import listing, same_content
+
+    train = list((meta.get("split") or {}).get("train", []))
+    recorded = meta.get("data_files")
+    if isinstance(recorded, dict):
+        same = same_content(files, {n: recorded[n] for n in train if n in recorded})
+        if not same:
+            return ""
+        pairs = [a if a == b else f"{a} = {b}" for a, b in same.items()]
+        return (f"{len(same)} of the {len(files)} files have the content of training files "
+                f"of this run ({listing(pairs)})")
+    names = {Path(f).name for f in files}
+    overlap = sorted(names & set(train)) if Path(data).resolve() == \
+        Path(str(meta.get("data", ""))).resolve() else []
+    return (f"{len(overlap)} of the {len(files)} files were in the training split of this "
+            f"run" if overlap else "")
+
+
 def cmd_evaluate(args) -> int:
     import torch
 
-    model, ckpt, meta = load_run(args.run, args.device)
+    if args.plot:  # before the evaluation, not after it
+        from meshops.plot import check_picture_path
+
+        check_picture_path(args.plot)
+    model, ckpt, meta = load_run(args.run, device_or_error(args.device))
     spec = RunSpec(model, ckpt, meta, optional_names(args.inputs), optional_names(args.targets))
     ds = folder_dataset(args.data, spec.inputs, spec.targets, torch.float64)
     names = [Path(f).name for f in ds.files]
@@ -81,12 +114,18 @@ def cmd_evaluate(args) -> int:
         s = ds[i]
         tests.append(s)
         spec.check_mesh(s, ds.files[i], roles=("inputs", "targets"))
-        values = _errors_by_field(predict_mesh(model, spec, s), s.y, s.weight, slices)
+        pred = predict_mesh(model, spec, s)
+        values = _errors_by_field(pred, s.y, s.weight, slices)
         errors.append(values)
+        bad = (~torch.isfinite(pred)).nonzero()
+        if bad.numel():  # the inputs are finite (checked above): the model is at fault
+            print(f"meshops: warning: {ds.files[i]}: the model predicts a non-finite value "
+                  f"({pred[bad[0, 0], bad[0, 1]].item()}) at point {int(bad[0, 0])} although "
+                  f"the inputs are finite; counted as a failure (error inf)", file=sys.stderr)
         per_sample.append({"file": names[i], **{
             key: {m: _json_number(v) for m, v in e.items()} for key, e in values.items()}})
         for key, e in values.items():
-            if math.isnan(e["l2"]) or math.isnan(e["l2_unweighted"]):
+            if not bad.numel() and (math.isnan(e["l2"]) or math.isnan(e["l2_unweighted"])):
                 # undefined, not huge: say so once per file and target
                 print(f"meshops: warning: {ds.files[i]}: target {key!r} is zero everywhere; "
                       f"its relative L2 error is undefined and left out of the relative "
@@ -95,14 +134,13 @@ def cmd_evaluate(args) -> int:
         "checkpoint": str(ckpt), "model": model.model_name, "data": str(args.data),
         "n": len(ds), "inputs": spec.inputs, "targets": spec.targets,
         "fields": _statistics(errors, names, keys),
+        "failed": [n for n, e in zip(names, errors)
+                   if any(math.isinf(v["l2"]) for v in e.values())],
         "samples": per_sample,
     }
-    train_names = set((meta.get("split") or {}).get("train", []))
-    overlap = sorted(set(names) & train_names) if Path(args.data).resolve() == \
-        Path(str(meta.get("data", ""))).resolve() else []
-    if overlap:
-        result["note"] = (f"{len(overlap)} of the {len(names)} files were in the training "
-                          f"split of this run")
+    note = _training_overlap(meta, args.data, ds.files)
+    if note:
+        result["note"] = note
     if not args.no_baselines and tests:
         train, note = training_samples(meta, spec.inputs, spec.targets)
         result["baselines"] = _baseline_report(train, note, tests, names, slices)
@@ -128,7 +166,8 @@ def cmd_evaluate(args) -> int:
                                f"(of {len(ds)})")
         result["plot"] = str(args.plot)
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps({k: _json_stats(v) if k in ("fields", "baselines") else v
+                          for k, v in result.items()}))
         return 0
     _print_report(result, keys, ckpt, model.model_name, args, spec)
     return 0
@@ -157,6 +196,12 @@ def _print_report(result: dict, keys: list, ckpt, model_name: str, args, spec) -
                       f"the relative statistics are over the other {n - len(undefined)}")
 
     rows(result["fields"], notes=True)
+    failed = result["failed"]
+    if failed:
+        print(f"note: the model FAILED on {len(failed)} of {n} meshes: its prediction is not "
+              f"finite although the inputs are ({', '.join(failed[:5])}"
+              f"{', ...' if len(failed) > 5 else ''}); their errors are inf, and so are the "
+              f"means and the worst")
     for name, entry in result.get("baselines", {}).items():
         print(f"baseline: {name}: {entry['note']}")
         rows(entry, notes=False)  # a baseline's undefined samples are the model's
@@ -178,7 +223,10 @@ over the mesh, with the norms integrated with the mesh's quadrature weights
 benchmarks); the absolute L2 error is sqrt(sum_i w_i |pred_i - truth_i|^2). A
 sample whose target is zero everywhere has no relative error: it is named in a
 warning and left out of the relative statistics (its absolute error counts; in
-the JSON output its relative errors are null). The JSON output also lists every
+the JSON output its relative errors are null). A mesh on which the model
+predicts a non-finite value although its inputs are finite is a failure of the
+model: named in a warning and in "failed", its errors are inf, and so are the
+mean and worst (null in the JSON output). The JSON output also lists every
 sample's errors.
 """
 

@@ -84,16 +84,25 @@ def load_folder(root, inputs: Sequence[str], targets: Sequence[str], dtype,
 
 def training_samples(meta: dict, inputs: Sequence[str], targets: Sequence[str]):
     """A run's training samples (``meta["data"]``, files ``meta["split"]["train"]``)
-    in float64, or ``(None, why not)``."""
+    in float64, or ``(None, why not)``: also when the files differ from the
+    fingerprint the run recorded (``meta["data_files"]``, see :mod:`.provenance`)."""
     import torch
 
     from meshops.errors import MeshError
+
+    from meshops.cli.provenance import changes, listing
 
     root, train = meta.get("data"), (meta.get("split") or {}).get("train")
     if not root or not train:
         return None, "n/a: the checkpoint does not record its training files"
     if not Path(root).is_dir():
         return None, f"n/a: the training data {root} is not here"
+    recorded = meta.get("data_files")
+    if isinstance(recorded, dict):
+        diff = changes(recorded, root, names=train, new_files=False)
+        if diff:
+            return None, (f"n/a: the training data in {root} changed since the run was "
+                          f"trained ({listing(diff)})")
     try:
         ds = folder_dataset(root, inputs, targets, torch.float64)
         index = {Path(f).name: i for i, f in enumerate(ds.files)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from meshops.cli._common import RAW, CLIError, optional_names, progress, wrap
+from meshops.cli._common import RAW, CLIError, device_or_error, optional_names, progress, wrap
 from meshops.cli.folder import mesh_files
 from meshops.inference import RunSpec, load_run
 
@@ -21,7 +21,7 @@ def cmd_predict(args) -> int:
     from meshops import cli
     from meshops.io import read_mesh, write_mesh
 
-    model, ckpt, meta = load_run(args.run, args.device)
+    model, ckpt, meta = load_run(args.run, device_or_error(args.device))
     spec = RunSpec(model, ckpt, meta, optional_names(args.inputs), optional_names(args.targets))
     files = mesh_files(args.meshes)
     out_dir = Path(args.output)
@@ -34,6 +34,14 @@ def cmd_predict(args) -> int:
         if dest in targets.values():
             raise CLIError(f"{f}: two inputs would both be written to {dest}")
         targets[f] = dest
+    # Checked for every file before the first is written: only files this run writes
+    # are replaced, unless the user says so.
+    existing = [d for d in targets.values() if d.exists() or d.is_symlink()]
+    if existing and not args.overwrite:
+        more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
+        raise CLIError(f"{existing[0]}: exists{more}; predict does not replace files it did "
+                       f"not write: pass --overwrite to replace them, or choose another -o "
+                       f"folder")
     written = []
     for f in progress(files, desc="predicting", unit="mesh"):
         mesh = read_mesh(f)
@@ -61,7 +69,8 @@ examples:
   meshops plot predicted/case.vtu --field u -o case.png
 
 Each output file is the input mesh with all its fields plus <target>_pred for
-every target the model was trained on; open it in ParaView.
+every target the model was trained on; open it in ParaView. A file that exists
+in OUTDIR is not replaced without --overwrite.
 """
 
 
@@ -76,6 +85,8 @@ def add_parser(sub) -> None:
     p.add_argument("meshes", nargs="+", metavar="MESH", help="mesh files or folders of them")
     p.add_argument("-o", "--output", required=True, metavar="OUTDIR", help="output folder")
     p.add_argument("--format", metavar=".EXT", help="output format by suffix, e.g. .vtu")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace files that already exist in OUTDIR (never the input files)")
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     p.add_argument("--inputs", help="input fields, for checkpoints that do not record them")
     p.add_argument("--targets", help="target names, for checkpoints that do not record them")

@@ -13,15 +13,16 @@ from meshops.cli._common import CLIError
 _TRAINING_ONLY = ("epochs", "batch_size", "lr")
 
 
-def fit_reduced_run(args, cfg, chosen: str, train_samples, val_samples, metadata: dict,
-                    out: Path, check_writable) -> int:
-    """Fit, save ``best.pt``, ``config.yaml`` and ``history.json`` in ``out``, and print
-    the candidates next to the baselines on the validation samples."""
+def fit_reduced_run(args, cfg, chosen: str, train_samples, val_samples, run) -> int:
+    """Fit, save ``best.pt``, ``config.yaml`` and ``history.json`` in the run folder, and
+    print the candidates next to the baselines on the validation samples (``run``: the
+    run's files, :class:`meshops.cli.train._RunFiles`)."""
     from meshops._atomic import atomic_write
     from meshops.cli.config import RUN_CONFIG
     from meshops.inference import RUN_CHECKPOINT
     from meshops.reduced.fit import fit_reduced_basis
 
+    out = run.out
     if args.resume:
         raise CLIError(f"{out}: a reduced basis is fitted in one go, there is nothing to "
                        f"resume; run again without --resume (and another --out)")
@@ -35,7 +36,8 @@ def fit_reduced_run(args, cfg, chosen: str, train_samples, val_samples, metadata
         if chosen:
             print(f"# defaults from the data: {chosen}", file=sys.stderr)
         return 0
-    check_writable(out)
+    metadata = run.metadata(cfg.render())
+    run.prepare()
     if chosen:
         print(f"defaults from the data: {chosen}")
     if unused:

@@ -9,9 +9,13 @@ import os
 import sys
 from pathlib import Path
 
-from meshops.cli._common import RAW, CLIError, is_main_rank, os_reason, plural, wrap
+from meshops.cli._common import (RAW, CLIError, device_or_error, is_main_rank, os_reason,
+                                 plural, wrap)
 from meshops.cli.config import RUN_CONFIG, TrainConfig
 from meshops.cli.folder import load_folder
+from meshops.cli.provenance import changes, fingerprint, listing, same_content
+from meshops.cli.run_folder import (check_out_folder, check_resume_options, clear_run_files,
+                                    recorded_config)
 from meshops.errors import CheckpointError
 from meshops.inference import RUN_CHECKPOINT, _channels, _fmt_shape
 
@@ -20,10 +24,13 @@ INFERRED = ("in_channels", "out_channels", "pos_dim")
 
 
 def build_model(name: str, model_config: dict, in_channels: int, out_channels: int,
-                pos_dim: int):
+                pos_dim: int, dtype=None, device=None):
     """A registered model (:data:`meshops.models.MODELS`) with ``model_config`` and the
-    channels and dimension of the data; a key the model does not take is refused."""
-    from meshops.models import MODELS
+    channels and dimension of the data; a key the model does not take is refused, and
+    so is a model whose training would not fit in the memory of ``device`` (checked on
+    the meta device, before anything is allocated; ``dtype``: the training dtype)."""
+    from meshops._memory import module_bytes, skeleton, too_big
+    from meshops.models import MODELS, count_parameters
 
     if name not in MODELS:
         raise CLIError(f"unknown model {name!r}; available: {', '.join(sorted(MODELS))}")
@@ -45,11 +52,19 @@ def build_model(name: str, model_config: dict, in_channels: int, out_channels: i
                            f"valid keys: {', '.join(sorted(accepted - set(INFERRED)))}")
     kwargs = dict(model_config)
     kwargs.update({k: v for k, v in inferred.items() if k in accepted or open_kw})
+    described = f"model {name!r} with {model_config or 'the default config'}"
     try:
+        shapes = skeleton(lambda: cls(**kwargs))
+        # weights, gradients and the two moments of AdamW
+        why = too_big(4 * module_bytes(shapes, dtype), device,
+                      f"training it ({count_parameters(shapes):,} parameters, 4 copies: "
+                      f"weights, gradients, 2 optimiser moments)")
+        if why:
+            raise CLIError(f"{described}: {why}; choose a smaller model_config")
+        del shapes
         return cls(**kwargs)
     except (TypeError, ValueError) as e:
-        raise CLIError(f"model {name!r} with {model_config or 'the default config'}: {e}") \
-            from None
+        raise CLIError(f"{described}: {e}") from None
 
 
 def _split(n: int, cfg) -> tuple[list[int], list[int]]:
@@ -80,31 +95,118 @@ def _check_writable_folder(out: Path) -> None:
         raise CLIError(f"{out}: cannot write the run folder ({os_reason(e)})") from None
 
 
+def _same_folder(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist: the data set says so when it reads it
+        return False
+
+
+def _check_run_folder(args, cfg: TrainConfig, out: Path) -> dict | None:
+    """The checks of ``--out`` and ``--resume`` made before the data is read, so that a
+    refused run leaves the folder as it was. Returns the metadata of ``last.pt`` when
+    resuming a run, else ``None``."""
+    from meshops.training import Trainer
+
+    last = out / "last.pt"
+    if not (args.resume and last.is_file()):
+        check_out_folder(out, cfg, args.overwrite)
+        return None
+    try:
+        state = Trainer.read_state(last)
+        Trainer.check_resume_epochs(last, state["training"], cfg.epochs,
+                                    cfg.scheduler is not None)
+    except (CheckpointError, ValueError) as e:
+        raise CLIError(str(e)) from None
+    meta = dict(state.get("metadata") or {})
+    # runs before the train_config record: their config.yaml
+    recorded = meta.get("train_config") or recorded_config(out)
+    if recorded:
+        check_resume_options(cfg, recorded, args, last)
+    return meta
+
+
+def _check_same_data(meta: dict, cfg: TrainConfig, out: Path) -> None:
+    """Refuse to resume a run whose training or validation files changed."""
+    diff = changes(meta["data_files"], cfg.data)
+    if cfg.val_data and meta.get("val_files") is not None:
+        diff += changes(meta["val_files"], cfg.val_data)
+    if diff:
+        raise CLIError(f"{out / 'last.pt'}: the data behind this run changed since it was "
+                       f"trained ({listing(diff)}); --resume continues on the files it was "
+                       f"trained on: restore them, or start a new run with another --out")
+
+
+class _RunFiles:
+    """What a new run records about its data (paths, file fingerprints, split, config)
+    and the preparation of its folder, shared by every model's way of training."""
+
+    def __init__(self, cfg, files, train_idx, val_files, shapes, sizes, resumed, out,
+                 main_rank) -> None:
+        self.cfg, self.files, self.train_idx, self.val_files = cfg, files, train_idx, val_files
+        self.shapes, self.sizes, self.resumed = shapes, sizes, resumed
+        self.out, self.main_rank = out, main_rank
+
+    def metadata(self, resolved: str) -> dict:
+        """The checkpoint metadata; ``resolved`` is the rendered config. Refuses to
+        resume on changed data and warns of validation files equal to training files."""
+        import yaml
+
+        cfg = self.cfg
+        data_files = fingerprint(self.files, "fingerprinting data")
+        val_record = fingerprint(self.val_files, "fingerprinting val data") if cfg.val_data \
+            else None
+        if self.resumed is not None and self.resumed.get("data_files") is not None:
+            _check_same_data(self.resumed, cfg, self.out)
+        if val_record and self.main_rank:
+            same = same_content([Path(cfg.val_data) / n for n in val_record], data_files)
+            if same:
+                pairs = [f"{v} = {t}" for v, t in same.items()]
+                print(f"meshops: warning: {len(same)} of the {len(val_record)} validation "
+                      f"files have the same content as training files ({listing(pairs)}): "
+                      f"the best checkpoint is partly picked on training data",
+                      file=sys.stderr)
+        c_in, c_out, dim = self.sizes
+        return {
+            "inputs": list(cfg.inputs), "targets": list(cfg.targets),
+            "field_shapes": self.shapes, "in_channels": c_in, "out_channels": c_out,
+            "pos_dim": dim, "data": cfg.data, "val_data": cfg.val_data,
+            "split": {"train": [Path(self.files[i]).name for i in self.train_idx],
+                      "val": [Path(f).name for f in self.val_files]},
+            "data_files": data_files, "val_files": val_record,
+            "train_config": yaml.safe_load(resolved),
+        }
+
+    def prepare(self) -> None:
+        """Create the run folder (or say why it cannot be written) and, for a new run,
+        remove the files of an earlier one."""
+        _check_writable_folder(self.out)
+        if self.main_rank and self.resumed is None:
+            clear_run_files(self.out)  # a new run leaves no best.pt of an earlier one behind
+
+
 def cmd_train(args) -> int:
     import torch
 
     from meshops._atomic import atomic_write
     from meshops.training import RelativeLpLoss, Trainer
     from meshops.training.defaults import fill_epochs, fill_from_data
+    from meshops.training.distributed import check_device
     from meshops.training.seed import seed_everything
 
     cfg = TrainConfig.resolve(args)
+    device_or_error(cfg.device)  # before any data is read
     main_rank = is_main_rank()
     out = Path(cfg.out)
-    if not args.dry_run and not args.resume and (out / "last.pt").exists():
-        raise CLIError(f"{out}: already holds a training run (last.pt); pass --resume to "
-                       f"continue it or choose another --out")
-    if args.resume and (out / "last.pt").is_file():
-        # Before the data is read and before config.yaml is rewritten: a resume the
-        # Trainer would refuse (a damaged last.pt, another epoch count under a
-        # learning-rate schedule) must leave the run folder as it was.
-        try:
-            state = Trainer.read_state(out / "last.pt")
-            Trainer.check_resume_epochs(out / "last.pt", state["training"], cfg.epochs,
-                                        cfg.scheduler is not None)
-        except (CheckpointError, ValueError) as e:
-            raise CLIError(str(e)) from None
-        del state
+    # The run records where its data is, not where it was run from: evaluate and
+    # --resume from another folder then read this data (see provenance.py).
+    cfg.data = os.path.abspath(cfg.data)
+    cfg.val_data = os.path.abspath(cfg.val_data) if cfg.val_data else None
+    if cfg.val_data and _same_folder(cfg.val_data, cfg.data):
+        raise CLIError(f"--val-data {cfg.val_data} is the training folder --data: the best "
+                       f"checkpoint would be picked on the training files; give a folder "
+                       f"of other meshes, or --val-fraction F to hold out part of --data")
+    resumed = None if args.dry_run else _check_run_folder(args, cfg, out)
     # Before anything draws a random number: the model's initial weights (built
     # below) then depend on the seed alone, not on what ran before in the process.
     # The Trainer seeds again (seed + rank) for dropout and the data order.
@@ -134,21 +236,17 @@ def cmd_train(args) -> int:
     # Options nobody set come from the data; a resumed run's config.yaml sets them all.
     try:
         chosen = [fill_from_data(cfg, train_samples)]
-    except ValueError as e:
+    except ValueError as e:  # e.g. --model reduced_basis on data that is no study
         raise CLIError(str(e)) from None
-    metadata = {
-        "inputs": list(cfg.inputs), "targets": list(cfg.targets),
-        "field_shapes": shapes, "in_channels": c_in, "out_channels": c_out, "pos_dim": dim,
-        "data": str(cfg.data),
-        "split": {"train": [Path(files[i]).name for i in train_idx],
-                  "val": [Path(f).name for f in val_files]},
-    }
+    run = _RunFiles(cfg, files, train_idx, val_files, shapes, (c_in, c_out, dim), resumed,
+                    out, main_rank)
     if cfg.model == "reduced_basis":
         from meshops.cli.reduced import fit_reduced_run
 
         return fit_reduced_run(args, cfg, "; ".join(c for c in chosen if c), train_samples,
-                               val_samples, metadata, out, _check_writable_folder)
-    model = build_model(cfg.model, cfg.model_config, c_in, c_out, dim)
+                               val_samples, run)
+    model = build_model(cfg.model, cfg.model_config, c_in, c_out, dim, dtype,
+                        check_device(cfg.device))  # (cuda when available, as the Trainer)
     if dtype == torch.float64:
         model = model.double()
     # The epoch count fitted to --minutes from one timed step is printed and saved in
@@ -174,7 +272,8 @@ def cmd_train(args) -> int:
             print(f"# {summary}", file=sys.stderr)
         return 0
 
-    _check_writable_folder(out)
+    metadata = run.metadata(resolved)
+    run.prepare()
     if main_rank:
         atomic_write(out / RUN_CONFIG, lambda tmp: Path(tmp).write_text(resolved))
         if chosen:
@@ -205,6 +304,14 @@ def cmd_train(args) -> int:
                        metric=None, val=None, selected="last epoch (no validation data)")
             print(f"no validation data: {out / RUN_CHECKPOINT} is the model after epoch "
                   f"{trainer.epoch}")
+        elif history and trainer.best["epoch"] is None:
+            last = history[-1]["val"] or {}
+            why = (f"the model predicts non-finite values on {last['failed']} of "
+                   f"{last['n']} validation meshes" if last.get("failed") else
+                   f"{trainer.metric} is {last.get(trainer.metric)}")
+            raise CLIError(f"no epoch had a finite validation error ({why}), so there is no "
+                           f"best model: {out / RUN_CHECKPOINT} was not written; "
+                           f"{out / 'last.pt'} holds the model after epoch {trainer.epoch}")
         elif history:
             best = trainer.best
             print(f"best validation {trainer.metric} {best['value']:.4e} at epoch "
@@ -238,7 +345,9 @@ config file (train.yaml); keys are the long options (batch_size or batch-size):
 
 The run folder gets best.pt (lowest validation error; the final model without
 validation data), last.pt (resumable state), history.json (per-epoch losses and
-metrics) and config.yaml (the resolved config, usable as --config).
+metrics) and config.yaml (the resolved config, usable as --config). Checkpoints
+record the absolute data folder and a fingerprint of its files (docs/trust.md).
+A non-empty --out that is not a run of the same config needs --overwrite.
 """
 
 
@@ -267,9 +376,8 @@ def add_parser(sub) -> None:
                    help="folder of validation meshes (instead of a split of --data)")
     g = p.add_argument_group("model")
     g.add_argument("--model", metavar="NAME",
-                   help="reduced_basis, pit, transformer_no, galerkin_transformer or "
-                   "patched_transformer (default: chosen from the data: reduced_basis for a "
-                   "parametric study on one mesh, pit otherwise)")
+                   help="transformer_no, galerkin_transformer, patched_transformer or pit "
+                   "(default pit)")
     g.add_argument("--model-config", nargs="+", action="extend", metavar="KEY=VALUE",
                    dest="model_config",
                    help="model hyperparameters, e.g. width=64 layers=2 heads=4 (defaults: "
@@ -302,7 +410,11 @@ def add_parser(sub) -> None:
     g.add_argument("--out", metavar="RUN", help="run folder (default ./run)")
     g.add_argument("--resume", action="store_true", default=False,
                    help="continue RUN from RUN/last.pt (with RUN/config.yaml as the base "
-                   "config); under a learning-rate schedule --epochs must stay the run's")
+                   "config) on the same data; every option must stay the run's but --minutes, "
+                   "--device and, without a learning-rate schedule, --epochs")
+    g.add_argument("--overwrite", action="store_true", default=False,
+                   help="start a new run in a non-empty --out that is not a run of the same "
+                   "config (its best.pt, last.pt and history.json are removed first)")
     g.add_argument("--dry-run", action="store_true", default=False, dest="dry_run",
                    help="read the data, print the resolved config (YAML) and exit")
     p.set_defaults(func=cmd_train)

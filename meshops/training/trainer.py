@@ -27,9 +27,10 @@ from meshops.training.dataset import fit_normalizers, make_loader, prepare_batch
 from meshops.training.optim import (check_optimizer_arguments, check_scheduler,
                                     is_scheduler_object, make_optimizer, make_scheduler,
                                     name_of)
-from meshops.training.loss import (RelativeLpLoss, lp_errors, summarize_errors,
+from meshops.training.loss import (RelativeLpLoss, lp_errors, summarize_errors, warn_failed,
                                    warn_zero_targets)
-from meshops.training.seed import epoch_seed, get_rng_state, seed_everything, set_rng_state
+from meshops.training.seed import (MAX_SEED, epoch_seed, get_rng_state, seed_everything,
+                                   set_rng_state)
 
 if TYPE_CHECKING:
     from meshops.models.base import NeuralOperator
@@ -269,10 +270,20 @@ class Trainer:
                  resume: bool = False, metadata: dict | None = None, num_workers: int = 0,
                  find_unused_parameters: bool = False, precompute: bool = True,
                  time_limit: float | None = None) -> None:
-        if epochs < 1 or batch_size < 1:
-            raise ValueError(f"epochs and batch_size must be positive, got {epochs}, {batch_size}")
+        for name, value in (("epochs", epochs), ("batch_size", batch_size),
+                            ("val_batch_size", val_batch_size)):
+            # 2.5 would be truncated to 2 without a word
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise ValueError(f"Trainer: {name} must be a positive integer, got {value!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+            raise ValueError(f"Trainer: seed must be an integer in 0..{MAX_SEED}, got {seed!r}")
         if len(train_data) == 0:
             raise ValueError("Trainer: train_data is empty")
+        if val_data is not None and len(val_data) == 0:
+            # it would fail after the first epoch, with nothing to validate on
+            raise ValueError("Trainer: val_data is empty; pass val_data=None to train without "
+                             "validation")
         if resume and out_dir is None:
             raise ValueError("Trainer: resume=True needs out_dir")
         if loss is not None and not callable(loss):
@@ -407,6 +418,22 @@ class Trainer:
         self._net = distributed.wrap_model(self.model, self.dist, self.device,
                                            self.find_unused_parameters)
 
+    def _precision_hint(self) -> str:
+        """Why a loss may have overflowed when the training data are of a magnitude
+        near the limits of the model's dtype (said instead of "lower lr")."""
+        if self.dtype == torch.float64 or not isinstance(self.train_data, (list, tuple)):
+            return ""
+        top = max((float(t.abs().max()) for s in self.train_data for t in
+                   (getattr(s, "x", None), getattr(s, "y", None))
+                   if t is not None and t.numel()), default=0.0)
+        limit = torch.finfo(self.dtype).max
+        if top < limit ** 0.5:
+            return ""
+        return (f"the training data reach {top:.3g}, within a factor {limit / top:.3g} of the "
+                f"largest {self.dtype} ({limit:.3g}): {self.dtype} is the limit here; train "
+                f"in float64 (model.double() and float64 samples; meshops train --dtype "
+                f"float64)")
+
     # ------------------------------------------------------------------ forward
     def _forward(self, net: nn.Module, batch) -> Tensor:
         """Decoded predictions (physical units) of ``net`` on a prepared batch."""
@@ -448,7 +475,7 @@ class Trainer:
             if not math.isfinite(value):
                 raise FloatingPointError(
                     f"non-finite training loss {value} at epoch {epoch + 1}, step {step + 1}; "
-                    f"lower lr, set grad_clip, or check the data")
+                    f"{self._precision_hint() or 'lower lr, set grad_clip, or check the data'}")
             if self.scaler is not None:
                 self.scaler.scale(loss).backward()
                 if self.grad_clip is not None:
@@ -481,14 +508,18 @@ class Trainer:
         A sample whose target is zero everywhere has no relative error
         (:func:`~meshops.training.loss.zero_target`): it is left out of the relative
         statistics, counted in ``l2_undefined`` and named in a warning; its absolute
-        error still counts in ``abs_l2_*``.
+        error still counts in ``abs_l2_*``. A sample on which the model predicts a
+        non-finite value (its inputs are finite) is a failure: its errors are ``inf``,
+        so the means and maxima are ``inf``; it is counted in ``failed`` and named in
+        a warning.
 
         Returns:
             ``l2_mean``, ``l2_median``, ``l2_max`` (quadrature-weighted),
             ``l2_unweighted_mean``, ``..._median``, ``..._max`` (NaN when no sample
             has a defined relative error), ``abs_l2_mean``, ``..._median``, ``..._max``
             (quadrature-weighted absolute error ``sqrt(sum_i w_i |pred_i - y_i|^2)``),
-            ``l2_undefined`` (samples with an all-zero target) and ``n`` (samples).
+            ``l2_undefined`` (samples with an all-zero target), ``failed`` (samples with
+            a non-finite prediction) and ``n`` (samples).
         """
         data = self.val_data if data is None else data
         if data is None or len(data) == 0:
@@ -526,9 +557,13 @@ class Trainer:
                 out[f"{name}_{k}"] = math.nan if st[k] is None else st[k]
         undefined = np.flatnonzero(np.isnan(values[:, 0]))
         out["l2_undefined"] = int(undefined.size)
+        failed = np.flatnonzero(np.isinf(values[:, 0]))
+        out["failed"] = int(failed.size)
+        name = (lambda i: getattr(data[int(i)], "source", None) or f"sample {int(i)}")
         if undefined.size and self.dist.is_main:
-            warn_zero_targets([getattr(data[int(i)], "source", None) or f"sample {int(i)}"
-                               for i in undefined], stacklevel=2)
+            warn_zero_targets([name(i) for i in undefined], stacklevel=2)
+        if failed.size and self.dist.is_main:
+            warn_failed([name(i) for i in failed], stacklevel=2)
         return out
 
     def fit(self, resume: bool | None = None) -> list[dict[str, Any]]:
@@ -588,6 +623,8 @@ class Trainer:
         if val is not None:
             msg += (f"  val l2 {val['l2_mean']:.4e} (median {val['l2_median']:.4e}, "
                     f"max {val['l2_max']:.4e}; unweighted {val['l2_unweighted_mean']:.4e})")
+            if val.get("failed"):
+                msg += f"  non-finite prediction on {val['failed']} of {val['n']}"
         msg += f"  lr {entry['lr']:.2e}  {entry['time_s']:.1f}s" + ("  *best*" if improved else "")
         self._log(msg)
 
