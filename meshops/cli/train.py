@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from meshops.cli import train_extras
 from meshops.cli._common import RAW, CLIError, is_main_rank, os_reason, plural, wrap
 from meshops.cli.config import RUN_CONFIG, TrainConfig
 from meshops.cli.folder import load_folder
@@ -89,6 +90,7 @@ def cmd_train(args) -> int:
     from meshops.training.seed import seed_everything
 
     cfg = TrainConfig.resolve(args)
+    train_extras.check(cfg)
     main_rank = is_main_rank()
     out = Path(cfg.out)
     if not args.dry_run and not args.resume and (out / "last.pt").exists():
@@ -177,7 +179,10 @@ def cmd_train(args) -> int:
         lr=cfg.lr, weight_decay=cfg.weight_decay, scheduler=cfg.scheduler,
         grad_clip=cfg.grad_clip, loss=RelativeLpLoss(quadrature=cfg.quadrature_loss),
         seed=cfg.seed, device=cfg.device, out_dir=out, resume=args.resume,
-        metadata=metadata, progress=sys.stderr.isatty(), log=print)
+        metadata=metadata, progress=sys.stderr.isatty(), log=print, amp=cfg.amp or False,
+        compile=cfg.compile, checkpoint_blocks=cfg.checkpoint_blocks,
+        callbacks=train_extras.callbacks(cfg, out, {**cfg.to_dict(), "model_config": dict(model.config)})
+        if main_rank else [])
     try:
         history = trainer.fit()
     except FloatingPointError as e:
@@ -289,6 +294,7 @@ def add_parser(sub) -> None:
                    "the data order and dropout: one seed, one result on one machine (default 0)")
     g.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
     g.add_argument("--dtype", choices=["float32", "float64"], help="default float32")
+    train_extras.add_arguments(p)
     g = p.add_argument_group("output")
     g.add_argument("--out", metavar="RUN", help="run folder (default ./run)")
     g.add_argument("--resume", action="store_true", default=False,

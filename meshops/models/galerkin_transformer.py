@@ -144,7 +144,7 @@ class GalerkinTransformer(NeuralOperator):
         inp = read_inputs(data, self.in_channels, self.pos_dim, p.dtype, p.device)
         h = self.lift(torch.cat([inp.x, self.pos_enc(inp.pos)], dim=-1))
         for blk in self.blocks:
-            h = blk(h, inp.pos, inp.weight, inp.batch)
+            h = self.run_block(blk, h, inp.pos, inp.weight, inp.batch)
         if inp.has_query:
             weights = (stored_interpolation(data, inp, self.interp_k)
                        if has_structures(self, data, inp) else None)

@@ -235,7 +235,7 @@ class PatchedTransformer(NeuralOperator):
                  else self.partitions(inp.pos, inp.batch))
         h = self.lift(torch.cat([inp.x, self.pos_enc(inp.pos)], dim=-1))
         for blk, p in zip(self.blocks, parts):
-            h = blk(h, inp.pos, inp.weight, inp.batch, parts=p)
+            h = self.run_block(blk, h, inp.pos, inp.weight, inp.batch, parts=p)
         h = self.norm_out(h)
         if inp.has_query:
             weights = stored_interpolation(data, inp, self.interp_k) if stored else None
