@@ -528,7 +528,8 @@ class Trainer:
         # The bare model, not DDP: ranks may hold different numbers of batches, and a
         # DDP forward would wait for the others (it broadcasts buffers).
         model = self.model
-        net = getattr(self, "_eval_net", None) or model
+        net = getattr(self, "_eval_net", None)
+        net = model if net is None else net
         was_training = model.training
         model.eval()
         errs = []
