@@ -15,7 +15,7 @@ from meshops.export import ExportError, export_model, load_exported, read_info
 from meshops.models import get_model
 from meshops.normalizer import UnitGaussianNormalizer
 
-from _tiny_run import one_line_error
+from _tiny_run import one_line_error, tiny_args
 from test_cli import _write_dataset
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -116,9 +116,7 @@ def test_what_cannot_be_exported_is_refused(tmp_path):
 def run(tmp_path_factory):
     data = _write_dataset(tmp_path_factory.mktemp("data"), n=5)
     out = tmp_path_factory.mktemp("runs") / "run"
-    assert cli.main(["train", "--data", str(data), "--inputs", "f", "--targets", "u",
-                     "--model", "transformer_no", "--model-config", "width=8", "layers=1",
-                     "heads=2", "--epochs", "1", "--batch-size", "2", "--logger", "none",
+    assert cli.main(["train", "--data", str(data), *tiny_args(1), "--logger", "none",
                      "--out", str(out)]) == 0
     return out, data
 

@@ -179,6 +179,7 @@ class TrainConfig:
     compile: bool = _option(False, _to_bool)
     checkpoint_blocks: bool = _option(False, _to_bool)
     logger: list[str] | None = _option(None, lambda k, v: _extras().coerce_loggers(k, v))
+    ensemble: int = _option(1, lambda k, v: _to_int(k, v, minimum=1))
 
     # ------------------------------------------------------------- coercion
     @classmethod

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from meshops.cli import train_extras
+from meshops.cli import train_extras, trust_reports
 from meshops.cli._common import RAW, CLIError, is_main_rank, os_reason, plural, wrap
 from meshops.cli.config import RUN_CONFIG, TrainConfig
 from meshops.cli.folder import load_folder
@@ -168,6 +168,8 @@ def cmd_train(args) -> int:
         "split": {"train": [Path(files[i]).name for i in train_idx],
                   "val": [Path(f).name for f in val_files]},
     }
+    # descriptors of the training samples: predict and evaluate measure distances to them
+    metadata["training_set"] = trust_reports.training_set_metadata(train_samples, metadata)
     _check_writable_folder(out)
     if main_rank:
         atomic_write(out / RUN_CONFIG, lambda tmp: Path(tmp).write_text(resolved))
@@ -206,7 +208,7 @@ def cmd_train(args) -> int:
             best = trainer.best
             print(f"best validation {trainer.metric} {best['value']:.4e} at epoch "
                   f"{best['epoch']}: {out / RUN_CHECKPOINT}")
-    return 0
+    return train_extras.train_members(args, cfg, out, cmd_train)
 
 
 TRAIN_EPILOG = """\

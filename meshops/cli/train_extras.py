@@ -9,7 +9,7 @@ import argparse
 import os
 from pathlib import Path
 
-from meshops.cli._common import CLIError
+from meshops.cli._common import CLIError, is_main_rank
 
 LOGGERS = ("tensorboard", "mlflow")
 
@@ -59,6 +59,10 @@ def add_arguments(parser) -> None:
                    dest="checkpoint_blocks",
                    help="activation checkpointing of the processor blocks: less memory, "
                    "about one more forward pass of them per step (default off)")
+    g.add_argument("--ensemble", type=int, metavar="K",
+                   help="train K models with seeds SEED..SEED+K-1 (the others in "
+                   "RUN/ensemble/seed<N>/); predict then writes their mean and standard "
+                   "deviation (default 1)")
     g.add_argument("--logger", metavar="NAMES",
                    help="experiment logging: tensorboard (RUN/tensorboard), mlflow "
                    "(MLFLOW_TRACKING_URI, else RUN/mlflow.db), both comma-separated, or "
@@ -114,3 +118,21 @@ def callbacks(cfg, out: Path, config: dict) -> list:
                                      run_name=out.name, config=config,
                                      artifact_location=local))
     return made
+
+
+def train_members(args, cfg, out: Path, train) -> int:
+    """The other members of ``--ensemble K``: the same command with seeds ``seed + k``
+    into ``RUN/ensemble/seed<seed + k>/`` (with the run's epoch count), one by one."""
+    import copy
+
+    from meshops.trust import ENSEMBLE
+
+    for k in range(1, cfg.ensemble):
+        sub = copy.copy(args)
+        sub.seed, sub.ensemble, sub.epochs = cfg.seed + k, 1, cfg.epochs
+        sub.out = str(out / ENSEMBLE / f"seed{sub.seed}")
+        if is_main_rank():
+            print(f"ensemble member {k + 1}/{cfg.ensemble}: seed {sub.seed} -> {sub.out}/")
+        train(sub)
+    return 0
+
