@@ -90,13 +90,12 @@ def cmd_evaluate(args) -> int:
             key: {m: _json_number(v) for m, v in e.items()} for key, e in values.items()}})
         if train_set is not None:
             distances.append(train_set.distance(mesh_sample(model, spec, s).cpu()))
-            per_sample[-1]["distance"] = {k: trust_reports.json_number(v)
-                                          for k, v in distances[-1].items()}
+            per_sample[-1]["distance"] = trust_reports.json_number(distances[-1])
         if args.refine:
             from meshops.refine import mesh_independence
 
             independence.append(mesh_independence(model, spec, s))
-            per_sample[-1]["refine"] = independence[-1]
+            per_sample[-1]["refine"] = trust_reports.json_number(independence[-1])
         for key, e in values.items():
             if math.isnan(e["l2"]) or math.isnan(e["l2_unweighted"]):
                 # undefined, not huge: say so once per file and target

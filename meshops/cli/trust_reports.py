@@ -50,7 +50,11 @@ def training_set_of(meta: dict, inputs, targets):
 
 
 def json_number(v):
-    """JSON has no NaN or infinity: ``None``."""
+    """JSON has no NaN or infinity: ``None`` (also inside dicts and lists)."""
+    if isinstance(v, dict):
+        return {k: json_number(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [json_number(x) for x in v]
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
 

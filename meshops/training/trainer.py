@@ -230,10 +230,10 @@ class Trainer:
         amp: Mixed precision (:func:`torch.autocast`) for a float32 model:
             ``"bf16"``, ``"fp16"`` (with a gradient scaler) or ``True`` (bfloat16 on
             CPU and on GPUs that support it, else float16). The loss, the decoding
-            and the optimiser stay in float32. On CPU both run (bfloat16 is fast on
-            CPUs with AVX512-BF16/AMX; measured figures in
-            ``docs/training-and-deployment.md``). A float64 model, or bfloat16 on a
-            GPU without it, is refused with ``ValueError``.
+            and the optimiser stay in float32. On CPU both run: bfloat16 is faster
+            than float32 on CPUs with AVX512-BF16 or AMX, float16 slower (measured
+            figures in ``docs/training-and-deployment.md``). A float64 model, or
+            bfloat16 on a GPU without it, is refused with ``ValueError``.
         out_dir: Folder for ``last.pt``, ``best.pt`` and ``history.json``, or ``None``.
         normalize: Fit input/output normalisers on ``train_data`` when the model
             has none. Normalisers the model already has are always used.
@@ -429,10 +429,8 @@ class Trainer:
             kw = self.compile if isinstance(self.compile, dict) else {}
             # DDP before compile: the compiler then splits the graph at DDP's buckets.
             self._net = torch.compile(self._net, **kw)
-            self._eval_net = self._net if self._net_is_model() else torch.compile(self.model, **kw)
-
-    def _net_is_model(self) -> bool:
-        return not self.dist.active
+            self._eval_net = (torch.compile(self.model, **kw) if self.dist.active
+                              else self._net)
 
     # ------------------------------------------------------------------ forward
     def _forward(self, net: nn.Module, batch) -> Tensor:
