@@ -208,6 +208,22 @@ def test_tensorboard_logs_history_baselines_and_the_median_sample(tmp_path):
     assert errs[logger.median_sample(trainer)] == sorted(errs)[1]
 
 
+def test_a_figure_that_cannot_be_drawn_only_warns(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    import meshops.plot
+    from meshops.training.experiment import TensorBoardLogger
+
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(meshops.plot, "plot_comparison", broken)
+    with pytest.warns(UserWarning, match="figure of epoch 2 was not logged .OSError"):
+        _, trainer, history = _fit(epochs=2, callbacks=[TensorBoardLogger(tmp_path / "tb")])
+    assert len(history) == 2
+    scalars, images = _tb_scalars(tmp_path / "tb")
+    assert len(scalars["loss/train"]) == 2 and not images
+
+
 def test_mlflow_logs_metrics_params_and_the_figure(tmp_path):
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient

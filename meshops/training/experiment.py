@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -175,6 +176,16 @@ class ExperimentLogger(Callback):
         return summarize_errors(errs[:, col])["median_sample"]
 
     def _draw(self, trainer, step: int) -> None:
+        """The median sample's figure; a figure that cannot be drawn (an unusual
+        geometry, a full disk) is a warning, not the end of a finished training."""
+        try:
+            self._draw_median(trainer, step)
+        except Exception as e:  # noqa: BLE001 - any plotting or logging failure
+            warnings.warn(f"meshops: the median validation sample's figure of epoch {step} "
+                          f"was not logged ({type(e).__name__}: {e})", UserWarning,
+                          stacklevel=2)
+
+    def _draw_median(self, trainer, step: int) -> None:
         from torch_geometric.data import Batch
 
         from meshops.plot import plot_comparison
