@@ -28,7 +28,7 @@ from typing import Sequence
 
 from meshops.errors import CheckpointError, MeshError
 
-__all__ = ["RUN_CHECKPOINT", "RunSpec", "load_run", "predict_mesh"]
+__all__ = ["RUN_CHECKPOINT", "RunSpec", "load_run", "mesh_sample", "predict_mesh"]
 
 # The model file of a run folder (lowest validation error; the final model without
 # validation data), as ``meshops train`` writes it.
@@ -264,6 +264,16 @@ def predict_mesh(model, spec: RunSpec, mesh):
         mesh ``pos [N, d]``, ``weight [N]``, fields ``[N]`` or ``[N, ...]``
         -> ``[N, C_out]`` in the model's dtype, on the CPU
     """
+    return model.predict(mesh_sample(model, spec, mesh)).cpu()
+
+
+def mesh_sample(model, spec: RunSpec, mesh):
+    """The model's input sample of a mesh: ``pos``, ``weight`` and ``x`` (the fields
+    ``spec`` names, concatenated) in the model's dtype, on its device.
+
+    Shapes:
+        mesh ``pos [N, d]``, fields ``[N]`` or ``[N, ...]`` -> ``x [N, C_in]``
+    """
     import torch
 
     from meshops.data import MeshData
@@ -272,6 +282,5 @@ def predict_mesh(model, spec: RunSpec, mesh):
     n = int(mesh.pos.shape[0])
     cols = [mesh.fields[k].reshape(n, -1).to(torch.float64) for k in spec.inputs]
     x = torch.cat(cols, 1) if cols else torch.zeros(n, 0, dtype=torch.float64)
-    data = MeshData(pos=mesh.pos.to(param.dtype), weight=mesh.weight.to(param.dtype),
+    return MeshData(pos=mesh.pos.to(param.dtype), weight=mesh.weight.to(param.dtype),
                     x=x.to(param.dtype)).to(param.device)
-    return model.predict(data).cpu()

@@ -40,6 +40,13 @@ def write_folder(root: Path, n: int = 4, suffix: str = ".vtu", edits: dict | Non
     return root
 
 
+def folder_bytes(folder: Path) -> dict:
+    """Every file under ``folder`` (subfolders such as ``tensorboard/`` too) by relative
+    path, with its bytes: two calls compare whether anything was written or removed."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
 def run_cli(capsys, argv: list[str]) -> tuple[int, str, str]:
     """``meshops ARGV`` in this process: (exit code, stdout, stderr)."""
     code = cli.main([str(a) for a in argv])

@@ -149,13 +149,13 @@ def test_train_resume_for_more_epochs_after_a_cosine_schedule_is_refused(run, tm
 
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
-    before = {p.name: p.read_bytes() for p in copy.iterdir()}
+    before = {p: p.read_bytes() for p in copy.rglob("*") if p.is_file()}
     code = cli.main(["train", "--out", str(copy), "--resume", "--epochs", "3"])
     captured = capsys.readouterr()
     assert code == 2 and one_line_error(captured.err) and captured.out == ""
     assert f"{copy / 'last.pt'}: the run was started for 2 epochs (2 done)" in captured.err
     assert "cannot be resumed for 3 epochs; resume it with 2 epochs" in captured.err
-    assert {p.name: p.read_bytes() for p in copy.iterdir()} == before
+    assert {p: p.read_bytes() for p in copy.rglob("*") if p.is_file()} == before
 
 
 def test_geometry_only_training(data, tmp_path):

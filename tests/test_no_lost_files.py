@@ -13,14 +13,10 @@ import pytest
 from meshops.io import read_mesh, write_mesh
 from meshops.models import NeuralOperator
 
-from _folders import data, run, run_cli, sample, train  # noqa: F401 (fixtures)
+from _folders import data, folder_bytes, run, run_cli, sample, train  # noqa: F401 (fixtures)
 from _tiny_run import one_line_error
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def _files(folder: Path) -> dict:
-    return {p.name: p.read_bytes() for p in folder.iterdir()}
 
 
 # ----------------------------------------------------------------------- predict
@@ -31,13 +27,13 @@ def test_predict_does_not_replace_a_file_it_did_not_write(run, tmp_path, capsys)
     folder.mkdir()
     write_mesh(folder / "a.vtu", sample(0))
     write_mesh(folder / "a.vtk", sample(1))
-    before = _files(folder)
+    before = folder_bytes(folder)
     code, out, err = run_cli(capsys, ["predict", run, folder / "a.vtk", "-o", folder,
                                       "--format", ".vtu"])
     assert code == 2 and one_line_error(err) and out == "", err
     assert f"{folder / 'a.vtu'}: exists; predict does not replace files" in err
     assert "--overwrite" in err
-    assert _files(folder) == before
+    assert folder_bytes(folder) == before
     code, _, err = run_cli(capsys, ["predict", run, folder / "a.vtk", "-o", folder,
                                     "--format", ".vtu", "--overwrite"])
     assert code == 0, err
@@ -73,13 +69,13 @@ def test_train_refuses_a_folder_with_a_hand_written_config(data, tmp_path, capsy
         Path("config.yaml")]
 
 
-def test_train_refuses_a_folder_of_other_files(data, tmp_path, capsys):
+def test_train_refuses_a_folder_of_otherfolder_bytes(data, tmp_path, capsys):
     out = tmp_path / "results"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     code, _, err = train(capsys, data, out)
     assert code == 2 and "(notes.txt) and is not a meshops run" in err
-    assert _files(out) == {"notes.txt": b"mine"}
+    assert folder_bytes(out) == {"notes.txt": b"mine"}
     code, _, err = train(capsys, data, out, "--overwrite")
     assert code == 0, err
     assert (out / "notes.txt").read_text() == "mine" and (out / "best.pt").is_file()
@@ -90,11 +86,11 @@ def test_train_never_replaces_the_best_pt_of_another_run(run, data, tmp_path, ca
     old = tmp_path / "old"
     shutil.copytree(run, old)
     (old / "last.pt").unlink()
-    before = _files(old)
+    before = folder_bytes(old)
     code, _, err = train(capsys, data, old, "--seed", "7")
     assert code == 2 and one_line_error(err), err
     assert "holds a meshops run of another config (seed: 0 there, 7 now)" in err
-    assert _files(old) == before
+    assert folder_bytes(old) == before
     # the same config again (a relaunch): allowed
     code, _, err = train(capsys, data, old)
     assert code == 0, err
@@ -110,7 +106,7 @@ def test_train_over_a_run_with_last_pt_names_resume_and_overwrite(run, data, tmp
                                                                   capsys):
     copy = tmp_path / "copy"
     shutil.copytree(run, copy)
-    before = _files(copy)
+    before = folder_bytes(copy)
     code, _, err = train(capsys, data, copy)
     assert code == 2 and "pass --resume to continue it, --overwrite to replace it" in err
-    assert _files(copy) == before
+    assert folder_bytes(copy) == before

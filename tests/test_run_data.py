@@ -17,7 +17,7 @@ import yaml
 
 from meshops.models import NeuralOperator
 
-from _folders import run_cli, train, write_folder
+from _folders import folder_bytes, run_cli, train, write_folder
 from _tiny_run import one_line_error
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -37,10 +37,6 @@ def project(tmp_path, monkeypatch, capsys):
     code, _, err = train(capsys, Path("data"), Path("run"), *CONST)
     assert code == 0, err
     return a, b
-
-
-def _files(folder: Path) -> dict:
-    return {p.name: p.read_bytes() for p in folder.iterdir()}
 
 
 def test_a_run_records_absolute_paths_and_a_fingerprint(project):
@@ -94,7 +90,7 @@ def test_resume_from_another_folder_continues_on_the_runs_data(project, monkeypa
 def test_resume_refuses_a_run_whose_data_changed(project, capsys, change):
     a, _ = project
     data = a / "data"
-    before = _files(a / "run")
+    before = folder_bytes(a / "run")
     name = NeuralOperator.from_checkpoint(a / "run" / "best.pt").metadata["split"]["train"][0]
     if change == "content":  # a training file
         write_folder(a / "other", n=6, scale=2.0)
@@ -114,7 +110,7 @@ def test_resume_refuses_a_run_whose_data_changed(project, capsys, change):
               "missing": "s4.vtu: missing"}[change]
     assert f"{a / 'run' / 'last.pt'}: the data behind this run changed" in err
     assert expect in err
-    assert _files(a / "run") == before
+    assert folder_bytes(a / "run") == before
     # the baselines of evaluate say that they cannot be trusted any more
     if change == "content":
         code, out, _ = run_cli(capsys, ["evaluate", a / "run", "--data", data, "--json"])
@@ -135,11 +131,11 @@ def test_resume_refuses_a_run_whose_data_changed(project, capsys, change):
 def test_resume_refuses_every_changed_option_naming_it(project, capsys, flags, label):
     a, b = project
     flags = [str(b / "data") if f == "DATA2" else f for f in flags]
-    before = _files(a / "run")
+    before = folder_bytes(a / "run")
     code, out, err = run_cli(capsys, ["train", "--out", a / "run", "--resume", *flags])
     assert code == 2 and one_line_error(err) and out == "", err
     assert f"{a / 'run' / 'last.pt'}: --resume continues the run exactly, but {label}" in err
-    assert _files(a / "run") == before
+    assert folder_bytes(a / "run") == before
 
 
 def test_resume_refuses_an_edited_config_yaml_and_allows_device_and_epochs(project, capsys):

@@ -1,5 +1,5 @@
-"""The ``meshops`` command: ``info``, ``train``, ``predict``, ``evaluate``, ``plot``,
-``build-kernels``.
+"""The ``meshops`` command: ``info``, ``train``, ``predict``, ``evaluate``, ``export``,
+``plot``, ``build-kernels``.
 
 One module per subcommand (its function and its parser); :mod:`.config` holds the
 typed :class:`TrainConfig` of ``train``, :mod:`.folder` every use of the
@@ -18,7 +18,7 @@ import argparse
 import sys
 import warnings
 
-from meshops.cli import evaluate, info, kernels, plot, predict, train
+from meshops.cli import evaluate, export, info, kernels, plot, predict, train
 from meshops.cli._common import CLIError, os_reason
 from meshops.cli.config import (RUN_CONFIG, TRAIN_DEFAULTS, TrainConfig, load_config_file,
                                 resolve_train_config)
@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="meshops", description="Mesh-agnostic neural operators on unstructured meshes.",
         epilog="Run 'meshops COMMAND --help' for the options and examples of a command.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (info, train, predict, evaluate, plot, kernels):
+    for command in (info, train, predict, evaluate, export, plot, kernels):
         command.add_parser(sub)
     return parser
 

@@ -134,6 +134,12 @@ def _dtype(key, v):
     return v
 
 
+def _extras():
+    from meshops.cli import train_extras
+
+    return train_extras
+
+
 def _unset_or(coerce):
     """``None`` (``null`` in a file: choose from the data) or a value for ``coerce``."""
     return lambda key, v: None if v is None else coerce(key, v)
@@ -178,6 +184,12 @@ class TrainConfig:
     out: str = _option("run", _folder)
     device: str | None = _option(None, _opt_str)
     dtype: str = _option("float32", _dtype)
+    # speed, memory and logging (meshops.cli.train_extras)
+    amp: str | None = _option(None, lambda k, v: _extras().coerce_amp(k, v))
+    compile: bool = _option(False, _to_bool)
+    checkpoint_blocks: bool = _option(False, _to_bool)
+    logger: list[str] | None = _option(None, lambda k, v: _extras().coerce_loggers(k, v))
+    ensemble: int = _option(1, lambda k, v: _to_int(k, v, minimum=1))
 
     # ------------------------------------------------------------- coercion
     @classmethod

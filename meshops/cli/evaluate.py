@@ -14,9 +14,10 @@ import math
 import sys
 from pathlib import Path
 
+from meshops.cli import trust_reports
 from meshops.cli._common import RAW, device_or_error, optional_names, progress, wrap
 from meshops.cli.folder import folder_dataset, training_samples
-from meshops.inference import RunSpec, load_run, predict_mesh
+from meshops.inference import RunSpec, load_run, mesh_sample, predict_mesh
 
 # The errors of sample_errors, in the order they are printed, with their labels.
 _METRIC_LABELS = (("l2", "rel. L2 (quad)"), ("l2_unweighted", "rel. L2 (plain)"),
@@ -110,6 +111,8 @@ def cmd_evaluate(args) -> int:
         slices["all"] = slice(0, sum(sl.stop - sl.start for sl in slices.values()))
     keys = list(slices)
     errors, per_sample, tests = [], [], []
+    train_set, why = trust_reports.training_set_of(meta, spec.inputs, spec.targets)
+    distances, independence = [], []
     for i in progress(range(len(ds)), desc="evaluating", unit="mesh"):
         s = ds[i]
         tests.append(s)
@@ -124,6 +127,14 @@ def cmd_evaluate(args) -> int:
                   f"the inputs are finite; counted as a failure (error inf)", file=sys.stderr)
         per_sample.append({"file": names[i], **{
             key: {m: _json_number(v) for m, v in e.items()} for key, e in values.items()}})
+        if train_set is not None:
+            distances.append(train_set.distance(mesh_sample(model, spec, s).cpu()))
+            per_sample[-1]["distance"] = trust_reports.json_number(distances[-1])
+        if args.refine:
+            from meshops.refine import mesh_independence
+
+            independence.append(mesh_independence(model, spec, s))
+            per_sample[-1]["refine"] = trust_reports.json_number(independence[-1])
         for key, e in values.items():
             if not bad.numel() and (math.isnan(e["l2"]) or math.isnan(e["l2_unweighted"])):
                 # undefined, not huge: say so once per file and target
@@ -141,6 +152,14 @@ def cmd_evaluate(args) -> int:
     note = _training_overlap(meta, args.data, ds.files)
     if note:
         result["note"] = note
+    main_key = "all" if "all" in keys else spec.targets[0]
+    if distances:
+        result["distance"] = trust_reports.distance_report(
+            distances, [e[main_key]["l2"] for e in errors])
+    else:
+        result["distance"] = {"note": f"n/a: {why}"}
+    if independence:
+        result["refine"] = trust_reports.refine_report(independence)
     if not args.no_baselines and tests:
         train, note = training_samples(meta, spec.inputs, spec.targets)
         result["baselines"] = _baseline_report(train, note, tests, names, slices)
@@ -205,6 +224,11 @@ def _print_report(result: dict, keys: list, ckpt, model_name: str, args, spec) -
     for name, entry in result.get("baselines", {}).items():
         print(f"baseline: {name}: {entry['note']}")
         rows(entry, notes=False)  # a baseline's undefined samples are the model's
+    if "bins" in result["distance"]:
+        trust_reports.print_distance_report(result["distance"], n)
+    if "refine" in result:
+        trust_reports.print_refine_report(result["refine"],
+                                          [s["refine"] for s in result["samples"]])
     if "note" in result:
         print(f"note: {result['note']}")
     if args.plot:
@@ -252,6 +276,10 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object (with the "
                    "per-sample errors)")
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--refine", action="store_true",
+                   help="mesh-independence check: predict again on a uniformly refined and "
+                   "a coarsened copy of each mesh (fields interpolated) and report how far "
+                   "the prediction moves (meshops.refine)")
     p.add_argument("--inputs", help="input fields, for checkpoints that do not record them")
     p.add_argument("--targets", help="target fields, for checkpoints that do not record them")
     p.add_argument("--no-baselines", action="store_true", dest="no_baselines",

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+from meshops.cli import trust_reports
 from meshops.cli._common import RAW, CLIError, device_or_error, optional_names, progress, wrap
 from meshops.cli.folder import mesh_files
-from meshops.inference import RunSpec, load_run
+from meshops.inference import RunSpec, load_run, mesh_sample
+from meshops.trust import ensemble_members, predict_ensemble
 
 
 def _suffix(fmt: str | None, path: Path) -> str:
@@ -23,6 +26,12 @@ def cmd_predict(args) -> int:
 
     model, ckpt, meta = load_run(args.run, device_or_error(args.device))
     spec = RunSpec(model, ckpt, meta, optional_names(args.inputs), optional_names(args.targets))
+    train_set, why = trust_reports.training_set_of(meta, spec.inputs, spec.targets)
+    # an ensemble run (meshops train --ensemble K): every member predicts
+    members = [model] + [load_run(m, device_or_error(args.device))[0]
+               for m in ensemble_members(args.run)[1:]]
+    if train_set is None:
+        print(f"meshops: note: no distance to the training set ({why})", file=sys.stderr)
     files = mesh_files(args.meshes)
     out_dir = Path(args.output)
     targets = {}
@@ -46,19 +55,33 @@ def cmd_predict(args) -> int:
     for f in progress(files, desc="predicting", unit="mesh"):
         mesh = read_mesh(f)
         spec.check_mesh(mesh, f)
-        # Looked up on meshops.cli when called, so that a replacement there is used
-        # (the tests put in a model that predicts NaN).
-        out = cli.predict_mesh(model, spec, mesh)
+        if len(members) > 1:
+            out, std = predict_ensemble(members, spec, mesh)
+        else:
+            # Looked up on meshops.cli when called, so that a replacement there is used
+            # (the tests put in a model that predicts NaN).
+            out, std = cli.predict_mesh(model, spec, mesh), None
         bad = (~torch.isfinite(out)).nonzero()
         if bad.numel():  # the inputs are finite (checked above): the model is at fault
             raise CLIError(f"{f}: the model in {spec.ckpt} predicts a non-finite value "
                            f"({out[bad[0, 0], bad[0, 1]].item()}) at point {int(bad[0, 0])} "
                            f"although the inputs are finite; nothing written for this file")
-        pred = spec.split(out)
-        written.append(write_mesh(targets[f], mesh,
-                                  point_data={f"{k}_pred": v for k, v in pred.items()}))
-    fields = ", ".join(f"{k}_pred" for k in spec.targets)
-    print(f"wrote {len(written)} file(s) with {fields} to {out_dir}/")
+        fields = {f"{k}_pred": v for k, v in spec.split(out).items()}
+        if std is not None:
+            fields.update({f"{k}_std": v for k, v in spec.split(std).items()})
+        if train_set is not None:
+            dist = train_set.distance(mesh_sample(model, spec, mesh).cpu())
+            trust_reports.warn_extrapolation(f, dist)
+            n = int(mesh.pos.shape[0])
+            fields.update({name: torch.full((n,), dist[key], dtype=torch.float64)
+                           for key, name in trust_reports.DISTANCE_FIELDS.items()})
+        written.append(write_mesh(targets[f], mesh, point_data=fields))
+    fields = ", ".join([f"{k}_pred" for k in spec.targets]
+                       + ([f"{k}_std" for k in spec.targets] if len(members) > 1 else [])
+                       + (list(trust_reports.DISTANCE_FIELDS.values()) if train_set else []))
+    print(f"wrote {len(written)} file(s) with {fields} to {out_dir}/"
+          + (f" (mean and standard deviation of {len(members)} ensemble members)"
+             if len(members) > 1 else ""))
     return 0
 
 
@@ -70,7 +93,12 @@ examples:
 
 Each output file is the input mesh with all its fields plus <target>_pred for
 every target the model was trained on; open it in ParaView. A file that exists
-in OUTDIR is not replaced without --overwrite.
+in OUTDIR is not replaced without --overwrite. Each file also gets the
+mesh's distance to the training set (train_distance, and its parameter and
+geometry parts train_distance_params, train_distance_geometry; constant fields,
+in units of the training spread, see meshops.trust), with a warning when the
+model extrapolates there. A run trained with --ensemble K writes the mean of its K
+members as <target>_pred and their standard deviation as <target>_std.
 """
 
 

@@ -36,7 +36,7 @@ def fit_reduced_run(args, cfg, chosen: str, train_samples, val_samples, run) -> 
         if chosen:
             print(f"# defaults from the data: {chosen}", file=sys.stderr)
         return 0
-    metadata = run.metadata(cfg.render())
+    metadata = run.metadata(cfg.render(), train_samples)
     run.prepare()
     if chosen:
         print(f"defaults from the data: {chosen}")

@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from meshops.cli import train_extras, trust_reports
 from meshops.cli._common import (RAW, CLIError, device_or_error, is_main_rank, os_reason,
                                  plural, wrap)
 from meshops.cli.config import RUN_CONFIG, TrainConfig
@@ -147,7 +148,7 @@ class _RunFiles:
         self.shapes, self.sizes, self.resumed = shapes, sizes, resumed
         self.out, self.main_rank = out, main_rank
 
-    def metadata(self, resolved: str) -> dict:
+    def metadata(self, resolved: str, train_samples) -> dict:
         """The checkpoint metadata; ``resolved`` is the rendered config. Refuses to
         resume on changed data and warns of validation files equal to training files."""
         import yaml
@@ -167,7 +168,7 @@ class _RunFiles:
                       f"the best checkpoint is partly picked on training data",
                       file=sys.stderr)
         c_in, c_out, dim = self.sizes
-        return {
+        meta = {
             "inputs": list(cfg.inputs), "targets": list(cfg.targets),
             "field_shapes": self.shapes, "in_channels": c_in, "out_channels": c_out,
             "pos_dim": dim, "data": cfg.data, "val_data": cfg.val_data,
@@ -176,6 +177,9 @@ class _RunFiles:
             "data_files": data_files, "val_files": val_record,
             "train_config": yaml.safe_load(resolved),
         }
+        # descriptors of the training samples: predict and evaluate measure distances to them
+        meta["training_set"] = trust_reports.training_set_metadata(train_samples, meta)
+        return meta
 
     def prepare(self) -> None:
         """Create the run folder (or say why it cannot be written) and, for a new run,
@@ -196,6 +200,7 @@ def cmd_train(args) -> int:
 
     cfg = TrainConfig.resolve(args)
     device_or_error(cfg.device)  # before any data is read
+    train_extras.check(cfg)
     main_rank = is_main_rank()
     out = Path(cfg.out)
     # The run records where its data is, not where it was run from: evaluate and
@@ -272,7 +277,7 @@ def cmd_train(args) -> int:
             print(f"# {summary}", file=sys.stderr)
         return 0
 
-    metadata = run.metadata(resolved)
+    metadata = run.metadata(resolved, train_samples)
     run.prepare()
     if main_rank:
         atomic_write(out / RUN_CONFIG, lambda tmp: Path(tmp).write_text(resolved))
@@ -284,7 +289,10 @@ def cmd_train(args) -> int:
         lr=cfg.lr, weight_decay=cfg.weight_decay, scheduler=cfg.scheduler,
         grad_clip=cfg.grad_clip, loss=RelativeLpLoss(quadrature=cfg.quadrature_loss),
         seed=cfg.seed, device=cfg.device, out_dir=out, resume=args.resume,
-        metadata=metadata, progress=sys.stderr.isatty(), log=print)
+        metadata=metadata, progress=sys.stderr.isatty(), log=print, amp=cfg.amp or False,
+        compile=cfg.compile, checkpoint_blocks=cfg.checkpoint_blocks,
+        callbacks=train_extras.callbacks(cfg, out, {**cfg.to_dict(), "model_config": dict(model.config)})
+        if main_rank else [])
     try:
         history = trainer.fit()
     except FloatingPointError as e:
@@ -316,7 +324,7 @@ def cmd_train(args) -> int:
             best = trainer.best
             print(f"best validation {trainer.metric} {best['value']:.4e} at epoch "
                   f"{best['epoch']}: {out / RUN_CHECKPOINT}")
-    return 0
+    return train_extras.train_members(args, cfg, out, cmd_train)
 
 
 TRAIN_EPILOG = """\
@@ -406,6 +414,7 @@ def add_parser(sub) -> None:
                    "the data order and dropout: one seed, one result on one machine (default 0)")
     g.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
     g.add_argument("--dtype", choices=["float32", "float64"], help="default float32")
+    train_extras.add_arguments(p)
     g = p.add_argument_group("output")
     g.add_argument("--out", metavar="RUN", help="run folder (default ./run)")
     g.add_argument("--resume", action="store_true", default=False,

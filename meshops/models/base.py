@@ -116,6 +116,32 @@ class NeuralOperator(nn.Module):
 
         cls.__init__ = recording_init
 
+    # ------------------------------------------------- activation checkpointing
+    #: Whether :meth:`run_block` recomputes the processor blocks in the backward pass
+    #: (:meth:`set_block_checkpointing`); a training setting, not saved with the model.
+    checkpoint_blocks: bool = False
+
+    def set_block_checkpointing(self, enabled: bool = True) -> "NeuralOperator":
+        """Activation checkpointing of the processor blocks: in training, each block
+        keeps only its input and recomputes its activations (attention weights, MLP
+        hidden layers) in the backward pass, so the peak memory of a step holds one
+        block's activations instead of all of them, for about one more forward pass
+        of the blocks (``torch.utils.checkpoint``, non-reentrant, random state
+        preserved: dropout draws the same masks). Gradients are unchanged.
+        Measured figures: ``benchmarks/results/checkpoint-blocks-*.txt``."""
+        self.checkpoint_blocks = bool(enabled)
+        return self
+
+    def run_block(self, block: Callable, *args: Any, **kwargs: Any):
+        """``block(*args, **kwargs)``, checkpointed when :attr:`checkpoint_blocks` is
+        set, the model is training and gradients are on (models call their processor
+        blocks through this)."""
+        if self.checkpoint_blocks and self.training and torch.is_grad_enabled():
+            from torch.utils.checkpoint import checkpoint
+
+            return checkpoint(block, *args, use_reentrant=False, **kwargs)
+        return block(*args, **kwargs)
+
     # ------------------------------------------------------------ normalisers
     def set_normalizers(self, input: UnitGaussianNormalizer | None = None,
                         output: UnitGaussianNormalizer | None = None) -> "NeuralOperator":

@@ -141,10 +141,12 @@ class GalerkinTransformer(NeuralOperator):
 
     def forward(self, data) -> Tensor:
         p = next(self.head.parameters())
-        inp = read_inputs(data, self.in_channels, self.pos_dim, p.dtype, p.device)
+        # compiled or exported, the forward trusts its inputs' values (as the other models)
+        inp = read_inputs(data, self.in_channels, self.pos_dim, p.dtype, p.device,
+                          check_values=not torch.compiler.is_compiling())
         h = self.lift(torch.cat([inp.x, self.pos_enc(inp.pos)], dim=-1))
         for blk in self.blocks:
-            h = blk(h, inp.pos, inp.weight, inp.batch)
+            h = self.run_block(blk, h, inp.pos, inp.weight, inp.batch)
         if inp.has_query:
             weights = (stored_interpolation(data, inp, self.interp_k)
                        if has_structures(self, data, inp) else None)

@@ -299,7 +299,7 @@ class PiT(NeuralOperator):
         # shared_lambda without one materialised kernel: every block evaluates the
         # first block's lambda (passed explicitly; the blocks' own stay frozen)
         lam = self.attn[0].lam if self.shared_lambda and len(self.attn) else None
-        for att, mlp, lin in zip(self.attn, self.mlp, self.linear):
+        def block(u: Tensor, att, mlp, lin) -> Tensor:
             if lat.shared:
                 B = lat.num_graphs
                 n = u.shape[0] // B
@@ -315,7 +315,10 @@ class PiT(NeuralOperator):
             else:
                 h = att(u, lat.pos, lat.weight, batch, lam=lam)
             h = gelu(h)
-            u = gelu(mlp(h) + lin(u))
+            return gelu(mlp(h) + lin(u))
+
+        for att, mlp, lin in zip(self.attn, self.mlp, self.linear):
+            u = self.run_block(block, u, att, mlp, lin)
         return u
 
     def mesh_transform(self) -> "PiTStructures":

@@ -173,7 +173,7 @@ class TransformerNO(NeuralOperator):
         args = layer_inputs(None, inp.weight, inp.batch, inp.pos.shape[0], inp.num_graphs,
                             not check_values, max_points=inp.max_points)
         for blk in self.blocks:
-            h = blk(h, *args)
+            h = self.run_block(blk, h, *args)
         return h, inp
 
     def forward(self, data) -> Tensor:

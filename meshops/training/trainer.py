@@ -22,7 +22,8 @@ from meshops._atomic import atomic_write
 from meshops._checkpoint import check_weights_fit
 from meshops._progress import progress as progress_bar
 from meshops.normalizer import UnitGaussianNormalizer
-from meshops.training import distributed, state
+from meshops.training import callbacks, distributed, state
+from meshops.training.callbacks import Callback
 from meshops.training.dataset import fit_normalizers, make_loader, prepare_batch
 from meshops.training.optim import (check_optimizer_arguments, check_scheduler,
                                     is_scheduler_object, make_optimizer, make_scheduler,
@@ -227,9 +228,13 @@ class Trainer:
             :func:`~meshops.training.seed.seed_everything` before building it (as
             ``meshops train`` and the examples do).
         device: ``"cpu"``, ``"cuda"``, a device, or ``None`` for CUDA when available.
-        amp: Mixed precision on CUDA: ``True`` (bfloat16 where supported, else
-            float16 with a gradient scaler), ``"bf16"`` or ``"fp16"``. On CPU it is
-            ignored with a warning and the model trains in its own dtype.
+        amp: Mixed precision (:func:`torch.autocast`) for a float32 model:
+            ``"bf16"``, ``"fp16"`` (with a gradient scaler) or ``True`` (bfloat16 on
+            CPU and on GPUs that support it, else float16). The loss, the decoding
+            and the optimiser stay in float32. On CPU both run: bfloat16 is faster
+            than float32 on CPUs with AVX512-BF16 or AMX, float16 slower (measured
+            figures in ``docs/training-and-deployment.md``). A float64 model, or
+            bfloat16 on a GPU without it, is refused with ``ValueError``.
         out_dir: Folder for ``last.pt``, ``best.pt`` and ``history.json``, or ``None``.
         normalize: Fit input/output normalisers on ``train_data`` when the model
             has none. Normalisers the model already has are always used.
@@ -255,6 +260,17 @@ class Trainer:
         time_limit: Seconds: :meth:`fit` stops after the epoch past which one more
             epoch (at the mean epoch time so far) would not end within this many
             seconds of its start; ``best.pt`` is then the best validated epoch so far.
+        compile: Train (and validate) through :func:`torch.compile`: ``True`` or a
+            dict of its arguments (e.g. ``{"mode": "max-autotune"}``). The first steps
+            of each new mesh size compile; a fixed-mesh dataset with precomputed
+            structures compiles once (see the README's torch.compile section).
+        checkpoint_blocks: Activation checkpointing of the model's processor blocks
+            (:meth:`~meshops.models.NeuralOperator.set_block_checkpointing`): their
+            activations are recomputed in the backward pass instead of kept, for
+            less peak memory at the cost of one more forward of the blocks.
+        callbacks: :class:`~meshops.training.callbacks.Callback` objects whose hooks
+            run at the start and end of :meth:`fit` and after every epoch (e.g.
+            :class:`~meshops.training.experiment.TensorBoardLogger`).
     """
 
     def __init__(self, model: "NeuralOperator", train_data: Sequence, val_data: Sequence | None = None,
@@ -269,7 +285,8 @@ class Trainer:
                  shuffle: bool = True, progress: bool = True, log: Any = print,
                  resume: bool = False, metadata: dict | None = None, num_workers: int = 0,
                  find_unused_parameters: bool = False, precompute: bool = True,
-                 time_limit: float | None = None) -> None:
+                 time_limit: float | None = None, compile: bool | dict = False,
+                 checkpoint_blocks: bool = False, callbacks: Sequence = ()) -> None:
         for name, value in (("epochs", epochs), ("batch_size", batch_size),
                             ("val_batch_size", val_batch_size)):
             # 2.5 would be truncated to 2 without a word
@@ -308,6 +325,17 @@ class Trainer:
                              f"a callable, got {scheduler!r}")
         self.dtype = params[0].dtype
         self._check_dtype(train_data[0])
+        if not isinstance(compile, (bool, dict)):
+            raise TypeError(f"compile must be True, False or a dict of torch.compile "
+                            f"arguments, got {compile!r}")
+        self.compile = compile
+        self.callbacks = list(callbacks)
+        for cb in self.callbacks:
+            if not isinstance(cb, Callback):
+                raise TypeError(f"callbacks must be meshops.training.callbacks.Callback "
+                                f"objects, got {type(cb).__name__}")
+        if checkpoint_blocks:
+            model.set_block_checkpointing(True)
         if precompute:
             train_data = _with_mesh_structures(model, train_data, "training", progress)
             val_data = _with_mesh_structures(model, val_data, "validation", progress)
@@ -334,7 +362,8 @@ class Trainer:
         self.model = model.to(self.device)
 
         self.amp_dtype = self._amp_dtype(amp)
-        self.scaler = (torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None)
+        self.scaler = (torch.amp.GradScaler(self.device.type)
+                       if self.amp_dtype == torch.float16 else None)
 
         # The sampler is a DistributedSampler in a single process too (one replica):
         # the permutation of an epoch then depends only on (seed, epoch), and a run on
@@ -374,20 +403,9 @@ class Trainer:
                     f"the model")
 
     def _amp_dtype(self, amp) -> torch.dtype | None:
-        if not amp:
-            return None
-        if self.device.type != "cuda":
-            warnings.warn(f"amp={amp!r} has no effect on {self.device.type}: mixed precision "
-                          f"is used on CUDA only; training in {self.dtype}",
-                          UserWarning, stacklevel=3)
-            return None
-        if amp is True:
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        choices = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-                   "fp16": torch.float16, "float16": torch.float16}
-        if amp not in choices:
-            raise ValueError(f"amp must be True, False, 'bf16' or 'fp16', got {amp!r}")
-        return choices[amp]
+        from meshops.training.precision import amp_dtype
+
+        return amp_dtype(amp, self.device, self.dtype)
 
     def _attach_normalizers(self, norm_in: UnitGaussianNormalizer | None,
                             norm_out: UnitGaussianNormalizer | None) -> None:
@@ -417,6 +435,13 @@ class Trainer:
         # broadcasts when it is built.
         self._net = distributed.wrap_model(self.model, self.dist, self.device,
                                            self.find_unused_parameters)
+        self._eval_net = self.model
+        if self.compile is not False:
+            kw = self.compile if isinstance(self.compile, dict) else {}
+            # DDP before compile: the compiler then splits the graph at DDP's buckets.
+            self._net = torch.compile(self._net, **kw)
+            self._eval_net = (torch.compile(self.model, **kw) if self.dist.active
+                              else self._net)
 
     def _precision_hint(self) -> str:
         """Why a loss may have overflowed when the training data are of a magnitude
@@ -532,13 +557,15 @@ class Trainer:
         # The bare model, not DDP: ranks may hold different numbers of batches, and a
         # DDP forward would wait for the others (it broadcasts buffers).
         model = self.model
+        net = getattr(self, "_eval_net", None)
+        net = model if net is None else net
         was_training = model.training
         model.eval()
         errs = []
         try:
             for batch in loader:
                 batch = prepare_batch(batch, self.device)
-                pred = self._forward(model, batch).to(torch.float64)
+                pred = self._forward(net, batch).to(torch.float64)
                 y, w, b = targets_of(batch)
                 y = y.to(torch.float64)
                 weighted, plain = lp_errors(pred, y, w, b), lp_errors(pred, y, None, b)
@@ -550,6 +577,9 @@ class Trainer:
         gathered = distributed.all_gather_objects((idx, local), self.dist)
         order = np.concatenate([np.asarray(i, dtype=np.int64) for i, _ in gathered])
         values = torch.cat([e for _, e in gathered]).numpy()[np.argsort(order, kind="stable")]
+        # Per sample, for callbacks (the median sample's figure): columns l2,
+        # l2_unweighted, abs_l2 in the order of ``data``.
+        self.last_errors = values
         out: dict[str, float] = {"n": int(values.shape[0])}
         for j, name in enumerate(("l2", "l2_unweighted", "abs_l2")):
             st = summarize_errors(values[:, j])
@@ -581,6 +611,7 @@ class Trainer:
             raise ValueError("fit: resume=True needs out_dir")
         try:
             self._prepare(resume)
+            callbacks.call(self.callbacks, "on_fit_start", self)
             if self.epoch >= self.epochs:
                 self._log(f"already trained {self.epoch}/{self.epochs} epochs")
             start, first = time.perf_counter(), self.epoch
@@ -595,7 +626,10 @@ class Trainer:
                                   f"epoch would pass the {self.time_limit:g} s time limit")
                         break
         finally:
-            distributed.cleanup(self.dist)
+            try:
+                callbacks.call(self.callbacks, "on_fit_end", self)
+            finally:
+                distributed.cleanup(self.dist)
         return self.history
 
     def _run_epoch(self, epoch: int) -> None:
@@ -627,6 +661,7 @@ class Trainer:
                 msg += f"  non-finite prediction on {val['failed']} of {val['n']}"
         msg += f"  lr {entry['lr']:.2e}  {entry['time_s']:.1f}s" + ("  *best*" if improved else "")
         self._log(msg)
+        callbacks.call(self.callbacks, "on_epoch_end", self, entry)
 
     # ------------------------------------------------------------------ state
     def _save_state(self) -> None:
