@@ -4,7 +4,7 @@ Each example (``elasticity.py``, ``airfoil.py``) loads its data, then calls
 :func:`run`, which holds out a validation split of the training samples, trains a
 model with :class:`meshops.training.Trainer` (the validation error picks
 ``best.pt``; the test samples play no part), evaluates that checkpoint on the
-test samples once, next to two baselines that need no training
+test samples once, next to three baselines that need no training
 (:mod:`meshops.training.baselines`), and writes a figure and the test predictions.
 """
 

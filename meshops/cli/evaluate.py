@@ -1,4 +1,4 @@
-"""``meshops evaluate``: a trained model's errors on a folder of meshes, next to two
+"""``meshops evaluate``: a trained model's errors on a folder of meshes, next to three
 baselines that need no training.
 
 The per-sample errors are :func:`meshops.training.loss.sample_errors` and their
@@ -49,12 +49,12 @@ def _statistics(per_sample: list, names: list, keys) -> dict:
 
 
 def _baseline_report(train, note: str, tests: list, names: list, slices: dict) -> dict:
-    """Both baselines of :mod:`meshops.training.baselines` on the evaluated samples, per
+    """The baselines of :mod:`meshops.training.baselines` on the evaluated samples, per
     target field (``slices``) and metric, as ``{name: {"note", field: {metric: stats}}}``."""
-    from meshops.training.baselines import baselines
+    from meshops.training.baselines import BASELINE_NAMES, baselines
 
     if train is None:
-        return {"training mean": {"note": note}, "nearest training sample": {"note": note}}
+        return {name: {"note": note} for name in BASELINE_NAMES}
     out = {}
     for b in baselines(train, tests):
         out[b.name] = entry = {"note": b.note}
@@ -188,11 +188,13 @@ def add_parser(sub) -> None:
         "evaluate", help="relative L2 errors of a trained model on a folder of meshes",
         description=wrap("Predict on every mesh of DIR and print the relative L2 error "
         "per target field (mean, median, worst sample), quadrature-weighted and "
-        "unweighted, next to two baselines that need no training, on the same meshes "
+        "unweighted, next to three baselines that need no training, on the same meshes "
         "and metric: the mean of the training targets (when all meshes are one fixed "
-        "mesh or structured grids of one shape) and the targets of the nearest "
+        "mesh or structured grids of one shape), the targets of the nearest "
         "training sample (by the mean of each input field, or by the geometry when the "
-        "model has no inputs)."),
+        "model has no inputs) and POD + RBF, the classical reduced-order model (when "
+        "the meshes correspond and every sample has a parameter vector or constant "
+        "input fields)."),
         epilog=EVALUATE_EPILOG, formatter_class=RAW)
     p.add_argument("run", metavar="RUN", help="run folder (uses best.pt) or checkpoint file")
     p.add_argument("--data", required=True, metavar="DIR", help="folder of meshes with the "
@@ -205,7 +207,7 @@ def add_parser(sub) -> None:
     p.add_argument("--inputs", help="input fields, for checkpoints that do not record them")
     p.add_argument("--targets", help="target fields, for checkpoints that do not record them")
     p.add_argument("--no-baselines", action="store_true", dest="no_baselines",
-                   help="skip the two baselines that need no training (the training mean "
-                   "field and the nearest training sample), which read the run's training "
-                   "files")
+                   help="skip the baselines that need no training (the training mean "
+                   "field, the nearest training sample and POD + RBF), which read the "
+                   "run's training files")
     p.set_defaults(func=cmd_evaluate)
