@@ -76,7 +76,8 @@ def _family(params, pts, tri, fields):
 
 def test_pod_rbf_is_exact_on_a_rank_two_family_linear_in_the_parameters():
     """Targets a(mu) phi1 + b(mu) phi2 with a, b linear in mu: two modes carry the family
-    and the thin-plate RBF reproduces linear functions, so POD + RBF is exact."""
+    and the thin-plate RBF reproduces linear functions, so POD + RBF (meshops', called on
+    the benchmark's arrays) is exact; its note gives the rank."""
     pts, tri = _grid(6)
     phi1 = np.stack([np.sin(3 * pts[:, 0]), pts[:, 1] ** 2], 1)
     phi2 = np.stack([np.cos(pts[:, 1]), pts[:, 0] * pts[:, 1]], 1)
@@ -86,6 +87,7 @@ def test_pod_rbf_is_exact_on_a_rank_two_family_linear_in_the_parameters():
     train, test = _family(P[:30], pts, tri, F[:30]), _family(P[30:], pts, tri, F[30:])
     for pred, s in zip(classical.pod_rbf(train, test), test):
         assert metric.relative_l2(pred, s.targets, s.weight) < 1e-8
+    assert classical.LAST_NOTE[0].startswith("2 POD mode(s)")
     mean = classical.training_mean(train, test)[0]
     np.testing.assert_allclose(mean, np.mean(F[:30], axis=0), rtol=1e-12)
 
@@ -105,7 +107,7 @@ def test_nearest_sample_picks_by_standardised_parameters_and_moves_between_meshe
     test = _family(np.array([[1.0, 10.0]]), p2, t2, [np.zeros((len(p2), 1))])
     np.testing.assert_allclose(classical.nearest_sample(train, test)[0],
                                2 * (2 * p2[:, :1] - p2[:, 1:]), atol=1e-12)
-    with pytest.raises(classical.NotApplicable, match="one mesh per sample"):
+    with pytest.raises(classical.NotApplicable, match="meshes differ: 25 to 64 points"):
         classical.pod_rbf(train, test)
     with pytest.raises(classical.NotApplicable, match="one mesh per sample"):
         classical.training_mean(train, test)
@@ -207,6 +209,24 @@ def test_table_option_reads_a_stored_result_or_fails_in_one_line(tmp_path, capsy
     assert main(["--table", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not an accuracy result" in err[0]
+
+
+@pytest.mark.parametrize("python", ["/nonexistent/python", "SELF"])
+def test_peers_without_their_environment_fail_in_one_line(python, capsys):
+    import sys
+
+    from benchmarks.accuracy.__main__ import main
+
+    python = sys.executable if python == "SELF" else python
+    if python == sys.executable:  # the library's environment, which has no peers
+        try:
+            import neuralop  # noqa: F401
+            pytest.skip("the peers are importable here")
+        except ImportError:
+            pass
+    assert main(["--models", "mean,gino", "--peers-python", python]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{python} cannot import physicsnemo and neuralop" in err[0]
 
 
 # ------------------------------------------------------------ peer harness

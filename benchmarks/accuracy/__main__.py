@@ -74,6 +74,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if not args.minutes > 0:
         p.error(f"--minutes must be positive, got {args.minutes}")
+    if args.threads < 1:
+        p.error(f"--threads must be >= 1, got {args.threads}")
+    # meshops first: the peers take their validation files from its run
+    args.models = [m for m in MODELS if m in args.models]
     if args.peers_python is None:
         args.peers_python = DEFAULT_PEERS_PYTHON if Path(DEFAULT_PEERS_PYTHON).exists() \
             else sys.executable
@@ -128,9 +132,12 @@ def main(argv=None) -> int:
         print(markdown_table(doc), end="")
         return 0
     if any(m in PEERS for m in args.models):
-        probe = subprocess.run([args.peers_python, "-c", "import physicsnemo, neuralop"],
-                               capture_output=True, text=True)
-        if probe.returncode != 0:
+        try:
+            ok = subprocess.run([args.peers_python, "-c", "import physicsnemo, neuralop"],
+                                capture_output=True, text=True).returncode == 0
+        except OSError:
+            ok = False
+        if not ok:
             print(f"error: {args.peers_python} cannot import physicsnemo and neuralop (install "
                   f"the peers: pip install -e .[peers], see docs/accuracy.md), or leave "
                   f"transolver,gino out of --models", file=sys.stderr)

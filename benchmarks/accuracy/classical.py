@@ -6,8 +6,8 @@
   (the input fields' node means, standardised by their spread over the training
   set) are closest; on another mesh its field is carried over by P1 interpolation
   on the training mesh's triangles (nearest node outside them).
-* **POD + RBF**: the classical reduced-order model of a parametric study; see
-  :func:`pod_rbf`.
+* **POD + RBF**: the classical reduced-order model of a parametric study, as
+  meshops itself reports it; see :func:`pod_rbf`.
 
 Each returns one ``[N, C]`` prediction per test sample, or a reason why it does not
 apply.
@@ -67,28 +67,31 @@ def nearest_sample(train: Sequence[Sample], test: Sequence[Sample]) -> list[np.n
     return [_transfer(train[i], t) for i, t in zip(idx, test)]
 
 
-def pod_rbf(train: Sequence[Sample], test: Sequence[Sample], modes: int = 10) -> list[np.ndarray]:
-    """POD + RBF: the SVD of the centred training snapshots (all target channels
-    stacked) truncated to ``modes`` modes, and scipy's ``RBFInterpolator`` (thin-plate
-    spline) from the standardised parameters to the mode coefficients.
+def pod_rbf(train: Sequence[Sample], test: Sequence[Sample]) -> list[np.ndarray]:
+    """POD + RBF as meshops reports it (:func:`meshops.training.baselines.pod_rbf_baseline`:
+    POD in the quadrature inner product with the rank chosen by energy, thin-plate RBF
+    from the standardised parameters to the modal coefficients), on the benchmark's
+    arrays; :data:`LAST_NOTE` keeps its note (rank, energy, parameters).
 
     Shapes:
         train/test targets ``[N, C]`` on one mesh -> ``T`` predictions ``[N, C]``
     """
-    from scipy.interpolate import RBFInterpolator
+    import torch
 
-    if not same_mesh(list(train) + list(test)):
-        raise NotApplicable("one mesh per sample")
-    if train[0].inputs.shape[1] == 0:
-        raise NotApplicable("no input parameters")
-    shape = train[0].targets.shape
-    Y = np.stack([s.targets.reshape(-1) for s in train])
-    mean = Y.mean(0)
-    _, _, vt = np.linalg.svd(Y - mean, full_matrices=False)
-    r = min(modes, len(vt))
-    coef = (Y - mean) @ vt[:r].T
-    p_tr, p_te = _standardised_params(train, test)
-    keep = np.ptp(p_tr, axis=0) > 0  # a constant parameter makes the RBF system singular
-    rbf = RBFInterpolator(p_tr[:, keep], coef, kernel="thin_plate_spline")
-    pred = mean + rbf(p_te[:, keep]) @ vt[:r]
-    return [row.reshape(shape) for row in pred]
+    from meshops.data import MeshData
+    from meshops.training.baselines import pod_rbf_baseline
+
+    def mesh_data(s: Sample) -> MeshData:
+        t = lambda a: torch.as_tensor(a, dtype=torch.float64)  # noqa: E731
+        return MeshData(pos=t(s.points), weight=t(s.weight), x=t(s.inputs), y=t(s.targets),
+                        params=t(s.params)[None])
+
+    res = pod_rbf_baseline([mesh_data(s) for s in train], [mesh_data(s) for s in test])
+    LAST_NOTE[0] = res.note
+    if not res.available:
+        raise NotApplicable(res.note.removeprefix("n/a: "))
+    return [p.numpy() for p in res.predictions]
+
+
+#: The note of the last :func:`pod_rbf` call.
+LAST_NOTE = [""]

@@ -17,9 +17,10 @@ the seed and the output file. The recipe, the same for both peers:
 * the number of steps that fit the budget is estimated from the first steps and a
   timed validation pass, and sets the schedule's length (one-cycle for Transolver,
   cosine for GINO, as in their examples); training stops at the budget in any case;
-* the validation files are scored about ten times over the run (every epoch when
-  epochs are short) and the best-scoring weights are kept; the test files are
-  predicted once, with those weights.
+* the validation files are scored about ten times over the run, evenly spaced (fewer
+  when ten passes would take more than a quarter of the budget), and the
+  best-scoring weights are kept; the test files are predicted once, with those
+  weights.
 
 Writes ``OUT.npz`` (one ``[N, C]`` array per test file name) and ``OUT.json`` (the
 configuration, parameter count, steps, epochs, validation history).
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -151,7 +153,7 @@ def build(torch, name: str, cfg: dict, k_in: int, c_out: int):
     return GINO(in_channels=k_in, out_channels=c_out, gno_coord_dim=2,
                 fno_n_modes=tuple(m["fno_n_modes"]), fno_hidden_channels=m["fno_hidden_channels"],
                 fno_n_layers=m["fno_n_layers"], in_gno_radius=m["in_gno_radius"],
-                out_gno_radius=m["out_gno_radius"], fno_in_channels=2, gno_use_open3d=False,
+                out_gno_radius=m["out_gno_radius"], fno_in_channels=k_in, gno_use_open3d=False,
                 gno_use_torch_scatter=False)
 
 
@@ -259,10 +261,10 @@ def run(job: dict) -> dict:
     t_val = time.perf_counter() - t1
     best_state, best_at = copy.deepcopy(peer.net.state_dict()), probe
     left = budget - (time.perf_counter() - t_start)
-    # about ten validations over the run, and at least one per epoch when epochs fit
-    total = max(1, int(left / (t_step + 10 * t_val / max(1, left / t_step))))
-    val_every = max(1, min(steps_per_epoch, total // 10))
-    total = max(1, int(left / (t_step + t_val / val_every)))
+    # About ten validations, evenly spaced, taking at most a quarter of the budget.
+    n_val = max(1, min(10, int(0.25 * left / max(t_val, 1e-9))))
+    total = max(1, int((left - n_val * t_val) / t_step))
+    val_every = max(1, math.ceil(total / n_val))
     if cfg["schedule"] == "onecycle":
         sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg["lr"], total_steps=total)
     else:

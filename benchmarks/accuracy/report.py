@@ -9,6 +9,10 @@ from benchmarks.accuracy.run import LABELS, MODELS
 OTHERS = ("mean", "nearest", "pod_rbf", "transolver", "gino")
 
 
+def _n(k: int, word: str) -> str:
+    return f"{k} {word}" + ("" if k == 1 else "s")
+
+
 def _models(doc: dict) -> list[str]:
     seen = {m for d in doc["datasets"].values() for m in d["models"]}
     return [m for m in MODELS if m in seen]
@@ -73,7 +77,8 @@ def markdown_table(doc: dict) -> str:
     head = ["data"] + [LABELS[m] for m in models]
     out = [f"Mean relative L2 error over the test samples (P1 lumped-mass weights, all target "
            f"channels together; median and worst in brackets; lower is better, best in bold). "
-           f"Budget {doc['minutes']:g} min per model on {doc['threads']} threads; "
+           f"Budget {doc['minutes']:g} min per trained model, {_n(doc['threads'], 'thread')} "
+           f"each; "
            f"{doc['machine']['cpu']}, load average {doc['load']['start']} at the start and "
            f"{doc['load']['end']} at the end.", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -81,7 +86,7 @@ def markdown_table(doc: dict) -> str:
         best = _best(d)
         nodes = d["nodes"] if isinstance(d["nodes"], int) else f"{d['nodes'][0]}-{d['nodes'][1]}"
         label = (f"{name} ({d['train']} train / {d['test']} test, {nodes} nodes, "
-                 f"{len(d['inputs'])} parameters -> {', '.join(d['targets'])})")
+                 f"{_n(len(d['inputs']), 'parameter')} -> {', '.join(d['targets'])})")
         out.append("| " + " | ".join([label] + [_cell(d["models"].get(m), m == best, True)
                                                for m in models]) + " |")
     out += ["", "Where meshops stands:", ""]
@@ -92,8 +97,9 @@ def markdown_table(doc: dict) -> str:
         out += ["", "Peer configurations:", ""]
         for m, r in peers.items():
             c = r["config"]
+            arch = ", ".join(f"{k}={v}" for k, v in c["model"].items())
             out.append(f"- {LABELS[m]} ({c['library']} `{c['class']}`, "
-                       f"{r['parameters']:,} parameters): {c['model']}; {c['optimizer']} "
+                       f"{r['parameters']:,} parameters): {arch}; {c['optimizer']} "
                        f"lr {c['lr']:g}, weight decay {c['weight_decay']:g}, {c['schedule']} "
                        f"schedule, batch {c['batch']}; relative L2 loss with the lumped-mass "
                        f"weights; best validation checkpoint.")

@@ -46,8 +46,7 @@ def _classical(model: str, train, test) -> dict:
     out = score(dict(zip((s.name for s in test), preds)), test)
     out["wall_s"] = round(time.perf_counter() - t0, 2)
     if model == "pod_rbf":
-        out["config"] = {"modes": 10, "kernel": "thin_plate_spline",
-                         "parameters": "standardised over the training samples"}
+        out["note"] = classical.LAST_NOTE[0]
     return out
 
 
