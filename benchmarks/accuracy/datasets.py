@@ -59,7 +59,7 @@ def _heat(key):
 
 
 def _standin_set(name: str, module: str, factory: str, inputs: str, targets,
-                 description: str) -> None:
+                 description: str, version: int = 1) -> None:
     """Register stand-in ``name``: ``factory(samples, seed=...)`` of
     ``data_adapters.standins.<module>``, first ``samples - test`` for training."""
 
@@ -75,7 +75,7 @@ def _standin_set(name: str, module: str, factory: str, inputs: str, targets,
                              description=description, info={"key": key, "standin": True})
 
     sizes = {"convdiff": (200, 40), "materials": (500, 100)}.get(name, (300, 60))
-    _register(name, {"version": 1, "samples": sizes[0], "test": sizes[1], "seed": 0})(build)
+    _register(name, {"version": version, "samples": sizes[0], "test": sizes[1], "seed": 0})(build)
 
 
 _standin_set("convdiff", "convdiff", "make_convection_diffusion_standin", "INPUTS", ["u"],
@@ -84,7 +84,7 @@ _standin_set("convdiff", "convdiff", "make_convection_diffusion_standin", "INPUT
 _standin_set("materials", "materials", "make_materials_standin", "INPUTS", "TARGETS",
              "STAND-IN: clamped multi-material plate in plane-strain elasticity, 11 parameters "
              "(8 Young's moduli, edge load and angle, top pressure), displacement (u1, u2) "
-             "(data_adapters.standins.materials).")
+             "(data_adapters.standins.materials).", version=2)  # 2: angle in [-pi/2, pi/2]
 _standin_set("hole", "hole", "make_hole_standin", "INPUTS", ["u"],
              "STAND-IN: heated plate with a cooled hole whose centre and radius are "
              "parameters (one mesh per sample), Biot number on the sides "

@@ -15,7 +15,8 @@ parameters, a vector field out), harder than
   block edges as segments, so no triangle straddles two materials.
 * **Loads**: the left edge ``x = 0`` is clamped; the right edge ``x = 2`` carries a
   uniform traction of magnitude ``load`` (uniform in ``[0.5, 1.5]``) in the direction
-  ``angle`` (uniform in ``[0, 2 pi)``, from the x axis); the top edge ``y = 1`` a
+  ``angle`` (uniform in ``[-pi/2, pi/2]`` from the x axis: pulling, with any
+  shear, never wrapping around); the top edge ``y = 1`` a
   uniform pressure ``pressure`` (uniform in ``[0, 1]``, pushing down); the bottom
   edge is free.
 * **Target**: the displacement ``(u1, u2)`` at the nodes.
@@ -45,7 +46,7 @@ from data_adapters.standins._cache import describe, generate_or_load
 from data_adapters.standins.fem import lame
 
 GENERATOR = "materials"
-VERSION = 1
+VERSION = 2
 WIDTH, HEIGHT = 2.0, 1.0
 COLS, ROWS = 4, 2
 NU = 0.3
@@ -197,7 +198,7 @@ def sample_params(num_samples: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     E = np.exp(rng.uniform(0.0, math.log(10.0), (num_samples, len(MODULI))))
     load = rng.uniform(0.5, 1.5, num_samples)
-    angle = rng.uniform(0.0, 2 * math.pi, num_samples)
+    angle = rng.uniform(-0.5 * math.pi, 0.5 * math.pi, num_samples)
     pressure = rng.uniform(0.0, 1.0, num_samples)
     return np.column_stack([E, load, angle, pressure])
 
