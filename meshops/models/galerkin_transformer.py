@@ -141,15 +141,14 @@ class GalerkinTransformer(NeuralOperator):
 
     def forward(self, data) -> Tensor:
         p = next(self.head.parameters())
-        # compiled or exported, the forward trusts its inputs' values (as the other models)
-        inp = read_inputs(data, self.in_channels, self.pos_dim, p.dtype, p.device,
-                          check_values=not torch.compiler.is_compiling())
+        inp = read_inputs(data, self.in_channels, self.pos_dim, p.dtype, p.device)
         h = self.lift(torch.cat([inp.x, self.pos_enc(inp.pos)], dim=-1))
         for blk in self.blocks:
-            h = self.run_block(blk, h, inp.pos, inp.weight, inp.batch)
+            h = self.run_block(blk, h, inp.points)
         if inp.has_query:
-            weights = (stored_interpolation(data, inp, self.interp_k)
-                       if has_structures(self, data, inp) else None)
+            key = self.structure_key(inp.pos.dtype, inp.has_query)
+            stored = has_structures(data, key, inp.num_graphs, "GalerkinTransformer")
+            weights = stored_interpolation(data, inp, self.interp_k) if stored else None
             h = knn_interpolate(h, inp.pos, inp.query_pos, inp.batch, inp.query_batch,
                                 self.interp_k, weights=weights)
         return self.head(h)

@@ -5,8 +5,8 @@
 * :func:`voronoi_weights`: the quadrature rule of a latent point set (each input point
   gives its weight to its nearest latent point).
 
-All depend on the mesh only; :class:`~meshops.models.pit.PiTStructures` computes them
-once per sample.
+All depend on the mesh only; :meth:`PiT.mesh_transform <meshops.models.PiT.mesh_transform>`
+computes them once per sample.
 """
 
 from __future__ import annotations

@@ -228,15 +228,15 @@ class PatchedTransformer(NeuralOperator):
         return [parts[:, j] for j in which]
 
     def forward(self, data) -> Tensor:
-        # compiled or exported, the forward trusts its inputs' values (as the other models)
         inp = read_inputs(data, self.in_channels, self.pos_dim, self.lift.weight.dtype,
-                          self.lift.weight.device, check_values=not torch.compiler.is_compiling())
-        stored = has_structures(self, data, inp)
+                          self.lift.weight.device, dense=False)
+        key = self.structure_key(inp.pos.dtype, inp.has_query)
+        stored = has_structures(data, key, inp.num_graphs, "PatchedTransformer")
         parts = (self._stored_partitions(data, inp) if stored
                  else self.partitions(inp.pos, inp.batch))
         h = self.lift(torch.cat([inp.x, self.pos_enc(inp.pos)], dim=-1))
         for blk, p in zip(self.blocks, parts):
-            h = self.run_block(blk, h, inp.pos, inp.weight, inp.batch, parts=p)
+            h = self.run_block(blk, h, inp.points, parts=p)
         h = self.norm_out(h)
         if inp.has_query:
             weights = stored_interpolation(data, inp, self.interp_k) if stored else None

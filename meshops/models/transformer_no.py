@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
                                  register_model)
-from meshops.models.inputs import layer_inputs, read_inputs
+from meshops.models.inputs import MeshInputs, read_inputs
 from meshops.nn.block import TransformerBlock
 from meshops.nn.continuum import ContinuumAttention
 from meshops.nn.fourier_features import FourierFeatures
@@ -158,30 +158,18 @@ class TransformerNO(NeuralOperator):
             self.norm_out.reset_parameters()
         self.head.reset_parameters()
 
-    def encode(self, data, check_values: Optional[bool] = None) -> tuple[Tensor, Any]:
-        """Lifting + processor: features ``[N, width]`` on the input mesh, and the inputs.
-
-        ``check_values`` (default: unless compiling) checks the values of the inputs
-        (:func:`~meshops.models.inputs.read_inputs`).
-        """
-        if check_values is None:
-            check_values = not torch.compiler.is_compiling()
-        dtype = self.lift.weight.dtype
-        inp = read_inputs(data, self.in_channels, self.pos_dim, dtype, self.lift.weight.device,
-                          check_values=check_values)
+    def encode(self, data) -> tuple[Tensor, MeshInputs]:
+        """Lifting + processor: features ``[N, width]`` on the input mesh, and the inputs
+        (:func:`~meshops.models.inputs.read_inputs`)."""
+        inp = read_inputs(data, self.in_channels, self.pos_dim, self.lift.weight.dtype,
+                          self.lift.weight.device)
         h = self.lift(torch.cat([inp.x, self.pos_enc(inp.pos)], dim=-1))
-        args = layer_inputs(None, inp.weight, inp.batch, inp.pos.shape[0], inp.num_graphs,
-                            not check_values, max_points=inp.max_points)
         for blk in self.blocks:
-            h = self.run_block(blk, h, *args)
+            h = self.run_block(blk, h, inp.points)
         return h, inp
 
     def forward(self, data) -> Tensor:
-        # Compiled, the forward trusts the values of its inputs: checks that read them are
-        # host synchronisations (graph breaks); eager calls check. Decided here, in the
-        # traced frame: a graph break in a layer can leave encode() to run eagerly.
-        trusted = torch.compiler.is_compiling()
-        h, inp = self.encode(data, check_values=not trusted)
+        h, inp = self.encode(data)
         if self.decoder == "pointwise":
             if inp.has_query and not (inp.query_pos.shape == inp.pos.shape
                                       and torch.equal(inp.query_pos, inp.pos)):
@@ -189,8 +177,5 @@ class TransformerNO(NeuralOperator):
                                  "only; build the model with decoder='cross' to query other points")
             return self.head(self.norm_out(h))
         q = self.query_embed(self.pos_enc(inp.query_pos))
-        batch = None if inp.batch is None else (inp.batch, inp.query_batch)
-        args = layer_inputs(None, inp.weight, batch, (h.shape[0], q.shape[0]), inp.num_graphs,
-                            trusted, max_points=(inp.max_points, inp.max_query))
-        z = self.cross((h, q), *args)
+        z = self.cross((h, q), (inp.points, inp.queries))
         return self.head(self.norm_out(z))

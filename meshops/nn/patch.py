@@ -33,13 +33,13 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
-from meshops.nn._utils import (check_channels, check_length, check_weight, merge_heads,
-                               safe_log, split_heads)
-from meshops.nn.base import (AttentionBase, Points, batch_points, dense_mask, reset_linear,
-                             scatter_dense)
+from meshops._checks import check_batch, check_length, check_pos, check_weight, checking
+from meshops.nn._utils import check_channels, merge_heads, safe_log, split_heads
+from meshops.nn.base import GlobalAttentionBase, reset_linear
 from meshops.nn.functional import weighted_attention
-from meshops.search import partition as _partition
+from meshops.nn.points import Points, batch_points
 from meshops.search.partition import METHODS as _METHODS
+from meshops.search.partition import partition as _partition
 
 __all__ = ["PatchAttention", "WindowAttention", "PatchTokenAttention", "patch_attention",
            "rotate_positions", "SHIFT_ANGLE"]
@@ -136,7 +136,7 @@ def _safe_log_weight(weight: Tensor, mask: Optional[Tensor]) -> tuple[Tensor, Te
     return _zero_rows(safe_log(w), empty[:, None]), empty
 
 
-def _attend(q: Tensor, k: Tensor, v: Tensor, log_w: Tensor, empty: Tensor) -> Tensor:
+def _attend_rows(q: Tensor, k: Tensor, v: Tensor, log_w: Tensor, empty: Tensor) -> Tensor:
     """Weighted attention of padded rows, zero for the zero-measure rows ``empty``."""
     out = weighted_attention(q, k, v, log_w)
     return _zero_rows(out, empty[:, None, None, None])
@@ -146,7 +146,7 @@ def _zero_rows(t: Tensor, where: Tensor) -> Tensor:
     """``t`` with zeros where ``where``: always filled while compiling (no data-dependent
     branch), only when some row is empty in eager calls (a full pass over ``t`` that
     cost small layers 5-10 % of their forward)."""
-    if torch.compiler.is_compiling() or bool(where.any()):
+    if not checking() or bool(where.any()):
         return t.masked_fill(where, 0.0)
     return t
 
@@ -181,15 +181,18 @@ def _in_channels(in_channels: Optional[int], kwargs: dict) -> int:
     return in_channels
 
 
-class PatchAttention(AttentionBase):
+class PatchAttention(GlobalAttentionBase):
     r"""Patched continuum self-attention; front for the two modes.
 
     The base of :class:`WindowAttention` and :class:`PatchTokenAttention`
     (:func:`patch_attention` builds either from ``mode``; see those classes for the
     formulas and arguments). Both share:
 
-    * ``forward(x, pos, weight, batch=None, parts=None) -> [N, out_channels]`` on a flat
-      PyG batch; ``pos`` defines the patches;
+    * ``forward(x, pos, weight, batch=None, parts=None, groups=None) -> [N,
+      out_channels]`` on a flat PyG batch (:class:`~meshops.nn.base.GlobalAttentionBase`:
+      ``pos`` may be a :class:`~meshops.nn.points.Points`); ``pos`` defines the patches,
+      ``parts`` (patch ids) or ``groups`` (:meth:`groups`, checked once) replace the
+      partition;
     * ``dense(x, pos, weight, mask=None, parts=None) -> [B, Nmax, out_channels]``;
     * :meth:`partition`, the patch ids the layer uses when ``parts`` is not given;
     * ``reset_parameters()``.
@@ -220,6 +223,9 @@ class PatchAttention(AttentionBase):
         cells) or a weight-balanced partition passed as ``parts`` keeps the patches, and
         hence the output function, (nearly) mesh independent.
     """
+
+    dense_layout = False        # patches of the flat batch, not the samples' dense layout
+    point_args = ("parts",)     # one patch id per point: the dense form flattens them
 
     def __new__(cls, *args: Any, **kwargs: Any):
         if cls is PatchAttention:
@@ -310,11 +316,6 @@ class PatchAttention(AttentionBase):
         return (f"num_patches={self.num_patches}" if self.patch_size is None
                 else f"patch_size={self.patch_size}")
 
-    def _check_x(self, x: Any) -> None:  # type: ignore[override]
-        if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[1] != self.in_channels:
-            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x)
-            raise ValueError(f"x must have shape [N, {self.in_channels}], got {shape}")
-
     def groups(self, pos: Tensor, weight: Tensor, batch: Optional[Tensor] = None,
                parts: Optional[Tensor] = None) -> _Groups:
         """The checked patches of a flat batch (positions, weights, batch vector and the
@@ -322,63 +323,46 @@ class PatchAttention(AttentionBase):
         forward pass then does no host synchronisation (it compiles with
         ``torch.compile(fullgraph=True)``)."""
         n = pos.shape[0] if isinstance(pos, Tensor) else 0
-        if not isinstance(pos, Tensor) or pos.dim() != 2 or pos.shape[1] < 1:
-            raise ValueError("pos must be a [N, d] tensor of positions (it defines the patches)")
-        if not bool(torch.isfinite(pos).all()):
-            raise ValueError("pos must be finite")
+        check_pos(pos, "pos", finite=True)
         check_weight(weight, n)
-        if batch is not None:
-            if batch.dim() != 1 or batch.dtype not in (torch.int32, torch.int64):
-                raise ValueError("batch must be an integer vector [N]")
-            check_length(batch, n, "batch")
-            if n and (bool((batch[1:] < batch[:-1]).any()) or int(batch[0]) < 0):
-                raise ValueError("batch must be sorted and non-negative")
+        batch = check_batch(batch, n, "batch")
+        return self._groups(pos, batch, parts)
+
+    def _groups(self, pos: Tensor, batch: Optional[Tensor], parts: Optional[Tensor]
+                ) -> _Groups:
+        """The patches of checked points, from ``parts`` (checked here) or the layer's
+        :meth:`partition`."""
         if parts is not None:
             if not isinstance(parts, Tensor) or parts.dim() != 1 or parts.is_floating_point() \
                     or parts.dtype == torch.bool:
                 raise ValueError("parts must be an integer vector [N] of patch ids")
-            check_length(parts, n, "parts")
-            if n and int(parts.min()) < 0:
+            check_length(parts, pos.shape[0], "parts")
+            if parts.shape[0] and checking() and int(parts.min()) < 0:
                 raise ValueError("parts must be non-negative patch ids")
         if parts is None:
             parts = self.partition(pos, batch)
         return _Groups(parts.long(), None if batch is None else batch.long())
 
-    def _prepare(self, x: Tensor, pos: Tensor, weight: Tensor, batch: Optional[Tensor],
-                 parts: Optional[Tensor], groups: Optional[_Groups]) -> Optional[_Groups]:
-        """The patches (checked now, or trusted when given); None for an empty input."""
-        self._check_x(x)
+    def _patches(self, x: Tensor, x_dst: Tensor, pos: Optional[Tensor],
+                 batch: Optional[Tensor], parts: Optional[Tensor],
+                 groups: Optional[_Groups]) -> Optional[_Groups]:
+        """The patches of a forward pass (``groups`` trusted when given, else built from
+        ``parts`` or the partition); None for an empty input."""
+        if x_dst is not x:
+            raise ValueError(f"{type(self).__name__} is self-attention: pass x as one "
+                             f"[N, C] tensor, not a (src, dst) pair")
         if groups is not None:
             if groups.dest.shape[0] != x.shape[0]:
                 raise ValueError(f"groups hold {groups.dest.shape[0]} points, x has "
                                  f"{x.shape[0]}")
-            # the weights come beside the groups, so they are checked as given
-            check_weight(weight, x.shape[0])
             return groups
-        if isinstance(pos, Tensor):
-            check_length(pos, x.shape[0], "pos")
-        groups = self.groups(pos, weight, batch, parts)
+        if pos is None:
+            raise ValueError("pos must be a [N, d] tensor of positions (it defines the "
+                             "patches), or pass groups=")
+        if checking():
+            check_pos(pos, "pos", finite=True)
+        groups = self._groups(pos, batch, parts)
         return groups if x.shape[0] else None
-
-    def dense(self, x: Tensor, pos: Tensor, weight: Tensor, mask: Optional[Tensor] = None,
-              parts: Optional[Tensor] = None) -> Tensor:
-        """Dense form: ``x [B, N, C]``, ``pos [B, N, d]``, ``weight [B, N]``,
-        ``mask [B, N]`` (True = real point), ``parts [B, N]`` -> ``[B, N, out_channels]``
-        (zeros at padding). Equivalent to ``forward`` on the flattened batch."""
-        if x.dim() != 3 or pos.dim() != 3 or pos.shape[:2] != x.shape[:2]:
-            raise ValueError("dense form expects x [B, N, C] and pos [B, N, d]")
-        if weight.shape != x.shape[:2]:
-            raise ValueError(f"weight has shape {tuple(weight.shape)}, expected "
-                             f"{tuple(x.shape[:2])}")
-        check_weight(weight.reshape(-1), weight.numel())
-        mask = dense_mask(mask, x.shape[0], x.shape[1], x.device, "mask")
-        batch = torch.arange(x.shape[0], device=x.device).repeat_interleave(mask.sum(1))
-        if parts is not None:
-            if parts.shape != x.shape[:2]:
-                raise ValueError(f"parts has shape {tuple(parts.shape)}, expected "
-                                 f"{tuple(x.shape[:2])}")
-            parts = parts[mask]
-        return scatter_dense(self(x[mask], pos[mask], weight[mask], batch, parts=parts), mask)
 
 
 class WindowAttention(PatchAttention):
@@ -438,18 +422,19 @@ class WindowAttention(PatchAttention):
     def reset_parameters(self) -> None:
         reset_linear(self.lin_qkv, self.lin_out)
 
-    def forward(self, x: Tensor, pos: Optional[Tensor] = None, weight: Optional[Tensor] = None,
-                batch: Optional[Tensor] = None, parts: Optional[Tensor] = None,
-                groups: Optional[_Groups] = None) -> Tensor:
-        """Windowed attention of a flat batch; see the class docstring.  ``groups``
-        (from :meth:`groups`) replaces ``pos``, ``batch`` and ``parts`` and their checks."""
-        groups = self._prepare(x, pos, weight, batch, parts, groups)
+    def _attend(self, x: Tensor, x_dst: Tensor, pos: Optional[Tensor], pos_dst: Optional[Tensor],
+                weight: Tensor, batch: Optional[Tensor], batch_dst: Optional[Tensor],
+                parts: Optional[Tensor] = None, groups: Optional[_Groups] = None) -> Tensor:
+        """Windowed attention of a flat batch (the base's flat layout); see the class
+        docstring.  ``groups`` (from :meth:`groups`) replaces ``pos``, ``batch`` and
+        ``parts`` and their checks."""
+        groups = self._patches(x, x_dst, pos, batch, parts, groups)
         if groups is None:
             return x.new_zeros(0, self.out_channels)
         qkv = groups.pad(self.lin_qkv(x))                           # [G, n, 3C]
         q, k, v = (split_heads(t, self.heads) for t in qkv.chunk(3, dim=-1))
         log_w, empty = _safe_log_weight(groups.pad(weight.to(x.dtype)), groups.mask)
-        out = _attend(q, k, v, log_w, empty)                        # [G, H, n, C/H]
+        out = _attend_rows(q, k, v, log_w, empty)                        # [G, H, n, C/H]
         return self.lin_out(groups.unpad(merge_heads(out)))
 
     def _repr_extra(self) -> str:
@@ -604,16 +589,17 @@ class PatchTokenAttention(PatchAttention):
         xi = torch.where(ok[gid, None], rel / scale[gid, None], torch.zeros_like(rel))
         return m, xi
 
-    def forward(self, x: Tensor, pos: Optional[Tensor] = None, weight: Optional[Tensor] = None,
-                batch: Optional[Tensor] = None, parts: Optional[Tensor] = None,
-                groups: Optional[_Groups] = None) -> Tensor:
-        """Patch-token attention of a flat batch; see the class docstring.  ``groups``
-        (from :meth:`groups`) replaces ``batch`` and ``parts`` and their checks (``pos``
-        is still needed: the patch-local coordinates)."""
-        if self.pos_dim is not None and isinstance(pos, Tensor) and pos.dim() == 2 \
-                and pos.shape[1] != self.pos_dim:
+    def _attend(self, x: Tensor, x_dst: Tensor, pos: Optional[Tensor], pos_dst: Optional[Tensor],
+                weight: Tensor, batch: Optional[Tensor], batch_dst: Optional[Tensor],
+                parts: Optional[Tensor] = None, groups: Optional[_Groups] = None) -> Tensor:
+        """Patch-token attention of a flat batch (the base's flat layout); see the class
+        docstring.  ``groups`` (from :meth:`groups`) replaces ``batch`` and ``parts`` and
+        their checks (``pos`` is still needed: the patch-local coordinates)."""
+        if self.pos_dim is not None and isinstance(pos, Tensor) and pos.shape[1] != self.pos_dim:
             raise ValueError(f"pos has {pos.shape[1]} coordinates, expected pos_dim={self.pos_dim}")
-        groups = self._prepare(x, pos, weight, batch, parts, groups)
+        groups = self._patches(x, x_dst, pos, batch, parts, groups)
+        if pos is None:
+            raise ValueError(f"{type(self).__name__} needs pos (the patch-local coordinates)")
         if groups is None:
             return x.new_zeros(0, self.out_channels)
         G, M = groups.num_groups, self.num_basis
@@ -638,7 +624,7 @@ class PatchTokenAttention(PatchAttention):
         qkv = tok.to_dense(self.lin_qkv(tokens))
         q, k, v = (split_heads(z, self.heads) for z in qkv.chunk(3, dim=-1))
         log_w, empty = _safe_log_weight(tok.to_dense(measure), tok.mask)
-        out = _attend(q, k, v, log_w, empty)                         # [B, H, P, D/H]
+        out = _attend_rows(q, k, v, log_w, empty)                         # [B, H, P, D/H]
         coeff = self.lin_out(tok.to_flat(merge_heads(out))).view(G, M, self.out_channels)
 
         # back to the points: y_i = sum_m h_m(xi_i) coeff_p[m, :]
