@@ -10,8 +10,7 @@ from torch import Tensor, nn
 from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
                                  register_model)
 from meshops.models.inputs import read_inputs
-from meshops.models.structures import (MeshStructures, has_structures, interpolation_structures,
-                                       stored_interpolation)
+from meshops.models.structures import MeshStructures, interpolation_structures, read_stored
 from meshops.nn.block import TransformerBlock
 from meshops.nn.fourier_features import FourierFeatures
 from meshops.nn.galerkin import FourierAttention, GalerkinAttention
@@ -147,8 +146,7 @@ class GalerkinTransformer(NeuralOperator):
             h = self.run_block(blk, h, inp.points)
         if inp.has_query:
             key = self.structure_key(inp.pos.dtype, inp.has_query)
-            stored = has_structures(data, key, inp.num_graphs, "GalerkinTransformer")
-            weights = stored_interpolation(data, inp, self.interp_k) if stored else None
+            _, weights = read_stored(data, inp, key, "GalerkinTransformer", self.interp_k)
             h = knn_interpolate(h, inp.pos, inp.query_pos, inp.batch, inp.query_batch,
                                 self.interp_k, weights=weights)
         return self.head(h)

@@ -6,23 +6,17 @@ dtype. It is the one place where a model's raw tensors are checked."""
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
 from torch import Tensor
 
 from meshops._checks import check_pos, checking
+from meshops.models.digest import MESH_ID, same_digest
 from meshops.nn.points import Points, batch_points
 
-__all__ = ["MESH_ID", "MeshInputs", "mesh_digest", "read_inputs", "same_digest",
-           "sample_mesh_digest"]
-
-#: Attribute of a sample holding :func:`mesh_digest` of its mesh (set by the models'
-#: ``mesh_transform()``); a batch carries the list of its samples' digests.
-MESH_ID = "mesh_id"
-
+__all__ = ["MeshInputs", "read_inputs"]
 
 @dataclass
 class MeshInputs:
@@ -36,25 +30,26 @@ class MeshInputs:
         queries: the output points: ``query_pos [M, d]`` and their batch vector, or
             ``points`` itself when the data carried no ``query_pos``.
         has_query: whether the data carried ``query_pos``.
+        pos, weight, batch, query_pos, query_batch, num_graphs: the tensors and the
+            sample count of ``points`` and ``queries``, by the names of the data's
+            fields (plain attributes, set once).
     """
 
     x: Tensor
     points: Points
     queries: Points
     has_query: bool
+    pos: Tensor = field(init=False)
+    weight: Tensor = field(init=False)
+    batch: Optional[Tensor] = field(init=False)
+    query_pos: Tensor = field(init=False)
+    query_batch: Optional[Tensor] = field(init=False)
+    num_graphs: int = field(init=False)
 
-    # the point sets' tensors, by the names of the data's fields
-    pos = property(lambda self: self.points.pos, doc="``[N, d]`` input positions.")
-    weight = property(lambda self: self.points.weight, doc="``[N]`` quadrature weights.")
-    batch = property(lambda self: self.points.batch, doc="``[N]`` sample index or None.")
-    query_pos = property(lambda self: self.queries.pos, doc="``[M, d]`` output points.")
-    query_batch = property(lambda self: self.queries.batch,
-                           doc="``[M]`` sample index of the output points or None.")
-    num_graphs = property(lambda self: self.points.num_graphs, doc="Samples ``B``.")
-
-    def lifted(self) -> Tensor:
-        """``[x, pos]`` (the input function concatenated with the identity), ``[N, C + d]``."""
-        return torch.cat([self.x, self.pos], dim=-1)
+    def __post_init__(self) -> None:
+        self.pos, self.weight, self.batch = self.points.pos, self.points.weight, self.points.batch
+        self.query_pos, self.query_batch = self.queries.pos, self.queries.batch
+        self.num_graphs = self.points.num_graphs
 
 
 def read_inputs(data, in_channels: int, pos_dim: int, dtype: torch.dtype,
@@ -195,18 +190,6 @@ def _check_queried_samples(points: Points, queries: Points) -> None:
         raise ValueError(f"sample {bad} has query points but no input point of positive weight")
 
 
-def same_digest(data, name: str, num_graphs: int) -> Optional[bool]:
-    """Whether the ``num_graphs`` samples of ``data`` carry one and the same digest in
-    attribute ``name`` (plain strings: compared without reading a tensor, and guarded on
-    by torch.compile); None where the digests are missing or not one per sample."""
-    ids = getattr(data, name, None)
-    if isinstance(ids, str):
-        ids = [ids]
-    if not isinstance(ids, (list, tuple)) or len(ids) != num_graphs:
-        return None
-    return all(i == ids[0] for i in ids)
-
-
 def _max_points(n: int, batch: Optional[Tensor], num_graphs: int, data) -> Optional[int]:
     """The most points of a sample, where known without reading the batch vector: one
     sample; while compiling, samples that all carry one mesh digest hold ``n / B``
@@ -218,23 +201,3 @@ def _max_points(n: int, batch: Optional[Tensor], num_graphs: int, data) -> Optio
     if checking() or n % num_graphs or not same_digest(data, MESH_ID, num_graphs):
         return None
     return n // num_graphs
-
-
-def mesh_digest(*tensors: Tensor) -> str:
-    """A digest of the shapes, dtypes and values of ``tensors`` (e.g. a sample's ``pos``,
-    ``weight`` and ``query_pos``): equal meshes, equal digests."""
-    h = hashlib.sha256()
-    for t in tensors:
-        t = t.detach().cpu().contiguous()
-        h.update(f"{tuple(t.shape)} {t.dtype};".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
-
-
-def sample_mesh_digest(data) -> str:
-    """:func:`mesh_digest` of one sample's mesh: ``pos``, ``weight`` and, when present,
-    ``query_pos`` (what fixes the sizes of its point sets)."""
-    parts = [data.pos, data.weight]
-    if getattr(data, "query_pos", None) is not None:
-        parts.append(data.query_pos)
-    return mesh_digest(*parts)

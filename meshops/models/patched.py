@@ -10,8 +10,7 @@ from torch import Tensor, nn
 from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
                                  register_model)
 from meshops.models.inputs import read_inputs
-from meshops.models.structures import (MeshStructures, has_structures, interpolation_structures,
-                                       stored_interpolation)
+from meshops.models.structures import MeshStructures, interpolation_structures, read_stored
 from meshops.nn.block import TransformerBlock
 from meshops.nn.fourier_features import FourierFeatures
 from meshops.nn.interpolate import knn_interpolate
@@ -231,7 +230,8 @@ class PatchedTransformer(NeuralOperator):
         inp = read_inputs(data, self.in_channels, self.pos_dim, self.lift.weight.dtype,
                           self.lift.weight.device, dense=False)
         key = self.structure_key(inp.pos.dtype, inp.has_query)
-        stored = has_structures(data, key, inp.num_graphs, "PatchedTransformer")
+        # the stored partitions and query interpolation, or None (built below)
+        stored, weights = read_stored(data, inp, key, "PatchedTransformer", self.interp_k)
         parts = (self._stored_partitions(data, inp) if stored
                  else self.partitions(inp.pos, inp.batch))
         h = self.lift(torch.cat([inp.x, self.pos_enc(inp.pos)], dim=-1))
@@ -239,7 +239,6 @@ class PatchedTransformer(NeuralOperator):
             h = self.run_block(blk, h, inp.points, parts=p)
         h = self.norm_out(h)
         if inp.has_query:
-            weights = stored_interpolation(data, inp, self.interp_k) if stored else None
             h = knn_interpolate(h, inp.pos, inp.query_pos, inp.batch, inp.query_batch,
                                 self.interp_k, weights=weights)
         return self.head(h)

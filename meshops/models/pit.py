@@ -13,7 +13,8 @@ from meshops._checks import checking
 from meshops.models import latent as latents  # called through it: tests replace them there
 from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
                                  register_model)
-from meshops.models.inputs import mesh_digest, read_inputs, same_digest
+from meshops.models.digest import mesh_digest, same_digest
+from meshops.models.inputs import read_inputs
 from meshops.models.structures import MeshStructures, has_structures
 from meshops.nn.block import pit_block
 from meshops.nn.functional import materialise_kernel
@@ -276,7 +277,7 @@ class PiT(NeuralOperator):
             lat, e_in, e_out = self.stored_structures(data, inp)
         else:
             lat, e_in, e_out = self.structures(inp)
-        u = gelu(self.lift(inp.lifted()))
+        u = gelu(self.lift(torch.cat([inp.x, inp.pos], dim=-1)))
         # encoder: input mesh -> latent mesh (input quadrature weights)
         u = gelu(self.encoder((u, None), (inp.points, lat.points), edge_index=e_in))
         u = self._process(u, lat)
@@ -316,16 +317,9 @@ class PiT(NeuralOperator):
     # ------------------------------------------------------ mesh-only structures
     def latent_mesh(self, inp) -> LatentMesh:
         """The latent mesh of a batch (see the class docstring)."""
-        if self.latent == "input":
-            return LatentMesh(inp.pos, inp.weight, inp.batch, None, inp.num_graphs)
-        if self.latent == "fps":
-            idx = latents.fps_latent(inp.pos, inp.batch, self.num_latent)
-        else:
-            idx = latents.grid_latent(self.grid_shape, self.stride, inp.batch, inp.pos.shape[0],
-                                      device=inp.pos.device)
-        pos = inp.pos[idx]
-        batch = None if inp.batch is None else inp.batch[idx]
-        weight = latents.voronoi_weights(inp.pos, inp.weight, inp.batch, pos, batch)
+        idx, pos, weight, batch = latents.latent_points(
+            self.latent, inp.pos, inp.weight, inp.batch, self.num_latent, self.grid_shape,
+            self.stride)
         return LatentMesh(pos, weight, batch, idx, inp.num_graphs)
 
     def structures(self, inp) -> tuple[LatentMesh, Tensor, Tensor]:

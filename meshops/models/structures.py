@@ -28,11 +28,12 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from meshops.models.inputs import MESH_ID, read_inputs, sample_mesh_digest
+from meshops.models.digest import MESH_ID, sample_mesh_digest
+from meshops.models.inputs import read_inputs
 from meshops.search import graph  # called through it: tests replace the search there
 
 __all__ = ["MeshDigest", "MeshStructures", "has_structures", "interpolation_structures",
-           "sample_offsets", "stored_interpolation"]
+           "read_stored", "sample_offsets", "stored_interpolation"]
 
 #: Key of the attribute that records what the stored structures were built for.
 KEY = "mesh_key"
@@ -142,9 +143,20 @@ def stored_interpolation(data, inp, k: int) -> Optional[tuple[Tensor, Tensor]]:
     return src, w.view(m, k)
 
 
+def read_stored(data, inp, key: str, what: str, interp_k: int
+                ) -> tuple[bool, Optional[tuple[Tensor, Tensor]]]:
+    """The stored structures of a batch in one step: whether it carries those built
+    with ``key`` (:func:`has_structures`, ``what`` naming the model), and their query
+    interpolation (:func:`stored_interpolation`; None without query points or without
+    stored structures)."""
+    if not has_structures(data, key, inp.num_graphs, what):
+        return False, None
+    return True, (stored_interpolation(data, inp, interp_k) if inp.has_query else None)
+
+
 class MeshDigest:
     """PyG-style transform for models with no mesh structures of their own
-    (:class:`~meshops.models.TransformerNO`): stores :data:`~meshops.models.inputs.MESH_ID`,
+    (:class:`~meshops.models.TransformerNO`): stores :data:`~meshops.models.digest.MESH_ID`,
     the digest of the sample's mesh, so that a compiled forward on a batch of samples of
     one mesh knows their sizes without reading them back from the device."""
 
