@@ -41,11 +41,11 @@ def test_the_scan_sees_a_lazy_import_inside_a_function(tmp_path):
     assert _imported_modules(f) == [(2, "data_adapters.folder")]
 
 
-def _meshops_modules() -> dict[str, Path]:
-    """Module name -> file of every module of the meshops package."""
+def package_modules(root: Path = ROOT) -> dict[str, Path]:
+    """Module name -> file of every module of the package at ``root`` (meshops)."""
     out = {}
-    for path in ROOT.rglob("*.py"):
-        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         out[".".join(parts)] = path
@@ -75,7 +75,7 @@ def _import_closure(start: str, modules: dict[str, Path]) -> set[str]:
 
 
 def test_importing_the_models_does_not_import_the_trainer():
-    modules = _meshops_modules()
+    modules = package_modules()
     closure = _import_closure("meshops.models", modules)
     assert {"meshops.models.base", "meshops.normalizer", "meshops.nn"} <= closure
     assert sorted(m for m in closure if m.startswith("meshops.training")) == []

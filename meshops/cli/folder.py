@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from meshops.cli._common import CLIError, progress
-from meshops.inference import _field_shape, _fmt_shape
+from meshops.inference import field_shape, format_shape
 
 
 def folder_dataset(root, inputs: Sequence[str], targets: Sequence[str], dtype):
@@ -59,14 +59,14 @@ def load_folder(root, inputs: Sequence[str], targets: Sequence[str], dtype,
     for i in progress(range(len(ds)), desc=desc, unit="mesh", leave=False):
         s = ds[i]
         path = ds.files[i]
-        sh = {k: _field_shape(s.fields[k]) for k in fields}
+        sh = {k: field_shape(s.fields[k]) for k in fields}
         if shapes is None:
             shapes, dim = sh, int(s.pos.shape[1])
         else:
             for k in fields:
                 if sh[k] != shapes[k]:
-                    raise CLIError(f"{path}: field {k!r} is {_fmt_shape(sh[k])} but it is "
-                                   f"{_fmt_shape(shapes[k])} in {ds.files[0].name}")
+                    raise CLIError(f"{path}: field {k!r} is {format_shape(sh[k])} but it is "
+                                   f"{format_shape(shapes[k])} in {ds.files[0].name}")
             if int(s.pos.shape[1]) != dim:
                 raise CLIError(f"{path}: the mesh is {int(s.pos.shape[1])}-D but "
                                f"{ds.files[0].name} is {dim}-D")

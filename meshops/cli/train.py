@@ -7,6 +7,7 @@ import difflib
 import inspect
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from meshops.cli import train_extras, trust_reports
@@ -18,7 +19,7 @@ from meshops.cli.provenance import changes, fingerprint, listing, same_content
 from meshops.cli.run_folder import (check_out_folder, check_resume_options, clear_run_files,
                                     recorded_config)
 from meshops.errors import CheckpointError
-from meshops.inference import RUN_CHECKPOINT, _channels, _fmt_shape
+from meshops.inference import RUN_CHECKPOINT, field_channels, format_shape
 
 # Set from the data, never by model_config.
 INFERRED = ("in_channels", "out_channels", "pos_dim")
@@ -68,15 +69,16 @@ def build_model(name: str, model_config: dict, in_channels: int, out_channels: i
         raise CLIError(f"{described}: {e}") from None
 
 
-def _split(n: int, cfg) -> tuple[list[int], list[int]]:
-    """Deterministic train/validation indices from the seed (``cfg``: a
-    :class:`TrainConfig` or a mapping with ``val_fraction``, ``seed``, ``data``)."""
+def split_files(n: int, val_fraction: float | None, seed: int, data: str
+                ) -> tuple[list[int], list[int]]:
+    """Deterministic train/validation indices of ``n`` files from the seed (``data``: the
+    folder, named in the error when the split leaves nothing to train on)."""
     from meshops.training.splits import validation_split
 
     try:
-        return validation_split(n, cfg["val_fraction"] or 0.0, cfg["seed"])
+        return validation_split(n, val_fraction or 0.0, seed)
     except ValueError as e:
-        raise CLIError(f"{cfg['data']}: {e}; add files, pass --val-data DIR or "
+        raise CLIError(f"{data}: {e}; add files, pass --val-data DIR or "
                        f"--val-fraction 0") from None
 
 
@@ -142,11 +144,10 @@ class _RunFiles:
     """What a new run records about its data (paths, file fingerprints, split, config)
     and the preparation of its folder, shared by every model's way of training."""
 
-    def __init__(self, cfg, files, train_idx, val_files, shapes, sizes, resumed, out,
-                 main_rank) -> None:
-        self.cfg, self.files, self.train_idx, self.val_files = cfg, files, train_idx, val_files
-        self.shapes, self.sizes, self.resumed = shapes, sizes, resumed
-        self.out, self.main_rank = out, main_rank
+    def __init__(self, cfg, data: "_TrainData", resumed, out, main_rank) -> None:
+        self.cfg, self.files, self.train_idx = cfg, data.files, data.train_idx
+        self.val_files, self.shapes, self.sizes = data.val_files, data.shapes, data.sizes
+        self.resumed, self.out, self.main_rank = resumed, out, main_rank
 
     def metadata(self, resolved: str, train_samples) -> dict:
         """The checkpoint metadata; ``resolved`` is the rendered config. Refuses to
@@ -189,86 +190,49 @@ class _RunFiles:
             clear_run_files(self.out)  # a new run leaves no best.pt of an earlier one behind
 
 
-def cmd_train(args) -> int:
-    import torch
+@dataclass
+class _TrainData:
+    """The samples of a run: the files of ``--data``, their field shapes, the training
+    and validation samples (and files), and the channels and dimension they give."""
 
-    from meshops._atomic import atomic_write
-    from meshops.training import RelativeLpLoss, Trainer
-    from meshops.training.defaults import fill_epochs, fill_from_data
-    from meshops.training.distributed import check_device
+    files: list
+    shapes: dict
+    train_idx: list[int]
+    train: list
+    val: list | None
+    val_files: list
+    sizes: tuple[int, int, int]       # in_channels, out_channels, pos_dim
+
+
+def cmd_train(args) -> int:
+    """``meshops train``: the config, the data, the options chosen from the data, the
+    model, then the training (or the fit of a reduced basis)."""
     from meshops.training.seed import seed_everything
 
-    cfg = TrainConfig.resolve(args)
-    device_or_error(cfg.device)  # before any data is read
-    train_extras.check(cfg)
+    cfg = _resolve_config(args)
     main_rank = is_main_rank()
     out = Path(cfg.out)
-    # The run records where its data is, not where it was run from: evaluate and
-    # --resume from another folder then read this data (see provenance.py).
-    cfg.data = os.path.abspath(cfg.data)
-    cfg.val_data = os.path.abspath(cfg.val_data) if cfg.val_data else None
-    if cfg.val_data and _same_folder(cfg.val_data, cfg.data):
-        raise CLIError(f"--val-data {cfg.val_data} is the training folder --data: the best "
-                       f"checkpoint would be picked on the training files; give a folder "
-                       f"of other meshes, or --val-fraction F to hold out part of --data")
     resumed = None if args.dry_run else _check_run_folder(args, cfg, out)
     # Before anything draws a random number: the model's initial weights (built
     # below) then depend on the seed alone, not on what ran before in the process.
     # The Trainer seeds again (seed + rank) for dropout and the data order.
     seed_everything(cfg.seed)
-    dtype = getattr(torch, cfg.dtype)
-
-    files, samples, shapes, dim = load_folder(cfg.data, cfg.inputs, cfg.targets,
-                                              dtype, desc="reading data")
-    if cfg.val_data:
-        val_files, val_samples, val_shapes, val_dim = load_folder(
-            cfg.val_data, cfg.inputs, cfg.targets, dtype, desc="reading val data")
-        for k, sh in shapes.items():
-            if val_shapes[k] != sh:
-                raise CLIError(f"{val_files[0]}: field {k!r} is {_fmt_shape(val_shapes[k])} "
-                               f"but {_fmt_shape(sh)} in {files[0]}")
-        if val_dim != dim:
-            raise CLIError(f"{val_files[0]}: the mesh is {val_dim}-D but {files[0]} is {dim}-D")
-        train_idx, train_samples = list(range(len(files))), samples
-        val_idx = []
-    else:
-        train_idx, val_idx = _split(len(files), cfg)
-        train_samples = [samples[i] for i in train_idx]
-        val_samples = [samples[i] for i in val_idx] or None
-        val_files = [files[i] for i in val_idx]
-    c_in = sum(_channels(shapes[k]) for k in cfg.inputs)
-    c_out = sum(_channels(shapes[k]) for k in cfg.targets)
-    # Options nobody set come from the data; a resumed run's config.yaml sets them all.
-    try:
-        chosen = [fill_from_data(cfg, train_samples)]
-    except ValueError as e:  # e.g. --model reduced_basis on data that is no study
-        raise CLIError(str(e)) from None
-    run = _RunFiles(cfg, files, train_idx, val_files, shapes, (c_in, c_out, dim), resumed,
-                    out, main_rank)
+    data = _read_data(cfg)
+    cfg, chosen = _options_from_data(cfg, data.train)
     if cfg.model == "reduced_basis":
         from meshops.cli.reduced import fit_reduced_run
 
-        return fit_reduced_run(args, cfg, "; ".join(c for c in chosen if c), train_samples,
-                               val_samples, run)
-    model = build_model(cfg.model, cfg.model_config, c_in, c_out, dim, dtype,
-                        check_device(cfg.device))  # (cuda when available, as the Trainer)
-    if dtype == torch.float64:
-        model = model.double()
+        return fit_reduced_run(args, cfg, chosen, data.train, data.val,
+                               _RunFiles(cfg, data, resumed, out, main_rank))
+    model = _build_model(cfg, data)
     # The epoch count fitted to --minutes from one timed step is printed and saved in
     # config.yaml; the run then trains exactly that many epochs (no wall-clock stop), so
     # that `--epochs N` with the same seed repeats it bit for bit.
-    chosen.append(fill_epochs(cfg, model, train_samples, len(val_samples or [])))
-    chosen = "; ".join(c for c in chosen if c)
+    cfg, fitted = _epochs_to_fit(cfg, model, data)
+    chosen = "; ".join(c for c in (chosen, fitted) if c)
     # Every option, with the model's full hyperparameters.
     resolved = cfg.render(model_config=model.config)
-    n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    summary = (f"{cfg.model} ({n_params:,} parameters) on {len(train_samples)} meshes of "
-               f"{cfg.data}, validating on "
-               + (f"{len(val_samples)}" if val_samples else "none")
-               + f"; inputs {', '.join(cfg.inputs) or '(none: geometry only)'} "
-               f"({plural(c_in, 'channel')}) -> targets {', '.join(cfg.targets)} "
-               f"({plural(c_out, 'channel')}), "
-               f"{dim}-D")
+    summary = _summary(cfg, model, data)
     if args.dry_run:
         if main_rank:
             print(resolved, end="")
@@ -276,25 +240,147 @@ def cmd_train(args) -> int:
                 print(f"# defaults from the data: {chosen}", file=sys.stderr)
             print(f"# {summary}", file=sys.stderr)
         return 0
+    run = _RunFiles(cfg, data, resumed, out, main_rank)
+    metadata = _start_run(run, resolved, chosen, summary, data)
+    trainer = _trainer(args, cfg, model, data, metadata, main_rank)
+    history = _fit(trainer, args)
+    if trainer.dist.is_main:
+        _report(trainer, history, model, metadata, out, data.val is None)
+    return train_extras.train_members(args, cfg, out, cmd_train)
 
-    metadata = run.metadata(resolved, train_samples)
+
+def _resolve_config(args) -> TrainConfig:
+    """The run's options (defaults, config files, flags), with the data folders made
+    absolute, checked before any data is read."""
+    cfg = TrainConfig.resolve(args)
+    device_or_error(cfg.device)  # before any data is read
+    train_extras.check(cfg)
+    # The run records where its data is, not where it was run from: evaluate and
+    # --resume from another folder then read this data (see provenance.py).
+    cfg = cfg.with_options("command line", data=os.path.abspath(cfg.data),
+                           val_data=os.path.abspath(cfg.val_data) if cfg.val_data else None)
+    if cfg.val_data and _same_folder(cfg.val_data, cfg.data):
+        raise CLIError(f"--val-data {cfg.val_data} is the training folder --data: the best "
+                       f"checkpoint would be picked on the training files; give a folder "
+                       f"of other meshes, or --val-fraction F to hold out part of --data")
+    return cfg
+
+
+def _read_data(cfg: TrainConfig) -> _TrainData:
+    """The training (and validation) samples: ``--val-data``, or a split of ``--data``."""
+    import torch
+
+    dtype = getattr(torch, cfg.dtype)
+    files, samples, shapes, dim = load_folder(cfg.data, cfg.inputs, cfg.targets,
+                                              dtype, desc="reading data")
+    if cfg.val_data:
+        val_files, val_samples, val_shapes, val_dim = load_folder(
+            cfg.val_data, cfg.inputs, cfg.targets, dtype, desc="reading val data")
+        for k, sh in shapes.items():
+            if val_shapes[k] != sh:
+                raise CLIError(f"{val_files[0]}: field {k!r} is {format_shape(val_shapes[k])} "
+                               f"but {format_shape(sh)} in {files[0]}")
+        if val_dim != dim:
+            raise CLIError(f"{val_files[0]}: the mesh is {val_dim}-D but {files[0]} is {dim}-D")
+        train_idx, train_samples = list(range(len(files))), samples
+    else:
+        train_idx, val_idx = split_files(len(files), cfg.val_fraction, cfg.seed, cfg.data)
+        train_samples = [samples[i] for i in train_idx]
+        val_samples = [samples[i] for i in val_idx] or None
+        val_files = [files[i] for i in val_idx]
+    c_in = sum(field_channels(shapes[k]) for k in cfg.inputs)
+    c_out = sum(field_channels(shapes[k]) for k in cfg.targets)
+    return _TrainData(files, shapes, train_idx, train_samples, val_samples, val_files,
+                      (c_in, c_out, dim))
+
+
+def _options_from_data(cfg: TrainConfig, samples) -> tuple[TrainConfig, str]:
+    """Options nobody set, chosen from the data (a resumed run's config.yaml sets them
+    all), and the reason said (``""``: nothing chosen)."""
+    from meshops.training.defaults import options_from_data
+
+    try:
+        options, reason = options_from_data(samples, cfg.model, cfg.model_config,
+                                            cfg.batch_size, cfg.lr)
+    except ValueError as e:  # e.g. --model reduced_basis on data that is no study
+        raise CLIError(str(e)) from None
+    return cfg.with_options("defaults", **options), reason
+
+
+def _build_model(cfg: TrainConfig, data: _TrainData):
+    """The model, on the meta device first (it must fit the device training uses: cuda
+    when available, as the Trainer), in the training dtype."""
+    import torch
+
+    from meshops.training.distributed import check_device
+
+    dtype = getattr(torch, cfg.dtype)
+    model = build_model(cfg.model, cfg.model_config, *data.sizes, dtype,
+                        check_device(cfg.device))
+    return model.double() if dtype == torch.float64 else model
+
+
+def _epochs_to_fit(cfg: TrainConfig, model, data: _TrainData) -> tuple[TrainConfig, str]:
+    """``epochs`` when nobody set it: as many as fit ``--minutes`` (one timed step)."""
+    from meshops.training.defaults import epochs_to_fit
+
+    if cfg.epochs is not None:
+        return cfg, ""
+    epochs, reason = epochs_to_fit(model, data.train, cfg.batch_size, cfg.minutes,
+                                   len(data.val or []))
+    return cfg.with_options("defaults", epochs=epochs), reason
+
+
+def _summary(cfg: TrainConfig, model, data: _TrainData) -> str:
+    """One line: the model, its size, the data, the fields and channels."""
+    c_in, c_out, dim = data.sizes
+    n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return (f"{cfg.model} ({n_params:,} parameters) on {len(data.train)} meshes of "
+            f"{cfg.data}, validating on "
+            + (f"{len(data.val)}" if data.val else "none")
+            + f"; inputs {', '.join(cfg.inputs) or '(none: geometry only)'} "
+            f"({plural(c_in, 'channel')}) -> targets {', '.join(cfg.targets)} "
+            f"({plural(c_out, 'channel')}), "
+            f"{dim}-D")
+
+
+def _start_run(run: "_RunFiles", resolved: str, chosen: str, summary: str,
+               data: _TrainData) -> dict:
+    """The run's metadata, its folder prepared and its config.yaml written (main rank)."""
+    from meshops._atomic import atomic_write
+
+    metadata = run.metadata(resolved, data.train)
     run.prepare()
-    if main_rank:
-        atomic_write(out / RUN_CONFIG, lambda tmp: Path(tmp).write_text(resolved))
+    if run.main_rank:
+        atomic_write(run.out / RUN_CONFIG, lambda tmp: Path(tmp).write_text(resolved))
         if chosen:
             print(f"defaults from the data: {chosen}")
-        print(f"training {summary}; writing {out}/")
-    trainer = Trainer(
-        model, train_samples, val_samples, epochs=cfg.epochs, batch_size=cfg.batch_size,
+        print(f"training {summary}; writing {run.out}/")
+    return metadata
+
+
+def _trainer(args, cfg: TrainConfig, model, data: _TrainData, metadata: dict,
+             main_rank: bool):
+    """The :class:`~meshops.training.Trainer` of the run, with the loggers it asks for."""
+    from meshops.training import RelativeLpLoss, Trainer
+
+    out = Path(cfg.out)
+    loggers = (train_extras.callbacks(cfg, out, {**cfg.to_dict(),
+                                                 "model_config": dict(model.config)})
+               if main_rank else [])
+    return Trainer(
+        model, data.train, data.val, epochs=cfg.epochs, batch_size=cfg.batch_size,
         lr=cfg.lr, weight_decay=cfg.weight_decay, scheduler=cfg.scheduler,
         grad_clip=cfg.grad_clip, loss=RelativeLpLoss(quadrature=cfg.quadrature_loss),
         seed=cfg.seed, device=cfg.device, out_dir=out, resume=args.resume,
         metadata=metadata, progress=sys.stderr.isatty(), log=print, amp=cfg.amp or False,
-        compile=cfg.compile, checkpoint_blocks=cfg.checkpoint_blocks,
-        callbacks=train_extras.callbacks(cfg, out, {**cfg.to_dict(), "model_config": dict(model.config)})
-        if main_rank else [])
+        compile=cfg.compile, checkpoint_blocks=cfg.checkpoint_blocks, callbacks=loggers)
+
+
+def _fit(trainer, args) -> list:
+    """``trainer.fit()``, its failures as one line."""
     try:
-        history = trainer.fit()
+        return trainer.fit()
     except FloatingPointError as e:
         raise CLIError(str(e)) from None
     except CheckpointError as e:  # a damaged, truncated or malicious RUN/last.pt
@@ -304,27 +390,30 @@ def cmd_train(args) -> int:
             raise
         # e.g. RUN/last.pt was saved for another model config
         raise CLIError(str(e)) from None
-    if trainer.dist.is_main:
-        if val_samples is None:
-            # No validation data: best.pt is the final model, so that predict/evaluate
-            # find it in the usual place.
-            model.save(out / RUN_CHECKPOINT, **metadata, epoch=trainer.epoch,
-                       metric=None, val=None, selected="last epoch (no validation data)")
-            print(f"no validation data: {out / RUN_CHECKPOINT} is the model after epoch "
-                  f"{trainer.epoch}")
-        elif history and trainer.best["epoch"] is None:
-            last = history[-1]["val"] or {}
-            why = (f"the model predicts non-finite values on {last['failed']} of "
-                   f"{last['n']} validation meshes" if last.get("failed") else
-                   f"{trainer.metric} is {last.get(trainer.metric)}")
-            raise CLIError(f"no epoch had a finite validation error ({why}), so there is no "
-                           f"best model: {out / RUN_CHECKPOINT} was not written; "
-                           f"{out / 'last.pt'} holds the model after epoch {trainer.epoch}")
-        elif history:
-            best = trainer.best
-            print(f"best validation {trainer.metric} {best['value']:.4e} at epoch "
-                  f"{best['epoch']}: {out / RUN_CHECKPOINT}")
-    return train_extras.train_members(args, cfg, out, cmd_train)
+
+
+def _report(trainer, history: list, model, metadata: dict, out: Path,
+            no_validation: bool) -> None:
+    """Where the run's model is: best.pt, or why there is none."""
+    if no_validation:
+        # No validation data: best.pt is the final model, so that predict/evaluate
+        # find it in the usual place.
+        model.save(out / RUN_CHECKPOINT, **metadata, epoch=trainer.epoch,
+                   metric=None, val=None, selected="last epoch (no validation data)")
+        print(f"no validation data: {out / RUN_CHECKPOINT} is the model after epoch "
+              f"{trainer.epoch}")
+    elif history and trainer.best["epoch"] is None:
+        last = history[-1]["val"] or {}
+        why = (f"the model predicts non-finite values on {last['failed']} of "
+               f"{last['n']} validation meshes" if last.get("failed") else
+               f"{trainer.metric} is {last.get(trainer.metric)}")
+        raise CLIError(f"no epoch had a finite validation error ({why}), so there is no "
+                       f"best model: {out / RUN_CHECKPOINT} was not written; "
+                       f"{out / 'last.pt'} holds the model after epoch {trainer.epoch}")
+    elif history:
+        best = trainer.best
+        print(f"best validation {trainer.metric} {best['value']:.4e} at epoch "
+              f"{best['epoch']}: {out / RUN_CHECKPOINT}")
 
 
 TRAIN_EPILOG = """\
