@@ -168,6 +168,10 @@ class TrainConfig:
     out: str = _option("run", _folder)
     device: str | None = _option(None, _opt_str)
     dtype: str = _option("float32", _dtype)
+    # Reading (meshops.cli.lazy): None = lazily only when the data would not fit.
+    lazy: bool | None = _option(None, _unset_or(_to_bool))
+    cache: str | None = _option(None, _opt_str)
+    workers: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=0)))
 
     # ------------------------------------------------------------- coercion
     @classmethod

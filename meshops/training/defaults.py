@@ -52,6 +52,21 @@ def _constant_inputs(samples: Sequence) -> bool:
     return True
 
 
+def data_facts(dataset: Sequence) -> dict[str, Any]:
+    """What :func:`choose_defaults` looks at: ``n`` samples, their mean ``points``,
+    whether they share ``one_mesh``, whether their inputs are ``constant`` over each mesh
+    and whether they have inputs at all (``has_x``). A data set that knows these without
+    reading its samples (:class:`meshops.cache.CachedMeshDataset`) gives them by its
+    ``facts()``."""
+    facts = getattr(dataset, "facts", None)
+    if callable(facts):
+        return facts()
+    n = len(dataset)
+    return {"n": n, "points": round(sum(int(s.pos.shape[0]) for s in dataset) / n),
+            "one_mesh": _shares_one_mesh(dataset), "constant": _constant_inputs(dataset),
+            "has_x": getattr(dataset[0], "x", None) is not None}
+
+
 def choose_defaults(dataset: Sequence) -> tuple[str, dict[str, Any], dict[str, Any], str]:
     """The model and training options for ``dataset``, with a one-line reason.
 
@@ -68,13 +83,11 @@ def choose_defaults(dataset: Sequence) -> tuple[str, dict[str, Any], dict[str, A
     """
     if len(dataset) == 0:
         raise ValueError("choose_defaults: the dataset is empty")
-    n = len(dataset)
-    points = round(sum(int(s.pos.shape[0]) for s in dataset) / n)
-    one_mesh = _shares_one_mesh(dataset)
-    constant = _constant_inputs(dataset)
+    f = data_facts(dataset)
+    n, points, one_mesh, constant = f["n"], f["points"], f["one_mesh"], f["constant"]
     facts = (f"{n} samples of {'one mesh' if one_mesh else 'varying meshes'} "
              f"({points:,} points{' each' if one_mesh else ' on average'}), "
-             f"{'constant' if constant else 'field' if getattr(dataset[0], 'x', None) is not None else 'no'}"
+             f"{'constant' if constant else 'field' if f['has_x'] else 'no'}"
              f" inputs")
     if one_mesh and constant:
         cfg = dict(PARAMETRIC_PIT)

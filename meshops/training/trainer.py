@@ -496,7 +496,8 @@ class Trainer:
         if self._net is None and self.normalize and not self._has_normalizers():
             self._attach_normalizers(*fit_normalizers(self.train_data))
         idx = distributed.shard(len(data), self.dist)
-        loader = make_loader([data[i] for i in idx], self.val_batch_size,
+        # A Subset, not a list of the samples: a lazily read data set stays on disk.
+        loader = make_loader(torch.utils.data.Subset(data, idx), self.val_batch_size,
                              generator=torch.Generator(), num_workers=self.num_workers)
         # The bare model, not DDP: ranks may hold different numbers of batches, and a
         # DDP forward would wait for the others (it broadcasts buffers).
