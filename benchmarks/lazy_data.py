@@ -3,7 +3,7 @@ on folders of 1,000 and 10,000 meshes, read lazily through the on-disk cache
 (``--cache``) and in memory (``--no-lazy``).
 
 Each folder holds ``N`` small meshes (a perturbed, triangulated unit square of
-``cells x cells`` cells, 441 points by default; input ``f``, target ``u``), written
+``cells x cells`` cells, 121 points by default; input ``f``, target ``u``), written
 once into ``--root`` and reused. For every size the benchmark runs, each as a separate
 ``meshops train`` process:
 
@@ -16,7 +16,7 @@ Peak memory is the largest sum over the command's process tree (the main process
 its DataLoader workers) of the proportional set size (PSS: pages shared by forked
 workers counted once), sampled every 0.1 s from ``/proc``; the epoch time is the
 ``time_s`` of the run's ``history.json`` (training plus validation). The model is a
-small PiT (width 32, 2 blocks, 64 latent points), batch 8, seed 0, one epoch, 10 %
+small PiT (width 16, 1 block, 32 latent points), batch 32, seed 0, one epoch, 10 %
 validation: the per-step compute is small, so the reading is as visible as it gets.
 """
 
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-MODEL = ["--model", "pit", "--model-config", "width=32", "blocks=2", "num_latent=64"]
+MODEL = ["--model", "pit", "--model-config", "width=16", "blocks=1", "num_latent=32"]
 
 
 def write_folder(root: Path, n: int, cells: int) -> Path:
@@ -127,7 +127,8 @@ def epoch_time(run_dir: Path) -> float:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
-    ap.add_argument("--cells", type=int, default=20, help="cells per side (default 20: 441 points)")
+    ap.add_argument("--cells", type=int, default=10, help="cells per side (default 10: 121 points)")
+    ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--root", default="/tmp/meshops-lazy-bench",
                     help="where the folders, caches and runs go (the folders are reused)")
@@ -145,7 +146,7 @@ def main(argv=None) -> None:
         cache = root / f"cache-{n}"
         shutil.rmtree(cache, ignore_errors=True)
         base = [sys.executable, "-m", "meshops", "train", "--data", str(data), "--inputs", "f",
-                "--targets", "u", *MODEL, "--epochs", "1", "--batch-size", "8",
+                "--targets", "u", *MODEL, "--epochs", "1", "--batch-size", str(args.batch_size),
                 "--val-fraction", "0.1", "--seed", "0"]
         modes = [("lazy cold", ["--cache", str(cache), "--workers", str(args.workers)]),
                  ("lazy warm", ["--cache", str(cache), "--workers", str(args.workers)])]

@@ -35,6 +35,11 @@ __all__ = ["RUN_CHECKPOINT", "RunSpec", "load_run", "predict_mesh"]
 RUN_CHECKPOINT = "best.pt"
 
 
+# Output points per chunk when a mesh is predicted in chunks (meshops.chunked; meshes
+# with fewer points are predicted in one piece).
+DEFAULT_CHUNK = 65536
+
+
 # ----------------------------------------------------------------- field shapes
 def _field_shape(v) -> list[int]:
     """Per-point shape of a field: ``[]`` for a scalar, ``[c]`` for a vector."""
@@ -240,8 +245,14 @@ class RunSpec:
                 for name, sl in self.target_slices().items()}
 
 
-def predict_mesh(model, spec: RunSpec, mesh):
+def predict_mesh(model, spec: RunSpec, mesh, chunk_size: int | None = DEFAULT_CHUNK,
+                 progress: bool = False):
     """``model.predict`` on one mesh, its inputs taken from the fields ``spec`` names.
+
+    With ``chunk_size`` (points; None: never) a mesh with more points is predicted in chunks of that
+    many output points, the global context computed once
+    (:func:`meshops.chunked.predict_chunked`: the same values in a bounded memory), with
+    a progress bar if ``progress``.
 
     Shapes:
         mesh ``pos [N, d]``, ``weight [N]``, fields ``[N]`` or ``[N, ...]``
@@ -257,4 +268,8 @@ def predict_mesh(model, spec: RunSpec, mesh):
     x = torch.cat(cols, 1) if cols else torch.zeros(n, 0, dtype=torch.float64)
     data = MeshData(pos=mesh.pos.to(param.dtype), weight=mesh.weight.to(param.dtype),
                     x=x.to(param.dtype)).to(param.device)
+    if chunk_size is not None and n > chunk_size:
+        from meshops.chunked import predict_chunked
+
+        return predict_chunked(model, data, chunk_size, progress).cpu()
     return model.predict(data).cpu()

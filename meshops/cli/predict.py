@@ -34,13 +34,14 @@ def cmd_predict(args) -> int:
         if dest in targets.values():
             raise CLIError(f"{f}: two inputs would both be written to {dest}")
         targets[f] = dest
+    chunking = _chunking(args)
     written = []
     for f in progress(files, desc="predicting", unit="mesh"):
         mesh = read_mesh(f)
         spec.check_mesh(mesh, f)
         # Looked up on meshops.cli when called, so that a replacement there is used
         # (the tests put in a model that predicts NaN).
-        out = cli.predict_mesh(model, spec, mesh)
+        out = cli.predict_mesh(model, spec, mesh, **chunking)
         bad = (~torch.isfinite(out)).nonzero()
         if bad.numel():  # the inputs are finite (checked above): the model is at fault
             raise CLIError(f"{f}: the model in {spec.ckpt} predicts a non-finite value "
@@ -54,11 +55,31 @@ def cmd_predict(args) -> int:
     return 0
 
 
+def _chunking(args) -> dict:
+    """``predict_mesh``'s chunk options where they differ from its defaults: meshes of
+    more than --chunk-size points (0: none) are predicted in chunks, with a progress bar
+    on a terminal."""
+    import sys
+
+    from meshops._progress import on_terminal
+
+    kw = {}
+    if args.chunk_size is not None:
+        if args.chunk_size < 0:
+            raise CLIError(f"--chunk-size must be >= 0 (0: no chunks), got {args.chunk_size}")
+        kw["chunk_size"] = args.chunk_size or None
+    if on_terminal(sys.stderr):
+        kw["progress"] = True
+    return kw
+
+
 PREDICT_EPILOG = """\
 examples:
   meshops predict runs/poisson new/*.vtu -o predicted/
   meshops predict runs/poisson/last.pt case.msh -o predicted/ --format .vtu
   meshops plot predicted/case.vtu --field u -o case.png
+  # a 5-million-point mesh: 65,536 output points at a time (the default)
+  meshops predict runs/big huge.vtu -o predicted/ --chunk-size 65536
 
 Each output file is the input mesh with all its fields plus <target>_pred for
 every target the model was trained on; open it in ParaView.
@@ -79,4 +100,8 @@ def add_parser(sub) -> None:
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     p.add_argument("--inputs", help="input fields, for checkpoints that do not record them")
     p.add_argument("--targets", help="target names, for checkpoints that do not record them")
+    p.add_argument("--chunk-size", type=int, metavar="N", dest="chunk_size",
+                   help="predict meshes of more than N points N output points at a time, "
+                   "the model's global context computed once: the same values in a "
+                   "bounded memory (default 65536; 0: always in one piece)")
     p.set_defaults(func=cmd_predict)
