@@ -47,6 +47,10 @@ from meshops.inference import DEFAULT_CHUNK
 
 __all__ = ["DEFAULT_CHUNK", "can_chunk", "predict_chunked"]
 
+#: PiT's encoder works on about this many neighbour pairs per output point of a chunk at
+#: a time (a group of latent points and their measure balls; each group searches the
+#: whole input mesh once, so fewer, larger groups are faster).
+ENCODER_EDGES = 64
 # Attributes of a sample the chunked decoders read (or that carry no model input).
 _KNOWN = {"x", "pos", "weight", "query_pos", "query_weight", "y", "source", "fields",
           "cells", "cell_data", "batch", "ptr", "query_batch", "query_pos_batch"}
@@ -71,9 +75,9 @@ def _pit_context(model, data, inp, chunk: int):
                                      lat_pos, None) for s in range(0, n, chunk))
         lat = _Latent(lat_pos, weight, None, idx, 1)
     nv = lat.pos.shape[0]
-    # A group's edges: about q N per latent point (its measure ball) or k per point.
+    # A group's edges: about q N per latent point (its ball); ENCODER_EDGES * chunk in all.
     per_point = max(1, math.ceil(model.quantile_in * n))
-    groups = max(1, min(nv, math.ceil(nv * per_point / (16 * chunk))))
+    groups = max(1, min(nv, math.ceil(nv * per_point / (ENCODER_EDGES * chunk))))
     part = (partition(lat.pos, groups, "kd") if groups > 1
             else torch.zeros(nv, dtype=torch.long, device=lat.pos.device))
     lifted = model.lift.weight.dtype
@@ -164,7 +168,7 @@ def predict_chunked(model, data, chunk_size: int = DEFAULT_CHUNK, progress: bool
             :class:`~meshops.models.PatchedTransformer` (others: one piece).
         data: One sample (a :class:`~meshops.MeshData`, not a batch).
         chunk_size: Output points per chunk (PiT's encoder also works on about
-            ``16 * chunk_size`` neighbour pairs at a time).
+            ``ENCODER_EDGES * chunk_size`` neighbour pairs at a time).
         progress: A tqdm bar over the chunks (on a terminal).
 
     Shapes:

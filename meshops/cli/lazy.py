@@ -57,14 +57,15 @@ def load_folder_cached(root, inputs: Sequence[str], targets: Sequence[str], dtyp
     settings = {"reader": "meshops.cli.folder.read_sample", "inputs": list(inputs),
                 "targets": list(targets), "dtype": str(dtype).replace("torch.", "")}
     ds = MeshCache(cache).dataset(reader.files, reader, settings, workers=workers, desc=desc)
+    files = ds.files
     shapes, dim = None, None
-    for path, rec in zip(ds.files, ds.records):
+    for path, rec in zip(files, ds.records):
         sh, d = rec.info["shapes"], rec.info["dim"]
         if shapes is None:
             shapes, dim = sh, d
         else:
-            check_same_layout(path, sh, d, shapes, dim, ds.files[0])
-    return ds.files, ds, shapes, dim
+            check_same_layout(path, sh, d, shapes, dim, files[0])
+    return files, ds, shapes, dim
 
 
 def take(samples, indices: Sequence[int]):
