@@ -368,8 +368,9 @@ class MeshCache:
             if todo:
                 jobs = _Jobs(self.root, read, [(str(files[i]), records[i]["key"],
                                                 records[i]["sha256"]) for i in todo])
-                for i, result in zip(todo, bar(_run(jobs, workers), total=len(todo),
-                                               desc=desc, unit="mesh", enabled=progress)):
+                # the loader first: zip then runs it to its end, which stops its workers
+                for result, i in zip(bar(_run(jobs, workers), total=len(todo), desc=desc,
+                                         unit="mesh", enabled=progress), todo):
                     if isinstance(result, BaseException):
                         raise result
                     records[i]["meta"], records[i]["info"] = result

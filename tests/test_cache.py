@@ -354,3 +354,36 @@ def test_cache_with_no_lazy_and_shape_mismatch_are_one_line_errors(tmp_path, cap
     err = capsys.readouterr().err
     assert code == 2 and "s03.vtu: inputs/targets have 2/1 channels but s00.vtu has 1/1" in err
     assert len(err.strip().splitlines()) == 1
+
+
+class _PidLog(torch.utils.data.Dataset):
+    """Samples that note which process read them (a file per reading process)."""
+
+    def __init__(self, folder: Path, n: int = 8):
+        self.folder, self.n = folder, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        from meshops.data import MeshData
+
+        (self.folder / str(os.getpid())).touch()
+        pos = torch.rand(5, 2)
+        return MeshData(pos=pos, weight=torch.full((5,), 0.2), x=pos[:, :1], y=pos[:, 1:] + 1)
+
+
+def test_an_epoch_reads_in_exactly_num_workers_processes(tmp_path):
+    """tqdm.auto's bar called iter() on the loader itself once more: a second set of
+    workers started and read batches that nobody used."""
+    from meshops.models import TransformerNO
+    from meshops.training import Trainer
+
+    log = tmp_path / "pids"
+    log.mkdir()
+    model = TransformerNO(1, 1, width=8, layers=1, heads=2)
+    trainer = Trainer(model, _PidLog(log), epochs=1, batch_size=2, num_workers=1, log=None,
+                      progress=True, normalize=False)
+    trainer.fit()
+    workers = {p.name for p in log.iterdir()} - {str(os.getpid())}   # (the Trainer
+    assert len(workers) == 1                            # checks sample 0 itself)

@@ -430,7 +430,10 @@ class Trainer:
         self.sampler.set_epoch(epoch)
         self._loader_gen.manual_seed(epoch_seed(self.seed, epoch))
         total = torch.zeros(2, dtype=torch.float64)  # sum of per-sample losses, samples
-        bar = progress_bar(self.train_loader, total=self.steps_per_epoch, unit="batch",
+        # An iterator, not the loader: tqdm.auto's bar calls iter() on what it is given
+        # when it is made and again to iterate, and a second iter() of a loader with
+        # workers starts a second set of worker processes that read batches for nothing.
+        bar = progress_bar(iter(self.train_loader), total=self.steps_per_epoch, unit="batch",
                            desc=f"epoch {epoch + 1}/{self.epochs}", leave=False,
                            enabled=self.progress and self.dist.is_main)
         for step, batch in enumerate(bar):
