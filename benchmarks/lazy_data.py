@@ -132,7 +132,9 @@ def main(argv=None) -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--root", default="/tmp/meshops-lazy-bench",
                     help="where the folders, caches and runs go (the folders are reused)")
-    ap.add_argument("--skip-memory", action="store_true", help="no in-memory runs")
+    ap.add_argument("--modes", nargs="+", default=["cold", "warm", "memory"],
+                    choices=["cold", "warm", "memory"],
+                    help="which runs (warm alone reuses the cache of an earlier run)")
     args = ap.parse_args(argv)
     root = Path(args.root)
     print(f"# python -m benchmarks.lazy_data {' '.join(argv or sys.argv[1:])}")
@@ -144,14 +146,15 @@ def main(argv=None) -> None:
         print(f"# folder of {n} meshes ready in {time.perf_counter() - t0:.0f} s "
               f"({sum(p.stat().st_size for p in data.glob('*.vtu')) / 1e6:.0f} MB)", flush=True)
         cache = root / f"cache-{n}"
-        shutil.rmtree(cache, ignore_errors=True)
+        if "cold" in args.modes:
+            shutil.rmtree(cache, ignore_errors=True)
         base = [sys.executable, "-m", "meshops", "train", "--data", str(data), "--inputs", "f",
                 "--targets", "u", *MODEL, "--epochs", "1", "--batch-size", str(args.batch_size),
                 "--val-fraction", "0.1", "--seed", "0"]
-        modes = [("lazy cold", ["--cache", str(cache), "--workers", str(args.workers)]),
-                 ("lazy warm", ["--cache", str(cache), "--workers", str(args.workers)])]
-        if not args.skip_memory:
-            modes.append(("in memory", ["--no-lazy"]))
+        lazy = ["--cache", str(cache), "--workers", str(args.workers)]
+        modes = [(name, extra) for key, name, extra in (
+            ("cold", "lazy cold", lazy), ("warm", "lazy warm", lazy),
+            ("memory", "in memory", ["--no-lazy"])) if key in args.modes]
         for name, extra in modes:
             out = root / f"run-{n}-{name.replace(' ', '-')}"
             shutil.rmtree(out, ignore_errors=True)
