@@ -243,6 +243,9 @@ class RunSpec:
 def predict_mesh(model, spec: RunSpec, mesh):
     """``model.predict`` on one mesh, its inputs taken from the fields ``spec`` names.
 
+    A sample with ``params [1, K]`` (:class:`meshops.layout.SampleLayout`) passes them
+    to a model conditioned on parameters.
+
     Shapes:
         mesh ``pos [N, d]``, ``weight [N]``, fields ``[N]`` or ``[N, ...]``
         -> ``[N, C_out]`` in the model's dtype, on the CPU
@@ -256,5 +259,8 @@ def predict_mesh(model, spec: RunSpec, mesh):
     cols = [mesh.fields[k].reshape(n, -1).to(torch.float64) for k in spec.inputs]
     x = torch.cat(cols, 1) if cols else torch.zeros(n, 0, dtype=torch.float64)
     data = MeshData(pos=mesh.pos.to(param.dtype), weight=mesh.weight.to(param.dtype),
-                    x=x.to(param.dtype)).to(param.device)
+                    x=x.to(param.dtype))
+    if getattr(mesh, "params", None) is not None:
+        data.params = mesh.params.to(param.dtype)
+    data = data.to(param.device)
     return model.predict(data).cpu()
