@@ -14,11 +14,13 @@ from meshops.cli._common import CLIError, progress
 from meshops.inference import _field_shape, _fmt_shape
 
 
-def folder_dataset(root, inputs: Sequence[str], targets: Sequence[str], dtype):
-    """A :class:`MeshFolderDataset` of ``root``: one sample per mesh file."""
+def folder_dataset(root, inputs: Sequence[str], targets: Sequence[str], dtype, layout=None):
+    """A :class:`MeshFolderDataset` of ``root``: one sample per mesh file (read as
+    ``layout`` says, a :class:`meshops.layout.SampleLayout` of these inputs and targets:
+    cell samples, parameters, boundary tags)."""
     from meshops.datasets import MeshFolderDataset
 
-    return MeshFolderDataset(root, inputs=inputs, targets=targets, dtype=dtype)
+    return MeshFolderDataset(root, inputs=inputs, targets=targets, dtype=dtype, layout=layout)
 
 
 def mesh_files(paths: Sequence[str]) -> list[Path]:
@@ -38,11 +40,13 @@ def mesh_files(paths: Sequence[str]) -> list[Path]:
 
 
 def load_folder(root, inputs: Sequence[str], targets: Sequence[str], dtype,
-                desc: str = "reading") -> tuple[list, list, dict, int]:
+                desc: str = "reading", layout=None) -> tuple[list, list, dict, int]:
     """Read every mesh of a folder as a lean training sample.
 
     Returns ``(files, samples, field_shapes, pos_dim)``; the samples carry ``pos``,
-    ``weight``, ``x``, ``y`` and ``source``. Field shapes and the spatial
+    ``weight``, ``x``, ``y``, ``source`` and, with parameters, ``params``. ``layout``
+    (:class:`meshops.layout.SampleLayout`) says how a file becomes a sample; it learns
+    its location (points or cells) from the first file. Field shapes and the spatial
     dimension must agree across the files (the error names the first that
     disagrees). Input and target values must be finite (checked by the data set),
     and a mesh whose targets are zero everywhere is refused: the relative L2 loss is
@@ -53,8 +57,8 @@ def load_folder(root, inputs: Sequence[str], targets: Sequence[str], dtype,
     from meshops.data import MeshData
     from meshops.training.loss import lp_norms, zero_target
 
-    ds = folder_dataset(root, inputs, targets, dtype)
-    fields = list(inputs) + list(targets)
+    ds = folder_dataset(root, inputs, targets, dtype, layout)
+    fields = list(ds.inputs) + list(targets)  # the inputs with the tags' channels
     samples, shapes, dim = [], None, None
     for i in progress(range(len(ds)), desc=desc, unit="mesh", leave=False):
         s = ds[i]
@@ -78,13 +82,17 @@ def load_folder(root, inputs: Sequence[str], targets: Sequence[str], dtype,
                            f"everywhere (or at every point of positive weight); the relative "
                            f"L2 loss and error are undefined for this mesh: leave it out of "
                            f"the training data")
-        samples.append(MeshData(pos=s.pos, weight=s.weight, x=s.x, y=s.y, source=str(path)))
+        lean = MeshData(pos=s.pos, weight=s.weight, x=s.x, y=s.y, source=str(path))
+        if getattr(s, "params", None) is not None:
+            lean.params = s.params
+        samples.append(lean)
     return list(ds.files), samples, shapes, dim
 
 
-def training_samples(meta: dict, inputs: Sequence[str], targets: Sequence[str]):
+def training_samples(meta: dict, inputs: Sequence[str], targets: Sequence[str], layout=None):
     """A run's training samples (``meta["data"]``, files ``meta["split"]["train"]``)
-    in float64, or ``(None, why not)``."""
+    in float64, read as ``layout`` says (then ``inputs`` are its own), or ``(None, why
+    not)``."""
     import torch
 
     from meshops.errors import MeshError
@@ -95,7 +103,8 @@ def training_samples(meta: dict, inputs: Sequence[str], targets: Sequence[str]):
     if not Path(root).is_dir():
         return None, f"n/a: the training data {root} is not here"
     try:
-        ds = folder_dataset(root, inputs, targets, torch.float64)
+        ds = folder_dataset(root, layout.inputs if layout else inputs, targets, torch.float64,
+                            layout)
         index = {Path(f).name: i for i, f in enumerate(ds.files)}
         missing = [n for n in train if n not in index]
         if missing:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 from meshops.cli._common import RAW, CLIError, optional_names, progress, wrap
 from meshops.cli.folder import mesh_files
 from meshops.inference import RunSpec, load_run
+from meshops.layout import SampleLayout
 
 
 def _suffix(fmt: str | None, path: Path) -> str:
@@ -23,6 +25,8 @@ def cmd_predict(args) -> int:
 
     model, ckpt, meta = load_run(args.run, args.device)
     spec = RunSpec(model, ckpt, meta, optional_names(args.inputs), optional_names(args.targets))
+    # as in training: points or cells, parameters, boundary tags
+    layout = SampleLayout.from_run(meta, spec.inputs, spec.targets, model, ckpt)
     files = mesh_files(args.meshes)
     out_dir = Path(args.output)
     targets = {}
@@ -37,18 +41,25 @@ def cmd_predict(args) -> int:
     written = []
     for f in progress(files, desc="predicting", unit="mesh"):
         mesh = read_mesh(f)
-        spec.check_mesh(mesh, f)
+        sample = layout.view(mesh, f, need_targets=False)
+        spec.check_mesh(sample, f)
         # Looked up on meshops.cli when called, so that a replacement there is used
         # (the tests put in a model that predicts NaN).
-        out = cli.predict_mesh(model, spec, mesh)
+        out = cli.predict_mesh(model, spec, sample)
         bad = (~torch.isfinite(out)).nonzero()
         if bad.numel():  # the inputs are finite (checked above): the model is at fault
             raise CLIError(f"{f}: the model in {spec.ckpt} predicts a non-finite value "
-                           f"({out[bad[0, 0], bad[0, 1]].item()}) at point {int(bad[0, 0])} "
-                           f"although the inputs are finite; nothing written for this file")
+                           f"({out[bad[0, 0], bad[0, 1]].item()}) at {layout.location[:-1]} "
+                           f"{int(bad[0, 0])} although the inputs are finite; nothing written "
+                           f"for this file")
         pred = spec.split(out)
-        written.append(write_mesh(targets[f], mesh,
-                                  point_data={f"{k}_pred": v for k, v in pred.items()}))
+        # a cell target's prediction is written as cell data
+        point_data, cell_data = layout.prediction_data(
+            mesh, {f"{k}_pred": v for k, v in pred.items()})
+        if cell_data:
+            mesh = copy.copy(mesh)
+            mesh.cell_data = {**(getattr(mesh, "cell_data", None) or {}), **cell_data}
+        written.append(write_mesh(targets[f], mesh, point_data=point_data))
     fields = ", ".join(f"{k}_pred" for k in spec.targets)
     print(f"wrote {len(written)} file(s) with {fields} to {out_dir}/")
     return 0
@@ -61,7 +72,9 @@ examples:
   meshops plot predicted/case.vtu --field u -o case.png
 
 Each output file is the input mesh with all its fields plus <target>_pred for
-every target the model was trained on; open it in ParaView.
+every target the model was trained on (as cell data when the targets were cell
+data; NaN on boundary cells); open it in ParaView. Parameters and boundary tags
+are read as in training (field_data or params.csv / params.json beside the mesh).
 """
 
 

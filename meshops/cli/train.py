@@ -12,17 +12,19 @@ from pathlib import Path
 from meshops.cli._common import RAW, CLIError, is_main_rank, os_reason, plural, wrap
 from meshops.cli.config import RUN_CONFIG, TrainConfig
 from meshops.cli.folder import load_folder
-from meshops.errors import CheckpointError
+from meshops.errors import CheckpointError, MeshError
 from meshops.inference import RUN_CHECKPOINT, _channels, _fmt_shape
+from meshops.layout import SampleLayout
 
 # Set from the data, never by model_config.
-INFERRED = ("in_channels", "out_channels", "pos_dim")
+INFERRED = ("in_channels", "out_channels", "pos_dim", "param_channels")
 
 
 def build_model(name: str, model_config: dict, in_channels: int, out_channels: int,
-                pos_dim: int):
+                pos_dim: int, param_channels: int = 0):
     """A registered model (:data:`meshops.models.MODELS`) with ``model_config`` and the
-    channels and dimension of the data; a key the model does not take is refused."""
+    channels, dimension and parameter count of the data; a key the model does not take
+    is refused, as are parameters for a model that takes none."""
     from meshops.models import MODELS
 
     if name not in MODELS:
@@ -32,7 +34,11 @@ def build_model(name: str, model_config: dict, in_channels: int, out_channels: i
     accepted = {k for k, p in params.items() if k != "self"
                 and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     open_kw = any(p.kind == p.VAR_KEYWORD for p in params.values())
-    inferred = {"in_channels": in_channels, "out_channels": out_channels, "pos_dim": pos_dim}
+    inferred = {"in_channels": in_channels, "out_channels": out_channels, "pos_dim": pos_dim,
+                "param_channels": param_channels}
+    if param_channels and "param_channels" not in accepted and not open_kw:
+        raise CLIError(f"model {name!r} does not take parameter vectors (--params): it has no "
+                       f"param_channels argument")
     for key, value in model_config.items():
         if key in inferred:
             if value != inferred[key]:
@@ -111,11 +117,16 @@ def cmd_train(args) -> int:
     seed_everything(cfg.seed)
     dtype = getattr(torch, cfg.dtype)
 
+    try:  # how a file becomes a sample: points or cells, parameters, boundary tags
+        layout = SampleLayout(cfg.inputs, cfg.targets, cfg.params, cfg.tags)
+    except MeshError as e:
+        raise CLIError(str(e)) from None
     files, samples, shapes, dim = load_folder(cfg.data, cfg.inputs, cfg.targets,
-                                              dtype, desc="reading data")
+                                              dtype, desc="reading data", layout=layout)
     if cfg.val_data:
         val_files, val_samples, val_shapes, val_dim = load_folder(
-            cfg.val_data, cfg.inputs, cfg.targets, dtype, desc="reading val data")
+            cfg.val_data, cfg.inputs, cfg.targets, dtype, desc="reading val data",
+            layout=layout)
         for k, sh in shapes.items():
             if val_shapes[k] != sh:
                 raise CLIError(f"{val_files[0]}: field {k!r} is {_fmt_shape(val_shapes[k])} "
@@ -129,11 +140,11 @@ def cmd_train(args) -> int:
         train_samples = [samples[i] for i in train_idx]
         val_samples = [samples[i] for i in val_idx] or None
         val_files = [files[i] for i in val_idx]
-    c_in = sum(_channels(shapes[k]) for k in cfg.inputs)
+    c_in = sum(_channels(shapes[k]) for k in layout.input_fields)
     c_out = sum(_channels(shapes[k]) for k in cfg.targets)
     # Options nobody set come from the data; a resumed run's config.yaml sets them all.
     chosen = [fill_from_data(cfg, train_samples)]
-    model = build_model(cfg.model, cfg.model_config, c_in, c_out, dim)
+    model = build_model(cfg.model, cfg.model_config, c_in, c_out, dim, len(cfg.params))
     if dtype == torch.float64:
         model = model.double()
     # The epoch count fitted to --minutes from one timed step is printed and saved in
@@ -147,10 +158,12 @@ def cmd_train(args) -> int:
     summary = (f"{cfg.model} ({n_params:,} parameters) on {len(train_samples)} meshes of "
                f"{cfg.data}, validating on "
                + (f"{len(val_samples)}" if val_samples else "none")
-               + f"; inputs {', '.join(cfg.inputs) or '(none: geometry only)'} "
+               + f"; inputs {', '.join(layout.input_fields) or '(none: geometry only)'} "
                f"({plural(c_in, 'channel')}) -> targets {', '.join(cfg.targets)} "
                f"({plural(c_out, 'channel')}), "
-               f"{dim}-D")
+               f"{dim}-D"
+               + (", on the cells (midpoint rule)" if layout.location == "cells" else "")
+               + (f"; parameters {', '.join(cfg.params)}" if cfg.params else ""))
     if args.dry_run:
         if main_rank:
             print(resolved, end="")
@@ -160,7 +173,8 @@ def cmd_train(args) -> int:
         return 0
 
     metadata = {
-        "inputs": list(cfg.inputs), "targets": list(cfg.targets),
+        "inputs": layout.input_fields, "targets": list(cfg.targets),
+        "params": list(cfg.params), "tags": list(cfg.tags), "location": layout.location,
         "field_shapes": shapes, "in_channels": c_in, "out_channels": c_out, "pos_dim": dim,
         "data": str(cfg.data),
         "split": {"train": [Path(files[i]).name for i in train_idx],
@@ -212,6 +226,9 @@ examples:
       --model-config width=64 layers=2 --epochs 50 --batch-size 4 --out runs/tno
   # geometry-only problem: the input is the mesh itself
   meshops train --data elasticity/ --inputs "" --targets sigma --model pit
+  # a parametric study: parameters from field_data or data/params.csv, boundary tags
+  # as input channels; targets stored as cell data train on the cells
+  meshops train --data data/ --inputs "" --targets p --params alpha,Re --tags wall
   # options from a file (YAML or TOML; flags override it)
   meshops train --config train.yaml --epochs 10
   # continue an interrupted run (its config.yaml is the base config)
@@ -251,7 +268,14 @@ def add_parser(sub) -> None:
     g.add_argument("--data", metavar="DIR", help="folder of training meshes")
     g.add_argument("--inputs", metavar="A,B",
                    help='input point fields, comma-separated; "" for geometry-only problems')
-    g.add_argument("--targets", metavar="U,V", help="target point fields, comma-separated")
+    g.add_argument("--targets", metavar="U,V", help="target fields, comma-separated: all "
+                   "point data, or all cell data (then the model trains on the cells)")
+    g.add_argument("--params", metavar="A,B", help="per-sample parameters, comma-separated, "
+                   "from each file's field_data or a params.csv / params.json beside the "
+                   "files (keyed by file name); they condition the model")
+    g.add_argument("--tags", metavar="T1,T2", help="boundary tags (Gmsh physical names or "
+                   "ARRAY=VALUE of an integer cell array) whose indicator and outward normal "
+                   "become input channels")
     v = g.add_mutually_exclusive_group()
     v.add_argument("--val-fraction", type=float, metavar="F", dest="val_fraction",
                    help="fraction of the files held out for validation (default 0.2; 0: none)")
