@@ -359,3 +359,13 @@ def test_predict_computes_the_tag_channels(tag_run, tmp_path):
     got = read_mesh(tmp_path / "s1.vtu").fields["u_pred"]
     assert torch.allclose(got.float(), want[:, 0], atol=1e-6)
     assert "tag:wall" not in read_mesh(tmp_path / "s1.vtu").fields  # not written out
+
+
+def test_info_lists_cell_data_and_physical_names(tmp_path, capsys):
+    data = _write_gmsh_folder(tmp_path / "d", 1)
+    assert cli.main(["info", "--json", str(data / "s0.msh")]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["field_data"] == {"inlet": [1, 1], "outlet": [2, 1], "wall": [3, 1]}
+    assert info["cell_fields"] == {"gmsh:physical": [], "gmsh:geometrical": []}
+    assert cli.main(["info", str(data / "s0.msh")]) == 0
+    assert "  field data inlet [1, 1], outlet [2, 1], wall [3, 1]" in capsys.readouterr().out
