@@ -269,7 +269,9 @@ def predict_mesh(model, spec: RunSpec, mesh, chunk_size: int | None = DEFAULT_CH
     With ``chunk_size`` (points; None: never) a mesh with more points is predicted in chunks of that
     many output points, the global context computed once
     (:func:`meshops.chunked.predict_chunked`: the same values in a bounded memory), with
-    a progress bar if ``progress``.
+    a progress bar if ``progress``. A sample with ``params [1, K]``
+    (:class:`meshops.layout.SampleLayout`) passes them to a model conditioned on
+    parameters.
 
     Shapes:
         mesh ``pos [N, d]``, ``weight [N]``, fields ``[N]`` or ``[N, ...]``
@@ -298,5 +300,8 @@ def mesh_sample(model, spec: RunSpec, mesh):
     n = int(mesh.pos.shape[0])
     cols = [mesh.fields[k].reshape(n, -1).to(torch.float64) for k in spec.inputs]
     x = torch.cat(cols, 1) if cols else torch.zeros(n, 0, dtype=torch.float64)
-    return MeshData(pos=mesh.pos.to(param.dtype), weight=mesh.weight.to(param.dtype),
-                    x=x.to(param.dtype)).to(param.device)
+    data = MeshData(pos=mesh.pos.to(param.dtype), weight=mesh.weight.to(param.dtype),
+                    x=x.to(param.dtype))
+    if getattr(mesh, "params", None) is not None:
+        data.params = mesh.params.to(param.dtype)
+    return data.to(param.device)

@@ -147,8 +147,8 @@ def _unset_or(coerce):
 
 def _option(default, coerce: Callable[[str, Any], Any]):
     """A TrainConfig field with its coercer."""
-    if isinstance(default, dict):
-        return field(default_factory=dict, metadata={"coerce": coerce})
+    if isinstance(default, (dict, list)):
+        return field(default_factory=type(default), metadata={"coerce": coerce})
     return field(default=default, metadata={"coerce": coerce})
 
 
@@ -168,6 +168,8 @@ class TrainConfig:
     data: str | None = _option(None, _opt_str)
     inputs: list[str] | None = _option(None, lambda k, v: names(v, k))
     targets: list[str] | None = _option(None, lambda k, v: names(v, k))
+    params: list[str] = _option([], lambda k, v: names(v, k))
+    tags: list[str] = _option([], lambda k, v: names(v, k))
     model: str | None = _option(None, _model_name)
     model_config: dict = _option({}, _model_config)
     epochs: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))

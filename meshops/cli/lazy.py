@@ -27,9 +27,10 @@ class FolderReader:
     :func:`~meshops.cli.folder.load_folder` makes of a file (the same checks), and its
     field shapes and dimension. Picklable: worker processes parse with it."""
 
-    def __init__(self, root, inputs: Sequence[str], targets: Sequence[str], dtype) -> None:
+    def __init__(self, root, inputs: Sequence[str], targets: Sequence[str], dtype,
+                 layout=None) -> None:
         self.inputs, self.targets = list(inputs), list(targets)
-        self.ds = folder_dataset(root, self.inputs, self.targets, dtype)
+        self.ds = folder_dataset(root, self.inputs, self.targets, dtype, layout)
         self.index = {str(p): i for i, p in enumerate(self.ds.files)}
 
     @property
@@ -37,13 +38,12 @@ class FolderReader:
         return list(self.ds.files)
 
     def __call__(self, path) -> tuple:
-        sample, shapes, dim = read_sample(self.ds, self.index[str(path)], self.inputs,
-                                          self.targets)
+        sample, shapes, dim = read_sample(self.ds, self.index[str(path)], self.targets)
         return sample, {"shapes": shapes, "dim": dim}
 
 
 def load_folder_cached(root, inputs: Sequence[str], targets: Sequence[str], dtype,
-                       desc: str = "reading", *, cache, workers: int = 0
+                       desc: str = "reading", layout=None, *, cache, workers: int = 0
                        ) -> tuple[list, object, dict, int]:
     """:func:`~meshops.cli.folder.load_folder` through the cache folder ``cache``:
     ``(files, samples, field_shapes, pos_dim)`` with ``samples`` a
@@ -51,11 +51,13 @@ def load_folder_cached(root, inputs: Sequence[str], targets: Sequence[str], dtyp
     entries that are missing in ``workers`` processes with a progress bar."""
     from meshops.cache import MeshCache
 
-    reader = FolderReader(root, inputs, targets, dtype)
+    reader = FolderReader(root, inputs, targets, dtype, layout)
     # Every option that changes what read_sample makes of a file belongs here: it is
     # part of the key of each entry.
     settings = {"reader": "meshops.cli.folder.read_sample", "inputs": list(inputs),
-                "targets": list(targets), "dtype": str(dtype).replace("torch.", "")}
+                "targets": list(targets), "dtype": str(dtype).replace("torch.", ""),
+                "params": list(layout.params) if layout else [],
+                "tags": list(layout.tags) if layout else []}
     ds = MeshCache(cache).dataset(reader.files, reader, settings, workers=workers, desc=desc)
     files = ds.files
     shapes, dim = None, None
@@ -100,17 +102,18 @@ def available_memory() -> Optional[int]:
         return None
 
 
-def parsed_size(root, inputs: Sequence[str], targets: Sequence[str], dtype) -> int:
+def parsed_size(root, inputs: Sequence[str], targets: Sequence[str], dtype,
+                layout=None) -> int:
     """Estimated bytes of a folder's parsed samples: the first file's sample, scaled by
     the folder's file bytes over the first file's."""
-    ds = folder_dataset(root, inputs, targets, dtype)
-    sample, _, _ = read_sample(ds, 0, inputs, targets)
+    ds = folder_dataset(root, inputs, targets, dtype, layout)
+    sample, _, _ = read_sample(ds, 0, targets)
     one = sum(v.numel() * v.element_size() for _, v in sample.items() if hasattr(v, "numel"))
     sizes = [os.stat(p).st_size for p in ds.files]
     return int(one * sum(sizes) / max(sizes[0], 1))
 
 
-def data_loader(cfg, dtype) -> tuple[Callable, int, str]:
+def data_loader(cfg, dtype, layout=None) -> tuple[Callable, int, str]:
     """How ``meshops train`` reads its folders: ``(load, workers, why)`` with ``load``
     :func:`load_folder` (in memory) or :func:`load_folder_cached`, the DataLoader worker
     processes, and a line saying so (empty when in memory).
@@ -130,7 +133,7 @@ def data_loader(cfg, dtype) -> tuple[Callable, int, str]:
                        "cannot be combined with --no-lazy")
     why = ""
     if lazy is None and not cfg.cache:
-        need = sum(parsed_size(root, cfg.inputs, cfg.targets, dtype)
+        need = sum(parsed_size(root, cfg.inputs, cfg.targets, dtype, layout)
                    for root in (cfg.data, cfg.val_data) if root)
         have = available_memory()
         lazy = have is not None and need > AUTO_FRACTION * have
@@ -139,9 +142,9 @@ def data_loader(cfg, dtype) -> tuple[Callable, int, str]:
                    f"{AUTO_FRACTION:.0%} of the {have / 1e9:.1f} GB of available memory "
                    f"(--no-lazy reads it into memory anyway)")
     if not lazy and not cfg.cache:
-        return load_folder, cfg.workers or 0, ""
+        return partial(load_folder, layout=layout), cfg.workers or 0, ""
     workers = cfg.workers if cfg.workers is not None else min(2, os.cpu_count() or 1)
     cache = Path(cfg.cache) if cfg.cache else default_cache_dir()
-    return (partial(load_folder_cached, cache=cache, workers=workers), workers,
+    return (partial(load_folder_cached, layout=layout, cache=cache, workers=workers), workers,
             f"reading the data lazily through the cache {cache}/ with {workers} worker "
             f"process(es){why}")

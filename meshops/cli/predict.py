@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 
@@ -9,6 +10,7 @@ from meshops.cli import trust_reports
 from meshops.cli._common import RAW, CLIError, device_or_error, optional_names, progress, wrap
 from meshops.cli.folder import mesh_files
 from meshops.inference import RunSpec, load_run, mesh_sample
+from meshops.layout import SampleLayout
 from meshops.trust import ensemble_members, predict_ensemble
 
 
@@ -32,6 +34,8 @@ def cmd_predict(args) -> int:
                for m in ensemble_members(args.run)[1:]]
     if train_set is None:
         print(f"meshops: note: no distance to the training set ({why})", file=sys.stderr)
+    # as in training: points or cells, parameters, boundary tags
+    layout = SampleLayout.from_run(meta, spec.inputs, spec.targets, model, ckpt)
     files = mesh_files(args.meshes)
     out_dir = Path(args.output)
     targets = {}
@@ -55,28 +59,35 @@ def cmd_predict(args) -> int:
     written = []
     for f in progress(files, desc="predicting", unit="mesh"):
         mesh = read_mesh(f)
-        spec.check_mesh(mesh, f)
+        sample = layout.view(mesh, f, need_targets=False)
+        spec.check_mesh(sample, f)
         if len(members) > 1:
-            out, std = predict_ensemble(members, spec, mesh)
+            out, std = predict_ensemble(members, spec, sample)
         else:
             # Looked up on meshops.cli when called, so that a replacement there is used
             # (the tests put in a model that predicts NaN).
-            out, std = cli.predict_mesh(model, spec, mesh, **chunking), None
+            out, std = cli.predict_mesh(model, spec, sample, **chunking), None
         bad = (~torch.isfinite(out)).nonzero()
         if bad.numel():  # the inputs are finite (checked above): the model is at fault
             raise CLIError(f"{f}: the model in {spec.ckpt} predicts a non-finite value "
-                           f"({out[bad[0, 0], bad[0, 1]].item()}) at point {int(bad[0, 0])} "
-                           f"although the inputs are finite; nothing written for this file")
+                           f"({out[bad[0, 0], bad[0, 1]].item()}) at {layout.location[:-1]} "
+                           f"{int(bad[0, 0])} although the inputs are finite; nothing written "
+                           f"for this file")
         fields = {f"{k}_pred": v for k, v in spec.split(out).items()}
         if std is not None:
             fields.update({f"{k}_std": v for k, v in spec.split(std).items()})
+        # a cell target's prediction is written as cell data
+        point_data, cell_data = layout.prediction_data(mesh, fields)
         if train_set is not None:
-            dist = train_set.distance(mesh_sample(model, spec, mesh).cpu())
+            dist = train_set.distance(mesh_sample(model, spec, sample).cpu())
             trust_reports.warn_extrapolation(f, dist)
             n = int(mesh.pos.shape[0])
-            fields.update({name: torch.full((n,), dist[key], dtype=torch.float64)
-                           for key, name in trust_reports.DISTANCE_FIELDS.items()})
-        written.append(write_mesh(targets[f], mesh, point_data=fields))
+            point_data.update({name: torch.full((n,), dist[key], dtype=torch.float64)
+                               for key, name in trust_reports.DISTANCE_FIELDS.items()})
+        if cell_data:
+            mesh = copy.copy(mesh)
+            mesh.cell_data = {**(getattr(mesh, "cell_data", None) or {}), **cell_data}
+        written.append(write_mesh(targets[f], mesh, point_data=point_data))
     fields = ", ".join([f"{k}_pred" for k in spec.targets]
                        + ([f"{k}_std" for k in spec.targets] if len(members) > 1 else [])
                        + (list(trust_reports.DISTANCE_FIELDS.values()) if train_set else []))
@@ -113,13 +124,15 @@ examples:
   meshops predict runs/big huge.vtu -o predicted/ --chunk-size 65536
 
 Each output file is the input mesh with all its fields plus <target>_pred for
-every target the model was trained on; open it in ParaView. A file that exists
-in OUTDIR is not replaced without --overwrite. Each file also gets the
-mesh's distance to the training set (train_distance, and its parameter and
-geometry parts train_distance_params, train_distance_geometry; constant fields,
-in units of the training spread, see meshops.trust), with a warning when the
-model extrapolates there. A run trained with --ensemble K writes the mean of its K
-members as <target>_pred and their standard deviation as <target>_std.
+every target the model was trained on (as cell data when the targets were cell
+data; NaN on boundary cells); open it in ParaView. Parameters and boundary tags
+are read as in training (field_data or params.csv / params.json beside the mesh).
+A file that exists in OUTDIR is not replaced without --overwrite. Each file also
+gets the mesh's distance to the training set (train_distance, and its parameter
+and geometry parts train_distance_params, train_distance_geometry; constant
+fields, in units of the training spread, see meshops.trust), with a warning when
+the model extrapolates there. A run trained with --ensemble K writes the mean of
+its K members as <target>_pred and their standard deviation as <target>_std.
 """
 
 

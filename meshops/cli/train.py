@@ -17,19 +17,21 @@ from meshops.cli.lazy import data_loader, take, with_structures
 from meshops.cli.provenance import changes, fingerprint, listing, same_content
 from meshops.cli.run_folder import (check_out_folder, check_resume_options, clear_run_files,
                                     recorded_config)
-from meshops.errors import CheckpointError
+from meshops.errors import CheckpointError, MeshError
 from meshops.inference import RUN_CHECKPOINT, _channels, _fmt_shape
+from meshops.layout import SampleLayout
 
 # Set from the data, never by model_config.
-INFERRED = ("in_channels", "out_channels", "pos_dim")
+INFERRED = ("in_channels", "out_channels", "pos_dim", "param_channels")
 
 
 def build_model(name: str, model_config: dict, in_channels: int, out_channels: int,
-                pos_dim: int, dtype=None, device=None):
+                pos_dim: int, param_channels: int = 0, dtype=None, device=None):
     """A registered model (:data:`meshops.models.MODELS`) with ``model_config`` and the
-    channels and dimension of the data; a key the model does not take is refused, and
-    so is a model whose training would not fit in the memory of ``device`` (checked on
-    the meta device, before anything is allocated; ``dtype``: the training dtype)."""
+    channels, dimension and parameter count of the data; a key the model does not take
+    is refused, as are parameters for a model that takes none, and a model whose
+    training would not fit in the memory of ``device`` (checked on the meta device,
+    before anything is allocated; ``dtype``: the training dtype)."""
     from meshops._memory import module_bytes, skeleton, too_big
     from meshops.models import MODELS, count_parameters
 
@@ -40,7 +42,11 @@ def build_model(name: str, model_config: dict, in_channels: int, out_channels: i
     accepted = {k for k, p in params.items() if k != "self"
                 and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     open_kw = any(p.kind == p.VAR_KEYWORD for p in params.values())
-    inferred = {"in_channels": in_channels, "out_channels": out_channels, "pos_dim": pos_dim}
+    inferred = {"in_channels": in_channels, "out_channels": out_channels, "pos_dim": pos_dim,
+                "param_channels": param_channels}
+    if param_channels and "param_channels" not in accepted and not open_kw:
+        raise CLIError(f"model {name!r} does not take parameter vectors (--params): it has no "
+                       f"param_channels argument")
     for key, value in model_config.items():
         if key in inferred:
             if value != inferred[key]:
@@ -143,10 +149,10 @@ class _RunFiles:
     and the preparation of its folder, shared by every model's way of training."""
 
     def __init__(self, cfg, files, train_idx, val_files, shapes, sizes, resumed, out,
-                 main_rank) -> None:
+                 main_rank, layout) -> None:
         self.cfg, self.files, self.train_idx, self.val_files = cfg, files, train_idx, val_files
         self.shapes, self.sizes, self.resumed = shapes, sizes, resumed
-        self.out, self.main_rank = out, main_rank
+        self.out, self.main_rank, self.layout = out, main_rank, layout
 
     def metadata(self, resolved: str, train_samples) -> dict:
         """The checkpoint metadata; ``resolved`` is the rendered config. Refuses to
@@ -169,7 +175,9 @@ class _RunFiles:
                       file=sys.stderr)
         c_in, c_out, dim = self.sizes
         meta = {
-            "inputs": list(cfg.inputs), "targets": list(cfg.targets),
+            "inputs": self.layout.input_fields, "targets": list(cfg.targets),
+            "params": list(cfg.params), "tags": list(cfg.tags),
+            "location": self.layout.location,
             "field_shapes": self.shapes, "in_channels": c_in, "out_channels": c_out,
             "pos_dim": dim, "data": cfg.data, "val_data": cfg.val_data,
             "split": {"train": [Path(self.files[i]).name for i in self.train_idx],
@@ -218,8 +226,12 @@ def cmd_train(args) -> int:
     seed_everything(cfg.seed)
     dtype = getattr(torch, cfg.dtype)
 
+    try:  # how a file becomes a sample: points or cells, parameters, boundary tags
+        layout = SampleLayout(cfg.inputs, cfg.targets, cfg.params, cfg.tags)
+    except MeshError as e:
+        raise CLIError(str(e)) from None
     # In memory, or lazily through an on-disk cache for data larger than memory.
-    load_folder, workers, reading = data_loader(cfg, dtype)
+    load_folder, workers, reading = data_loader(cfg, dtype, layout)
     if reading and main_rank:
         print(reading, file=sys.stderr if args.dry_run else sys.stdout)
     files, samples, shapes, dim = load_folder(cfg.data, cfg.inputs, cfg.targets,
@@ -240,7 +252,7 @@ def cmd_train(args) -> int:
         train_samples = take(samples, train_idx)
         val_samples = take(samples, val_idx) or None
         val_files = [files[i] for i in val_idx]
-    c_in = sum(_channels(shapes[k]) for k in cfg.inputs)
+    c_in = sum(_channels(shapes[k]) for k in layout.input_fields)
     c_out = sum(_channels(shapes[k]) for k in cfg.targets)
     # Options nobody set come from the data; a resumed run's config.yaml sets them all.
     try:
@@ -248,13 +260,13 @@ def cmd_train(args) -> int:
     except ValueError as e:  # e.g. --model reduced_basis on data that is no study
         raise CLIError(str(e)) from None
     run = _RunFiles(cfg, files, train_idx, val_files, shapes, (c_in, c_out, dim), resumed,
-                    out, main_rank)
+                    out, main_rank, layout)
     if cfg.model == "reduced_basis":
         from meshops.cli.reduced import fit_reduced_run
 
         return fit_reduced_run(args, cfg, "; ".join(c for c in chosen if c), train_samples,
                                val_samples, run)
-    model = build_model(cfg.model, cfg.model_config, c_in, c_out, dim, dtype,
+    model = build_model(cfg.model, cfg.model_config, c_in, c_out, dim, len(cfg.params), dtype,
                         check_device(cfg.device))  # (cuda when available, as the Trainer)
     if dtype == torch.float64:
         model = model.double()
@@ -273,10 +285,12 @@ def cmd_train(args) -> int:
     summary = (f"{cfg.model} ({n_params:,} parameters) on {len(train_samples)} meshes of "
                f"{cfg.data}, validating on "
                + (f"{len(val_samples)}" if val_samples else "none")
-               + f"; inputs {', '.join(cfg.inputs) or '(none: geometry only)'} "
+               + f"; inputs {', '.join(layout.input_fields) or '(none: geometry only)'} "
                f"({plural(c_in, 'channel')}) -> targets {', '.join(cfg.targets)} "
                f"({plural(c_out, 'channel')}), "
-               f"{dim}-D")
+               f"{dim}-D"
+               + (", on the cells (midpoint rule)" if layout.location == "cells" else "")
+               + (f"; parameters {', '.join(cfg.params)}" if cfg.params else ""))
     if args.dry_run:
         if main_rank:
             print(resolved, end="")
@@ -343,6 +357,9 @@ examples:
       --model-config width=64 layers=2 --epochs 50 --batch-size 4 --out runs/tno
   # geometry-only problem: the input is the mesh itself
   meshops train --data elasticity/ --inputs "" --targets sigma --model pit
+  # a parametric study: parameters from field_data or data/params.csv, boundary tags
+  # as input channels; targets stored as cell data train on the cells
+  meshops train --data data/ --inputs "" --targets p --params alpha,Re --tags wall
   # options from a file (YAML or TOML; flags override it)
   meshops train --config train.yaml --epochs 10
   # continue an interrupted run (its config.yaml is the base config)
@@ -384,7 +401,14 @@ def add_parser(sub) -> None:
     g.add_argument("--data", metavar="DIR", help="folder of training meshes")
     g.add_argument("--inputs", metavar="A,B",
                    help='input point fields, comma-separated; "" for geometry-only problems')
-    g.add_argument("--targets", metavar="U,V", help="target point fields, comma-separated")
+    g.add_argument("--targets", metavar="U,V", help="target fields, comma-separated: all "
+                   "point data, or all cell data (then the model trains on the cells)")
+    g.add_argument("--params", metavar="A,B", help="per-sample parameters, comma-separated, "
+                   "from each file's field_data or a params.csv / params.json beside the "
+                   "files (keyed by file name); they condition the model")
+    g.add_argument("--tags", metavar="T1,T2", help="boundary tags (Gmsh physical names or "
+                   "ARRAY=VALUE of an integer cell array) whose indicator and outward normal "
+                   "become input channels")
     v = g.add_mutually_exclusive_group()
     v.add_argument("--val-fraction", type=float, metavar="F", dest="val_fraction",
                    help="fraction of the files held out for validation (default 0.2; 0: none)")

@@ -21,6 +21,7 @@ from torch.utils.data import DistributedSampler
 from meshops._atomic import atomic_write
 from meshops._checkpoint import check_weights_fit
 from meshops._progress import progress as progress_bar
+from meshops.models.conditioning import fit_param_normalizer
 from meshops.normalizer import UnitGaussianNormalizer
 from meshops.training import callbacks, distributed, state
 from meshops.training.callbacks import Callback
@@ -431,6 +432,8 @@ class Trainer:
                 # Training split only: statistics that have seen the validation data
                 # would leak it into the model.
                 self._attach_normalizers(*fit_normalizers(self.train_data))
+            if self.normalize:  # the parameters' statistics, when the model takes some
+                fit_param_normalizer(self.model, self.train_data)
         # Wrapped after the normalisers are attached: DDP registers the buffers it
         # broadcasts when it is built.
         self._net = distributed.wrap_model(self.model, self.dist, self.device,
@@ -554,6 +557,8 @@ class Trainer:
             raise ValueError("evaluate: no data (and no val_data)")
         if self._net is None and self.normalize and not self._has_normalizers():
             self._attach_normalizers(*fit_normalizers(self.train_data))
+        if self._net is None and self.normalize:
+            fit_param_normalizer(self.model, self.train_data)
         idx = distributed.shard(len(data), self.dist)
         # A Subset, not a list of the samples: a lazily read data set stays on disk.
         loader = make_loader(torch.utils.data.Subset(data, idx), self.val_batch_size,
