@@ -296,3 +296,12 @@ def test_blend_of_gp_and_mlp_is_never_worse_than_their_average_error(monkeypatch
     blend.save(tmp_path / "b.pt")
     back = NeuralOperator.from_checkpoint(tmp_path / "b.pt")
     assert torch.equal(back.coefficients(p), blend.coefficients(p))
+
+
+def test_mlp_ensemble_size_follows_the_time_left():
+    """Members fill the seconds left (at most MLP_MAX_MEMBERS); with too little time for
+    one member fewer epochs, and with none at all no MLP candidate."""
+    big = fit_module._mlp_settings(1e9, 50, 4, 2)
+    assert big == {"members": fit_module.MLP_MAX_MEMBERS, "epochs": fit_module.MLP_EPOCHS}
+    assert fit_module._mlp_settings(0.0, 50, 4, 2) is None
+    assert fit_module._mlp_settings(-5.0, 50, 4, 2) is None
