@@ -35,6 +35,11 @@ __all__ = ["RUN_CHECKPOINT", "RunSpec", "load_run", "mesh_sample", "predict_mesh
 RUN_CHECKPOINT = "best.pt"
 
 
+# Output points per chunk when a mesh is predicted in chunks (meshops.chunked; meshes
+# with fewer points are predicted in one piece).
+DEFAULT_CHUNK = 65536
+
+
 # ----------------------------------------------------------------- field shapes
 def _field_shape(v) -> list[int]:
     """Per-point shape of a field: ``[]`` for a scalar, ``[c]`` for a vector."""
@@ -257,14 +262,25 @@ def model_tensor(model) -> "torch.Tensor":
     return next(itertools.chain(model.parameters(), model.buffers()))
 
 
-def predict_mesh(model, spec: RunSpec, mesh):
+def predict_mesh(model, spec: RunSpec, mesh, chunk_size: int | None = DEFAULT_CHUNK,
+                 progress: bool = False):
     """``model.predict`` on one mesh, its inputs taken from the fields ``spec`` names.
+
+    With ``chunk_size`` (points; None: never) a mesh with more points is predicted in chunks of that
+    many output points, the global context computed once
+    (:func:`meshops.chunked.predict_chunked`: the same values in a bounded memory), with
+    a progress bar if ``progress``.
 
     Shapes:
         mesh ``pos [N, d]``, ``weight [N]``, fields ``[N]`` or ``[N, ...]``
         -> ``[N, C_out]`` in the model's dtype, on the CPU
     """
-    return model.predict(mesh_sample(model, spec, mesh)).cpu()
+    data = mesh_sample(model, spec, mesh)
+    if chunk_size is not None and data.pos.shape[0] > chunk_size:
+        from meshops.chunked import predict_chunked
+
+        return predict_chunked(model, data, chunk_size, progress).cpu()
+    return model.predict(data).cpu()
 
 
 def mesh_sample(model, spec: RunSpec, mesh):

@@ -46,40 +46,53 @@ def load_folder(root, inputs: Sequence[str], targets: Sequence[str], dtype,
     dimension must agree across the files (the error names the first that
     disagrees). Input and target values must be finite (checked by the data set),
     and a mesh whose targets are zero everywhere is refused: the relative L2 loss is
-    undefined for it.
+    undefined for it. (:func:`meshops.cli.lazy.load_folder_cached` is the same
+    through an on-disk cache, for folders larger than memory.)
     """
+    ds = folder_dataset(root, inputs, targets, dtype)
+    samples, shapes, dim = [], None, None
+    for i in progress(range(len(ds)), desc=desc, unit="mesh", leave=False):
+        sample, sh, d = read_sample(ds, i, inputs, targets)
+        if shapes is None:
+            shapes, dim = sh, d
+        else:
+            check_same_layout(ds.files[i], sh, d, shapes, dim, ds.files[0])
+        samples.append(sample)
+    return list(ds.files), samples, shapes, dim
+
+
+def read_sample(ds, i: int, inputs: Sequence[str], targets: Sequence[str]):
+    """The lean training sample of file ``i`` of a :func:`folder_dataset` ``ds``, with
+    its field shapes and dimension: ``(sample, {field: shape}, pos_dim)``. A mesh whose
+    targets are zero everywhere is refused (CLIError naming the file)."""
     import torch
 
     from meshops.data import MeshData
     from meshops.training.loss import lp_norms, zero_target
 
-    ds = folder_dataset(root, inputs, targets, dtype)
-    fields = list(inputs) + list(targets)
-    samples, shapes, dim = [], None, None
-    for i in progress(range(len(ds)), desc=desc, unit="mesh", leave=False):
-        s = ds[i]
-        path = ds.files[i]
-        sh = {k: _field_shape(s.fields[k]) for k in fields}
-        if shapes is None:
-            shapes, dim = sh, int(s.pos.shape[1])
-        else:
-            for k in fields:
-                if sh[k] != shapes[k]:
-                    raise CLIError(f"{path}: field {k!r} is {_fmt_shape(sh[k])} but it is "
-                                   f"{_fmt_shape(shapes[k])} in {ds.files[0].name}")
-            if int(s.pos.shape[1]) != dim:
-                raise CLIError(f"{path}: the mesh is {int(s.pos.shape[1])}-D but "
-                               f"{ds.files[0].name} is {dim}-D")
-        y = s.y.to(torch.float64)
-        zero = torch.zeros_like(y)
-        if targets and bool(zero_target(lp_norms(zero, y, s.weight.to(torch.float64))[1])
-                            | zero_target(lp_norms(zero, y)[1])):
-            raise CLIError(f"{path}: the target field(s) {', '.join(targets)} are zero "
-                           f"everywhere (or at every point of positive weight); the relative "
-                           f"L2 loss and error are undefined for this mesh: leave it out of "
-                           f"the training data")
-        samples.append(MeshData(pos=s.pos, weight=s.weight, x=s.x, y=s.y, source=str(path)))
-    return list(ds.files), samples, shapes, dim
+    s = ds[i]
+    path = ds.files[i]
+    sh = {k: _field_shape(s.fields[k]) for k in list(inputs) + list(targets)}
+    y = s.y.to(torch.float64)
+    zero = torch.zeros_like(y)
+    if targets and bool(zero_target(lp_norms(zero, y, s.weight.to(torch.float64))[1])
+                        | zero_target(lp_norms(zero, y)[1])):
+        raise CLIError(f"{path}: the target field(s) {', '.join(targets)} are zero "
+                       f"everywhere (or at every point of positive weight); the relative "
+                       f"L2 loss and error are undefined for this mesh: leave it out of "
+                       f"the training data")
+    sample = MeshData(pos=s.pos, weight=s.weight, x=s.x, y=s.y, source=str(path))
+    return sample, sh, int(s.pos.shape[1])
+
+
+def check_same_layout(path, sh: dict, dim: int, shapes: dict, first_dim: int, first) -> None:
+    """File ``path`` has the field shapes and dimension of the first file ``first``."""
+    for k in shapes:
+        if sh[k] != shapes[k]:
+            raise CLIError(f"{path}: field {k!r} is {_fmt_shape(sh[k])} but it is "
+                           f"{_fmt_shape(shapes[k])} in {Path(first).name}")
+    if dim != first_dim:
+        raise CLIError(f"{path}: the mesh is {dim}-D but {Path(first).name} is {first_dim}-D")
 
 
 def training_samples(meta: dict, inputs: Sequence[str], targets: Sequence[str]):

@@ -51,6 +51,7 @@ def cmd_predict(args) -> int:
         raise CLIError(f"{existing[0]}: exists{more}; predict does not replace files it did "
                        f"not write: pass --overwrite to replace them, or choose another -o "
                        f"folder")
+    chunking = _chunking(args)
     written = []
     for f in progress(files, desc="predicting", unit="mesh"):
         mesh = read_mesh(f)
@@ -60,7 +61,7 @@ def cmd_predict(args) -> int:
         else:
             # Looked up on meshops.cli when called, so that a replacement there is used
             # (the tests put in a model that predicts NaN).
-            out, std = cli.predict_mesh(model, spec, mesh), None
+            out, std = cli.predict_mesh(model, spec, mesh, **chunking), None
         bad = (~torch.isfinite(out)).nonzero()
         if bad.numel():  # the inputs are finite (checked above): the model is at fault
             raise CLIError(f"{f}: the model in {spec.ckpt} predicts a non-finite value "
@@ -85,11 +86,31 @@ def cmd_predict(args) -> int:
     return 0
 
 
+def _chunking(args) -> dict:
+    """``predict_mesh``'s chunk options where they differ from its defaults: meshes of
+    more than --chunk-size points (0: none) are predicted in chunks, with a progress bar
+    on a terminal."""
+    import sys
+
+    from meshops._progress import on_terminal
+
+    kw = {}
+    if args.chunk_size is not None:
+        if args.chunk_size < 0:
+            raise CLIError(f"--chunk-size must be >= 0 (0: no chunks), got {args.chunk_size}")
+        kw["chunk_size"] = args.chunk_size or None
+    if on_terminal(sys.stderr):
+        kw["progress"] = True
+    return kw
+
+
 PREDICT_EPILOG = """\
 examples:
   meshops predict runs/poisson new/*.vtu -o predicted/
   meshops predict runs/poisson/last.pt case.msh -o predicted/ --format .vtu
   meshops plot predicted/case.vtu --field u -o case.png
+  # a 5-million-point mesh: 65,536 output points at a time (the default)
+  meshops predict runs/big huge.vtu -o predicted/ --chunk-size 65536
 
 Each output file is the input mesh with all its fields plus <target>_pred for
 every target the model was trained on; open it in ParaView. A file that exists
@@ -118,4 +139,8 @@ def add_parser(sub) -> None:
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     p.add_argument("--inputs", help="input fields, for checkpoints that do not record them")
     p.add_argument("--targets", help="target names, for checkpoints that do not record them")
+    p.add_argument("--chunk-size", type=int, metavar="N", dest="chunk_size",
+                   help="predict meshes of more than N points N output points at a time, "
+                   "the model's global context computed once: the same values in a "
+                   "bounded memory (default 65536; 0: always in one piece)")
     p.set_defaults(func=cmd_predict)

@@ -13,7 +13,7 @@ from meshops.cli import train_extras, trust_reports
 from meshops.cli._common import (RAW, CLIError, device_or_error, is_main_rank, os_reason,
                                  plural, wrap)
 from meshops.cli.config import RUN_CONFIG, TrainConfig
-from meshops.cli.folder import load_folder
+from meshops.cli.lazy import data_loader, take, with_structures
 from meshops.cli.provenance import changes, fingerprint, listing, same_content
 from meshops.cli.run_folder import (check_out_folder, check_resume_options, clear_run_files,
                                     recorded_config)
@@ -218,6 +218,10 @@ def cmd_train(args) -> int:
     seed_everything(cfg.seed)
     dtype = getattr(torch, cfg.dtype)
 
+    # In memory, or lazily through an on-disk cache for data larger than memory.
+    load_folder, workers, reading = data_loader(cfg, dtype)
+    if reading and main_rank:
+        print(reading, file=sys.stderr if args.dry_run else sys.stdout)
     files, samples, shapes, dim = load_folder(cfg.data, cfg.inputs, cfg.targets,
                                               dtype, desc="reading data")
     if cfg.val_data:
@@ -233,8 +237,8 @@ def cmd_train(args) -> int:
         val_idx = []
     else:
         train_idx, val_idx = _split(len(files), cfg)
-        train_samples = [samples[i] for i in train_idx]
-        val_samples = [samples[i] for i in val_idx] or None
+        train_samples = take(samples, train_idx)
+        val_samples = take(samples, val_idx) or None
         val_files = [files[i] for i in val_idx]
     c_in = sum(_channels(shapes[k]) for k in cfg.inputs)
     c_out = sum(_channels(shapes[k]) for k in cfg.targets)
@@ -254,6 +258,10 @@ def cmd_train(args) -> int:
                         check_device(cfg.device))  # (cuda when available, as the Trainer)
     if dtype == torch.float64:
         model = model.double()
+    # Cached data get the model's mesh structures cached too (the Trainer builds those
+    # of in-memory samples).
+    train_samples = with_structures(train_samples, model, workers)
+    val_samples = with_structures(val_samples, model, workers)
     # The epoch count fitted to --minutes from one timed step is printed and saved in
     # config.yaml; the run then trains exactly that many epochs (no wall-clock stop), so
     # that `--epochs N` with the same seed repeats it bit for bit.
@@ -290,7 +298,7 @@ def cmd_train(args) -> int:
         grad_clip=cfg.grad_clip, loss=RelativeLpLoss(quadrature=cfg.quadrature_loss),
         seed=cfg.seed, device=cfg.device, out_dir=out, resume=args.resume,
         metadata=metadata, progress=sys.stderr.isatty(), log=print, amp=cfg.amp or False,
-        compile=cfg.compile, checkpoint_blocks=cfg.checkpoint_blocks,
+        compile=cfg.compile, checkpoint_blocks=cfg.checkpoint_blocks, num_workers=workers,
         callbacks=train_extras.callbacks(cfg, out, {**cfg.to_dict(), "model_config": dict(model.config)})
         if main_rank else [])
     try:
@@ -415,6 +423,16 @@ def add_parser(sub) -> None:
     g.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
     g.add_argument("--dtype", choices=["float32", "float64"], help="default float32")
     train_extras.add_arguments(p)
+    g = p.add_argument_group("data larger than memory (docs/large-data.md)")
+    g.add_argument("--lazy", action=argparse.BooleanOptionalAction,
+                   help="read the meshes one batch at a time from an on-disk cache of "
+                   "parsed meshes and mesh structures, in worker processes (default: when "
+                   "the parsed data would exceed a quarter of the available memory); "
+                   "--no-lazy: always in memory")
+    g.add_argument("--cache", metavar="DIR", help="the cache folder (implies --lazy; default "
+                   "$MESHOPS_CACHE_DIR or ~/.cache/meshops/meshes); runs may share it")
+    g.add_argument("--workers", type=int, metavar="N", help="DataLoader worker processes "
+                   "that read and parse meshes (default 2 when lazy, else 0)")
     g = p.add_argument_group("output")
     g.add_argument("--out", metavar="RUN", help="run folder (default ./run)")
     g.add_argument("--resume", action="store_true", default=False,

@@ -45,6 +45,9 @@ def _shares_one_mesh(samples: Sequence) -> bool:
 def _parametric(dataset: Sequence) -> tuple[bool, str]:
     """Whether ``dataset`` is a parametric study a reduced basis can take, and why not."""
     from meshops.reduced import sample_parameters
+
+    if callable(getattr(dataset, "facts", None)):  # read lazily: too large to hold
+        return False, "the data is read lazily, and a reduced basis holds every snapshot"
     from meshops.training.baselines import correspondence, target_points
 
     how, why = correspondence(list(dataset))
@@ -62,6 +65,21 @@ def _parametric(dataset: Sequence) -> tuple[bool, str]:
                        f"memory ({REDUCED_BASIS_MAX_VALUES:,})")
     return True, (f"one {'grid shape' if how == 'grid' else 'mesh'} and "
                   f"{int(params.shape[1])} parameter(s) per sample")
+
+
+def data_facts(dataset: Sequence) -> dict[str, Any]:
+    """What :func:`choose_defaults` looks at: ``n`` samples, their mean ``points``,
+    whether they share ``one_mesh``, whether their inputs are ``constant`` over each mesh
+    and whether they have inputs at all (``has_x``). A data set that knows these without
+    reading its samples (:class:`meshops.cache.CachedMeshDataset`) gives them by its
+    ``facts()``."""
+    facts = getattr(dataset, "facts", None)
+    if callable(facts):
+        return facts()
+    n = len(dataset)
+    return {"n": n, "points": round(sum(int(s.pos.shape[0]) for s in dataset) / n),
+            "one_mesh": _shares_one_mesh(dataset), "constant": constant_inputs(dataset),
+            "has_x": getattr(dataset[0], "x", None) is not None}
 
 
 def choose_defaults(dataset: Sequence, model: str | None = None
@@ -85,13 +103,11 @@ def choose_defaults(dataset: Sequence, model: str | None = None
     """
     if len(dataset) == 0:
         raise ValueError("choose_defaults: the dataset is empty")
-    n = len(dataset)
-    points = round(sum(int(s.pos.shape[0]) for s in dataset) / n)
-    one_mesh = _shares_one_mesh(dataset)
-    constant = constant_inputs(dataset)
+    f = data_facts(dataset)
+    n, points, one_mesh, constant = f["n"], f["points"], f["one_mesh"], f["constant"]
     facts = (f"{n} samples of {'one mesh' if one_mesh else 'varying meshes'} "
              f"({points:,} points{' each' if one_mesh else ' on average'}), "
-             f"{'constant' if constant else 'field' if getattr(dataset[0], 'x', None) is not None else 'no'}"
+             f"{'constant' if constant else 'field' if f['has_x'] else 'no'}"
              f" inputs")
     if model in (None, "reduced_basis"):
         parametric, why = _parametric(dataset)
