@@ -354,8 +354,9 @@ def export_to_folder(samples: Iterable[MeshData], root, fmt: str = ".vtu",
 
     Example:
         >>> from data_adapters import make_elasticity_standin    # any adapter's samples
-        >>> export_to_folder(make_elasticity_standin(8), "elasticity_vtu")
-        >>> MeshFolderDataset("elasticity_vtu", inputs=[], targets=["sigma"])
+        >>> paths = export_to_folder(make_elasticity_standin(8), "elasticity_vtu")
+        >>> len(MeshFolderDataset("elasticity_vtu", inputs=[], targets=["sigma"]))
+        8
     """
     root = Path(root)
     samples = samples if hasattr(samples, "__len__") else list(samples)

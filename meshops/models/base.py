@@ -21,7 +21,7 @@ from meshops.normalizer import UnitGaussianNormalizer
 
 CHECKPOINT_FORMAT = "meshops-checkpoint-1"
 
-# name -> class, filled by @register_model
+#: name -> class, filled by @register_model
 MODELS: dict[str, type["NeuralOperator"]] = {}
 
 
