@@ -169,19 +169,48 @@ def test_trainer_stops_before_an_epoch_that_would_pass_the_time_limit():
 
 
 def test_default_run_is_repeated_exactly_by_the_printed_epoch_count(tmp_path, capsys):
-    """The epoch count fitted to --minutes is printed with how to repeat it; the run
-    trains exactly that many epochs (no wall-clock stop), so the same seed and
-    `--epochs N` give the same weights, bit for bit."""
+    """The epoch count fitted to --minutes (and the faster thread count) is printed with
+    how to repeat it; the run trains exactly that many epochs (no wall-clock stop), so
+    the same seed, `--threads T` and `--epochs N` give the same weights, bit for bit."""
     import re
 
     args = [a for a in _folder(tmp_path) if a != "--dry-run"]
     assert cli.main(args + ["--minutes", "0.02"]) == 0
     out = capsys.readouterr().out
-    n = int(re.search(r"--epochs (\d+) repeats this run exactly", out).group(1))
+    found = re.search(r"--threads (\d+) --epochs (\d+) repeats this run exactly", out)
+    threads, n = found.group(1), int(found.group(2))
     first = torch.load(tmp_path / "run" / "last.pt", weights_only=True)
     assert first["training"]["epoch"] == n       # all the epochs, no wall-clock stop
     again = [a if a != str(tmp_path / "run") else str(tmp_path / "again") for a in args]
-    assert cli.main(again + ["--epochs", str(n)]) == 0
+    assert cli.main(again + ["--epochs", str(n), "--threads", threads]) == 0
     second = torch.load(tmp_path / "again" / "last.pt", weights_only=True)
     a, b = first["state_dict"], second["state_dict"]
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_faster_threads_times_both_and_keeps_the_faster(monkeypatch):
+    """The thread count is the faster of torch's and one, from a timed step with each,
+    and torch is left set to it; a given count is used as it is."""
+    import meshops.training.defaults as defaults
+
+    seen = []
+
+    def timed(model, samples, batch):  # one thread "faster" here
+        seen.append(torch.get_num_threads())
+        return 0.5 if torch.get_num_threads() == 1 else 2.0
+
+    monkeypatch.setattr(defaults, "time_training_step", timed)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert defaults.faster_threads(None, [], 1)[:2] == (1, 0.5)
+        assert seen == [2, 1] and torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        monkeypatch.setattr(defaults, "time_training_step",
+                            lambda m, s, b: 2.0 if torch.get_num_threads() == 1 else 0.5)
+        assert defaults.faster_threads(None, [], 1)[:2] == (2, 0.5)
+        assert torch.get_num_threads() == 2
+        assert defaults.faster_threads(None, [], 1, threads=1)[0] == 1
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

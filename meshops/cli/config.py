@@ -186,6 +186,8 @@ class TrainConfig:
     out: str = _option("run", _folder)
     device: str | None = _option(None, _opt_str)
     dtype: str = _option("float32", _dtype)
+    # torch's threads; None: the faster of 1 and all (meshops.training.defaults)
+    threads: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))
     # speed, memory and logging (meshops.cli.train_extras)
     amp: str | None = _option(None, lambda k, v: _extras().coerce_amp(k, v))
     compile: bool = _option(False, _to_bool)

@@ -225,6 +225,8 @@ def cmd_train(args) -> int:
     # The Trainer seeds again (seed + rank) for dropout and the data order.
     seed_everything(cfg.seed)
     dtype = getattr(torch, cfg.dtype)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
 
     try:  # how a file becomes a sample: points or cells, parameters, boundary tags
         layout = SampleLayout(cfg.inputs, cfg.targets, cfg.params, cfg.tags)
@@ -446,6 +448,8 @@ def add_parser(sub) -> None:
                    "the data order and dropout: one seed, one result on one machine (default 0)")
     g.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
     g.add_argument("--dtype", choices=["float32", "float64"], help="default float32")
+    g.add_argument("--threads", type=int, metavar="N", help="torch's CPU threads (default: "
+                   "the faster of 1 and all, from a timed step)")
     train_extras.add_arguments(p)
     g = p.add_argument_group("data larger than memory (docs/large-data.md)")
     g.add_argument("--lazy", action=argparse.BooleanOptionalAction,

@@ -206,13 +206,36 @@ def fill_from_data(cfg: dict, samples: Sequence) -> str:
 
 def fill_epochs(cfg: dict, model, samples: Sequence, num_val: int) -> str:
     """Set ``cfg["epochs"]`` when unset, to fit ``cfg["minutes"]`` by
-    :func:`epochs_for_budget` from one timed step; returns what was done, or ``""``."""
+    :func:`epochs_for_budget` from one timed step, and ``cfg["threads"]`` when unset,
+    to the faster of one thread and all of torch's (:func:`faster_threads`); returns
+    what was done, or ``""``."""
     if cfg.get("epochs") is not None:
         return ""
     batch = cfg["batch_size"]
-    step = time_training_step(model, samples, batch)
+    threads, step, why = faster_threads(model, samples, batch, cfg.get("threads"))
+    cfg["threads"] = threads
     steps = math.ceil(len(samples) / batch)
     cfg["epochs"] = epochs_for_budget(step, steps, cfg["minutes"], math.ceil(num_val / batch))
     return (f"{cfg['epochs']} epochs fit the {cfg['minutes']:g}-minute budget "
-            f"({step:.2f} s per step of {batch} samples, {steps} steps per epoch; "
-            f"--epochs {cfg['epochs']} repeats this run exactly)")
+            f"({step:.2f} s per step of {batch} samples{why}, {steps} steps per epoch; "
+            f"--threads {threads} --epochs {cfg['epochs']} repeats this run exactly)")
+
+
+def faster_threads(model, samples: Sequence, batch: int, threads: int | None = None
+                   ) -> tuple[int, float, str]:
+    """``(threads, seconds per step, note)``: ``threads`` when given, else the faster of
+    all of torch's threads and one, from a timed step with each; torch is left set to
+    the choice. Small models on a busy machine can be several times slower with two
+    threads than with one (the threads wait for each other's core); larger ones gain
+    from all of them."""
+    many = torch.get_num_threads()
+    if threads is not None or many == 1:
+        torch.set_num_threads(threads or many)
+        return threads or many, time_training_step(model, samples, batch), ""
+    step = time_training_step(model, samples, batch)
+    torch.set_num_threads(1)
+    single = time_training_step(model, samples, batch)
+    if single < step:
+        return 1, single, f" on 1 thread, {step:.2f} s on {many}"
+    torch.set_num_threads(many)
+    return many, step, f" on {many} threads, {single:.2f} s on 1"
