@@ -170,7 +170,7 @@ def _fit_reduced_basis(args, fit, val, metadata, title, num_test):
     print(lines[0])
     model.save(args.out / "best.pt", **metadata, epoch=None, metric="l2",
                val={"l2_mean": min(c.mean for c in report.candidates)}, selected=lines[-1])
-    return model, [], lines[-1]
+    return model, [], lines[-1].removeprefix("chosen: ")
 
 
 def run(args, train, test, *, target: str, model_config: dict, title: str,
@@ -238,16 +238,20 @@ def run(args, train, test, *, target: str, model_config: dict, title: str,
     base = baselines(train, test)
     stats = {m: error_stats(v) for m, v in model_errors.items()}
 
+    fitted = args.model == "reduced_basis"  # no epochs, no optimiser: a fit
     summary = {
         "example": title, "model": args.model, "parameters": n_params,
-        "num_train": len(train), "num_test": len(test), "epochs": args.epochs,
+        "num_train": len(train), "num_test": len(test),
+        "epochs": None if fitted else args.epochs,
         "minutes": round(minutes, 2),
         "test_relative_l2_mean": stats["l2"]["mean"],
         "test_relative_l2_median": stats["l2"]["median"],
         "test_relative_l2_worst": stats["l2"]["worst"],
         "test": stats,
         "selected": selected, "num_val": len(val_idx), "val_fraction": args.val_fraction,
-        "recipe": {"lr": args.lr, "weight_decay": args.weight_decay, "optimizer": "adam",
+        "recipe": {"fit": "POD modes and the regression of their coefficients chosen on "
+                          "validation", "minutes": args.minutes} if fitted else
+                  {"lr": args.lr, "weight_decay": args.weight_decay, "optimizer": "adam",
                    "scheduler": "cosine", "batch_size": args.batch_size,
                    "loss": "unweighted relative L2" if args.unweighted_loss
                    else "quadrature-weighted relative L2"},
@@ -258,7 +262,7 @@ def run(args, train, test, *, target: str, model_config: dict, title: str,
     label = "unweighted" if args.unweighted_loss else "quadrature-weighted"
     print(f"selected {selected}; test relative L2 ({label}) on {len(test)} test samples "
           f"[{minutes:.1f} min]:")
-    rows = [(f"{args.model} (trained)", stats[metric], "")]
+    rows = [(f"{args.model} ({'fitted' if fitted else 'trained'})", stats[metric], "")]
     rows += [(b.name, error_stats(b.errors[metric]) if b.available else None, b.note)
              for b in base]
     print(format_table(rows, f"{label}, {len(test)} test samples"))

@@ -11,8 +11,8 @@ import yaml
 
 from meshops import cli
 from meshops.data import MeshData
-from meshops.training.defaults import (GENERAL_TRAIN, PARAMETRIC_PIT, PARAMETRIC_TRAIN,
-                                       choose_defaults, epochs_for_budget)
+from meshops.training.defaults import (GENERAL_PIT, GENERAL_TRAIN, PARAMETRIC_PIT,
+                                       PARAMETRIC_TRAIN, choose_defaults, epochs_for_budget)
 
 
 def _samples(n: int, points: int, one_mesh: bool, constant: bool, seed: int = 0):
@@ -64,13 +64,16 @@ def test_latent_mesh_is_no_larger_than_the_mesh():
     assert model_config["num_latent"] == 60 and "60 latent points" in reason
 
 
-def test_varying_meshes_or_field_inputs_keep_pits_documented_sizes():
+def test_varying_meshes_or_field_inputs_get_the_elasticity_examples_pit():
     for one_mesh, constant, words in [(False, True, "varying meshes"),
                                       (True, False, "one mesh (300 points each), field inputs")]:
         name, model_config, train_config, reason = choose_defaults(
             _samples(10, 300, one_mesh=one_mesh, constant=constant))
-        assert (name, model_config, train_config) == ("pit", {}, GENERAL_TRAIN)
-        assert words in reason and "PiT at its documented sizes" in reason
+        assert (name, model_config, train_config) == ("pit", GENERAL_PIT, GENERAL_TRAIN)
+        assert words in reason and "PiT of width 64 on 256 latent points" in reason
+    # a latent mesh no larger than the meshes (100 to 103 points: 102 on average)
+    _, model_config, _, _ = choose_defaults(_samples(4, 100, one_mesh=False, constant=False))
+    assert model_config["num_latent"] == 102
 
 
 def test_epochs_fill_nine_tenths_of_the_budget():
