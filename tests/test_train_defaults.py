@@ -64,16 +64,22 @@ def test_latent_mesh_is_no_larger_than_the_mesh():
     assert model_config["num_latent"] == 60 and "60 latent points" in reason
 
 
-def test_varying_meshes_or_field_inputs_get_the_elasticity_examples_pit():
-    for one_mesh, constant, words in [(False, True, "varying meshes"),
-                                      (True, False, "one mesh (300 points each), field inputs")]:
+def test_field_inputs_get_the_elasticity_examples_pit():
+    for one_mesh in (True, False):
         name, model_config, train_config, reason = choose_defaults(
-            _samples(10, 300, one_mesh=one_mesh, constant=constant))
+            _samples(10, 300, one_mesh=one_mesh, constant=False))
         assert (name, model_config, train_config) == ("pit", GENERAL_PIT, GENERAL_TRAIN)
-        assert words in reason and "PiT of width 64 on 256 latent points" in reason
+        assert "field inputs" in reason and "PiT of width 64 on 256 latent points" in reason
     # a latent mesh no larger than the meshes (100 to 103 points: 102 on average)
     _, model_config, _, _ = choose_defaults(_samples(4, 100, one_mesh=False, constant=False))
     assert model_config["num_latent"] == 102
+
+
+def test_a_family_of_geometries_with_constant_inputs_gets_the_small_pit():
+    name, model_config, train_config, reason = choose_defaults(
+        _samples(10, 300, one_mesh=False, constant=True))
+    assert (name, model_config, train_config) == ("pit", PARAMETRIC_PIT, PARAMETRIC_TRAIN)
+    assert "varying meshes" in reason and "a parametric map, so a small PiT" in reason
 
 
 def test_epochs_fill_nine_tenths_of_the_budget():
