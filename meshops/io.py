@@ -190,13 +190,24 @@ def read_mesh(path: str | os.PathLike, fields: Sequence[str] | None = None) -> M
             number of components, and unused duplicate points.
     """
     path = Path(path)
+    m = read_meshio(path)
+    return mesh_from_arrays(m.points, m.cells, m.point_data, m.cell_data, fields=fields,
+                            source=str(path))
+
+
+def read_meshio(path: str | os.PathLike) -> "meshio.Mesh":
+    """The raw :class:`meshio.Mesh` of a file, with :func:`read_mesh`'s read errors (a
+    missing file, an unreadable one, a VTU array that does not fit its components)
+    but none of its mesh checks: for the later steps of a time series, whose mesh is
+    compared with the checked first step's instead."""
+    path = Path(path)
     if not path.is_file():
         raise MeshError(f"{path}: no such file")
     token = _STRICT_VTU.set(str(path))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            m = meshio.read(path)
+            return meshio.read(path)
     except MeshError:
         raise
     except meshio.ReadError as e:
@@ -206,8 +217,6 @@ def read_mesh(path: str | os.PathLike, fields: Sequence[str] | None = None) -> M
         raise MeshError(f"{path}: cannot read mesh ({type(e).__name__}: {e})") from e
     finally:
         _STRICT_VTU.reset(token)
-    return mesh_from_arrays(m.points, m.cells, m.point_data, m.cell_data, fields=fields,
-                            source=str(path))
 
 
 def _numpy(a) -> np.ndarray:

@@ -124,6 +124,12 @@ def _dtype(key, v):
     return v
 
 
+def _rollout_grad(key, v):
+    if v not in ("all", "last"):
+        raise CLIError(f"{key}: must be all or last, got {v!r}")
+    return v
+
+
 def _unset_or(coerce):
     """``None`` (``null`` in a file: choose from the data) or a value for ``coerce``."""
     return lambda key, v: None if v is None else coerce(key, v)
@@ -131,8 +137,8 @@ def _unset_or(coerce):
 
 def _option(default, coerce: Callable[[str, Any], Any]):
     """A TrainConfig field with its coercer."""
-    if isinstance(default, dict):
-        return field(default_factory=dict, metadata={"coerce": coerce})
+    if isinstance(default, (dict, list)):
+        return field(default_factory=type(default), metadata={"coerce": coerce})
     return field(default=default, metadata={"coerce": coerce})
 
 
@@ -152,6 +158,7 @@ class TrainConfig:
     data: str | None = _option(None, _opt_str)
     inputs: list[str] | None = _option(None, lambda k, v: names(v, k))
     targets: list[str] | None = _option(None, lambda k, v: names(v, k))
+    params: list[str] = _option([], lambda k, v: names(v, k))
     model: str = _option("pit", _model_name)
     model_config: dict = _option({}, _model_config)
     epochs: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))
@@ -168,6 +175,11 @@ class TrainConfig:
     out: str = _option("run", _folder)
     device: str | None = _option(None, _opt_str)
     dtype: str = _option("float32", _dtype)
+    # time series (meshops.cli.series): a next-step model rolled out over K steps
+    series: bool = _option(False, _to_bool)
+    rollout_train: int = _option(1, lambda k, v: _to_int(k, v, minimum=1))
+    rollout_grad: str = _option("all", _rollout_grad)
+    time_input: bool = _option(True, _to_bool)
 
     # ------------------------------------------------------------- coercion
     @classmethod
@@ -274,6 +286,13 @@ class TrainConfig:
         both = sorted(set(self.inputs) & set(self.targets))
         if both:
             raise CLIError(f"train: field(s) {both} are both inputs and targets")
+        if not self.series:
+            given = [f"--{k.replace('_', '-')}" for k, v in (
+                ("rollout_train", self.rollout_train != 1),
+                ("rollout_grad", self.rollout_grad != "all"),
+                ("no_time_input", not self.time_input), ("params", bool(self.params))) if v]
+            if given:
+                raise CLIError(f"train: {', '.join(given)} apply to time series: add --series")
 
     # ----------------------------------------------- mapping access, rendering
     # meshops.training.defaults reads and fills a config as a mapping.

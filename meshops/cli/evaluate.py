@@ -69,6 +69,10 @@ def cmd_evaluate(args) -> int:
     import torch
 
     model, ckpt, meta = load_run(args.run, args.device)
+    if meta.get("series") or args.horizon is not None or args.start:
+        from meshops.cli.series import evaluate_series
+
+        return evaluate_series(args, model, ckpt, meta)
     spec = RunSpec(model, ckpt, meta, optional_names(args.inputs), optional_names(args.targets))
     ds = folder_dataset(args.data, spec.inputs, spec.targets, torch.float64)
     names = [Path(f).name for f in ds.files]
@@ -180,6 +184,13 @@ sample whose target is zero everywhere has no relative error: it is named in a
 warning and left out of the relative statistics (its absolute error counts; in
 the JSON output its relative errors are null). The JSON output also lists every
 sample's errors.
+
+time-series runs (meshops train --series): --data holds test series; each is rolled
+out from its time step --start to its end (or --horizon steps) and the relative L2
+error of every step is reported (mean, median, worst over the series) beside
+persistence (the start state held) and the nearest training trajectory (by the
+parameters, else by the start state):
+  meshops evaluate runs/heat --data heat/test --plot horizon.png
 """
 
 
@@ -208,4 +219,8 @@ def add_parser(sub) -> None:
                    help="skip the two baselines that need no training (the training mean "
                    "field and the nearest training sample), which read the run's training "
                    "files")
+    p.add_argument("--horizon", type=int, metavar="N", help="time-series runs: roll out at "
+                   "most N steps (default: to the end of each series)")
+    p.add_argument("--start", type=int, default=0, metavar="K", help="time-series runs: "
+                   "start the rollouts from time step K (default 0)")
     p.set_defaults(func=cmd_evaluate)

@@ -22,6 +22,10 @@ def cmd_predict(args) -> int:
     from meshops.io import read_mesh, write_mesh
 
     model, ckpt, meta = load_run(args.run, args.device)
+    if args.rollout is not None or meta.get("series"):
+        from meshops.cli.series import predict_series
+
+        return predict_series(args, model, ckpt, meta)
     spec = RunSpec(model, ckpt, meta, optional_names(args.inputs), optional_names(args.targets))
     files = mesh_files(args.meshes)
     out_dir = Path(args.output)
@@ -62,6 +66,17 @@ examples:
 
 Each output file is the input mesh with all its fields plus <target>_pred for
 every target the model was trained on; open it in ParaView.
+
+time-series runs (meshops train --series):
+  meshops predict runs/heat heat/test/traj_003 --rollout 99 -o rollouts/
+  meshops predict runs/heat heat/test --rollout 50 --start 10 -o rollouts/
+  meshops predict runs/heat initial_state.vtu --rollout 20 -o rollouts/
+
+Each series (a folder of numbered files, a .pvd, an .xdmf, or one mesh file holding
+the initial state) is rolled out N steps from its time step --start and written as
+OUTDIR/<name>.pvd with one .vtu per step in OUTDIR/<name>/ (the start and the N
+predicted steps, <target>_pred, beside the series' own fields where it has that
+step), completely or not at all.
 """
 
 
@@ -79,4 +94,8 @@ def add_parser(sub) -> None:
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     p.add_argument("--inputs", help="input fields, for checkpoints that do not record them")
     p.add_argument("--targets", help="target names, for checkpoints that do not record them")
+    p.add_argument("--rollout", type=int, metavar="N", help="time-series runs: roll each "
+                   "series out N steps and write a .pvd series")
+    p.add_argument("--start", type=int, default=0, metavar="K", help="with --rollout: start "
+                   "from the series' time step K (default 0)")
     p.set_defaults(func=cmd_predict)

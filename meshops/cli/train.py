@@ -83,13 +83,11 @@ def _check_writable_folder(out: Path) -> None:
 def cmd_train(args) -> int:
     import torch
 
-    from meshops._atomic import atomic_write
     from meshops.training import RelativeLpLoss, Trainer
     from meshops.training.defaults import fill_epochs, fill_from_data
     from meshops.training.seed import seed_everything
 
     cfg = TrainConfig.resolve(args)
-    main_rank = is_main_rank()
     out = Path(cfg.out)
     if not args.dry_run and not args.resume and (out / "last.pt").exists():
         raise CLIError(f"{out}: already holds a training run (last.pt); pass --resume to "
@@ -110,6 +108,10 @@ def cmd_train(args) -> int:
     # The Trainer seeds again (seed + rank) for dropout and the data order.
     seed_everything(cfg.seed)
     dtype = getattr(torch, cfg.dtype)
+    if cfg.series:
+        from meshops.cli.series import train_series
+
+        return train_series(cfg, args, dtype)
 
     files, samples, shapes, dim = load_folder(cfg.data, cfg.inputs, cfg.targets,
                                               dtype, desc="reading data")
@@ -151,6 +153,29 @@ def cmd_train(args) -> int:
                f"({plural(c_in, 'channel')}) -> targets {', '.join(cfg.targets)} "
                f"({plural(c_out, 'channel')}), "
                f"{dim}-D")
+    metadata = {
+        "inputs": list(cfg.inputs), "targets": list(cfg.targets),
+        "field_shapes": shapes, "in_channels": c_in, "out_channels": c_out, "pos_dim": dim,
+        "data": str(cfg.data),
+        "split": {"train": [Path(files[i]).name for i in train_idx],
+                  "val": [Path(f).name for f in val_files]},
+    }
+    return run_training(args, cfg, model, train_samples, val_samples, metadata, resolved,
+                        chosen, summary, loss=RelativeLpLoss(quadrature=cfg.quadrature_loss))
+
+
+def run_training(args, cfg, model, train_samples, val_samples, metadata: dict,
+                 resolved: str, chosen: str, summary: str, **trainer_options) -> int:
+    """The end of ``meshops train`` for a built model and its samples (mesh folders here,
+    time series in :mod:`meshops.cli.series`): ``--dry-run`` prints the resolved
+    config; otherwise write ``config.yaml``, train with the
+    :class:`~meshops.training.Trainer` (``trainer_options``: the loss, ...) and leave
+    ``best.pt``."""
+    from meshops._atomic import atomic_write
+    from meshops.training import Trainer
+
+    main_rank = is_main_rank()
+    out = Path(cfg.out)
     if args.dry_run:
         if main_rank:
             print(resolved, end="")
@@ -159,13 +184,6 @@ def cmd_train(args) -> int:
             print(f"# {summary}", file=sys.stderr)
         return 0
 
-    metadata = {
-        "inputs": list(cfg.inputs), "targets": list(cfg.targets),
-        "field_shapes": shapes, "in_channels": c_in, "out_channels": c_out, "pos_dim": dim,
-        "data": str(cfg.data),
-        "split": {"train": [Path(files[i]).name for i in train_idx],
-                  "val": [Path(f).name for f in val_files]},
-    }
     _check_writable_folder(out)
     if main_rank:
         atomic_write(out / RUN_CONFIG, lambda tmp: Path(tmp).write_text(resolved))
@@ -175,9 +193,9 @@ def cmd_train(args) -> int:
     trainer = Trainer(
         model, train_samples, val_samples, epochs=cfg.epochs, batch_size=cfg.batch_size,
         lr=cfg.lr, weight_decay=cfg.weight_decay, scheduler=cfg.scheduler,
-        grad_clip=cfg.grad_clip, loss=RelativeLpLoss(quadrature=cfg.quadrature_loss),
-        seed=cfg.seed, device=cfg.device, out_dir=out, resume=args.resume,
-        metadata=metadata, progress=sys.stderr.isatty(), log=print)
+        grad_clip=cfg.grad_clip, seed=cfg.seed, device=cfg.device, out_dir=out,
+        resume=args.resume, metadata=metadata, progress=sys.stderr.isatty(), log=print,
+        **trainer_options)
     try:
         history = trainer.fit()
     except FloatingPointError as e:
@@ -218,6 +236,10 @@ examples:
   meshops train --out runs/poisson --resume
   # data-parallel on 4 GPUs
   torchrun --nproc_per_node=4 -m meshops train --config train.yaml
+  # time series (one folder, .pvd or .xdmf per series): a next-step model of u,
+  # trained on rollouts of 4 steps, parameters from heat/train/params.csv
+  meshops train --series --data heat/train --inputs "" --targets u --params mu1,mu2 \\
+      --rollout-train 4 --out runs/heat
 
 config file (train.yaml); keys are the long options (batch_size or batch-size):
   data: data/
@@ -252,6 +274,9 @@ def add_parser(sub) -> None:
     g.add_argument("--inputs", metavar="A,B",
                    help='input point fields, comma-separated; "" for geometry-only problems')
     g.add_argument("--targets", metavar="U,V", help="target point fields, comma-separated")
+    g.add_argument("--params", metavar="A,B", help="with --series: scalar parameters of each "
+                   "series, from a params.csv / params.json beside the series (keyed by the "
+                   "series' name) or the field data of its first file")
     v = g.add_mutually_exclusive_group()
     v.add_argument("--val-fraction", type=float, metavar="F", dest="val_fraction",
                    help="fraction of the files held out for validation (default 0.2; 0: none)")
@@ -289,6 +314,19 @@ def add_parser(sub) -> None:
                    "the data order and dropout: one seed, one result on one machine (default 0)")
     g.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
     g.add_argument("--dtype", choices=["float32", "float64"], help="default float32")
+    g = p.add_argument_group("time series (see docs/time-series.md)")
+    g.add_argument("--series", action="store_true",
+                   help="--data holds time series (folders of numbered files, .pvd or "
+                   ".xdmf); train a next-step model of the --targets (the state), with "
+                   "--inputs as fields known at every step")
+    g.add_argument("--rollout-train", type=int, metavar="K", dest="rollout_train",
+                   help="unroll K steps per training sample (default 1: one-step training)")
+    g.add_argument("--rollout-grad", choices=["all", "last"], dest="rollout_grad",
+                   help="back-propagate through all K steps (default) or only the last "
+                   "(push-forward: the first K-1 steps without gradient)")
+    g.add_argument("--time-input", action=argparse.BooleanOptionalAction, dest="time_input",
+                   help="give the model the time t (default; --no-time-input for autonomous "
+                   "problems); it always gets dt and the parameters")
     g = p.add_argument_group("output")
     g.add_argument("--out", metavar="RUN", help="run folder (default ./run)")
     g.add_argument("--resume", action="store_true", default=False,
