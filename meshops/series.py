@@ -644,7 +644,7 @@ def write_series(path: str | os.PathLike, mesh: MeshData, steps: Sequence[Mappin
             write_mesh(Path(tmp) / name, bare, point_data=dict(data))
 
     atomic_folder(folder, write_steps, before_replace=lambda: path.unlink(missing_ok=True))
-    root = ET.Element("VTKFile", type="Collection", version="0.1")
+    root = ET.Element("VTKFile", type="Collection", version="0.1", byte_order="LittleEndian")
     coll = ET.SubElement(root, "Collection")
     for t, name in zip(times, names):
         ET.SubElement(coll, "DataSet", timestep=repr(t), group="", part="0",

@@ -162,6 +162,19 @@ def test_rollout_loss_is_the_mean_of_the_steps_relative_errors():
         pytest.approx(last, rel=1e-12)
     with pytest.raises(ValueError, match="not a multiple of the 4 state channels"):
         RolloutLoss(4)(pred, target, w, batch)
+    # scaled: each step's square error integrated over the domain, in units of scale
+    scale = [0.5, 2.0]
+    per = []
+    for b in (0, 1):
+        idx = (batch == b).nonzero()[:, 0]
+        steps = [sum(w[i] * sum(((pred[i, 2 * k + c] - target[i, 2 * k + c]) / scale[c]) ** 2
+                                for c in (0, 1)) for i in idx) / w[idx].sum()
+                 for k in range(3)]
+        per.append(steps)
+    mse = RolloutLoss(2, scale=scale)(pred, target, w, batch).item()
+    assert mse == pytest.approx(float(np.mean([np.mean(p) for p in per])), rel=1e-12)
+    assert RolloutLoss(2, last_only=True, scale=scale)(pred, target, w, batch).item() == \
+        pytest.approx(float(np.mean([p[2] for p in per])), rel=1e-12)
 
 
 def test_next_step_checkpoint_round_trip(tmp_path):
@@ -315,3 +328,16 @@ def test_a_run_config_resolves_to_itself(heat, capsys):
     assert code == 0, err
     assert out == config.read_text()
     assert "series: true" in out and "rollout_train: 2" in out
+
+
+def test_time_features_start_at_half_octaves():
+    from meshops.models.next_step import TimeFeatures
+
+    f = TimeFeatures(3).double()
+    f.reset_parameters()  # the initial frequencies, in float64
+    t = torch.tensor([[0.3], [-1.2]], dtype=torch.float64)
+    w = [math.pi, math.pi * math.sqrt(2), 2 * math.pi]
+    expected = [[v, *[math.sin(wj * v) for wj in w], *[math.cos(wj * v) for wj in w]]
+                for v in (0.3, -1.2)]
+    assert torch.allclose(f(t), torch.tensor(expected, dtype=torch.float64), rtol=1e-14)
+    assert f.out_channels == 7 and TimeFeatures(0)(t) is t

@@ -130,6 +130,12 @@ def _rollout_grad(key, v):
     return v
 
 
+def _rollout_loss(key, v):
+    if v not in ("mse", "relative"):
+        raise CLIError(f"{key}: must be mse or relative, got {v!r}")
+    return v
+
+
 def _unset_or(coerce):
     """``None`` (``null`` in a file: choose from the data) or a value for ``coerce``."""
     return lambda key, v: None if v is None else coerce(key, v)
@@ -177,8 +183,9 @@ class TrainConfig:
     dtype: str = _option("float32", _dtype)
     # time series (meshops.cli.series): a next-step model rolled out over K steps
     series: bool = _option(False, _to_bool)
-    rollout_train: int = _option(1, lambda k, v: _to_int(k, v, minimum=1))
-    rollout_grad: str = _option("all", _rollout_grad)
+    rollout_train: int = _option(2, lambda k, v: _to_int(k, v, minimum=1))
+    rollout_grad: str = _option("last", _rollout_grad)
+    rollout_loss: str = _option("mse", _rollout_loss)
     time_input: bool = _option(True, _to_bool)
 
     # ------------------------------------------------------------- coercion
@@ -288,8 +295,9 @@ class TrainConfig:
             raise CLIError(f"train: field(s) {both} are both inputs and targets")
         if not self.series:
             given = [f"--{k.replace('_', '-')}" for k, v in (
-                ("rollout_train", self.rollout_train != 1),
-                ("rollout_grad", self.rollout_grad != "all"),
+                ("rollout_train", self.rollout_train != 2),
+                ("rollout_grad", self.rollout_grad != "last"),
+                ("rollout_loss", self.rollout_loss != "mse"),
                 ("no_time_input", not self.time_input), ("params", bool(self.params))) if v]
             if given:
                 raise CLIError(f"train: {', '.join(given)} apply to time series: add --series")

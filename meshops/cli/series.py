@@ -32,6 +32,12 @@ def _shapes(series, fields) -> dict:
     return {k: [int(n) for n in series.fields[k].shape[2:]] for k in fields}
 
 
+def _mean_dt(series) -> float:
+    import torch
+
+    return float(torch.cat([s.times[1:] - s.times[:-1] for s in series]).mean())
+
+
 def _common_dt(series) -> float | None:
     """The time step of the series when it is one and the same everywhere."""
     import torch
@@ -113,7 +119,9 @@ def train_series(cfg, args, dtype) -> int:
     summary = (f"next-step {cfg.model} ({n_params:,} parameters) on {len(train)} series of "
                f"{cfg.data} ({steps[0]}{'' if len(steps) == 1 else f'-{steps[-1]}'} time "
                f"steps, {len(windows)} windows of {plural(K, 'step')}, gradient through "
-               f"{'the last step' if model.push_forward else 'all steps'}), validating on "
+               f"{'the last step' if model.push_forward else 'all steps'}, "
+               f"{'relative L2' if cfg.rollout_loss == 'relative' else 'scaled mse'} loss), "
+               f"validating on "
                + (f"{len(val)} full rollouts" if val else "none")
                + f"; state {', '.join(cfg.targets)} ({plural(c_state, 'channel')})"
                + (f", inputs {', '.join(cfg.inputs)}" if cfg.inputs else "")
@@ -124,13 +132,17 @@ def train_series(cfg, args, dtype) -> int:
         "params": params, "field_shapes": shapes, "in_channels": c_in,
         "out_channels": c_state, "pos_dim": dim, "data": str(cfg.data),
         "time_input": cfg.time_input, "rollout_train": K, "rollout_grad": cfg.rollout_grad,
-        "dt": _common_dt(train),
+        "rollout_loss": cfg.rollout_loss, "dt": _common_dt(train),
         "split": {"train": [s.name for s in train], "val": [s.name for s in val]},
     }
     lengths = {len(s) for s in val}
+    # mse: in units of the typical change of one step, rate spread times the mean dt
+    scale = (model.rate_normalizer.std.detach().double().cpu() * _mean_dt(train)
+             if cfg.rollout_loss == "mse" else None)
     return run_training(
         args, cfg, model, windows, val_samples, metadata, resolved, chosen, summary,
-        loss=RolloutLoss(c_state, last_only=model.push_forward, quadrature=cfg.quadrature_loss),
+        loss=RolloutLoss(c_state, last_only=model.push_forward, quadrature=cfg.quadrature_loss,
+                         scale=scale),
         # the model carries its own statistics; validation rollouts of different
         # lengths cannot share a batch
         normalize=False, val_batch_size=cfg.batch_size if len(lengths) <= 1 else 1)

@@ -320,10 +320,15 @@ def add_parser(sub) -> None:
                    ".xdmf); train a next-step model of the --targets (the state), with "
                    "--inputs as fields known at every step")
     g.add_argument("--rollout-train", type=int, metavar="K", dest="rollout_train",
-                   help="unroll K steps per training sample (default 1: one-step training)")
+                   help="unroll K steps per training sample (default 2; 1: one-step "
+                   "training)")
     g.add_argument("--rollout-grad", choices=["all", "last"], dest="rollout_grad",
-                   help="back-propagate through all K steps (default) or only the last "
-                   "(push-forward: the first K-1 steps without gradient)")
+                   help="back-propagate only through the last of the K steps (default; "
+                   "push-forward: the first K-1 steps run without gradient) or through all")
+    g.add_argument("--rollout-loss", choices=["mse", "relative"], dest="rollout_loss",
+                   help="the training loss of a step: its mean square error in units of the "
+                   "typical one-step change (default), or its relative L2 error (the "
+                   "metric, dominated by states near zero)")
     g.add_argument("--time-input", action=argparse.BooleanOptionalAction, dest="time_input",
                    help="give the model the time t (default; --no-time-input for autonomous "
                    "problems); it always gets dt and the parameters")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 from typing import Any, Optional
 
 import torch
@@ -53,6 +54,43 @@ def condition_channels(time_input: bool, param_channels: int) -> int:
     """The number of per-step conditions: ``t`` (when ``time_input``), ``dt`` and the
     parameters."""
     return int(time_input) + 1 + param_channels
+
+
+class TimeFeatures(torch.nn.Module):
+    r"""The (normalised) time with sinusoids of learnable frequencies,
+    :math:`[t, \sin(\omega_j t + \phi_j), \cos(\omega_j t + \phi_j)]_{j < F}`,
+    :math:`\omega_j` starting at :math:`\pi 2^{j/2}` (half octaves) and
+    :math:`\phi_j = 0`. A forcing periodic in time is then a simple function of the
+    features once a frequency has moved onto its period, whatever the period is in
+    units of the normalised time (fixed octaves would have to be mixed into it).
+
+    Shapes:
+        ``[B, 1] -> [B, 1 + 2 F]``
+    """
+
+    def __init__(self, frequencies: int) -> None:
+        super().__init__()
+        self.frequencies = frequencies
+        self.out_channels = 1 + 2 * frequencies
+        self.phase = torch.nn.Linear(1, frequencies) if frequencies else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.phase is None:
+            return
+        with torch.no_grad():
+            j = torch.arange(self.frequencies, dtype=torch.float64)
+            self.phase.weight.copy_(math.pi * 2.0 ** (j / 2)[:, None])
+            self.phase.bias.zero_()
+
+    def forward(self, t: Tensor) -> Tensor:
+        if not self.frequencies:
+            return t
+        arg = self.phase(t)
+        return torch.cat([t, arg.sin(), arg.cos()], dim=-1)
+
+    def extra_repr(self) -> str:
+        return f"frequencies={self.frequencies}"
 
 
 @register_model("next_step")
@@ -97,7 +135,7 @@ class NextStep(NeuralOperator):
     def __init__(self, model: str, state_channels: int, pos_dim: int = 2,
                  input_channels: int = 0, param_channels: int = 0, time_input: bool = True,
                  model_config: Optional[dict] = None, condition_width: int = 32,
-                 modes: int = 16, time_octaves: int = 4) -> None:
+                 modes: int = 16, time_frequencies: int = 8, trunk: bool = True) -> None:
         super().__init__()
         check_positive_int(state_channels, "state_channels")
         check_positive_int(condition_width, "condition_width", minimum=0)
@@ -117,7 +155,7 @@ class NextStep(NeuralOperator):
         self.dt_index = int(self.time_input)  # conditions: (t?, dt, params...)
         # the normalised time with sinusoids of it (a forcing periodic in t is then a
         # simple function of the features, not a wiggly one of t)
-        self.time_features = FourierFeatures(1, time_octaves if self.time_input else 0)
+        self.time_features = TimeFeatures(time_frequencies if self.time_input else 0)
         features = self.cond_channels - 1 + self.time_features.out_channels \
             if self.time_input else self.cond_channels
         self.condition_net = (MLP(features, condition_width, condition_width, layers=3)
@@ -128,6 +166,12 @@ class NextStep(NeuralOperator):
         # space, which a pointwise lift of constant channels makes only slowly).
         self.coefficient_net = (MLP(features, max(condition_width, 32),
                                     state_channels * modes, layers=3) if modes else None)
+        # modes > 0 and trunk: G_r(u, x) + T_r(x), T a pointwise MLP of the position (with
+        # sinusoids of it): patterns that do not depend on the state (a forcing) are
+        # learned directly, as a DeepONet's trunk net learns its basis
+        self.pos_features = FourierFeatures(pos_dim, 3) if modes and trunk else None
+        self.trunk = (MLP(self.pos_features.out_channels, 64, state_channels * modes,
+                          layers=3) if self.pos_features is not None else None)
         self.operator = get_model(model, in_channels=state_channels + input_channels
                                   + (condition_width or features),
                                   out_channels=state_channels * max(modes, 1), pos_dim=pos_dim,
@@ -175,7 +219,7 @@ class NextStep(NeuralOperator):
         """The normalised conditions, the time replaced by its Fourier features.
 
         Shapes:
-            ``[B, C_cond] -> [B, C_cond - 1 + (1 + 2 * time_octaves)]`` (with ``t``)
+            ``[B, C_cond] -> [B, C_cond - 1 + (1 + 2 * time_frequencies)]`` (with ``t``)
         """
         c = self.condition_normalizer.encode(cond)
         if not self.time_input:
@@ -210,6 +254,8 @@ class NextStep(NeuralOperator):
         out = self.operator(self.condition(data, u, forcing, cond, batch))
         if self.coefficient_net is None:
             return out
+        if self.trunk is not None:
+            out = out + self.trunk(self.pos_features(data.pos.to(out.dtype)))
         coef = self.coefficient_net(self.condition_features(cond))[batch]
         out = (out * coef).view(u.shape[0], self.state_channels, self.modes).sum(2)
         return out / self.modes ** 0.5
