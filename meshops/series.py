@@ -224,8 +224,9 @@ def _pvd_steps(pvd: Path) -> list[tuple[Path, float]]:
             parts = {e.get("part", "0") for e in coll.findall("DataSet")}
             what = ("several parts per time step (a multi-block collection) are not "
                     "supported" if len(parts) > 1 else "a duplicated time step")
+            previous = coll.findall("DataSet")[i - 1].get("file")
             raise SeriesError(f"{pvd}: time {t:g} appears twice (DataSet entries {i - 1} and "
-                              f"{i}: {steps[-1][0].name} and {file}): {what}")
+                              f"{i}: {previous} and {file}): {what}")
         if steps and t < steps[-1][1]:
             raise SeriesError(f"{pvd}: DataSet entry {i} ({file}) has time {t:g} after "
                               f"{steps[-1][1]:g}: the times must increase")

@@ -341,3 +341,30 @@ def test_time_features_start_at_half_octaves():
                 for v in (0.3, -1.2)]
     assert torch.allclose(f(t), torch.tensor(expected, dtype=torch.float64), rtol=1e-14)
     assert f.out_channels == 7 and TimeFeatures(0)(t) is t
+
+
+def test_input_fields_are_taken_at_every_step(tmp_path):
+    from meshops.io import mesh_from_arrays
+    from meshops.series import SeriesError, write_series
+
+    pts, cells, t, u = heat_states(0.1, 1.0, 6, DT)
+    f = np.stack([np.cos(k + pts[:, 0]) for k in range(6)])  # a forcing, known per step
+    write_series(tmp_path / "s.pvd", mesh_from_arrays(pts, cells),
+                 [{"u": u[k], "f": f[k]} for k in range(6)], t)
+    s = read_series(tmp_path / "s.pvd", ["u", "f"])
+    w = rollout_windows([s], ["u"], ["f"], 2, True, torch.float64)
+    assert all(torch.equal(w[k].step_inputs[:, j, 0], s.fields["f"][k + j])
+               for k in range(4) for j in range(2))
+    torch.manual_seed(0)
+    model = NextStep("transformer_no", 1, 2, 1, 0, True, TINY, condition_width=8, modes=4)
+    model.set_statistics(series_statistics([s], ["u"], ["f"], True))
+    model = model.double().eval()
+    out = model(w[1])
+    one = rollout_sample(s, ["u"], ["f"], 2, 1, True, torch.float64)
+    one.x = out[:, :1]
+    assert torch.allclose(model(one), out[:, 1:], rtol=1e-12, atol=1e-15)
+    # beyond the end the input fields are missing: named
+    with pytest.raises(SeriesError, match=r"s.pvd: time step 6 is needed \(the input fields of "
+                                          r"the rollout\) but the series ends at time step 5"):
+        rollout_sample(s, ["u"], ["f"], 3, 4, True, torch.float64, with_targets=False,
+                       times=torch.arange(8, dtype=torch.float64) * DT)

@@ -2,14 +2,27 @@
 
 The model advances a state ``u`` (the target fields) by one time step of a series,
 
-    u(t + dt) = u(t) + dt * (m_r + s_r * F(norm(u(t)), norm(f(t)), norm(c)))
+    u(t + dt) = u(t) + dt * (m_r + s_r * F),
+    F = sum_r a_r(c) * (G_r(norm(u(t)), norm(f(t)), e(c); x) + T_r(x)) / sqrt(R)
 
-where ``F`` is any registered operator (PiT, TransformerNO, ...) built with
-``in_channels = C_state + C_inputs + C_cond`` and ``out_channels = C_state``, ``f(t)``
-are optional input point fields known at every step (a forcing), ``c = (t, dt,
-params)`` the step's conditions, and ``m_r``, ``s_r`` the mean and standard deviation
-of the rate ``(u(t + dt) - u(t)) / dt`` over the training series. The residual form
-makes "nothing happens" the zero output and scales the increment with ``dt``.
+where ``G`` is any registered operator (PiT, TransformerNO, ...) with ``R * C_state``
+output channels, ``f(t)`` optional input point fields known at every step (a
+forcing), ``c = (t, dt, params)`` the step's conditions, ``m_r``, ``s_r`` the mean and
+standard deviation of the rate ``(u(t + dt) - u(t)) / dt`` over the training series,
+and
+
+* ``e(c)``: an MLP of the normalised conditions (``t`` with sinusoids of learnable
+  frequencies, :class:`TimeFeatures`), whose ``condition_width`` outputs enter ``G`` as
+  input channels constant over each sample's points;
+* ``a(c)``: a second MLP of them, the coefficients of the ``R = modes`` output modes: a
+  product of a function of the conditions and a function of space, which an operator
+  that sees the conditions only as constant channels learns very slowly (a forcing
+  ``g(x) sin(w t)``, a decay ``exp(-kappa t)``);
+* ``T(x)``: a trunk net, a pointwise MLP of the position (with sinusoids of it), for
+  patterns that do not depend on the state, as a DeepONet learns its basis.
+
+The residual form makes "nothing happens" the zero output and scales the increment
+with ``dt``. ``modes=0`` gives ``F = G`` (``C_state`` outputs, no ``a`` and ``T``).
 
 A forward pass rolls out ``K`` steps, ``K`` being the number of conditions a sample
 carries (``data.cond [B, K, C_cond]``), and returns every predicted state. In
@@ -18,14 +31,9 @@ passing neural PDE solvers", ICLR 2022, sec. 2.3) runs the first ``K - 1`` steps
 without gradient and back-propagates through the last step only; otherwise the
 gradient flows through the whole unrolled chain (back-propagation through time).
 
-Conditioning: the step conditions (normalised with the training statistics) pass
-through a small MLP, whose ``condition_width`` outputs enter ``F`` as extra input
-channels that are constant over each sample's points. The MLP lets the operator see
-non-linear functions of the conditions (a forcing periodic in ``t``, a diffusivity
-acting as ``exp(-kappa t)``) without spending its pointwise lift on them. This is the
-minimum that works with every registered operator; a model with its own parameter
-conditioning could take ``params`` there instead (:meth:`NextStep.condition` is the
-one place to change).
+The conditioning is the minimum that works with every registered operator; an
+operator with its own parameter conditioning could take the conditions there instead
+(:meth:`NextStep.condition` is the one place to change).
 """
 
 from __future__ import annotations
@@ -98,21 +106,25 @@ class NextStep(NeuralOperator):
     """A next-step model ``u(t) -> u(t + dt)`` rolled out over ``K`` steps.
 
     Args:
-        model: Name of the registered operator ``F`` (``"pit"``, ``"transformer_no"``, ...).
+        model: Name of the registered operator ``G`` (``"pit"``, ``"transformer_no"``, ...).
         state_channels: Channels ``C`` of the state (the target fields).
         pos_dim: Spatial dimension.
         input_channels: Channels of the input fields given at every step (a forcing);
             0 for none.
         param_channels: Number of scalar parameters per series.
-        time_input: Whether ``F`` sees the time ``t`` (for non-autonomous problems,
+        time_input: Whether the model sees the time ``t`` (for non-autonomous problems,
             e.g. a time-dependent forcing); ``dt`` and the parameters it always sees.
-        model_config: Further arguments of ``F`` (its width, depth, ...).
+        model_config: Further arguments of ``G`` (its width, depth, ...).
         condition_width: Width of the conditioning MLP (3 layers) and the number of
-            channels it adds to ``F``'s input; 0 gives ``F`` the normalised conditions
+            channels it adds to ``G``'s input; 0 gives ``G`` the normalised conditions
             themselves.
+        modes: ``R``, the output modes (0: ``F = G``).
+        time_frequencies: Learnable frequencies of :class:`TimeFeatures` (0: ``t``
+            alone).
+        trunk: Add the trunk net ``T(x)`` to the modes.
 
     Attributes:
-        operator: ``F``.
+        operator: ``G``.
         push_forward: In training, back-propagate through the last step only
             (default False: through all steps).
         state_normalizer, forcing_normalizer, condition_normalizer, rate_normalizer:
