@@ -14,8 +14,8 @@ One module per concern:
 * :mod:`benchmarks.models` - every model of :mod:`meshops.models` (forward,
   forward+backward) and end-to-end training throughput with the
   :class:`~meshops.training.Trainer`;
-* :mod:`benchmarks.gpu` - the fused-SDPA / TFLOP/s checks of continuum attention on
-  CUDA (says "no GPU" elsewhere);
+* :mod:`benchmarks.gpu` - the fused-SDPA / FlexAttention TFLOP/s checks of continuum
+  and position attention on CUDA (says "no GPU" elsewhere);
 * :mod:`benchmarks.reporting` - tables, the JSON file and the log-log plot;
 * :mod:`benchmarks.check` - the targets table (PASS/MISS) and the regression guard
   against a stored run of the same machine class.

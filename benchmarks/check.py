@@ -216,6 +216,38 @@ def evaluate_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
                     + (f" ({100 * tf / peak:.1f}% of {peak:g})" if peak else " (peak unknown)"))
             out.append(_t("T8", tgt, PASS if fused else MISS, meas,
                           "" if fused else f"kernels: {e.get('kernels')}"))
+    out += _flex_targets(gpu)
+    return out
+
+
+FLEX_TARGET = 0.40
+
+
+def _flex_targets(gpu: dict[str, Any]) -> list[dict[str, Any]]:
+    """T9/T10: FlexAttention fwd+bwd in bf16 at >= 40 % of the card's peak at N = 262k,
+    N = 1M measured; continuum attention (T9) and PiT's position attention (T10)."""
+    out = []
+    e = (gpu.get("dtypes") or {}).get("bfloat16") or {}
+    for id_, key, what in (("T9", "flex", "continuum attention"),
+                           ("T10", "position", "PiT position attention")):
+        tgt = (f"GPU: {what} through FlexAttention, bf16 fwd+bwd >= "
+               f"{FLEX_TARGET:.0%} of peak at N=262k; N=1M measured")
+        if not gpu.get("available"):
+            out.append(_t(id_, tgt, NA, "no GPU", gpu.get("note", "no GPU")))
+            continue
+        runs = {r.get("n"): r for r in e.get(key, []) if r.get("impl") == "flex"}
+        r262, r1m = runs.get(262144, {}), runs.get(1_000_000, {})
+        if "fwdbwd_of_peak" not in r262:
+            out.append(_t(id_, tgt, MISS if e else NA, "-",
+                          str(r262.get("error") or "N=262k not measured (peak unknown?)")))
+            continue
+        frac = r262["fwdbwd_of_peak"]
+        meas = (f"262k: {r262['fwdbwd_tflops']:.0f} TFLOP/s = {frac:.1%} (exp ceiling "
+                f"{r262.get('fwdbwd_ceiling', float('nan')):.0%}); 1M: "
+                + (f"{fmt_time(r1m['fwdbwd_s'])} = {r1m['fwdbwd_of_peak']:.1%}"
+                   if "fwdbwd_of_peak" in r1m else str(r1m.get("error", "not run"))))
+        ok = frac >= FLEX_TARGET and "fwdbwd_s" in r1m
+        out.append(_t(id_, tgt, PASS if ok else MISS, meas, ""))
     return out
 
 

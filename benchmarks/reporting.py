@@ -170,21 +170,14 @@ def training_table(rows: list[dict[str, Any]]) -> str:
 
 
 def gpu_text(gpu: dict[str, Any]) -> str:
+    from benchmarks.gpu import all_runs, run_line
     if not gpu or not gpu.get("available"):
         return "[gpu]  " + (gpu or {}).get("note", "no GPU")
     lines = [f"[gpu]  {gpu.get('name')}  peak {gpu.get('peak_tflops_bf16')} TFLOP/s (bf16 dense)"]
     for dt, e in gpu.get("dtypes", {}).items():
-        lines.append(f"  {dt}: kernel = {e.get('kernel')}; accepting backends: "
+        lines.append(f"  {dt}: SDPA kernel = {e.get('kernel')}; accepting backends: "
                      f"{e.get('backends_accepting')}")
-        for r in e.get("runs", []) + ([e["wide"]] if e.get("wide") else []):
-            if "fwdbwd_s" in r:
-                lines.append(f"    N={r['n']:<8} C={r['channels']} H={r['heads']}  fwd "
-                             f"{fmt_time(r['fwd_s'])} ({r['fwd_tflops']:.1f} TF/s)  fwd+bwd "
-                             f"{fmt_time(r['fwdbwd_s'])} ({r['fwdbwd_tflops']:.1f} TF/s)"
-                             + (f"  peak {r.get('fwdbwd_peak_gb', 0):.2f} GB"
-                                if "fwdbwd_peak_gb" in r else ""))
-            else:
-                lines.append(f"    N={r.get('n')}: {r.get('error')}")
+        lines += ["    " + run_line(r) for r in all_runs(e)]
     return "\n".join(lines)
 
 

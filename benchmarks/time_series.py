@@ -1,15 +1,15 @@
 """Rollout error against horizon on the transient heat data, beside persistence and the
 nearest training trajectory.
 
-Writes ``unsteady_heat.npz`` (``../shared/data``, see its README) as time-series folders
+Writes ``unsteady_heat.npz`` (``shared/data``, see its README) as time-series folders
 with :mod:`data_adapters.unsteady_heat` (80 training / 20 test trajectories: a
 permutation with seed 0), trains a next-step model with ``meshops train --series``
 (the options after ``--`` are passed on) and reports ``meshops evaluate`` on the test
 trajectories: the relative L2 error of every step of the 99-step rollouts, mean,
 median and worst over the 20, beside the two baselines::
 
-    python -m benchmarks.time_series --npz ../shared/data/unsteady_heat.npz \\
-        --out benchmarks/results/time-series-heat.txt [-- --epochs 30 --rollout-train 4]
+    python -m benchmarks.time_series --out benchmarks/results/time-series-heat.txt \\
+        [--npz unsteady_heat.npz] [-- --epochs 30 --rollout-train 4]
 
 The log (commands, the load average, the training process's wall and CPU time and the
 evaluation) goes to ``--out``; the evaluation's JSON and plot beside it
@@ -38,7 +38,8 @@ def main(argv=None) -> int:
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--npz", type=Path, default=Path("../shared/data/unsteady_heat.npz"))
+    p.add_argument("--npz", type=Path, default=None,
+                   help="the archive (default: data_adapters.fem_npz.data_dir())")
     p.add_argument("--work", type=Path, default=Path("heat-series"),
                    help="folder for the series and the run (kept; the series are reused)")
     p.add_argument("--out", type=Path, required=True, help="log file")
@@ -63,12 +64,12 @@ def main(argv=None) -> int:
     data = args.work / "series"
     if not (data / "train" / "params.csv").is_file():
         t0 = time.perf_counter()
-        w = export_heat_series(args.npz, data, overwrite=True)
+        w = export_heat_series(data, args.npz, overwrite=True)
         say(f"# wrote {len(w['train'])} training / {len(w['test'])} test series to {data} in "
             f"{time.perf_counter() - t0:.0f} s")
     run = args.work / "run"
     train = [sys.executable, "-m", "meshops", "train", "--series", "--data",
-             str(data / "train"), "--inputs", "", "--targets", "u", "--params", "mu1,mu2",
+             str(data / "train"), "--inputs", "", "--targets", "u", "--params", "mu0,mu1",
              "--out", str(run), *extra]
     evaluate = [sys.executable, "-m", "meshops", "evaluate", str(run), "--data",
                 str(data / "test"), "--plot", str(args.out.with_suffix(".png"))]
@@ -115,9 +116,9 @@ def ablation(args) -> int:
 
     data = args.work / "series"
     if not (data / "train" / "params.csv").is_file():
-        export_heat_series(args.npz, data, overwrite=True)
+        export_heat_series(data, args.npz, overwrite=True)
     names = sorted(p.name for p in (data / "train").iterdir() if p.is_dir())[:4]
-    series = read_series_folder(data / "train", ["u"], ["mu1", "mu2"], names)
+    series = read_series_folder(data / "train", ["u"], ["mu0", "mu1"], names)
     pit = {"width": 64, "heads": 2, "blocks": 2, "num_latent": 128}
     lines = [f"# command: python -m benchmarks.time_series --ablation {args.ablation} "
              f"--out {args.out}",

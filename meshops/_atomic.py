@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -93,6 +94,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
     :func:`clean_stale_temporaries`).
     """
     path = Path(path)
+    if path.is_dir():  # else the rename fails naming the temporary file
+        raise IsADirectoryError(errno.EISDIR, "Is a directory (give a file name)", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     _clean_once(path)
     fd, tmp = tempfile.mkstemp(prefix=_prefix(path), suffix=".tmp" + path.suffix,

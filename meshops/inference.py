@@ -28,11 +28,16 @@ from typing import Sequence
 
 from meshops.errors import CheckpointError, MeshError
 
-__all__ = ["RUN_CHECKPOINT", "RunSpec", "load_run", "predict_mesh"]
+__all__ = ["RUN_CHECKPOINT", "RunSpec", "load_run", "mesh_sample", "predict_mesh"]
 
 # The model file of a run folder (lowest validation error; the final model without
 # validation data), as ``meshops train`` writes it.
 RUN_CHECKPOINT = "best.pt"
+
+
+# Output points per chunk when a mesh is predicted in chunks (meshops.chunked; meshes
+# with fewer points are predicted in one piece).
+DEFAULT_CHUNK = 65536
 
 
 # ----------------------------------------------------------------- field shapes
@@ -44,6 +49,15 @@ def _field_shape(v) -> list[int]:
 def _channels(shape: Sequence[int]) -> int:
     """Model channels of a field of per-point ``shape``."""
     return int(math.prod(shape)) if shape else 1
+
+
+def _same_layout(shape: Sequence[int], expected: Sequence[int]) -> bool:
+    """A field of per-point ``shape`` holds what the model expects as ``expected``:
+    the same shape, or the same number of components with one of them flat (mesh
+    formats store a 3x3 tensor as 9 components, row-major, and a 1-vector as a
+    scalar; see :func:`meshops.io.write_mesh`)."""
+    return list(shape) == list(expected) or (
+        _channels(shape) == _channels(expected) and min(len(shape), len(expected)) <= 1)
 
 
 def _fmt_shape(shape: Sequence[int]) -> str:
@@ -154,7 +168,7 @@ class RunSpec:
     def __init__(self, model, ckpt: Path, meta: dict, inputs=None, targets=None) -> None:
         cfg = dict(getattr(model, "config", {}) or {})
         self.ckpt = ckpt
-        self.dtype = next(model.parameters()).dtype
+        self.dtype = model_tensor(model).dtype
         self.in_channels = int(cfg.get("in_channels", meta.get("in_channels", 0)))
         self.out_channels = int(cfg.get("out_channels", meta.get("out_channels", 1)))
         self.pos_dim = cfg.get("pos_dim", meta.get("pos_dim"))
@@ -219,7 +233,7 @@ class RunSpec:
                         f"{self.ckpt} needs {self.describe()}); available point fields: "
                         f"{_available(mesh)}")
                 sh = _field_shape(fields[name])
-                if sh != self.shapes[name]:
+                if not _same_layout(sh, self.shapes[name]):
                     raise MeshError(f"{path}: field {name!r} is {_fmt_shape(sh)} but the model "
                                     f"in {self.ckpt} was trained on "
                                     f"{_fmt_shape(self.shapes[name])}")
@@ -240,21 +254,54 @@ class RunSpec:
                 for name, sl in self.target_slices().items()}
 
 
-def predict_mesh(model, spec: RunSpec, mesh):
+def model_tensor(model) -> "torch.Tensor":
+    """A tensor of the model (its first parameter, or buffer for a model fitted without
+    trainable weights) whose dtype and device the model's inputs take."""
+    import itertools
+
+    return next(itertools.chain(model.parameters(), model.buffers()))
+
+
+def predict_mesh(model, spec: RunSpec, mesh, chunk_size: int | None = DEFAULT_CHUNK,
+                 progress: bool = False):
     """``model.predict`` on one mesh, its inputs taken from the fields ``spec`` names.
+
+    With ``chunk_size`` (points; None: never) a mesh with more points is predicted in chunks of that
+    many output points, the global context computed once
+    (:func:`meshops.chunked.predict_chunked`: the same values in a bounded memory), with
+    a progress bar if ``progress``. A sample with ``params [1, K]``
+    (:class:`meshops.layout.SampleLayout`) passes them to a model conditioned on
+    parameters.
 
     Shapes:
         mesh ``pos [N, d]``, ``weight [N]``, fields ``[N]`` or ``[N, ...]``
         -> ``[N, C_out]`` in the model's dtype, on the CPU
     """
+    data = mesh_sample(model, spec, mesh)
+    if chunk_size is not None and data.pos.shape[0] > chunk_size:
+        from meshops.chunked import predict_chunked
+
+        return predict_chunked(model, data, chunk_size, progress).cpu()
+    return model.predict(data).cpu()
+
+
+def mesh_sample(model, spec: RunSpec, mesh):
+    """The model's input sample of a mesh: ``pos``, ``weight`` and ``x`` (the fields
+    ``spec`` names, concatenated) in the model's dtype, on its device.
+
+    Shapes:
+        mesh ``pos [N, d]``, fields ``[N]`` or ``[N, ...]`` -> ``x [N, C_in]``
+    """
     import torch
 
     from meshops.data import MeshData
 
-    param = next(model.parameters())
+    param = model_tensor(model)
     n = int(mesh.pos.shape[0])
     cols = [mesh.fields[k].reshape(n, -1).to(torch.float64) for k in spec.inputs]
     x = torch.cat(cols, 1) if cols else torch.zeros(n, 0, dtype=torch.float64)
     data = MeshData(pos=mesh.pos.to(param.dtype), weight=mesh.weight.to(param.dtype),
-                    x=x.to(param.dtype)).to(param.device)
-    return model.predict(data).cpu()
+                    x=x.to(param.dtype))
+    if getattr(mesh, "params", None) is not None:
+        data.params = mesh.params.to(param.dtype)
+    return data.to(param.device)

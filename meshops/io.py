@@ -6,7 +6,7 @@ import contextvars
 import os
 import warnings
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import meshio
 import numpy as np
@@ -20,12 +20,25 @@ from meshops.quadrature import (CELL_DIMS, check_points, check_weight_range, qua
                                 top_dimension)
 
 
-# Formats whose meshio writer keeps point and cell data of every name and shape we
-# write (checked by a write/read round trip: STL, OBJ, OFF, Abaqus, Nastran, Medit,
-# DOLFIN XML, ... write none; PLY and Tecplot keep only scalars). Gmsh stores 1, 3
-# or 9 components per field and its writer says so for other shapes.
+# Formats whose meshio writer keeps point and cell data of every name we write
+# (checked by a write/read round trip: STL, OBJ, OFF, Abaqus, Nastran, Medit,
+# DOLFIN XML, ... write none; PLY and Tecplot keep only scalars).
 FIELD_FORMATS = {"vtu": ".vtu", "vtk": ".vtk", "xdmf": ".xdmf", "gmsh22": ".msh",
                  "gmsh": ".msh"}
+
+# The components per point (or cell) that each of them reads back as written, from a
+# write/read round trip of 1..12 components through meshio 5.3 (tests/test_field_formats.py
+# repeats it): legacy VTK pads 2 components to 3; XDMF's attribute types are scalar,
+# 2- and 3-vectors and 6- and 9-component tensors; Gmsh stores 1, 3 or 9. A field of
+# several dimensions per point (a 3x3 tensor) is written as its flattened components,
+# the way VTK stores tensors (row-major: xx, xy, xz, yx, ...), and reads back flat.
+_COMPONENTS: dict[str, Callable[[int], bool]] = {
+    "vtu": lambda c: True,
+    "vtk": lambda c: c != 2,
+    "xdmf": lambda c: c in (1, 2, 3, 6, 9),
+    "gmsh22": lambda c: c in (1, 3, 9),
+    "gmsh": lambda c: c in (1, 3, 9),
+}
 
 # Point field that carries the quadrature weights of a point cloud (a mesh without
 # cells) through a file, so that a written cloud reads back with the same weights.
@@ -77,9 +90,15 @@ def _spatial_dim(points: np.ndarray, tdim: int) -> int:
     return d
 
 
-def _check_duplicates(points: np.ndarray, used: np.ndarray, source: str) -> None:
+def _check_duplicates(points: np.ndarray, used: np.ndarray, source: str,
+                      lower: dict[str, np.ndarray] | None = None, tdim: int = 0) -> None:
     """Unreferenced points that coincide with another point are a broken mesh
-    (typically a file with merged-but-not-removed nodes), not a harmless extra."""
+    (typically a file with merged-but-not-removed nodes), not a harmless extra.
+
+    ``used`` marks the points of cells of the top dimension ``tdim``; ``lower`` maps
+    the lower-dimensional cell types to the points they use (a tagged boundary
+    face), which carry no measure: the warning says so rather than "used by no cell".
+    """
     unused = np.flatnonzero(~used)
     if not len(unused):
         return
@@ -95,8 +114,16 @@ def _check_duplicates(points: np.ndarray, used: np.ndarray, source: str) -> None
         raise MeshError(
             f"{source}: point {i} at {points[i].tolist()} is used by no cell and duplicates "
             f"another point ({len(bad)} such points); merge or remove duplicate nodes")
-    warnings.warn(f"{source}: {len(unused)} points are used by no cell; they get weight 0",
-                  stacklevel=3)
+    in_lower = {t: int(np.isin(unused, p).sum()) for t, p in (lower or {}).items()}
+    in_lower = {t: n for t, n in in_lower.items() if n}
+    if not in_lower:
+        warnings.warn(f"{source}: {len(unused)} points are used by no cell; they get weight 0",
+                      stacklevel=3)
+        return
+    warnings.warn(f"{source}: {len(unused)} points are in no {tdim}-D cell, only in "
+                  f"{', '.join(f'{t} ({n} points)' for t, n in in_lower.items())} cells or in "
+                  f"none; lower-dimensional cells have no {tdim}-D measure, so these points "
+                  f"get weight 0", stacklevel=3)
 
 
 def _point_cloud_weight(points: np.ndarray, stored, source: str) -> torch.Tensor:
@@ -116,8 +143,9 @@ def _point_cloud_weight(points: np.ndarray, stored, source: str) -> torch.Tensor
 
 def mesh_from_arrays(points, cells, point_data: Mapping | None = None,
                      cell_data: Mapping | None = None, *, fields: Sequence[str] | None = None,
-                     source: str = "mesh") -> MeshData:
-    """Build a :class:`MeshData` from points, cell blocks and point data.
+                     source: str = "mesh", field_data: Mapping | None = None) -> MeshData:
+    """Build a :class:`MeshData` from points, cell blocks and point data (and the cell
+    and field data kept with it).
 
     Same checks and conventions as :func:`read_mesh` (which calls it), for meshes
     that live in memory (generators, adapters).
@@ -144,10 +172,14 @@ def mesh_from_arrays(points, cells, point_data: Mapping | None = None,
     else:
         weight = quadrature_weights(points, blocks, source=source)
         used = np.zeros(n, bool)
+        lower: dict[str, list] = {}
         for t, c in blocks:
             if CELL_DIMS[t] == tdim:
                 used[np.asarray(c).ravel()] = True
-        _check_duplicates(points, used, source)
+            else:
+                lower.setdefault(t, []).append(np.asarray(c).ravel())
+        _check_duplicates(points, used, source,
+                          {t: np.concatenate(v) for t, v in lower.items()}, tdim)
     check_weight_range(weight, source)
 
     if fields is not None:
@@ -156,7 +188,7 @@ def mesh_from_arrays(points, cells, point_data: Mapping | None = None,
             raise MeshError(f"{source}: point field(s) {missing} not found; available: "
                             f"{sorted(point_data) or 'none'}")
         point_data = {f: point_data[f] for f in fields}
-    return MeshData(
+    mesh = MeshData(
         pos=torch.from_numpy(np.ascontiguousarray(points)),
         weight=weight,
         fields={k: _to_tensor(np.asarray(v)) for k, v in point_data.items()},
@@ -165,6 +197,40 @@ def mesh_from_arrays(points, cells, point_data: Mapping | None = None,
         cell_data={k: [_to_tensor(np.asarray(a)) for a in v] for k, v in (cell_data or {}).items()},
         source=source,
     )
+    mesh.field_data = {k: np.asarray(v) for k, v in (field_data or {}).items()}
+    return mesh
+
+
+def _meshio_read(path: Path) -> meshio.Mesh:
+    """``meshio.read``, but quiet and bounded: the file is sniffed first (a 1 GB file of
+    junk is refused from its first bytes, see :mod:`meshops._sniff`), and each reader
+    its suffix allows is tried here, so that a failure is one MeshError with meshio's
+    reasons, not meshio's console output and ``sys.exit(1)``."""
+    from meshio._helpers import _filetypes_from_path, reader_map
+
+    from meshops._sniff import check_mesh_file
+
+    try:
+        formats = _filetypes_from_path(path)
+    except meshio.ReadError:
+        raise MeshError(f"{path}: cannot read mesh: unknown format {path.suffix!r}; meshio "
+                        f"reads {', '.join(sorted(meshio.extension_to_filetypes))}") from None
+    check_mesh_file(path, formats)
+    reasons = []
+    for fmt in formats:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return reader_map[fmt](str(path))
+        except MeshError:
+            raise
+        except (Exception, SystemExit) as e:  # meshio raises assorted errors on corrupt files
+            text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            if isinstance(e, meshio.ReadError):
+                reasons.append(f"{fmt}: {text or f'not a valid {fmt} file'}")
+            else:
+                reasons.append(f"{fmt}: {type(e).__name__}" + (f": {text}" if text else ""))
+    raise MeshError(f"{path}: cannot read mesh ({'; '.join(reasons)})")
 
 
 def read_mesh(path: str | os.PathLike, fields: Sequence[str] | None = None) -> MeshData:
@@ -173,13 +239,13 @@ def read_mesh(path: str | os.PathLike, fields: Sequence[str] | None = None) -> M
 
     Args:
         path: Mesh file.
-        fields: Point-data arrays to keep (default: all). A name that is not in the
-            file raises :class:`MeshError` listing the available ones.
+        fields: Point-data arrays to keep, a list of names (default: all). A name that
+            is not in the file raises :class:`MeshError` listing the available ones.
 
     Returns:
         :class:`MeshData` with ``pos [N, d]`` (float64; a 2-D mesh stored with a zero
-        z column comes back with ``d = 2``), ``weight [N]``, ``fields``, ``cells`` and
-        ``cell_data`` as in the file, and ``source``.
+        z column comes back with ``d = 2``), ``weight [N]``, ``fields``, ``cells``,
+        ``cell_data`` and ``field_data`` as in the file, and ``source``.
 
     Raises:
         MeshError: missing or unreadable file, unknown format, and every mesh
@@ -187,17 +253,26 @@ def read_mesh(path: str | os.PathLike, fields: Sequence[str] | None = None) -> M
             whose length is not N, weights that float32 cannot hold (coordinates
             near 1e30 or 1e-30: see :func:`meshops.quadrature.check_weight_range`),
             VTU arrays whose size does not fit their
-            number of components, and unused duplicate points.
+            number of components, and unused duplicate points. A file that does not
+            begin like its format, or is larger than the free memory, is refused
+            before it is read.
+        TypeError: ``fields`` given as a string.
     """
     path = Path(path)
+    if not path.is_file():
+        raise MeshError(f"{path}: no such file")
+    if isinstance(fields, str):
+        # a bare string would be taken letter by letter ("uf" as fields u and f)
+        raise TypeError(f"read_mesh: fields is a list of field names, e.g. [{fields!r}], "
+                        f"not a string")
     m = read_meshio(path)
     return mesh_from_arrays(m.points, m.cells, m.point_data, m.cell_data, fields=fields,
-                            source=str(path))
+                            source=str(path), field_data=m.field_data)
 
 
 def read_meshio(path: str | os.PathLike) -> "meshio.Mesh":
     """The raw :class:`meshio.Mesh` of a file, with :func:`read_mesh`'s read errors (a
-    missing file, an unreadable one, a VTU array that does not fit its components)
+    missing, unreadable or empty file, a VTU array that does not fit its components)
     but none of its mesh checks: for the later steps of a time series, whose mesh is
     compared with the checked first step's instead."""
     path = Path(path)
@@ -205,18 +280,12 @@ def read_meshio(path: str | os.PathLike) -> "meshio.Mesh":
         raise MeshError(f"{path}: no such file")
     token = _STRICT_VTU.set(str(path))
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return meshio.read(path)
-    except MeshError:
-        raise
-    except meshio.ReadError as e:
-        raise MeshError(f"{path}: cannot read mesh ({e})") from e
-    except (Exception, SystemExit) as e:  # meshio raises assorted errors (even
-        # SystemExit) on corrupt files
-        raise MeshError(f"{path}: cannot read mesh ({type(e).__name__}: {e})") from e
+        m = _meshio_read(path)
     finally:
         _STRICT_VTU.reset(token)
+    if len(m.points) == 0:
+        raise MeshError(f"{path}: holds no points")
+    return m
 
 
 def _numpy(a) -> np.ndarray:
@@ -238,6 +307,19 @@ def _check_format_holds_fields(path: Path, fmt: str, point_data: Mapping,
                                cell_data: Mapping) -> None:
     """Refuse to write fields into a format that silently drops them."""
     if fmt in FIELD_FORMATS:
+        fits = _COMPONENTS[fmt]
+        arrays = [("point", k, v) for k, v in point_data.items()]
+        arrays += [("cell", k, a) for k, v in cell_data.items() for a in v[:1]]
+        for where, k, v in arrays:
+            c = int(np.prod(v.shape[1:], dtype=np.int64))
+            if not fits(c):
+                ok = [f for f, test in _COMPONENTS.items() if test(c)]
+                shape = f" ({'x'.join(map(str, v.shape[1:]))})" if v.ndim > 2 else ""
+                raise MeshError(
+                    f"{path}: the {fmt} format cannot hold the {where} field {k!r} of "
+                    f"{c} components per {where}{shape}: it would read back as another "
+                    f"field; write "
+                    f"{', '.join(sorted({FIELD_FORMATS[f] for f in ok}))} instead")
         return
     lost = [f"point field {k!r}" for k in point_data if not _reader_tag(k)]
     lost += [f"cell field {k!r}" for k in cell_data if not _reader_tag(k)]
@@ -259,8 +341,10 @@ def write_mesh(path: str | os.PathLike, mesh: MeshData,
     Args:
         path: Output file; the format follows the suffix (.vtu, .vtk, .xdmf, .msh, ...).
         mesh: Mesh with ``pos`` and ``cells`` (e.g. from :func:`read_mesh`).
-        point_data: Extra point fields ``[N]`` or ``[N, c]``, e.g. predictions; they
-            override fields of the same name.
+        point_data: Extra point fields ``[N]``, ``[N, c]`` or ``[N, a, b]``, e.g.
+            predictions; they override fields of the same name. A field of more than
+            one axis per point (a 3x3 tensor) is written as its ``a * b`` components,
+            row-major, as VTK stores tensors, and reads back as ``[N, a * b]``.
         file_format: meshio format name when the suffix is ambiguous.
 
     Returns:
@@ -268,8 +352,10 @@ def write_mesh(path: str | os.PathLike, mesh: MeshData,
 
     Raises:
         MeshError: a format that cannot hold the mesh's fields or ``point_data``
-            (STL, OBJ, OFF, PLY, ...; see :data:`FIELD_FORMATS`), a ``point_data``
-            array of the wrong length, or a failed write. Nothing is written then.
+            (STL, OBJ, OFF, PLY, ...; see :data:`FIELD_FORMATS`), or not with their
+            number of components (legacy .vtk: not 2; .xdmf: 1, 2, 3, 6 or 9; Gmsh
+            .msh: 1, 3 or 9; .vtu holds any), a ``point_data`` array of the wrong
+            length, or a failed write. Nothing is written then.
     """
     path = Path(path)
     pos = _numpy(mesh.pos).astype(np.float64, copy=False)
@@ -290,6 +376,10 @@ def write_mesh(path: str | os.PathLike, mesh: MeshData,
         pos = np.hstack([pos, np.zeros((n, 3 - pos.shape[1]))])
     cell_data = {k: [_numpy(a) for a in v]
                  for k, v in (getattr(mesh, "cell_data", None) or {}).items()}
+    # Tensors as their components (no format keeps more than one axis per point).
+    data = {k: v.reshape(len(v), -1) if v.ndim > 2 else v for k, v in data.items()}
+    cell_data = {k: [a.reshape(len(a), -1) if a.ndim > 2 else a for a in v]
+                 for k, v in cell_data.items()}
     out = meshio.Mesh(pos, [(t, _numpy(c)) for t, c in cells], point_data=data,
                       cell_data=cell_data)
     fmt = file_format

@@ -17,9 +17,19 @@ class UnitGaussianNormalizer(nn.Module):
     so they do not depend on how densely a region happens to be sampled. The
     statistics are buffers: they travel with ``state_dict`` and so with checkpoints.
 
+    The normaliser is scale-free: the floor on the standard deviation is relative,
+    ``std >= eps * rms`` with ``rms = sqrt(mean^2 + std^2)`` the channel's root mean
+    square, so a field of order 1e-20 is normalised exactly like the same field of
+    order 1 (an absolute floor of 1e-6 would flatten it to nearly 0, and a target of
+    order 1e-8 would be predicted 100 times too large). A channel that is 0
+    everywhere gets ``std = 1``.
+
     Args:
         channels: Number of channels ``C``.
-        eps: Floor on the standard deviation, so a constant channel maps to 0.
+        eps: Relative floor on the standard deviation (a fraction of the channel's
+            root mean square), so that a constant channel maps to 0 rather than
+            dividing by 0, and variations below float32's resolution of the values
+            (about 1e-7 of them) are not blown up to order 1.
 
     Shapes:
         x ``[N, C]`` -> ``[N, C]``
@@ -52,8 +62,11 @@ class UnitGaussianNormalizer(nn.Module):
         for data in samples:
             x, w = data[key].to(torch.float64), data.weight.to(torch.float64)
             s2 += (w[:, None] * (x - mean) ** 2).sum(0)
+        std = (s2 / total).sqrt()
+        floor = self.eps * (mean ** 2 + std ** 2).sqrt()
+        std = torch.where(floor > 0, torch.maximum(std, floor), torch.ones_like(std))
         self.mean.copy_(mean)
-        self.std.copy_((s2 / total).sqrt().clamp_min(self.eps))
+        self.std.copy_(std)
         self.fitted.fill_(True)
         return self
 

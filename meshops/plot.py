@@ -18,8 +18,9 @@ How a mesh is drawn depends on its dimension:
   point spacing of its vertices (the largest, over its 3 vertices, distance to the
   6th nearest neighbour). Holes narrower than about 3 spacings are filled in.
 * **3-D** (``pos [N, 3]``): the surface cells (triangles, quads, polygons) coloured
-  by the mean nodal value when the mesh has them (a surface mesh in 3-D), otherwise
-  a scatter of the points (at most ``max_scatter`` of them, evenly thinned).
+  by the mean nodal value when the mesh has them and no volume cells (a surface mesh
+  in 3-D), otherwise a scatter of the points (at most ``max_scatter`` of them, evenly
+  thinned): the triangles of a tetra mesh are tagged boundary faces, a part of it.
 * **1-D** (``pos [N, 1]``): the values against ``x``.
 
 Pictures are written atomically (:func:`meshops._atomic.atomic_write`): a failure
@@ -40,9 +41,10 @@ import numpy as np
 
 from meshops._atomic import atomic_write
 from meshops.errors import MeshError
+from meshops.quadrature import CELL_DIMS
 
-__all__ = ["plot_fields", "plot_comparison", "plot_comparisons", "triangulate",
-           "relative_l2"]
+__all__ = ["check_picture_path", "plot_fields", "plot_comparison", "plot_comparisons",
+           "triangulate", "relative_l2"]
 
 # Cell types whose first k nodes are the corners of a triangle (3) or quad (4).
 _TRI_TYPES = {"triangle": 3, "triangle6": 3, "triangle7": 3}
@@ -188,7 +190,10 @@ def _draw(fig, ax_spec, panel: _Panel, max_scatter: int, cloud_edge_factor: floa
     norm = Normalize(vmin=lo, vmax=hi)
     if d == 3:
         ax = fig.add_subplot(*ax_spec, projection="3d")
-        tris = _surface_triangles(mesh)
+        # A surface mesh is drawn as its surface; a volume mesh's triangles are tagged
+        # boundary faces (a part of the boundary), so it is drawn as points.
+        volume = any(len(c) and CELL_DIMS.get(t, 0) == 3 for t, c in _cells(mesh))
+        tris = None if volume else _surface_triangles(mesh)
         if tris is not None:
             from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
@@ -261,13 +266,33 @@ def _render(rows: Sequence[Sequence[_Panel | None]], path, suptitle: str | None 
                       cloud_edge_factor, window)
     if suptitle:
         fig.suptitle(suptitle, fontsize=11)
-    path = Path(path)
+    path = check_picture_path(path)
     return atomic_write(path, lambda tmp: fig.savefig(tmp, format=_format(path), dpi=dpi))
 
 
 def _format(path: Path) -> str:
     fmt = path.suffix.lower().lstrip(".") or "png"
     return "jpeg" if fmt == "jpg" else fmt
+
+
+def check_picture_path(path: str | os.PathLike) -> Path:
+    """``path`` if a picture can be written there: a suffix matplotlib writes (.png,
+    .pdf, .svg, ...; none means PNG) and not a folder. Call it before the work whose
+    result is plotted.
+
+    Raises:
+        MeshError: naming the path and the formats matplotlib writes.
+    """
+    from matplotlib.figure import Figure
+
+    path = Path(path)
+    if path.is_dir():
+        raise MeshError(f"{path}: is a folder; give a picture file, e.g. {path / 'plot.png'}")
+    formats = Figure().canvas.get_supported_filetypes()
+    if _format(path) not in formats:
+        raise MeshError(f"{path}: matplotlib cannot write {path.suffix!r} pictures; use one "
+                        f"of {', '.join('.' + f for f in sorted(formats))}")
+    return path
 
 
 def _source(mesh) -> str | None:

@@ -16,17 +16,33 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from scipy.spatial import ConvexHull, cKDTree
+from scipy.spatial import ConvexHull, QhullError, cKDTree
 
 from meshops.errors import MeshError
 from meshops.quadrature import check_points
 
 
-def hull_measure(points: np.ndarray) -> float:
-    """Length, area or volume of the convex hull of ``points [N, d]``."""
-    if points.shape[1] == 1:
+def hull_measure(points: np.ndarray, source: str = "point cloud") -> float:
+    """Length, area or volume of the convex hull of ``points [N, d]``.
+
+    Raises:
+        MeshError: fewer than ``d + 1`` points, or points that lie on a line or plane
+            (their hull has no ``d``-dimensional measure).
+    """
+    d = points.shape[1]
+    if d == 1:
         return float(points.max() - points.min())
-    return float(ConvexHull(points).volume)
+    flat = (f"{source}: a {d}-D point cloud of {len(points)} points that lie on a "
+            f"{'line' if d == 2 else 'line or plane'}: their convex hull has no "
+            f"{'area' if d == 2 else 'volume'}, so the points carry no quadrature weights; "
+            f"store the weights with the points (point field 'meshops:weight'), give the "
+            f"cells, or drop the constant coordinate")
+    if len(points) <= d or np.linalg.matrix_rank(points - points.mean(0)) < d:
+        raise MeshError(flat)
+    try:
+        return float(ConvexHull(points).volume)
+    except QhullError:  # nearly flat: Qhull's own tolerance
+        raise MeshError(flat) from None
 
 
 def point_cloud_weights(pos, method: str = "knn", measure: float | None = None,
@@ -60,7 +76,7 @@ def point_cloud_weights(pos, method: str = "knn", measure: float | None = None,
     for s in np.unique(b):
         idx = np.flatnonzero(b == s)
         q = p[idx]
-        m = hull_measure(q) if measure is None else float(measure)
+        m = hull_measure(q, source) if measure is None else float(measure)
         if not m > 0:
             raise MeshError(f"{source}: sample {s} has zero measure (all points on a lower-"
                             "dimensional set?); pass measure=")

@@ -374,7 +374,7 @@ def read_series(path: str | os.PathLike, fields: Sequence[str] | None = None,
             first step's mesh is checked as by :func:`meshops.read_mesh`.
 
     Example:
-        >>> s = read_series("heat/train/traj_000", fields=["u"], params=["mu1", "mu2"])
+        >>> s = read_series("heat/train/traj_000", fields=["u"], params=["mu0", "mu1"])
         >>> s.fields["u"].shape, s.times[:3], s.params
         (torch.Size([100, 441]), tensor([0., 1., 2.]), tensor([[5.5378, 1.5724]]))
     """

@@ -153,7 +153,8 @@ def test_levels_merge_in_order(tmp_path):
     assert cfg.epochs == 5 and cfg.lr == 0.25 and cfg.out == str(run)
     assert cfg.model_config == {"width": 16, "heads": 2, "layers": 3}
     assert (cfg.val_fraction, cfg.val_data) == (0.3, None)
-    assert cfg.model == "pit" and cfg.weight_decay == 1e-4  # untouched defaults
+    # untouched defaults (the model: chosen from the data)
+    assert cfg.model is None and cfg.weight_decay == 1e-4
     cfg = TrainConfig.resolve(_flags("--config", str(f), "--resume", "--val-data", "w/"))
     assert (cfg.val_fraction, cfg.val_data) == (None, "w/")
 

@@ -1,6 +1,8 @@
-"""``meshops train`` chooses its defaults from the data (issue 13, item 9): a small PiT,
-batch 4 and lr 3e-3 for a parametric map on one mesh (constant input fields), PiT's
-documented sizes otherwise; the epoch count fits ``--minutes``; explicit options win."""
+"""``meshops train`` chooses its defaults from the data: a reduced basis for a parametric
+study on one mesh (constant input fields or parameter vectors; issue 19), a small PiT,
+batch 4 and lr 3e-3 when PiT is asked for on such data or the study is too large for a
+reduced basis (issue 13, item 9), PiT's documented sizes otherwise; the epoch count fits
+``--minutes``; explicit options win."""
 
 from __future__ import annotations
 
@@ -28,7 +30,26 @@ def _samples(n: int, points: int, one_mesh: bool, constant: bool, seed: int = 0)
     return out
 
 
-def test_parametric_map_on_one_mesh_gets_a_small_pit():
+def test_parametric_study_on_one_mesh_gets_a_reduced_basis():
+    name, model_config, train_config, reason = choose_defaults(
+        _samples(20, 500, one_mesh=True, constant=True))
+    assert (name, model_config, train_config) == ("reduced_basis", {}, {})
+    assert reason.startswith("20 samples of one mesh (500 points each), constant inputs: a "
+                             "parametric study (one mesh and 3 parameter(s) per sample), so a "
+                             "reduced basis")
+
+
+def test_reduced_basis_refused_for_data_that_is_no_parametric_study():
+    import pytest
+
+    with pytest.raises(ValueError, match="needs a parametric study .* the inputs vary"):
+        choose_defaults(_samples(5, 50, one_mesh=True, constant=False), "reduced_basis")
+
+
+def test_parametric_map_too_large_for_a_reduced_basis_gets_a_small_pit(monkeypatch):
+    import meshops.training.defaults as defaults
+
+    monkeypatch.setattr(defaults, "REDUCED_BASIS_MAX_VALUES", 20 * 500 - 1)
     name, model_config, train_config, reason = choose_defaults(
         _samples(20, 500, one_mesh=True, constant=True))
     assert name == "pit" and model_config == PARAMETRIC_PIT
@@ -38,7 +59,8 @@ def test_parametric_map_on_one_mesh_gets_a_small_pit():
 
 
 def test_latent_mesh_is_no_larger_than_the_mesh():
-    _, model_config, _, reason = choose_defaults(_samples(5, 60, one_mesh=True, constant=True))
+    _, model_config, _, reason = choose_defaults(_samples(5, 60, one_mesh=True, constant=True),
+                                                 "pit")
     assert model_config["num_latent"] == 60 and "60 latent points" in reason
 
 
@@ -65,13 +87,22 @@ def test_epochs_fill_nine_tenths_of_the_budget():
             raise AssertionError(f"no error for {bad}")
 
 
-def _folder(tmp_path, n=10):
+def _folder(tmp_path, n=10, model=("--model", "pit")):
     from data_adapters import export_to_folder
     from data_adapters.standins.convdiff import make_convection_diffusion_standin
 
     export_to_folder(make_convection_diffusion_standin(n, seed=0, n=9), tmp_path / "d")
     return ["train", "--data", str(tmp_path / "d"), "--inputs", "kappa,wind_x,wind_y",
-            "--targets", "u", "--out", str(tmp_path / "run"), "--dry-run"]
+            "--targets", "u", "--out", str(tmp_path / "run"), "--dry-run", *model]
+
+
+def test_cli_dry_run_without_a_model_chooses_the_reduced_basis(tmp_path, capsys):
+    assert cli.main(_folder(tmp_path, model=()) + ["--minutes", "0.5"]) == 0
+    out, err = capsys.readouterr()
+    cfg = yaml.safe_load(out)
+    assert cfg["model"] == "reduced_basis" and cfg["epochs"] is None
+    assert ("defaults from the data: 8 samples of one mesh (81 points each), constant inputs: "
+            "a parametric study") in err
 
 
 def test_cli_dry_run_prints_the_chosen_defaults(tmp_path, capsys):

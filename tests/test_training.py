@@ -362,22 +362,6 @@ def test_best_checkpoint_is_the_epoch_with_the_lowest_val_error(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "history.json", "last.pt"]
 
 
-def test_amp_on_cpu_warns_and_trains_in_float32():
-    train = make_samples(4, 0)
-
-    def run(amp):
-        seed_everything(0)
-        model = ToyOperator()
-        Trainer(model, train, epochs=2, batch_size=2, amp=amp, progress=False, log=None).fit()
-        return model
-
-    with pytest.warns(UserWarning, match="amp=True has no effect on cpu"):
-        with_amp = run(True)
-    assert with_amp.last_dtype == torch.float32  # no bf16 autocast on CPU
-    plain = run(False)
-    assert max_diff(params(with_amp), params(plain)) == 0.0
-
-
 def test_query_points_use_query_weight_or_uniform_weights():
     """Targets at query points: the loss and the output normaliser use
     ``query_weight`` when given, equal weights over the queries otherwise."""

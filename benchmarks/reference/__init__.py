@@ -22,6 +22,13 @@ Both sides run in fresh processes with the same number of threads, float32 and
 the float32 matmul precision the reference sets; each process does ``warmup``
 steps (the reference's ``torch.compile`` happens there), then ``steps`` timed
 steps; the processes alternate, reference and meshops, for ``rounds`` rounds.
+
+The reference runs in one or more modes (``--reference-modes``): ``compiled`` (their
+script as it is), ``compiled-static`` (the same with torch._dynamo's automatic dynamic
+shapes off) and ``eager`` (their ``torch.compile`` line dropped).  ``--batch-size``
+sets both sides' batch (their scripts use 20 and 10; the paper's timings are per
+1,000-sample epoch, :attr:`Case.paper_epoch_s`).  ``--profile DIR`` adds profiled
+steps to every process (:mod:`benchmarks.reference.profiling`).
 """
 
 from __future__ import annotations
@@ -46,6 +53,9 @@ class Case:
     """``(regex, replacement, count)``: the changes the comparison needs, each of which
     must match exactly ``count`` times in the part of the script that runs."""
     grid_shape: tuple | None = None
+    paper_epoch_s: float | None = None
+    """The PiT paper's training time per epoch of 1,000 samples (RTX 3090), for scale:
+    a measurement of the reference far slower than that is a harness problem."""
 
 
 # The changes every script needs: data path, split sizes, device.
@@ -61,6 +71,7 @@ CASES = {
         name="airfoil", script="train_naca.py", grid_shape=(221, 51),
         expected=dict(hid_dim=128, n_head=1, n_blocks=4, x_downsample=4, y_downsample=4,
                       en_loc=0.02, de_loc=0.02, batch_size=20, learning_rate=0.001),
+        paper_epoch_s=15.3,
         patches=_COMMON + (
             # target: Mach (channel 4) instead of density, u, v, p
             (r"\[:,:4,\.\.\.\]", "[:,4:5,...]", 1),
@@ -70,13 +81,16 @@ CASES = {
         name="elasticity", script="train_elasticity.py",
         expected=dict(hid_dim=256, n_head=2, n_blocks=4, en_loc=0.02, de_loc=0.02,
                       batch_size=10, learning_rate=0.001),
+        paper_epoch_s=7.69,
         patches=_COMMON),
 }
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _LOOP = re.compile(r"^for ep in range\(epochs\):", re.M)
 _BATCH_LOOP = re.compile(r"^(\s*)for x, ext, y in train_loader:\s*$", re.M)
-_COMPILE = (r"^model = torch\.compile\(model\)$", "pass  # torch.compile off (--no-compile)", 1)
+_COMPILE = (r"^model = torch\.compile\(model\)$", "pass  # torch.compile off (eager mode)", 1)
+PAPER_TRAIN = 1000
+"""Samples per epoch in the paper's timings (the training sets of NACA and Elasticity)."""
 
 
 def reference_settings(text: str, names) -> dict:
@@ -119,8 +133,11 @@ def _apply(case: Case, text: str, patches) -> str:
 
 
 def patch_script(case: Case, text: str, data_dir: str, ntrain: int, ntest: int,
-                 device: str = "cpu", compile: bool = True) -> str:
-    """The reference script's text up to its epoch loop, with :attr:`Case.patches`.
+                 device: str = "cpu", compile: bool = True,
+                 batch_size: int | None = None) -> str:
+    """The reference script's text up to its epoch loop, with :attr:`Case.patches`
+    (and, with ``compile=False``, without its ``torch.compile`` line; with
+    ``batch_size``, that batch size instead of the script's).
 
     Checks first that the script sets :attr:`Case.expected`, so that a changed
     reference says so instead of being benchmarked at other settings.
@@ -131,6 +148,8 @@ def patch_script(case: Case, text: str, data_dir: str, ntrain: int, ntest: int,
     _check_expected(case, text)
     prefix = _prefix(case, text)
     patches = case.patches + (() if compile else (_COMPILE,))
+    if batch_size is not None:
+        patches += ((r"^batch_size(\s*)=\s*\d+", rf"batch_size\g<1>= {int(batch_size)}", 1),)
     body = _apply(case, prefix, patches)
     header = (f"# {case.script}, cut before its epoch loop and patched by benchmarks.reference\n"
               f"DATA_DIR, NTRAIN, NTEST, DEVICE = {data_dir.rstrip('/') + '/'!r}, {int(ntrain)}, "

@@ -11,11 +11,14 @@ CUDA each step copies its batch to the device (as the reference's step does) and
 ends with a synchronisation.
 The samples carry the mesh-only structures that ``Trainer`` stores once per sample
 (``model.mesh_transform()``), built during set-up (``structures_s``), not in a step.
+``MESHOPS_PROFILE_TRACE`` / ``MESHOPS_PROFILE_STEPS``: as for the reference's driver
+(:mod:`benchmarks.reference.profiling`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -44,15 +47,17 @@ def main(argv) -> None:
     ntrain, ntest = int(ntrain), int(ntest)
     torch.set_num_threads(threads)
     torch.set_float32_matmul_precision(precision)
-    from benchmarks.reference import CASES, meshops_kwargs
+    from benchmarks.reference import CASES, meshops_kwargs, profiling
     from meshops.models import PiT
     from meshops.training import RelativeLpLoss
     from meshops.training.dataset import make_loader, prepare_batch
 
+    trace = os.environ.get("MESHOPS_PROFILE_TRACE")
+    profiled = int(os.environ.get("MESHOPS_PROFILE_STEPS", "0")) if trace else 0
     t0 = time.perf_counter()
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
-    need = (warmup + steps) * batch
+    need = (warmup + steps + profiled) * batch
     order = torch.cat([torch.randperm(ntrain, generator=g)
                        for _ in range(-(-need // ntrain))])[:need]
     uniq = sorted(set(order.tolist()))
@@ -76,11 +81,8 @@ def main(argv) -> None:
 
     cuda = device.startswith("cuda")
     model.train()
-    times = []
-    for b in batches:
-        if cuda:
-            torch.cuda.synchronize()
-        t = time.perf_counter()
+
+    def step(b):
         b = b.to(device, non_blocking=True) if cuda else b
         optimizer.zero_grad()
         pred = model(b)
@@ -89,9 +91,21 @@ def main(argv) -> None:
         optimizer.step()
         scheduler.step()
         loss.item()
+        return loss
+
+    times = []
+    for b in batches[:warmup + steps]:
+        if cuda:
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        loss = step(b)
         if cuda:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
+    profile = None
+    if profiled:
+        profile = profiling.profile_steps(lambda i: step(batches[warmup + steps + i]),
+                                          profiled, device, trace)
     params = list(model.parameters())
     result = {
         "side": "meshops", "warmup_s": times[:warmup], "step_s": times[warmup:],
@@ -101,6 +115,7 @@ def main(argv) -> None:
         "batch_size": int(batches[0].num_graphs), "loss": float(loss.detach()),
         "torch": torch.__version__, "device": device,
         "max_memory_gib": (torch.cuda.max_memory_allocated() / 2**30) if cuda else None,
+        "profile": profile,
     }
     with open(out, "w") as fh:
         json.dump(result, fh)

@@ -42,23 +42,15 @@ def sample_params(num_samples: int, seed: int = 0) -> np.ndarray:
     return np.stack([kappa, speed * np.cos(angle), speed * np.sin(angle)], 1)
 
 
-def solve_convection_diffusion(n: int, params: np.ndarray, source: float = 1.0):
-    """P1 solutions on the ``n x n``-node unit square for each row of ``params``.
+def convection_diffusion_matrices(basis):
+    """Stiffness ``K`` and the two advection matrices ``A_x``, ``A_y`` of a scalar basis:
+    ``kappa K + w_x A_x + w_y A_y`` is the matrix of ``-kappa laplace(u) + w . grad(u)``.
 
-    Args:
-        n: Nodes per side.
-        params: ``[S, 3]`` rows ``(kappa, wind_x, wind_y)``.
-        source: Amplitude of the Gaussian source.
-
-    Returns:
-        ``(points [N, 2], triangles [M, 3], u [S, N])``.
+    Shapes:
+        -> three sparse ``[N, N]`` matrices (``N`` = ``basis.N``)
     """
     import skfem
     from skfem.helpers import dot, grad
-
-    t = np.linspace(0.0, 1.0, n)
-    mesh = skfem.MeshTri.init_tensor(t, t)
-    basis = skfem.Basis(mesh, skfem.ElementTriP1())
 
     @skfem.BilinearForm
     def diffusion(u, v, _):
@@ -72,12 +64,32 @@ def solve_convection_diffusion(n: int, params: np.ndarray, source: float = 1.0):
     def advection_y(u, v, _):
         return grad(u)[1] * v
 
+    return tuple(f.assemble(basis) for f in (diffusion, advection_x, advection_y))
+
+
+def solve_convection_diffusion(n: int, params: np.ndarray, source: float = 1.0):
+    """P1 solutions on the ``n x n``-node unit square for each row of ``params``.
+
+    Args:
+        n: Nodes per side.
+        params: ``[S, 3]`` rows ``(kappa, wind_x, wind_y)``.
+        source: Amplitude of the Gaussian source.
+
+    Returns:
+        ``(points [N, 2], triangles [M, 3], u [S, N])``.
+    """
+    import skfem
+
+    t = np.linspace(0.0, 1.0, n)
+    mesh = skfem.MeshTri.init_tensor(t, t)
+    basis = skfem.Basis(mesh, skfem.ElementTriP1())
+
     @skfem.LinearForm
     def rhs(v, w):
         x, y = w.x
         return source * np.exp(-((x - 0.5) ** 2 + (y - 0.5) ** 2) / (2 * 0.1 ** 2)) * v
 
-    K, Ax, Ay = (f.assemble(basis) for f in (diffusion, advection_x, advection_y))
+    K, Ax, Ay = convection_diffusion_matrices(basis)
     b = rhs.assemble(basis)
     boundary = mesh.boundary_nodes()
     out = np.zeros((len(params), mesh.p.shape[1]))

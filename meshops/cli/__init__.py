@@ -1,5 +1,5 @@
-"""The ``meshops`` command: ``info``, ``train``, ``predict``, ``evaluate``, ``plot``,
-``build-kernels``.
+"""The ``meshops`` command: ``info``, ``train``, ``predict``, ``evaluate``, ``export``,
+``plot``, ``build-kernels``.
 
 One module per subcommand (its function and its parser); :mod:`.config` holds the
 typed :class:`TrainConfig` of ``train``, :mod:`.folder` every use of the
@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
-from meshops.cli import evaluate, info, kernels, plot, predict, train
+from meshops.cli import evaluate, export, info, kernels, plot, predict, train
 from meshops.cli._common import CLIError, os_reason
 from meshops.cli.config import (RUN_CONFIG, TRAIN_DEFAULTS, TrainConfig, load_config_file,
                                 resolve_train_config)
@@ -38,15 +39,22 @@ def build_parser() -> argparse.ArgumentParser:
         prog="meshops", description="Mesh-agnostic neural operators on unstructured meshes.",
         epilog="Run 'meshops COMMAND --help' for the options and examples of a command.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (info, train, predict, evaluate, plot, kernels):
+    for command in (info, train, predict, evaluate, export, plot, kernels):
         command.add_parser(sub)
     return parser
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as the command's one line, without Python's source location."""
+    print(f"meshops: warning: {message}", file=sys.stderr if file is None else file)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return args.func(args)
     except (MeshError, CheckpointError, CLIError) as e:
         print(f"meshops: error: {e}", file=sys.stderr)
         return 2

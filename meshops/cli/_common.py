@@ -47,6 +47,19 @@ def progress(iterable, **kw):
     return bar(iterable, **kw)
 
 
+def device_or_error(device: str | None, what: str = "--device") -> str | None:
+    """``device`` if this machine has it, else :class:`CLIError` saying which it has."""
+    if device is None:
+        return None
+    from meshops.training.distributed import check_device
+
+    try:
+        check_device(device)
+    except ValueError as e:
+        raise CLIError(f"{what}: {e}") from None
+    return device
+
+
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 

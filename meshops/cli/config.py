@@ -32,7 +32,7 @@ RUN_CONFIG = "config.yaml"
 # ------------------------------------------------------------------- coercers
 # Each takes the option's label for messages ("<source>: <key>") and a value as a
 # flag, YAML or TOML gives it, and returns the value of the field or raises CLIError.
-def _to_int(key, v, minimum=None):
+def _to_int(key, v, minimum=None, maximum=None):
     if isinstance(v, bool):
         raise CLIError(f"{key}: expected an integer, got {v!r}")
     if isinstance(v, float) and v.is_integer():
@@ -46,7 +46,15 @@ def _to_int(key, v, minimum=None):
         raise CLIError(f"{key}: expected an integer, got {v!r}")
     if minimum is not None and v < minimum:
         raise CLIError(f"{key}: must be >= {minimum}, got {v}")
+    if maximum is not None and v > maximum:
+        raise CLIError(f"{key}: must be <= {maximum}, got {v}")
     return v
+
+
+def _seed(key, v):
+    from meshops.training.seed import MAX_SEED
+
+    return _to_int(key, v, minimum=0, maximum=MAX_SEED)
 
 
 def _to_float(key, v, positive=False, nonneg=False):
@@ -87,6 +95,8 @@ def _folder(key, v):
 
 
 def _model_name(key, v):
+    if v is None or (isinstance(v, str) and v.lower() in ("auto", "none", "null")):
+        return None  # chosen from the data
     if not isinstance(v, str) or not v:
         raise CLIError(f"{key}: expected a model name, got {v!r}")
     return v
@@ -136,6 +146,12 @@ def _rollout_loss(key, v):
     return v
 
 
+def _extras():
+    from meshops.cli import train_extras
+
+    return train_extras
+
+
 def _unset_or(coerce):
     """``None`` (``null`` in a file: choose from the data) or a value for ``coerce``."""
     return lambda key, v: None if v is None else coerce(key, v)
@@ -154,7 +170,7 @@ class TrainConfig:
     """The options of ``meshops train``, typed and checked.
 
     ``None`` means "not set": ``data``, ``inputs`` and ``targets`` must be given;
-    ``epochs``, ``batch_size``, ``lr`` are chosen from the data
+    ``model``, ``epochs``, ``batch_size``, ``lr`` are chosen from the data
     (:mod:`meshops.training.defaults`, which reads and fills the config like a
     mapping: ``cfg["lr"]``, ``cfg.get("lr")``). ``val_data`` replaces
     ``val_fraction``. Build one with :meth:`resolve` (flags and files) or
@@ -165,7 +181,8 @@ class TrainConfig:
     inputs: list[str] | None = _option(None, lambda k, v: names(v, k))
     targets: list[str] | None = _option(None, lambda k, v: names(v, k))
     params: list[str] = _option([], lambda k, v: names(v, k))
-    model: str = _option("pit", _model_name)
+    tags: list[str] = _option([], lambda k, v: names(v, k))
+    model: str | None = _option(None, _model_name)
     model_config: dict = _option({}, _model_config)
     epochs: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))
     minutes: float = _option(10.0, lambda k, v: _to_float(k, v, positive=True))
@@ -177,7 +194,7 @@ class TrainConfig:
     quadrature_loss: bool = _option(True, _to_bool)
     val_fraction: float | None = _option(0.2, _val_fraction)
     val_data: str | None = _option(None, _opt_str)
-    seed: int = _option(0, lambda k, v: _to_int(k, v, minimum=0))
+    seed: int = _option(0, _seed)
     out: str = _option("run", _folder)
     device: str | None = _option(None, _opt_str)
     dtype: str = _option("float32", _dtype)
@@ -187,6 +204,16 @@ class TrainConfig:
     rollout_grad: str = _option("last", _rollout_grad)
     rollout_loss: str = _option("mse", _rollout_loss)
     time_input: bool = _option(True, _to_bool)
+    # speed, memory and logging (meshops.cli.train_extras)
+    amp: str | None = _option(None, lambda k, v: _extras().coerce_amp(k, v))
+    compile: bool = _option(False, _to_bool)
+    checkpoint_blocks: bool = _option(False, _to_bool)
+    logger: list[str] | None = _option(None, lambda k, v: _extras().coerce_loggers(k, v))
+    ensemble: int = _option(1, lambda k, v: _to_int(k, v, minimum=1))
+    # Reading (meshops.cli.lazy): None = lazily only when the data would not fit.
+    lazy: bool | None = _option(None, _unset_or(_to_bool))
+    cache: str | None = _option(None, _opt_str)
+    workers: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=0)))
 
     # ------------------------------------------------------------- coercion
     @classmethod
@@ -298,7 +325,7 @@ class TrainConfig:
                 ("rollout_train", self.rollout_train != 2),
                 ("rollout_grad", self.rollout_grad != "last"),
                 ("rollout_loss", self.rollout_loss != "mse"),
-                ("no_time_input", not self.time_input), ("params", bool(self.params))) if v]
+                ("no_time_input", not self.time_input)) if v]
             if given:
                 raise CLIError(f"train: {', '.join(given)} apply to time series: add --series")
 

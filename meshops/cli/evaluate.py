@@ -1,4 +1,4 @@
-"""``meshops evaluate``: a trained model's errors on a folder of meshes, next to two
+"""``meshops evaluate``: a trained model's errors on a folder of meshes, next to three
 baselines that need no training.
 
 The per-sample errors are :func:`meshops.training.loss.sample_errors` and their
@@ -14,9 +14,14 @@ import math
 import sys
 from pathlib import Path
 
-from meshops.cli._common import RAW, optional_names, progress, wrap
+from meshops.cli import trust_reports
+from meshops.cli._common import RAW, device_or_error, optional_names, progress, wrap
 from meshops.cli.folder import folder_dataset, training_samples
-from meshops.inference import RunSpec, load_run, predict_mesh
+from meshops.cli.integrals import (boundary_integrals, integral_report, parse_integral,
+                                   print_integrals)
+from meshops.inference import RunSpec, load_run, mesh_sample, predict_mesh
+from meshops.io import read_mesh
+from meshops.layout import SampleLayout
 
 # The errors of sample_errors, in the order they are printed, with their labels.
 _METRIC_LABELS = (("l2", "rel. L2 (quad)"), ("l2_unweighted", "rel. L2 (plain)"),
@@ -25,8 +30,16 @@ _METRICS = tuple(m for m, _ in _METRIC_LABELS)
 
 
 def _json_number(v):
-    """NaN (undefined) as null: JSON has no NaN."""
-    return None if isinstance(v, float) and math.isnan(v) else v
+    """NaN (undefined) and inf (the model failed) as null: JSON has neither; the
+    statistics name those samples (``undefined``, ``failed``)."""
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def _json_stats(stats):
+    """Statistics with their non-finite numbers as null (see :func:`_json_number`)."""
+    if isinstance(stats, dict):
+        return {k: _json_stats(v) for k, v in stats.items()}
+    return _json_number(stats)
 
 
 def _errors_by_field(pred, truth, weight, slices: dict) -> dict:
@@ -49,12 +62,12 @@ def _statistics(per_sample: list, names: list, keys) -> dict:
 
 
 def _baseline_report(train, note: str, tests: list, names: list, slices: dict) -> dict:
-    """Both baselines of :mod:`meshops.training.baselines` on the evaluated samples, per
+    """The baselines of :mod:`meshops.training.baselines` on the evaluated samples, per
     target field (``slices``) and metric, as ``{name: {"note", field: {metric: stats}}}``."""
-    from meshops.training.baselines import baselines
+    from meshops.training.baselines import BASELINE_NAMES, baselines
 
     if train is None:
-        return {"training mean": {"note": note}, "nearest training sample": {"note": note}}
+        return {name: {"note": note} for name in BASELINE_NAMES}
     out = {}
     for b in baselines(train, tests):
         out[b.name] = entry = {"note": b.note}
@@ -65,32 +78,80 @@ def _baseline_report(train, note: str, tests: list, names: list, slices: dict) -
     return out
 
 
+def _training_overlap(meta: dict, data, files) -> str:
+    """A note when evaluated files are training files of the run: by content when the
+    run recorded a fingerprint of its data, else by name in the training folder."""
+    from meshops.cli.provenance import listing, same_content
+
+    train = list((meta.get("split") or {}).get("train", []))
+    recorded = meta.get("data_files")
+    if isinstance(recorded, dict):
+        same = same_content(files, {n: recorded[n] for n in train if n in recorded})
+        if not same:
+            return ""
+        pairs = [a if a == b else f"{a} = {b}" for a, b in same.items()]
+        return (f"{len(same)} of the {len(files)} files have the content of training files "
+                f"of this run ({listing(pairs)})")
+    names = {Path(f).name for f in files}
+    overlap = sorted(names & set(train)) if Path(data).resolve() == \
+        Path(str(meta.get("data", ""))).resolve() else []
+    return (f"{len(overlap)} of the {len(files)} files were in the training split of this "
+            f"run" if overlap else "")
+
+
 def cmd_evaluate(args) -> int:
     import torch
 
-    model, ckpt, meta = load_run(args.run, args.device)
+    if args.plot:  # before the evaluation, not after it
+        from meshops.plot import check_picture_path
+
+        check_picture_path(args.plot)
+    model, ckpt, meta = load_run(args.run, device_or_error(args.device))
     if meta.get("series") or args.horizon is not None or args.start:
         from meshops.cli.series import evaluate_series
 
         return evaluate_series(args, model, ckpt, meta)
     spec = RunSpec(model, ckpt, meta, optional_names(args.inputs), optional_names(args.targets))
-    ds = folder_dataset(args.data, spec.inputs, spec.targets, torch.float64)
+    # as in training: points or cells, parameters, boundary tags
+    layout = SampleLayout.from_run(meta, spec.inputs, spec.targets, model, ckpt)
+    integrals = [parse_integral(t, spec.targets, spec.shapes) for t in args.integral or []]
+    ds = folder_dataset(args.data, layout.inputs, spec.targets, torch.float64, layout)
     names = [Path(f).name for f in ds.files]
     slices = spec.target_slices()
     if len(spec.targets) > 1:
         slices["all"] = slice(0, sum(sl.stop - sl.start for sl in slices.values()))
     keys = list(slices)
-    errors, per_sample, tests = [], [], []
+    errors, per_sample, tests, integral_rows = [], [], [], []
+    train_set, why = trust_reports.training_set_of(meta, spec.inputs, spec.targets)
+    distances, independence = [], []
     for i in progress(range(len(ds)), desc="evaluating", unit="mesh"):
         s = ds[i]
         tests.append(s)
         spec.check_mesh(s, ds.files[i], roles=("inputs", "targets"))
-        values = _errors_by_field(predict_mesh(model, spec, s), s.y, s.weight, slices)
+        pred = predict_mesh(model, spec, s)
+        if integrals:
+            integral_rows.append(boundary_integrals(
+                read_mesh(ds.files[i]), integrals, spec.split(pred.to(torch.float64)),
+                spec.split(s.y.to(torch.float64)), layout.location))
+        values = _errors_by_field(pred, s.y, s.weight, slices)
         errors.append(values)
+        bad = (~torch.isfinite(pred)).nonzero()
+        if bad.numel():  # the inputs are finite (checked above): the model is at fault
+            print(f"meshops: warning: {ds.files[i]}: the model predicts a non-finite value "
+                  f"({pred[bad[0, 0], bad[0, 1]].item()}) at point {int(bad[0, 0])} although "
+                  f"the inputs are finite; counted as a failure (error inf)", file=sys.stderr)
         per_sample.append({"file": names[i], **{
             key: {m: _json_number(v) for m, v in e.items()} for key, e in values.items()}})
+        if train_set is not None:
+            distances.append(train_set.distance(mesh_sample(model, spec, s).cpu()))
+            per_sample[-1]["distance"] = trust_reports.json_number(distances[-1])
+        if args.refine:
+            from meshops.refine import mesh_independence
+
+            independence.append(mesh_independence(model, spec, s))
+            per_sample[-1]["refine"] = trust_reports.json_number(independence[-1])
         for key, e in values.items():
-            if math.isnan(e["l2"]) or math.isnan(e["l2_unweighted"]):
+            if not bad.numel() and (math.isnan(e["l2"]) or math.isnan(e["l2_unweighted"])):
                 # undefined, not huge: say so once per file and target
                 print(f"meshops: warning: {ds.files[i]}: target {key!r} is zero everywhere; "
                       f"its relative L2 error is undefined and left out of the relative "
@@ -99,16 +160,25 @@ def cmd_evaluate(args) -> int:
         "checkpoint": str(ckpt), "model": model.model_name, "data": str(args.data),
         "n": len(ds), "inputs": spec.inputs, "targets": spec.targets,
         "fields": _statistics(errors, names, keys),
+        "failed": [n for n, e in zip(names, errors)
+                   if any(math.isinf(v["l2"]) for v in e.values())],
         "samples": per_sample,
     }
-    train_names = set((meta.get("split") or {}).get("train", []))
-    overlap = sorted(set(names) & train_names) if Path(args.data).resolve() == \
-        Path(str(meta.get("data", ""))).resolve() else []
-    if overlap:
-        result["note"] = (f"{len(overlap)} of the {len(names)} files were in the training "
-                          f"split of this run")
+    note = _training_overlap(meta, args.data, ds.files)
+    if note:
+        result["note"] = note
+    main_key = "all" if "all" in keys else spec.targets[0]
+    if distances:
+        result["distance"] = trust_reports.distance_report(
+            distances, [e[main_key]["l2"] for e in errors])
+    else:
+        result["distance"] = {"note": f"n/a: {why}"}
+    if independence:
+        result["refine"] = trust_reports.refine_report(independence)
+    if integrals:
+        result["integrals"] = integral_report(integrals, integral_rows, names)
     if not args.no_baselines and tests:
-        train, note = training_samples(meta, spec.inputs, spec.targets)
+        train, note = training_samples(meta, spec.inputs, spec.targets, layout)
         result["baselines"] = _baseline_report(train, note, tests, names, slices)
     if args.plot:
         from meshops.plot import plot_comparisons
@@ -132,7 +202,8 @@ def cmd_evaluate(args) -> int:
                                f"(of {len(ds)})")
         result["plot"] = str(args.plot)
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps({k: _json_stats(v) if k in ("fields", "baselines") else v
+                          for k, v in result.items()}))
         return 0
     _print_report(result, keys, ckpt, model.model_name, args, spec)
     return 0
@@ -161,9 +232,21 @@ def _print_report(result: dict, keys: list, ckpt, model_name: str, args, spec) -
                       f"the relative statistics are over the other {n - len(undefined)}")
 
     rows(result["fields"], notes=True)
+    failed = result["failed"]
+    if failed:
+        print(f"note: the model FAILED on {len(failed)} of {n} meshes: its prediction is not "
+              f"finite although the inputs are ({', '.join(failed[:5])}"
+              f"{', ...' if len(failed) > 5 else ''}); their errors are inf, and so are the "
+              f"means and the worst")
+    print_integrals(result.get("integrals", []))
     for name, entry in result.get("baselines", {}).items():
         print(f"baseline: {name}: {entry['note']}")
         rows(entry, notes=False)  # a baseline's undefined samples are the model's
+    if "bins" in result["distance"]:
+        trust_reports.print_distance_report(result["distance"], n)
+    if "refine" in result:
+        trust_reports.print_refine_report(result["refine"],
+                                          [s["refine"] for s in result["samples"]])
     if "note" in result:
         print(f"note: {result['note']}")
     if args.plot:
@@ -174,6 +257,9 @@ EVALUATE_EPILOG = """\
 examples:
   meshops evaluate runs/poisson --data test/
   meshops evaluate runs/poisson --data test/ --plot test.png --json > test.json
+  # integrals over tagged boundaries, predicted vs true: the lift-and-drag force
+  # of the pressure p on the wall, the flux of a velocity u through the inlet
+  meshops evaluate runs/flow --data test/ --integral 'wall:p*n' --integral 'inlet:u.n'
 
 Each mesh needs the input and target fields the model was trained with, with
 finite values. The relative L2 error of a sample is ||pred - truth|| / ||truth||
@@ -182,7 +268,10 @@ over the mesh, with the norms integrated with the mesh's quadrature weights
 benchmarks); the absolute L2 error is sqrt(sum_i w_i |pred_i - truth_i|^2). A
 sample whose target is zero everywhere has no relative error: it is named in a
 warning and left out of the relative statistics (its absolute error counts; in
-the JSON output its relative errors are null). The JSON output also lists every
+the JSON output its relative errors are null). A mesh on which the model
+predicts a non-finite value although its inputs are finite is a failure of the
+model: named in a warning and in "failed", its errors are inf, and so are the
+mean and worst (null in the JSON output). The JSON output also lists every
 sample's errors.
 
 time-series runs (meshops train --series): --data holds test series; each is rolled
@@ -199,11 +288,13 @@ def add_parser(sub) -> None:
         "evaluate", help="relative L2 errors of a trained model on a folder of meshes",
         description=wrap("Predict on every mesh of DIR and print the relative L2 error "
         "per target field (mean, median, worst sample), quadrature-weighted and "
-        "unweighted, next to two baselines that need no training, on the same meshes "
+        "unweighted, next to three baselines that need no training, on the same meshes "
         "and metric: the mean of the training targets (when all meshes are one fixed "
-        "mesh or structured grids of one shape) and the targets of the nearest "
+        "mesh or structured grids of one shape), the targets of the nearest "
         "training sample (by the mean of each input field, or by the geometry when the "
-        "model has no inputs)."),
+        "model has no inputs) and POD + RBF, the classical reduced-order model (when "
+        "the meshes correspond and every sample has a parameter vector or constant "
+        "input fields)."),
         epilog=EVALUATE_EPILOG, formatter_class=RAW)
     p.add_argument("run", metavar="RUN", help="run folder (uses best.pt) or checkpoint file")
     p.add_argument("--data", required=True, metavar="DIR", help="folder of meshes with the "
@@ -213,12 +304,22 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object (with the "
                    "per-sample errors)")
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--refine", action="store_true",
+                   help="mesh-independence check: predict again on a uniformly refined and "
+                   "a coarsened copy of each mesh (fields interpolated) and report how far "
+                   "the prediction moves (meshops.refine)")
     p.add_argument("--inputs", help="input fields, for checkpoints that do not record them")
     p.add_argument("--targets", help="target fields, for checkpoints that do not record them")
+    p.add_argument("--integral", action="append", metavar="TAG:FIELD",
+                   help="also report the integral of a target over a tagged boundary, "
+                   "predicted vs true (repeatable): TAG:FIELD integrates the field, "
+                   "TAG:FIELD*n a scalar times the outward normal (a force), TAG:FIELD.n a "
+                   "vector's normal component (a flux); TAG is a Gmsh physical name or "
+                   "ARRAY=VALUE of an integer cell array")
     p.add_argument("--no-baselines", action="store_true", dest="no_baselines",
-                   help="skip the two baselines that need no training (the training mean "
-                   "field and the nearest training sample), which read the run's training "
-                   "files")
+                   help="skip the baselines that need no training (the training mean "
+                   "field, the nearest training sample and POD + RBF), which read the "
+                   "run's training files")
     p.add_argument("--horizon", type=int, metavar="N", help="time-series runs: roll out at "
                    "most N steps (default: to the end of each series)")
     p.add_argument("--start", type=int, default=0, metavar="K", help="time-series runs: "

@@ -10,8 +10,9 @@ from meshops.inference import _available
 
 def cmd_plot(args) -> int:
     from meshops.io import read_mesh
-    from meshops.plot import plot_comparison, plot_comparisons, plot_fields
+    from meshops.plot import check_picture_path, plot_comparison, plot_comparisons, plot_fields
 
+    check_picture_path(args.output)
     mesh = read_mesh(args.mesh)
     fields = getattr(mesh, "fields", None) or {}
 

@@ -14,7 +14,7 @@ import math
 import sys
 from pathlib import Path
 
-from meshops.cli._common import CLIError, optional_names, plural
+from meshops.cli._common import CLIError, is_main_rank, optional_names, plural
 from meshops.errors import CheckpointError, MeshError
 
 #: Stored in the checkpoint metadata of a time-series run.
@@ -65,16 +65,30 @@ def _warn_other_dt(series, meta: dict) -> None:
 
 
 # ---------------------------------------------------------------------- training
-def train_series(cfg, args, dtype) -> int:
+#: Options of meshops train that a time-series run does not take, with their defaults.
+_NOT_FOR_SERIES = {"tags": [], "ensemble": 1, "lazy": None, "cache": None, "workers": None,
+                   "compile": False, "checkpoint_blocks": False, "logger": None}
+
+
+def train_series(cfg, args, dtype, resumed: dict | None) -> int:
     """``meshops train --series``: read the series, build the next-step model and train
-    it on windows of ``--rollout-train`` steps, validating on full rollouts."""
-    from meshops.cli.train import _split, build_model, run_training
+    it on windows of ``--rollout-train`` steps, validating on full rollouts
+    (``resumed``: the metadata of the run being resumed, or None)."""
+    import yaml
+
+    from meshops.cli.run_folder import clear_run_files
+    from meshops.cli.train import _check_writable_folder, _split, build_model, run_training
     from meshops.inference import _channels
+    from meshops.training.distributed import check_device
     from meshops.models.next_step import NextStep, condition_channels
     from meshops.training.defaults import fill_epochs
     from meshops.training.rollout import (RolloutLoss, fill_series_defaults, rollout_sample,
                                           rollout_windows, series_statistics)
 
+    given = [k for k, default in _NOT_FOR_SERIES.items() if cfg[k] != default]
+    if given:
+        raise CLIError(f"train --series: {', '.join('--' + k.replace('_', '-') for k in given)} "
+                       f"{'does' if len(given) == 1 else 'do'} not apply to time series")
     params = list(cfg.params or [])
     series = _read_folder(cfg.data, cfg, "reading series")
     fields = list(cfg.targets) + list(cfg.inputs)
@@ -100,7 +114,8 @@ def train_series(cfg, args, dtype) -> int:
     c_cond = condition_channels(cfg.time_input, len(params))
     # Built once through the CLI's model builder, which names a bad model_config key;
     # NextStep then builds its operator from that full configuration.
-    operator = build_model(cfg.model, cfg.model_config, c_state + c_in + c_cond, c_state, dim)
+    operator = build_model(cfg.model, cfg.model_config, c_state + c_in + c_cond, c_state, dim,
+                           0, dtype, check_device(cfg.device))
     model = NextStep(cfg.model, c_state, dim, c_in, len(params), cfg.time_input,
                      {k: v for k, v in operator.config.items()
                       if k not in ("in_channels", "out_channels", "pos_dim")})
@@ -131,21 +146,35 @@ def train_series(cfg, args, dtype) -> int:
         SERIES_KEY: True, "inputs": list(cfg.inputs), "targets": list(cfg.targets),
         "params": params, "field_shapes": shapes, "in_channels": c_in,
         "out_channels": c_state, "pos_dim": dim, "data": str(cfg.data),
-        "time_input": cfg.time_input, "rollout_train": K, "rollout_grad": cfg.rollout_grad,
-        "rollout_loss": cfg.rollout_loss, "dt": _common_dt(train),
+        "val_data": cfg.val_data, "time_input": cfg.time_input, "rollout_train": K,
+        "rollout_grad": cfg.rollout_grad, "rollout_loss": cfg.rollout_loss,
+        "dt": _common_dt(train),
         "split": {"train": [s.name for s in train], "val": [s.name for s in val]},
+        # --resume compares the options with these (meshops.cli.run_folder)
+        "train_config": yaml.safe_load(resolved),
     }
+    out = Path(cfg.out)
+
+    def begin() -> dict:
+        _check_writable_folder(out)
+        if is_main_rank() and resumed is None:
+            clear_run_files(out)  # a new run leaves no best.pt of an earlier one behind
+        return metadata
+
     lengths = {len(s) for s in val}
     # mse: in units of the typical change of one step, rate spread times the mean dt
     scale = (model.rate_normalizer.std.detach().double().cpu() * _mean_dt(train)
              if cfg.rollout_loss == "mse" else None)
-    return run_training(
-        args, cfg, model, windows, val_samples, metadata, resolved, chosen, summary,
+    run_training(
+        args, cfg, model, windows, val_samples, resolved, chosen, summary, begin,
         loss=RolloutLoss(c_state, last_only=model.push_forward, quadrature=cfg.quadrature_loss,
                          scale=scale),
         # the model carries its own statistics; validation rollouts of different
-        # lengths cannot share a batch
-        normalize=False, val_batch_size=cfg.batch_size if len(lengths) <= 1 else 1)
+        # lengths cannot share a batch; the loggers' baselines are those of one-step
+        # samples, not of rollouts: none
+        normalize=False, val_batch_size=cfg.batch_size if len(lengths) <= 1 else 1,
+        callbacks=[])
+    return 0
 
 
 def _check_series_run(ckpt, meta: dict, options: str) -> None:
@@ -212,6 +241,8 @@ def predict_series(args, model, ckpt, meta) -> int:
     if args.format not in (None, "vtu", ".vtu"):
         raise CLIError(f"--format {args.format}: a rollout is written as a .pvd series of "
                        f".vtu files")
+    if getattr(args, "chunk_size", None) is not None:
+        raise CLIError("--chunk-size does not apply to rollouts")
     spec = RunSpec(model, ckpt, meta, optional_names(args.inputs), optional_names(args.targets))
     steps, start = args.rollout, args.start
     out_dir = Path(args.output)
@@ -224,6 +255,10 @@ def predict_series(args, model, ckpt, meta) -> int:
     if dup:
         raise CLIError(f"two series named {dup[0]!r} would both be written to "
                        f"{out_dir / (dup[0] + '.pvd')}")
+    exists = [out_dir / f"{n}.pvd" for n in names if (out_dir / f"{n}.pvd").exists()]
+    if exists and not getattr(args, "overwrite", False):
+        raise CLIError(f"{exists[0]}: already exists ({len(exists)} of the {len(names)} "
+                       f"series); pass --overwrite to replace them, or choose another -o")
     dtype = spec.dtype
     written = []
     for s in progress(todo, desc="rolling out", unit="series"):

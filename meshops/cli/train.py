@@ -9,21 +9,31 @@ import os
 import sys
 from pathlib import Path
 
-from meshops.cli._common import RAW, CLIError, is_main_rank, os_reason, plural, wrap
+from meshops.cli import train_extras, trust_reports
+from meshops.cli._common import (RAW, CLIError, device_or_error, is_main_rank, os_reason,
+                                 plural, wrap)
 from meshops.cli.config import RUN_CONFIG, TrainConfig
-from meshops.cli.folder import load_folder
-from meshops.errors import CheckpointError
+from meshops.cli.lazy import data_loader, take, with_structures
+from meshops.cli.provenance import changes, fingerprint, listing, same_content
+from meshops.cli.run_folder import (check_out_folder, check_resume_options, clear_run_files,
+                                    recorded_config)
+from meshops.errors import CheckpointError, MeshError
 from meshops.inference import RUN_CHECKPOINT, _channels, _fmt_shape
+from meshops.layout import SampleLayout
 
 # Set from the data, never by model_config.
-INFERRED = ("in_channels", "out_channels", "pos_dim")
+INFERRED = ("in_channels", "out_channels", "pos_dim", "param_channels")
 
 
 def build_model(name: str, model_config: dict, in_channels: int, out_channels: int,
-                pos_dim: int):
+                pos_dim: int, param_channels: int = 0, dtype=None, device=None):
     """A registered model (:data:`meshops.models.MODELS`) with ``model_config`` and the
-    channels and dimension of the data; a key the model does not take is refused."""
-    from meshops.models import MODELS
+    channels, dimension and parameter count of the data; a key the model does not take
+    is refused, as are parameters for a model that takes none, and a model whose
+    training would not fit in the memory of ``device`` (checked on the meta device,
+    before anything is allocated; ``dtype``: the training dtype)."""
+    from meshops._memory import module_bytes, skeleton, too_big
+    from meshops.models import MODELS, count_parameters
 
     if name not in MODELS:
         raise CLIError(f"unknown model {name!r}; available: {', '.join(sorted(MODELS))}")
@@ -32,7 +42,11 @@ def build_model(name: str, model_config: dict, in_channels: int, out_channels: i
     accepted = {k for k, p in params.items() if k != "self"
                 and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     open_kw = any(p.kind == p.VAR_KEYWORD for p in params.values())
-    inferred = {"in_channels": in_channels, "out_channels": out_channels, "pos_dim": pos_dim}
+    inferred = {"in_channels": in_channels, "out_channels": out_channels, "pos_dim": pos_dim,
+                "param_channels": param_channels}
+    if param_channels and "param_channels" not in accepted and not open_kw:
+        raise CLIError(f"model {name!r} does not take parameter vectors (--params): it has no "
+                       f"param_channels argument")
     for key, value in model_config.items():
         if key in inferred:
             if value != inferred[key]:
@@ -45,11 +59,19 @@ def build_model(name: str, model_config: dict, in_channels: int, out_channels: i
                            f"valid keys: {', '.join(sorted(accepted - set(INFERRED)))}")
     kwargs = dict(model_config)
     kwargs.update({k: v for k, v in inferred.items() if k in accepted or open_kw})
+    described = f"model {name!r} with {model_config or 'the default config'}"
     try:
+        shapes = skeleton(lambda: cls(**kwargs))
+        # weights, gradients and the two moments of AdamW
+        why = too_big(4 * module_bytes(shapes, dtype), device,
+                      f"training it ({count_parameters(shapes):,} parameters, 4 copies: "
+                      f"weights, gradients, 2 optimiser moments)")
+        if why:
+            raise CLIError(f"{described}: {why}; choose a smaller model_config")
+        del shapes
         return cls(**kwargs)
     except (TypeError, ValueError) as e:
-        raise CLIError(f"model {name!r} with {model_config or 'the default config'}: {e}") \
-            from None
+        raise CLIError(f"{described}: {e}") from None
 
 
 def _split(n: int, cfg) -> tuple[list[int], list[int]]:
@@ -80,29 +102,123 @@ def _check_writable_folder(out: Path) -> None:
         raise CLIError(f"{out}: cannot write the run folder ({os_reason(e)})") from None
 
 
+def _same_folder(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist: the data set says so when it reads it
+        return False
+
+
+def _check_run_folder(args, cfg: TrainConfig, out: Path) -> dict | None:
+    """The checks of ``--out`` and ``--resume`` made before the data is read, so that a
+    refused run leaves the folder as it was. Returns the metadata of ``last.pt`` when
+    resuming a run, else ``None``."""
+    from meshops.training import Trainer
+
+    last = out / "last.pt"
+    if not (args.resume and last.is_file()):
+        check_out_folder(out, cfg, args.overwrite)
+        return None
+    try:
+        state = Trainer.read_state(last)
+        Trainer.check_resume_epochs(last, state["training"], cfg.epochs,
+                                    cfg.scheduler is not None)
+    except (CheckpointError, ValueError) as e:
+        raise CLIError(str(e)) from None
+    meta = dict(state.get("metadata") or {})
+    # runs before the train_config record: their config.yaml
+    recorded = meta.get("train_config") or recorded_config(out)
+    if recorded:
+        check_resume_options(cfg, recorded, args, last)
+    return meta
+
+
+def _check_same_data(meta: dict, cfg: TrainConfig, out: Path) -> None:
+    """Refuse to resume a run whose training or validation files changed."""
+    diff = changes(meta["data_files"], cfg.data)
+    if cfg.val_data and meta.get("val_files") is not None:
+        diff += changes(meta["val_files"], cfg.val_data)
+    if diff:
+        raise CLIError(f"{out / 'last.pt'}: the data behind this run changed since it was "
+                       f"trained ({listing(diff)}); --resume continues on the files it was "
+                       f"trained on: restore them, or start a new run with another --out")
+
+
+class _RunFiles:
+    """What a new run records about its data (paths, file fingerprints, split, config)
+    and the preparation of its folder, shared by every model's way of training."""
+
+    def __init__(self, cfg, files, train_idx, val_files, shapes, sizes, resumed, out,
+                 main_rank, layout) -> None:
+        self.cfg, self.files, self.train_idx, self.val_files = cfg, files, train_idx, val_files
+        self.shapes, self.sizes, self.resumed = shapes, sizes, resumed
+        self.out, self.main_rank, self.layout = out, main_rank, layout
+
+    def metadata(self, resolved: str, train_samples) -> dict:
+        """The checkpoint metadata; ``resolved`` is the rendered config. Refuses to
+        resume on changed data and warns of validation files equal to training files."""
+        import yaml
+
+        cfg = self.cfg
+        data_files = fingerprint(self.files, "fingerprinting data")
+        val_record = fingerprint(self.val_files, "fingerprinting val data") if cfg.val_data \
+            else None
+        if self.resumed is not None and self.resumed.get("data_files") is not None:
+            _check_same_data(self.resumed, cfg, self.out)
+        if val_record and self.main_rank:
+            same = same_content([Path(cfg.val_data) / n for n in val_record], data_files)
+            if same:
+                pairs = [f"{v} = {t}" for v, t in same.items()]
+                print(f"meshops: warning: {len(same)} of the {len(val_record)} validation "
+                      f"files have the same content as training files ({listing(pairs)}): "
+                      f"the best checkpoint is partly picked on training data",
+                      file=sys.stderr)
+        c_in, c_out, dim = self.sizes
+        meta = {
+            "inputs": self.layout.input_fields, "targets": list(cfg.targets),
+            "params": list(cfg.params), "tags": list(cfg.tags),
+            "location": self.layout.location,
+            "field_shapes": self.shapes, "in_channels": c_in, "out_channels": c_out,
+            "pos_dim": dim, "data": cfg.data, "val_data": cfg.val_data,
+            "split": {"train": [Path(self.files[i]).name for i in self.train_idx],
+                      "val": [Path(f).name for f in self.val_files]},
+            "data_files": data_files, "val_files": val_record,
+            "train_config": yaml.safe_load(resolved),
+        }
+        # descriptors of the training samples: predict and evaluate measure distances to them
+        meta["training_set"] = trust_reports.training_set_metadata(train_samples, meta)
+        return meta
+
+    def prepare(self) -> None:
+        """Create the run folder (or say why it cannot be written) and, for a new run,
+        remove the files of an earlier one."""
+        _check_writable_folder(self.out)
+        if self.main_rank and self.resumed is None:
+            clear_run_files(self.out)  # a new run leaves no best.pt of an earlier one behind
+
+
 def cmd_train(args) -> int:
     import torch
 
-    from meshops.training import RelativeLpLoss, Trainer
+    from meshops.training import RelativeLpLoss
     from meshops.training.defaults import fill_epochs, fill_from_data
+    from meshops.training.distributed import check_device
     from meshops.training.seed import seed_everything
 
     cfg = TrainConfig.resolve(args)
+    device_or_error(cfg.device)  # before any data is read
+    train_extras.check(cfg)
+    main_rank = is_main_rank()
     out = Path(cfg.out)
-    if not args.dry_run and not args.resume and (out / "last.pt").exists():
-        raise CLIError(f"{out}: already holds a training run (last.pt); pass --resume to "
-                       f"continue it or choose another --out")
-    if args.resume and (out / "last.pt").is_file():
-        # Before the data is read and before config.yaml is rewritten: a resume the
-        # Trainer would refuse (a damaged last.pt, another epoch count under a
-        # learning-rate schedule) must leave the run folder as it was.
-        try:
-            state = Trainer.read_state(out / "last.pt")
-            Trainer.check_resume_epochs(out / "last.pt", state["training"], cfg.epochs,
-                                        cfg.scheduler is not None)
-        except (CheckpointError, ValueError) as e:
-            raise CLIError(str(e)) from None
-        del state
+    # The run records where its data is, not where it was run from: evaluate and
+    # --resume from another folder then read this data (see provenance.py).
+    cfg.data = os.path.abspath(cfg.data)
+    cfg.val_data = os.path.abspath(cfg.val_data) if cfg.val_data else None
+    if cfg.val_data and _same_folder(cfg.val_data, cfg.data):
+        raise CLIError(f"--val-data {cfg.val_data} is the training folder --data: the best "
+                       f"checkpoint would be picked on the training files; give a folder "
+                       f"of other meshes, or --val-fraction F to hold out part of --data")
+    resumed = None if args.dry_run else _check_run_folder(args, cfg, out)
     # Before anything draws a random number: the model's initial weights (built
     # below) then depend on the seed alone, not on what ran before in the process.
     # The Trainer seeds again (seed + rank) for dropout and the data order.
@@ -111,8 +227,16 @@ def cmd_train(args) -> int:
     if cfg.series:
         from meshops.cli.series import train_series
 
-        return train_series(cfg, args, dtype)
+        return train_series(cfg, args, dtype, resumed)
 
+    try:  # how a file becomes a sample: points or cells, parameters, boundary tags
+        layout = SampleLayout(cfg.inputs, cfg.targets, cfg.params, cfg.tags)
+    except MeshError as e:
+        raise CLIError(str(e)) from None
+    # In memory, or lazily through an on-disk cache for data larger than memory.
+    load_folder, workers, reading = data_loader(cfg, dtype, layout)
+    if reading and main_rank:
+        print(reading, file=sys.stderr if args.dry_run else sys.stdout)
     files, samples, shapes, dim = load_folder(cfg.data, cfg.inputs, cfg.targets,
                                               dtype, desc="reading data")
     if cfg.val_data:
@@ -128,16 +252,31 @@ def cmd_train(args) -> int:
         val_idx = []
     else:
         train_idx, val_idx = _split(len(files), cfg)
-        train_samples = [samples[i] for i in train_idx]
-        val_samples = [samples[i] for i in val_idx] or None
+        train_samples = take(samples, train_idx)
+        val_samples = take(samples, val_idx) or None
         val_files = [files[i] for i in val_idx]
-    c_in = sum(_channels(shapes[k]) for k in cfg.inputs)
+    c_in = sum(_channels(shapes[k]) for k in layout.input_fields)
     c_out = sum(_channels(shapes[k]) for k in cfg.targets)
     # Options nobody set come from the data; a resumed run's config.yaml sets them all.
-    chosen = [fill_from_data(cfg, train_samples)]
-    model = build_model(cfg.model, cfg.model_config, c_in, c_out, dim)
+    try:
+        chosen = [fill_from_data(cfg, train_samples)]
+    except ValueError as e:  # e.g. --model reduced_basis on data that is no study
+        raise CLIError(str(e)) from None
+    run = _RunFiles(cfg, files, train_idx, val_files, shapes, (c_in, c_out, dim), resumed,
+                    out, main_rank, layout)
+    if cfg.model == "reduced_basis":
+        from meshops.cli.reduced import fit_reduced_run
+
+        return fit_reduced_run(args, cfg, "; ".join(c for c in chosen if c), train_samples,
+                               val_samples, run)
+    model = build_model(cfg.model, cfg.model_config, c_in, c_out, dim, len(cfg.params), dtype,
+                        check_device(cfg.device))  # (cuda when available, as the Trainer)
     if dtype == torch.float64:
         model = model.double()
+    # Cached data get the model's mesh structures cached too (the Trainer builds those
+    # of in-memory samples).
+    train_samples = with_structures(train_samples, model, workers)
+    val_samples = with_structures(val_samples, model, workers)
     # The epoch count fitted to --minutes from one timed step is printed and saved in
     # config.yaml; the run then trains exactly that many epochs (no wall-clock stop), so
     # that `--epochs N` with the same seed repeats it bit for bit.
@@ -149,28 +288,34 @@ def cmd_train(args) -> int:
     summary = (f"{cfg.model} ({n_params:,} parameters) on {len(train_samples)} meshes of "
                f"{cfg.data}, validating on "
                + (f"{len(val_samples)}" if val_samples else "none")
-               + f"; inputs {', '.join(cfg.inputs) or '(none: geometry only)'} "
+               + f"; inputs {', '.join(layout.input_fields) or '(none: geometry only)'} "
                f"({plural(c_in, 'channel')}) -> targets {', '.join(cfg.targets)} "
                f"({plural(c_out, 'channel')}), "
-               f"{dim}-D")
-    metadata = {
-        "inputs": list(cfg.inputs), "targets": list(cfg.targets),
-        "field_shapes": shapes, "in_channels": c_in, "out_channels": c_out, "pos_dim": dim,
-        "data": str(cfg.data),
-        "split": {"train": [Path(files[i]).name for i in train_idx],
-                  "val": [Path(f).name for f in val_files]},
-    }
-    return run_training(args, cfg, model, train_samples, val_samples, metadata, resolved,
-                        chosen, summary, loss=RelativeLpLoss(quadrature=cfg.quadrature_loss))
+               f"{dim}-D"
+               + (", on the cells (midpoint rule)" if layout.location == "cells" else "")
+               + (f"; parameters {', '.join(cfg.params)}" if cfg.params else ""))
+
+    def begin() -> dict:
+        metadata = run.metadata(resolved, train_samples)
+        run.prepare()
+        return metadata
+
+    if not run_training(args, cfg, model, train_samples, val_samples, resolved, chosen,
+                        summary, begin, loss=RelativeLpLoss(quadrature=cfg.quadrature_loss),
+                        compile=cfg.compile, checkpoint_blocks=cfg.checkpoint_blocks,
+                        num_workers=workers):
+        return 0
+    return train_extras.train_members(args, cfg, out, cmd_train)
 
 
-def run_training(args, cfg, model, train_samples, val_samples, metadata: dict,
-                 resolved: str, chosen: str, summary: str, **trainer_options) -> int:
-    """The end of ``meshops train`` for a built model and its samples (mesh folders here,
-    time series in :mod:`meshops.cli.series`): ``--dry-run`` prints the resolved
-    config; otherwise write ``config.yaml``, train with the
-    :class:`~meshops.training.Trainer` (``trainer_options``: the loss, ...) and leave
-    ``best.pt``."""
+def run_training(args, cfg, model, train_samples, val_samples, resolved: str, chosen: str,
+                 summary: str, begin, **trainer_options) -> bool:
+    """The end of ``meshops train`` for a built model and its samples (mesh folders in
+    :func:`cmd_train`, time series in :mod:`meshops.cli.series`): ``--dry-run`` prints
+    the resolved config and returns False; otherwise ``begin()`` records the run's data
+    and prepares its folder (returning the checkpoint metadata), ``config.yaml`` is
+    written, the :class:`~meshops.training.Trainer` trains (``trainer_options``: the
+    loss, ...) and ``best.pt`` is left; returns True."""
     from meshops._atomic import atomic_write
     from meshops.training import Trainer
 
@@ -182,20 +327,23 @@ def run_training(args, cfg, model, train_samples, val_samples, metadata: dict,
             if chosen:
                 print(f"# defaults from the data: {chosen}", file=sys.stderr)
             print(f"# {summary}", file=sys.stderr)
-        return 0
+        return False
 
-    _check_writable_folder(out)
+    metadata = begin()
     if main_rank:
         atomic_write(out / RUN_CONFIG, lambda tmp: Path(tmp).write_text(resolved))
         if chosen:
             print(f"defaults from the data: {chosen}")
         print(f"training {summary}; writing {out}/")
+    options = {"callbacks": train_extras.callbacks(
+        cfg, out, {**cfg.to_dict(), "model_config": dict(model.config)}) if main_rank else []}
+    options.update(trainer_options)
     trainer = Trainer(
         model, train_samples, val_samples, epochs=cfg.epochs, batch_size=cfg.batch_size,
         lr=cfg.lr, weight_decay=cfg.weight_decay, scheduler=cfg.scheduler,
         grad_clip=cfg.grad_clip, seed=cfg.seed, device=cfg.device, out_dir=out,
         resume=args.resume, metadata=metadata, progress=sys.stderr.isatty(), log=print,
-        **trainer_options)
+        amp=cfg.amp or False, **options)
     try:
         history = trainer.fit()
     except FloatingPointError as e:
@@ -215,11 +363,19 @@ def run_training(args, cfg, model, train_samples, val_samples, metadata: dict,
                        metric=None, val=None, selected="last epoch (no validation data)")
             print(f"no validation data: {out / RUN_CHECKPOINT} is the model after epoch "
                   f"{trainer.epoch}")
+        elif history and trainer.best["epoch"] is None:
+            last = history[-1]["val"] or {}
+            why = (f"the model predicts non-finite values on {last['failed']} of "
+                   f"{last['n']} validation meshes" if last.get("failed") else
+                   f"{trainer.metric} is {last.get(trainer.metric)}")
+            raise CLIError(f"no epoch had a finite validation error ({why}), so there is no "
+                           f"best model: {out / RUN_CHECKPOINT} was not written; "
+                           f"{out / 'last.pt'} holds the model after epoch {trainer.epoch}")
         elif history:
             best = trainer.best
             print(f"best validation {trainer.metric} {best['value']:.4e} at epoch "
                   f"{best['epoch']}: {out / RUN_CHECKPOINT}")
-    return 0
+    return True
 
 
 TRAIN_EPILOG = """\
@@ -230,6 +386,9 @@ examples:
       --model-config width=64 layers=2 --epochs 50 --batch-size 4 --out runs/tno
   # geometry-only problem: the input is the mesh itself
   meshops train --data elasticity/ --inputs "" --targets sigma --model pit
+  # a parametric study: parameters from field_data or data/params.csv, boundary tags
+  # as input channels; targets stored as cell data train on the cells
+  meshops train --data data/ --inputs "" --targets p --params alpha,Re --tags wall
   # options from a file (YAML or TOML; flags override it)
   meshops train --config train.yaml --epochs 10
   # continue an interrupted run (its config.yaml is the base config)
@@ -238,7 +397,8 @@ examples:
   torchrun --nproc_per_node=4 -m meshops train --config train.yaml
   # time series (one folder, .pvd or .xdmf per series): a next-step model of u,
   # trained on rollouts of 4 steps, parameters from heat/train/params.csv
-  meshops train --series --data heat/train --inputs "" --targets u --params mu1,mu2 \\
+  # (docs/time-series.md)
+  meshops train --series --data heat/train --inputs "" --targets u --params mu0,mu1 \\
       --rollout-train 4 --out runs/heat
 
 config file (train.yaml); keys are the long options (batch_size or batch-size):
@@ -252,7 +412,9 @@ config file (train.yaml); keys are the long options (batch_size or batch-size):
 
 The run folder gets best.pt (lowest validation error; the final model without
 validation data), last.pt (resumable state), history.json (per-epoch losses and
-metrics) and config.yaml (the resolved config, usable as --config).
+metrics) and config.yaml (the resolved config, usable as --config). Checkpoints
+record the absolute data folder and a fingerprint of its files (docs/trust.md).
+A non-empty --out that is not a run of the same config needs --overwrite.
 """
 
 
@@ -273,10 +435,15 @@ def add_parser(sub) -> None:
     g.add_argument("--data", metavar="DIR", help="folder of training meshes")
     g.add_argument("--inputs", metavar="A,B",
                    help='input point fields, comma-separated; "" for geometry-only problems')
-    g.add_argument("--targets", metavar="U,V", help="target point fields, comma-separated")
-    g.add_argument("--params", metavar="A,B", help="with --series: scalar parameters of each "
-                   "series, from a params.csv / params.json beside the series (keyed by the "
-                   "series' name) or the field data of its first file")
+    g.add_argument("--targets", metavar="U,V", help="target fields, comma-separated: all "
+                   "point data, or all cell data (then the model trains on the cells)")
+    g.add_argument("--params", metavar="A,B", help="per-sample parameters, comma-separated, "
+                   "from each file's field_data or a params.csv / params.json beside the "
+                   "files (keyed by file name; with --series, by the series' name); they "
+                   "condition the model")
+    g.add_argument("--tags", metavar="T1,T2", help="boundary tags (Gmsh physical names or "
+                   "ARRAY=VALUE of an integer cell array) whose indicator and outward normal "
+                   "become input channels")
     v = g.add_mutually_exclusive_group()
     v.add_argument("--val-fraction", type=float, metavar="F", dest="val_fraction",
                    help="fraction of the files held out for validation (default 0.2; 0: none)")
@@ -332,11 +499,26 @@ def add_parser(sub) -> None:
     g.add_argument("--time-input", action=argparse.BooleanOptionalAction, dest="time_input",
                    help="give the model the time t (default; --no-time-input for autonomous "
                    "problems); it always gets dt and the parameters")
+    train_extras.add_arguments(p)
+    g = p.add_argument_group("data larger than memory (docs/large-data.md)")
+    g.add_argument("--lazy", action=argparse.BooleanOptionalAction,
+                   help="read the meshes one batch at a time from an on-disk cache of "
+                   "parsed meshes and mesh structures, in worker processes (default: when "
+                   "the parsed data would exceed a quarter of the available memory); "
+                   "--no-lazy: always in memory")
+    g.add_argument("--cache", metavar="DIR", help="the cache folder (implies --lazy; default "
+                   "$MESHOPS_CACHE_DIR or ~/.cache/meshops/meshes); runs may share it")
+    g.add_argument("--workers", type=int, metavar="N", help="DataLoader worker processes "
+                   "that read and parse meshes (default 2 when lazy, else 0)")
     g = p.add_argument_group("output")
     g.add_argument("--out", metavar="RUN", help="run folder (default ./run)")
     g.add_argument("--resume", action="store_true", default=False,
                    help="continue RUN from RUN/last.pt (with RUN/config.yaml as the base "
-                   "config); under a learning-rate schedule --epochs must stay the run's")
+                   "config) on the same data; every option must stay the run's but --minutes, "
+                   "--device and, without a learning-rate schedule, --epochs")
+    g.add_argument("--overwrite", action="store_true", default=False,
+                   help="start a new run in a non-empty --out that is not a run of the same "
+                   "config (its best.pt, last.pt and history.json are removed first)")
     g.add_argument("--dry-run", action="store_true", default=False, dest="dry_run",
                    help="read the data, print the resolved config (YAML) and exit")
     p.set_defaults(func=cmd_train)

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from meshops._atomic import atomic_write
+from meshops._memory import module_bytes, skeleton, too_big
 from meshops._checkpoint import (check_finite, check_model_keys, check_normalizer_scales,
                                  check_weights_fit, first_line, read_checkpoint)
 from meshops.errors import CheckpointError
@@ -115,6 +116,32 @@ class NeuralOperator(nn.Module):
 
         cls.__init__ = recording_init
 
+    # ------------------------------------------------- activation checkpointing
+    #: Whether :meth:`run_block` recomputes the processor blocks in the backward pass
+    #: (:meth:`set_block_checkpointing`); a training setting, not saved with the model.
+    checkpoint_blocks: bool = False
+
+    def set_block_checkpointing(self, enabled: bool = True) -> "NeuralOperator":
+        """Activation checkpointing of the processor blocks: in training, each block
+        keeps only its input and recomputes its activations (attention weights, MLP
+        hidden layers) in the backward pass, so the peak memory of a step holds one
+        block's activations instead of all of them, for about one more forward pass
+        of the blocks (``torch.utils.checkpoint``, non-reentrant, random state
+        preserved: dropout draws the same masks). Gradients are unchanged.
+        Measured figures: ``benchmarks/results/checkpoint-blocks-*.txt``."""
+        self.checkpoint_blocks = bool(enabled)
+        return self
+
+    def run_block(self, block: Callable, *args: Any, **kwargs: Any):
+        """``block(*args, **kwargs)``, checkpointed when :attr:`checkpoint_blocks` is
+        set, the model is training and gradients are on (models call their processor
+        blocks through this)."""
+        if self.checkpoint_blocks and self.training and torch.is_grad_enabled():
+            from torch.utils.checkpoint import checkpoint
+
+            return checkpoint(block, *args, use_reentrant=False, **kwargs)
+        return block(*args, **kwargs)
+
     # ------------------------------------------------------------ normalisers
     def set_normalizers(self, input: UnitGaussianNormalizer | None = None,
                         output: UnitGaussianNormalizer | None = None) -> "NeuralOperator":
@@ -188,6 +215,9 @@ class NeuralOperator(nn.Module):
         it is imported or run), every floating-point weight and normaliser
         statistic must be finite (normaliser scales positive), and the weights must
         have exactly the names and shapes of the model that the saved config builds.
+        That model is first built on the ``meta`` device (no storage), so a config
+        that does not describe the weights, or that would not fit in memory, is
+        refused before anything is allocated.
 
         Raises:
             FileNotFoundError: No such file.
@@ -212,17 +242,31 @@ class NeuralOperator(nn.Module):
         # Before building anything: a damaged weight must not reach a prediction.
         check_finite(state["state_dict"], path)
         check_normalizer_scales(state["state_dict"], path)
-        try:
+        norms = state.get("normalizers", {})
+
+        def build():
             model = model_cls(**state["config"])
+            return model.set_normalizers(
+                input=UnitGaussianNormalizer(norms["input"]) if "input" in norms else None,
+                output=UnitGaussianNormalizer(norms["output"]) if "output" in norms else None)
+
+        # First on the meta device (shapes, no storage): a config that does not
+        # describe the saved weights, or that would not fit in memory, is refused
+        # before anything is allocated (an edited config in a 35 KB file could ask for
+        # gigabytes).
+        try:
+            shapes = skeleton(build)
         except (TypeError, ValueError) as e:
             raise CheckpointError(f"{path}: its config cannot build a {name} model "
                                   f"({first_line(e)})") from None
-        norms = state.get("normalizers", {})
-        model.set_normalizers(
-            input=UnitGaussianNormalizer(norms["input"]) if "input" in norms else None,
-            output=UnitGaussianNormalizer(norms["output"]) if "output" in norms else None)
-        check_weights_fit(model, state["state_dict"], path, f"the {name} model its config "
-                          f"describes")
+        what = f"the {name} model its config describes"
+        check_weights_fit(shapes, state["state_dict"], path, what)
+        device = map_location if isinstance(map_location, (str, torch.device)) else None
+        why = too_big(module_bytes(shapes), device, what)
+        if why:
+            raise CheckpointError(f"{path}: {why}")
+        del shapes
+        model = build()
         model.load_state_dict(state["state_dict"])
         model.metadata = state.get("metadata", {})
         return model.to(map_location) if isinstance(map_location, (str, torch.device)) else model

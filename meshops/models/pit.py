@@ -14,6 +14,7 @@ from meshops.models.base import (NeuralOperator, check_model_sizes, check_positi
                                  register_model)
 from meshops.models.inputs import (MESH_ID, layer_inputs, mesh_digest, read_inputs,
                                    same_digest, sample_mesh_digest)
+from meshops.models.conditioning import ParamConditioning, read_params
 from meshops.models.latent import fps_latent, grid_latent, voronoi_weights
 from meshops.nn.functional import materialise_kernel
 from meshops.nn.local import LocalPositionAttention, local_graph
@@ -146,6 +147,11 @@ class PiT(NeuralOperator):
             ``1``, ``1024``)
         shared_lambda (bool): one :math:`\lambda` per head for all processor blocks (one
             kernel for the whole processor). (default: ``False``)
+        param_channels (int): ``K`` parameters per sample (``data.params [B, K]``) that
+            condition the model (:class:`~meshops.models.conditioning.ParamConditioning`:
+            FiLM of the lifted features, of the latent tokens before every block and of
+            the decoder's features); ``0`` (default): none, and the model is exactly the
+            unconditioned one.
 
     Defaults per benchmark size (``PiT.PRESETS``; the paper's Tables 7-9 for
     Elasticity and NACA: encoding dimension, heads, latent mesh, encoder/decoder
@@ -191,7 +197,8 @@ class PiT(NeuralOperator):
                  grid_shape: Optional[Sequence[int]] = None,
                  stride: Union[int, Sequence[int]] = 2, quantile_in: float = 0.02,
                  quantile_out: float = 0.02, ball: str = "measure", lam_min: float = 1.0,
-                 lam_max: float = 1024.0, shared_lambda: bool = False) -> None:
+                 lam_max: float = 1024.0, shared_lambda: bool = False,
+                 param_channels: int = 0) -> None:
         super().__init__()
         check_model_sizes(in_channels, out_channels, pos_dim, width)
         check_positive_int(heads, "heads")
@@ -238,6 +245,10 @@ class PiT(NeuralOperator):
             # one lambda per head for the whole processor: the first block's
             for att in list(self.attn)[1:]:
                 att.lam_raw.requires_grad_(False)
+        # built last: the other layers' initial weights do not depend on it
+        self.param_channels = check_positive_int(param_channels, "param_channels", minimum=0)
+        self.conditioning = (ParamConditioning(param_channels, width, blocks + 2)
+                             if param_channels else None)
 
     def _pointwise_linears(self) -> list[nn.Linear]:
         mods = [self.lift, *self.linear]
@@ -258,6 +269,8 @@ class PiT(NeuralOperator):
         for att in self.attn:
             att.reset_parameters()
         self._init_pointwise()
+        if self.conditioning is not None:
+            self.conditioning.reset_parameters()
 
     # ----------------------------------------------------------------- pieces
     def latent_mesh(self, inp) -> _Latent:
@@ -282,7 +295,8 @@ class PiT(NeuralOperator):
             return measure_ball_graph(pos_src, w_src, b_src, pos_dst, b_dst, quantile).flip(0)
         return local_graph(pos_src, pos_dst, None, quantile, b_src, b_dst)
 
-    def _process(self, u: Tensor, lat: _Latent, check: bool = True) -> Tensor:
+    def _process(self, u: Tensor, lat: _Latent, check: bool = True,
+                 film: Optional[Tensor] = None) -> Tensor:
         batch = lat.batch
         shared_kernel = None
         if self.shared_lambda and len(self.attn):
@@ -299,7 +313,7 @@ class PiT(NeuralOperator):
         # shared_lambda without one materialised kernel: every block evaluates the
         # first block's lambda (passed explicitly; the blocks' own stay frozen)
         lam = self.attn[0].lam if self.shared_lambda and len(self.attn) else None
-        for att, mlp, lin in zip(self.attn, self.mlp, self.linear):
+        def block(u: Tensor, att, mlp, lin) -> Tensor:
             if lat.shared:
                 B = lat.num_graphs
                 n = u.shape[0] // B
@@ -315,7 +329,12 @@ class PiT(NeuralOperator):
             else:
                 h = att(u, lat.pos, lat.weight, batch, lam=lam)
             h = gelu(h)
-            u = gelu(mlp(h) + lin(u))
+            return gelu(mlp(h) + lin(u))
+
+        for site, (att, mlp, lin) in enumerate(zip(self.attn, self.mlp, self.linear), 1):
+            if film is not None:
+                u = self.conditioning(u, film, batch, site)
+            u = self.run_block(block, u, att, mlp, lin)
         return u
 
     def mesh_transform(self) -> "PiTStructures":
@@ -337,13 +356,18 @@ class PiT(NeuralOperator):
         else:
             lat, e_in, e_out = pre
         u = gelu(self.lift(inp.lifted()))
+        film = None
+        if self.conditioning is not None:
+            film = self.conditioning.embed(read_params(data, self.param_channels,
+                                                       inp.num_graphs, u.dtype, u.device, check))
+            u = self.conditioning(u, film, inp.batch, 0)
         # encoder: input mesh -> latent mesh (input quadrature weights)
         # compiled: the layers get trusted Points (the sizes known here, nothing read back)
         pair = None if inp.batch is None else (inp.batch, lat.batch)
         args = layer_inputs((inp.pos, lat.pos), inp.weight, pair, None, inp.num_graphs,
                             not check, dense=False)
         u = gelu(self.encoder((u, None), *args, edge_index=e_in))
-        u = self._process(u, lat, check)
+        u = self._process(u, lat, check, film)
         # decoder: latent mesh -> query points (latent quadrature weights)
         if e_out is None:
             e_out = self._graph(lat.pos, lat.weight, lat.batch, inp.query_pos, inp.query_batch,
@@ -352,6 +376,8 @@ class PiT(NeuralOperator):
         args = layer_inputs((lat.pos, inp.query_pos), lat.weight, pair, None, inp.num_graphs,
                             not check, dense=False)
         h = gelu(self.decoder((u, None), *args, edge_index=e_out))
+        if film is not None:
+            h = self.conditioning(h, film, inp.query_batch, len(self.attn) + 1)
         return self.head(h)
 
 

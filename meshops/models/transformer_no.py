@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
                                  register_model)
+from meshops.models.conditioning import ParamConditioning, read_params
 from meshops.models.inputs import layer_inputs, read_inputs
 from meshops.nn.block import TransformerBlock
 from meshops.nn.continuum import ContinuumAttention
@@ -75,6 +76,11 @@ class TransformerNO(NeuralOperator):
         activation (str): ``"gelu"`` (default), ``"relu"``, ``"silu"``, ``"tanh"``.
         pos_encoding (int): octaves ``F`` of sinusoidal position features (``0``: the
             raw coordinates, as in the paper). (default: ``0``)
+        param_channels (int): ``K`` parameters per sample (``data.params [B, K]``) that
+            condition the model (:class:`~meshops.models.conditioning.ParamConditioning`:
+            FiLM of the lifted features, of the tokens after every block and of the
+            cross decoder's query features); ``0`` (default): none, and the model is
+            exactly the unconditioned one.
 
     Defaults per benchmark size (``TransformerNO.PRESETS``, build with
     ``TransformerNO.from_preset(name, in_channels=..., out_channels=...)``; parameters
@@ -112,10 +118,11 @@ class TransformerNO(NeuralOperator):
     def __init__(self, in_channels: int, out_channels: int, pos_dim: int = 2, width: int = 128,
                  layers: int = 4, heads: int = 4, ffn_ratio: float = 2, decoder: str = "cross",
                  pre_norm: bool = True, dropout: float = 0.0, activation: str = "gelu",
-                 pos_encoding: int = 0) -> None:
+                 pos_encoding: int = 0, param_channels: int = 0) -> None:
         super().__init__()
         check_model_sizes(in_channels, out_channels, pos_dim, width)
         check_positive_int(layers, "layers", minimum=0)
+        check_positive_int(param_channels, "param_channels", minimum=0)
         if decoder not in ("cross", "pointwise"):
             raise ValueError(f"decoder must be 'cross' or 'pointwise', got {decoder!r}")
         self.in_channels, self.out_channels, self.pos_dim = in_channels, out_channels, pos_dim
@@ -138,6 +145,10 @@ class TransformerNO(NeuralOperator):
             self.cross = None
         self.norm_out = nn.LayerNorm(width) if pre_norm else nn.Identity()
         self.head = MLP(width, width, out_channels, layers=2, activation=activation)
+        # built last: the other layers' initial weights do not depend on it
+        self.param_channels = param_channels
+        self.conditioning = (ParamConditioning(param_channels, width, layers + 2)
+                             if param_channels else None)
 
     def mesh_transform(self):
         """Stores the digest of each sample's mesh (:class:`~meshops.models.structures.
@@ -157,6 +168,8 @@ class TransformerNO(NeuralOperator):
         if isinstance(self.norm_out, nn.LayerNorm):
             self.norm_out.reset_parameters()
         self.head.reset_parameters()
+        if self.conditioning is not None:
+            self.conditioning.reset_parameters()
 
     def encode(self, data, check_values: Optional[bool] = None) -> tuple[Tensor, Any]:
         """Lifting + processor: features ``[N, width]`` on the input mesh, and the inputs.
@@ -164,24 +177,36 @@ class TransformerNO(NeuralOperator):
         ``check_values`` (default: unless compiling) checks the values of the inputs
         (:func:`~meshops.models.inputs.read_inputs`).
         """
+        return self._encode(data, check_values)[:2]
+
+    def _encode(self, data, check_values: Optional[bool] = None) -> tuple:
+        """:meth:`encode` and the parameters' FiLM (None without conditioning)."""
         if check_values is None:
             check_values = not torch.compiler.is_compiling()
         dtype = self.lift.weight.dtype
         inp = read_inputs(data, self.in_channels, self.pos_dim, dtype, self.lift.weight.device,
                           check_values=check_values)
         h = self.lift(torch.cat([inp.x, self.pos_enc(inp.pos)], dim=-1))
+        film = None
+        if self.conditioning is not None:
+            film = self.conditioning.embed(read_params(data, self.param_channels, inp.num_graphs,
+                                                       dtype, h.device, check_values))
+            h = self.conditioning(h, film, inp.batch, 0)
         args = layer_inputs(None, inp.weight, inp.batch, inp.pos.shape[0], inp.num_graphs,
                             not check_values, max_points=inp.max_points)
-        for blk in self.blocks:
-            h = blk(h, *args)
-        return h, inp
+        for site, blk in enumerate(self.blocks, 1):
+            h = self.run_block(blk, h, *args)
+            if film is not None:
+                h = self.conditioning(h, film, inp.batch, site)
+        return h, inp, film
 
     def forward(self, data) -> Tensor:
         # Compiled, the forward trusts the values of its inputs: checks that read them are
         # host synchronisations (graph breaks); eager calls check. Decided here, in the
         # traced frame: a graph break in a layer can leave encode() to run eagerly.
         trusted = torch.compiler.is_compiling()
-        h, inp = self.encode(data, check_values=not trusted)
+        h, inp, film = self._encode(data, check_values=not trusted)
+        last = len(self.blocks) + 1
         if self.decoder == "pointwise":
             if inp.has_query and not (inp.query_pos.shape == inp.pos.shape
                                       and torch.equal(inp.query_pos, inp.pos)):
@@ -189,6 +214,8 @@ class TransformerNO(NeuralOperator):
                                  "only; build the model with decoder='cross' to query other points")
             return self.head(self.norm_out(h))
         q = self.query_embed(self.pos_enc(inp.query_pos))
+        if film is not None:
+            q = self.conditioning(q, film, inp.query_batch, last)
         batch = None if inp.batch is None else (inp.batch, inp.query_batch)
         args = layer_inputs(None, inp.weight, batch, (h.shape[0], q.shape[0]), inp.num_graphs,
                             trusted, max_points=(inp.max_points, inp.max_query))

@@ -60,8 +60,12 @@ class ContinuumAttention(GlobalAttentionBase):
       ``q'.k'/sqrt(d) = q.k/sqrt(d) + log w``), which keeps the fused kernel and
       differentiates through ``w``.  Attention dropout > 0 in training mode makes
       PyTorch fall back to its quadratic-memory path on CPU.
+    * ``"flex"``: PyTorch's FlexAttention with ``log w`` as its ``score_mod`` (no bias
+      tensor, so the GPU keeps a fused kernel); CUDA forward and backward, CPU forward
+      only; no attention dropout (docs/gpu.md).
     * ``"auto"`` (default): ``"fused"`` where it applies (see above, and the kernel
-      could be built), else ``"sdpa"``.
+      could be built), else ``"flex"`` on CUDA for large inputs
+      (:func:`meshops.nn._flex.auto_rule`), else ``"sdpa"``.
     * ``"naive"``: the explicit softmax reference (quadratic memory).
 
     The choice is made by :func:`meshops.nn.functional.weighted_attention`.
@@ -76,8 +80,8 @@ class ContinuumAttention(GlobalAttentionBase):
         dropout (float): dropout probability on the attention weights in
             training mode. (default: ``0.0``)
         bias (bool): add biases to the projections. (default: ``True``)
-        impl (str): ``"auto"`` (default), ``"fused"``, ``"sdpa"``, ``"fold"`` or
-            ``"naive"``, see above.
+        impl (str): ``"auto"`` (default), ``"fused"``, ``"sdpa"``, ``"fold"``,
+            ``"flex"`` or ``"naive"``, see above.
 
     Shapes:
         - **input (flat):** ``x [N, C]`` or ``(x_src [Ns, Cs], x_dst [Nd, Cd])``,

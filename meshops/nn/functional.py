@@ -20,10 +20,16 @@ i.e. softmax attention whose normalising sum is a quadrature with weights
 * ``"fold"``: SDPA with ``log w`` folded into an extra key column:
   ``q' = [q, 1]``, ``k' = [k, log w / s]``, ``v' = [v, 0]`` (zero-padded to one
   width), so that ``s q'.k' = s q.k + log w`` without any bias tensor.
+* ``"flex"``: PyTorch's FlexAttention (:mod:`meshops.nn._flex`): ``log w`` enters as
+  a ``score_mod``, so no bias tensor keeps the GPU off a fused kernel.  CUDA forward and
+  backward; CPU forward only (torch 2.13), float32/bfloat16/float16; no dropout.
 * ``"naive"``: the explicit ``[B, H, N_q, N_k]`` softmax (reference; also used
   for empty inputs, where it keeps the autograd graph).
-* ``"auto"`` (default): ``"fused"`` where it applies, else ``"sdpa"`` (also under
-  :func:`torch.compile`: the kernel is a registered operator the compiler traces).
+* ``"auto"`` (default): ``"fused"`` where it applies (CPU), else ``"flex"`` on CUDA
+  when :func:`meshops.nn._flex.flex_preferred` holds (float16/bfloat16/float32, no
+  dropout, at least :data:`~meshops.nn._flex.FLEX_MIN_SCORES` scores per batch entry
+  and head), else ``"sdpa"`` (also under :func:`torch.compile`: the fused kernel is a
+  registered operator and FlexAttention a higher-order operator the compiler traces).
 
 Layers do not import :mod:`meshops.kernels`; this module does.
 """
@@ -38,10 +44,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from meshops.kernels.attention import fused_attention, fused_attention_supported
+from meshops.nn._flex import auto_fallback, flex_preferred, flex_weighted_attention
 
 __all__ = ["IMPLS", "KERNEL_LIMIT", "materialise_kernel", "weighted_attention"]
 
-IMPLS = ("auto", "fused", "sdpa", "fold", "naive")
+IMPLS = ("auto", "fused", "sdpa", "fold", "flex", "naive")
 
 #: Layers that can also materialise their attention kernel (position attention, PiT's
 #: shared kernel) do so when it has at most this many entries.
@@ -65,7 +72,10 @@ def choose_impl(q: Tensor, k: Tensor, v: Tensor, log_w: Tensor, impl: str = "aut
         # the fused kernel is a registered operator (torch.ops.meshops), which
         # torch.compile traces through like any other
         fused = dropout_p == 0 and fused_attention_supported(q, k, v, log_w)
-        impl = "fused" if fused else "sdpa"
+        if fused:
+            impl = "fused"
+        else:
+            impl = "flex" if flex_preferred(q, k, v, dropout_p) else "sdpa"
     if impl == "sdpa" and ((log_w.requires_grad and torch.is_grad_enabled())
                            or k.shape[1] != q.shape[1] or v.shape[1] != q.shape[1]
                            or v.shape[-1] != q.shape[-1]):
@@ -86,21 +96,32 @@ def weighted_attention(q: Tensor, k: Tensor, v: Tensor, log_w: Tensor,
             Every query needs a key with a finite ``log_w``.
         scale: score scale; ``1 / sqrt(E)`` by default.
         dropout_p: dropout on the attention weights (pass 0 outside training).
-        impl: ``"auto"``, ``"fused"``, ``"sdpa"``, ``"fold"`` or ``"naive"``.
+        impl: ``"auto"``, ``"fused"``, ``"sdpa"``, ``"fold"``, ``"flex"`` or ``"naive"``.
 
     Returns:
         Tensor ``[B, H, Nq, C]``.
 
     Raises:
-        ValueError: an unknown ``impl``, or ``impl="fused"`` with dropout.
+        ValueError: an unknown ``impl``, ``impl="fused"`` with dropout, or
+            ``impl="flex"`` on inputs FlexAttention cannot take (the reason is named).
     """
-    impl = choose_impl(q, k, v, log_w, impl, dropout_p)
+    chosen = choose_impl(q, k, v, log_w, impl, dropout_p)
     s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if chosen == "flex" and impl == "auto":
+        return auto_fallback(
+            lambda: flex_weighted_attention(q, k, v, log_w, scale=s),
+            lambda: weighted_attention(q, k, v, log_w, s, dropout_p, impl="auto"))
+    impl = chosen
     if impl == "fused":
         if dropout_p > 0:
             raise ValueError("impl='fused' has no attention dropout; use impl='sdpa' "
                              "or dropout=0")
         return fused_attention(q, k, v, log_w, scale=s)
+    if impl == "flex":
+        if dropout_p > 0:
+            raise ValueError("impl='flex' has no attention dropout; use impl='sdpa' "
+                             "or dropout=0")
+        return flex_weighted_attention(q, k, v, log_w, scale=s)
     if impl == "sdpa":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=log_w[:, None, None, :],
                                               dropout_p=dropout_p, scale=s)

@@ -69,6 +69,8 @@ def _blocks(*tensors: Optional[Tensor], rows: int) -> list:
     """Each tensor ``[B, N, ...]`` split into blocks of ``rows`` points (``None`` stays
     ``None`` for every block); at least one block, even for ``N = 0``."""
     n = tensors[0].shape[1]
+    if n and rows >= n:  # one block (no division: torch.export keeps N symbolic)
+        return [[t] for t in tensors]
     size = max(1, min(rows, n)) if n else 1
     count = max(1, -(-n // size))
     return [[None] * count if t is None else list(t.split(size, dim=1)) for t in tensors]

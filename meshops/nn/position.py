@@ -27,12 +27,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from meshops.nn import functional
+from meshops.nn._flex import (MAX_HEAD_DIM, auto_fallback, auto_rule, flex_available,
+                              flex_distance_attention)
 from meshops.nn._utils import as_pair, check_weight, checking, safe_log
 from meshops.nn.base import AttentionBase, batch_points, is_points, reset_linear
 
 __all__ = ["PositionAttention", "position_kernel"]
 
-IMPLS = ("auto", "kernel", "fused", "sdpa")
+IMPLS = ("auto", "kernel", "fused", "sdpa", "flex")
 PATHS = IMPLS  # old name
 
 #: Old name of :data:`meshops.nn.functional.KERNEL_LIMIT` (the threshold is read there).
@@ -310,6 +312,13 @@ def _expanded_attention(pos_src: Tensor, pos_dst: Tensor, weight: Tensor, lam: T
     return _unshare(out, v.shape[0], v.shape[-1], shared)
 
 
+def _flex_auto(v: Tensor, scores: int) -> bool:
+    """``impl="auto"`` takes FlexAttention's exact-distance kernel for ``v [B, Ns, H, c]``
+    (:func:`meshops.nn._flex.auto_rule`, per-head width at most ``MAX_HEAD_DIM``)."""
+    return (auto_rule(v.device, v.dtype, scores) and v.shape[-1] <= MAX_HEAD_DIM
+            and flex_available(v.device))
+
+
 # ------------------------------------------- lambda and values (shared with local.py)
 def lam_init_values(lam_init: Union[float, Sequence[float]], heads: int) -> list:
     """Initial :math:`\\lambda` per head from one value or one per head (validated)."""
@@ -457,10 +466,18 @@ class PositionAttention(PositionParameters):
     * ``"sdpa"``: the same expansion through
       :func:`~torch.nn.functional.scaled_dot_product_attention` (PyTorch's fused
       kernel, CPU or GPU), ``log w`` folded into the keys;
+    * ``"flex"``: PyTorch's FlexAttention with the whole logit
+      ``-\lambda_h\|x_i-y_j\|^2 + \log w_j`` as its ``score_mod``
+      (:func:`meshops.nn._flex.flex_distance_attention`): exact distances in float32
+      inside the kernel even for bf16 values, no ``N_dst x N_src`` matrix; CUDA
+      forward and backward, CPU forward only (torch 2.13); per-head value width at
+      most 256;
     * ``"auto"`` (default): ``"kernel"`` when the kernel has at most
       :data:`meshops.nn.functional.KERNEL_LIMIT` entries (``heads * N_dst * N_src``,
-      times the batch size unless the mesh is shared), else ``"fused"`` where it
-      applies, else ``"sdpa"`` (:func:`meshops.nn.functional.weighted_attention`).
+      times the batch size unless the mesh is shared), else ``"flex"`` on CUDA at
+      ``N_dst * N_src >=`` :data:`meshops.nn._flex.FLEX_MIN_SCORES` (float16,
+      bfloat16, float32), else ``"fused"`` where it applies, else ``"sdpa"``
+      (:func:`meshops.nn.functional.weighted_attention`).
 
     Either way the cost is ``heads * N_dst * N_src`` exponentials per call (per sample
     unless the mesh is shared; timings: ``python -m benchmarks --only layers``).
@@ -481,7 +498,8 @@ class PositionAttention(PositionParameters):
         lam_init (float or sequence): initial :math:`\lambda` (one value, or one per
             head), positive. (default: ``1.0``)
         bias (bool): bias in :math:`W_V`. (default: ``True``)
-        impl (str): ``"auto"``, ``"kernel"``, ``"fused"`` or ``"sdpa"``, see above.
+        impl (str): ``"auto"``, ``"kernel"``, ``"fused"``, ``"sdpa"`` or ``"flex"``, see
+            above.
             (``path=`` is the deprecated old name.)
         lam_param (str): ``"softplus"`` (default) or ``"exp"``: how :math:`\lambda`
             is made positive from the raw parameter ``lam_raw`` (see :attr:`lam`).
@@ -654,4 +672,14 @@ class PositionAttention(PositionParameters):
             kernel = _dense_kernel(pos_src.to(v.dtype), pos_dst.to(v.dtype),
                                    weight.to(v.dtype), lam.to(v.dtype))
             return self._project(_apply_kernel(kernel, v))
-        return self._project(_expanded_attention(pos_src, pos_dst, weight, lam, v, impl))
+        def expanded():
+            return _expanded_attention(pos_src, pos_dst, weight, lam, v, impl)
+
+        def flex():
+            return flex_distance_attention(pos_dst, pos_src, lam, safe_log(weight), v)
+
+        if impl == "flex":
+            return self._project(flex())
+        if impl == "auto" and _flex_auto(v, nd * ns):
+            return self._project(auto_fallback(flex, expanded))
+        return self._project(expanded())

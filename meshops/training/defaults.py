@@ -2,11 +2,14 @@
 wall-clock budget.
 
 A new user's folder is often a *parametric* FEM study: one fixed mesh, a few scalar
-parameters given as constant input fields, 100-200 samples. PiT at its benchmark
-sizes is slow per step on such data, so a short run takes few optimiser steps; a
-small PiT with a small latent mesh takes many more in the same time (the measured
-figures are in the README and ``benchmarks/results/``).
-:func:`choose_defaults` looks at the samples and says which sizes it picked and why;
+parameters per sample (``params``, or input fields constant over the mesh), 100-500
+samples. For those the default is a :class:`~meshops.models.ReducedBasis`: a POD
+basis with the regression of its coefficients chosen on the validation split, which
+beats both the classical POD + RBF model and a neural operator trained for the same
+ten minutes (``python -m benchmarks.accuracy``; figures in ``benchmarks/results/``).
+Everything else (meshes that change, fields as inputs) trains PiT, small when the
+inputs are constant fields on one mesh too large for a reduced basis in memory.
+:func:`choose_defaults` looks at the samples and says which model it picked and why;
 :func:`epochs_for_budget` times one training step and picks the number of epochs.
 Options the user gives always win: the CLI applies only what was left unset.
 """
@@ -19,10 +22,7 @@ from typing import Any, Sequence
 
 import torch
 
-# Inputs whose spread over a mesh is below this fraction of their size are constant
-# (float32 files round a parameter the same way at every node, so the spread is 0;
-# the tolerance only absorbs writers that store values with their own rounding).
-CONST_RTOL = 1e-6
+from meshops.reduced import constant_inputs
 
 # PiT for a parametric map on one mesh: the processor only has to carry a few
 # numbers per sample, so a small latent mesh and width suffice (measured on the
@@ -31,6 +31,9 @@ PARAMETRIC_PIT = {"width": 64, "heads": 2, "blocks": 2, "latent": "fps", "num_la
 PARAMETRIC_TRAIN = {"batch_size": 4, "lr": 3e-3}
 # Everything else keeps PiT's class defaults and the CLI's batch size and rate.
 GENERAL_TRAIN = {"batch_size": 8, "lr": 1e-3}
+# Snapshot values (samples x points x channels) up to which a reduced basis is the
+# default: 2.5e8 float64 values are 2 GB, a few times that while the SVD runs.
+REDUCED_BASIS_MAX_VALUES = 250_000_000
 
 
 def _shares_one_mesh(samples: Sequence) -> bool:
@@ -39,43 +42,87 @@ def _shares_one_mesh(samples: Sequence) -> bool:
                for s in samples[1:])
 
 
-def _constant_inputs(samples: Sequence) -> bool:
-    for s in samples:
-        x = getattr(s, "x", None)
-        if x is None or x.numel() == 0:
-            return False
-        x = x.reshape(x.shape[0], -1).to(torch.float64)
-        spread = (x.max(0).values - x.min(0).values).abs()
-        scale = x.abs().max(0).values.clamp_min(1.0)
-        if bool((spread > CONST_RTOL * scale).any()):
-            return False
-    return True
+def _parametric(dataset: Sequence) -> tuple[bool, str]:
+    """Whether ``dataset`` is a parametric study a reduced basis can take, and why not."""
+    from meshops.reduced import sample_parameters
+
+    if callable(getattr(dataset, "facts", None)):  # read lazily: too large to hold
+        return False, "the data is read lazily, and a reduced basis holds every snapshot"
+    from meshops.training.baselines import correspondence, target_points
+
+    how, why = correspondence(list(dataset))
+    if how is None:
+        return False, why
+    params, why = sample_parameters(dataset)
+    if params is None:
+        return False, why
+    if not bool((params.std(0) > 0).any()):
+        return False, "the parameters are the same in every sample"
+    size = len(dataset) * int(target_points(dataset[0])[0].shape[0]) * \
+        int(dataset[0].y.reshape(dataset[0].y.shape[0], -1).shape[1])
+    if size > REDUCED_BASIS_MAX_VALUES:
+        return False, (f"{size:,} snapshot values, more than a reduced basis holds in "
+                       f"memory ({REDUCED_BASIS_MAX_VALUES:,})")
+    return True, (f"one {'grid shape' if how == 'grid' else 'mesh'} and "
+                  f"{int(params.shape[1])} parameter(s) per sample")
 
 
-def choose_defaults(dataset: Sequence) -> tuple[str, dict[str, Any], dict[str, Any], str]:
+def data_facts(dataset: Sequence) -> dict[str, Any]:
+    """What :func:`choose_defaults` looks at: ``n`` samples, their mean ``points``,
+    whether they share ``one_mesh``, whether their inputs are ``constant`` over each mesh
+    and whether they have inputs at all (``has_x``). A data set that knows these without
+    reading its samples (:class:`meshops.cache.CachedMeshDataset`) gives them by its
+    ``facts()``."""
+    facts = getattr(dataset, "facts", None)
+    if callable(facts):
+        return facts()
+    n = len(dataset)
+    return {"n": n, "points": round(sum(int(s.pos.shape[0]) for s in dataset) / n),
+            "one_mesh": _shares_one_mesh(dataset), "constant": constant_inputs(dataset),
+            "has_x": getattr(dataset[0], "x", None) is not None}
+
+
+def choose_defaults(dataset: Sequence, model: str | None = None
+                    ) -> tuple[str, dict[str, Any], dict[str, Any], str]:
     """The model and training options for ``dataset``, with a one-line reason.
 
     Args:
-        dataset: The training samples (``pos [N, d]``, ``x [N, C]`` or none).
+        dataset: The training samples (``pos [N, d]``, ``x [N, C]`` or none,
+            ``params [1, K]`` or none).
+        model: The model the user asked for, or ``None`` to choose one.
 
     Returns:
         ``(model_name, model_config, train_config, reason)``: ``train_config`` holds
-        ``batch_size`` and ``lr``; the epoch count comes from
+        ``batch_size`` and ``lr`` for the models trained by epochs (empty for the
+        reduced basis, which is fitted); the epoch count comes from
         :func:`epochs_for_budget`.
 
     Raises:
-        ValueError: If ``dataset`` is empty.
+        ValueError: If ``dataset`` is empty, or ``model`` is ``"reduced_basis"`` and the
+            data is not a parametric study (the message says why).
     """
     if len(dataset) == 0:
         raise ValueError("choose_defaults: the dataset is empty")
-    n = len(dataset)
-    points = round(sum(int(s.pos.shape[0]) for s in dataset) / n)
-    one_mesh = _shares_one_mesh(dataset)
-    constant = _constant_inputs(dataset)
+    f = data_facts(dataset)
+    n, points, one_mesh, constant = f["n"], f["points"], f["one_mesh"], f["constant"]
     facts = (f"{n} samples of {'one mesh' if one_mesh else 'varying meshes'} "
              f"({points:,} points{' each' if one_mesh else ' on average'}), "
-             f"{'constant' if constant else 'field' if getattr(dataset[0], 'x', None) is not None else 'no'}"
+             f"{'constant' if constant else 'field' if f['has_x'] else 'no'}"
              f" inputs")
+    if model in (None, "reduced_basis"):
+        parametric, why = _parametric(dataset)
+        if parametric:
+            return "reduced_basis", {}, {}, (
+                f"{facts}: a parametric study ({why}), so a reduced basis: POD modes and "
+                f"the regression of their coefficients (spline, Gaussian process or MLP "
+                f"ensemble) with the lowest validation error")
+        if model == "reduced_basis":
+            raise ValueError(f"the reduced_basis model needs a parametric study (one mesh "
+                             f"and a parameter vector per sample); this data is not one: {why}")
+    train = PARAMETRIC_TRAIN if one_mesh and constant else GENERAL_TRAIN
+    if model not in (None, "pit"):
+        return model, {}, dict(train), (f"{facts}: batch {train['batch_size']}, "
+                                        f"lr {train['lr']:g}")
     if one_mesh and constant:
         cfg = dict(PARAMETRIC_PIT)
         # A latent mesh no larger than the mesh itself.
@@ -137,12 +184,14 @@ def time_training_step(model, samples: Sequence, batch_size: int, repeats: int =
 
 def fill_from_data(cfg: dict, samples: Sequence) -> str:
     """Fill the options of a ``meshops train`` config that nobody set (``None``) from
-    :func:`choose_defaults`; the chosen model hyperparameters go under the user's
-    ``model_config`` when the model is the chosen one. Returns the reason, or ``""``
-    when nothing was filled."""
-    name, model_config, train_config, reason = choose_defaults(samples)
-    before = {k: cfg.get(k) for k in ("model_config", *train_config)}
+    :func:`choose_defaults`: the model, and the chosen model hyperparameters under the
+    user's ``model_config`` when the model is the chosen one. Returns the reason, or
+    ``""`` when nothing was filled."""
+    name, model_config, train_config, reason = choose_defaults(samples, cfg["model"])
+    before = {k: cfg.get(k) for k in ("model", "model_config", *train_config)}
     given = [k for k in train_config if cfg.get(k) is not None]
+    if cfg["model"] is None:
+        cfg["model"] = name
     if cfg["model"] == name:
         given = [k for k in model_config if k in cfg["model_config"]] + given
         cfg["model_config"] = {**model_config, **cfg["model_config"]}

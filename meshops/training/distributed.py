@@ -66,6 +66,39 @@ class DistContext:
         return self.rank == 0
 
 
+def check_device(device: str | torch.device | None) -> torch.device:
+    """``device`` as a :class:`torch.device` that exists here (``None``: CUDA when
+    available, else the CPU).
+
+    Raises:
+        ValueError: not a device name (``"foo"``), or a device this machine does not
+            have (``"cuda"`` without CUDA, ``"cuda:3"`` on one GPU, ``"mps"`` off a Mac),
+            saying which there are.
+    """
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"{device!r} is not a device name; use cpu, cuda or cuda:N "
+                         f"(an index)") from None
+    have = "cpu" + (f", cuda:0..{torch.cuda.device_count() - 1}"
+                    if torch.cuda.is_available() else "")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = ("this torch was built without CUDA" if torch.version.cuda is None
+                   else "no CUDA GPU is visible")
+            raise ValueError(f"{device!r}: CUDA is not available ({why}); this machine "
+                             f"has: {have}")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"{device!r}: there is no such GPU; this machine has: {have}")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{device!r}: MPS is not available; this machine has: {have}")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"{device!r}: meshops runs on cpu, cuda or mps")
+    return dev
+
+
 def setup(device: str | torch.device | None = None) -> tuple[DistContext, torch.device]:
     """Join the torchrun process group, if launched by torchrun, and pick the device.
 
@@ -77,10 +110,11 @@ def setup(device: str | torch.device | None = None) -> tuple[DistContext, torch.
         ``(context, device)``. Without torchrun (or with ``WORLD_SIZE=1``) the
         context is the single-process one and no process group is created. A
         process group the caller initialised already is used as it is.
+
+    Raises:
+        ValueError: a device this machine does not have (see :func:`check_device`).
     """
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(device)
+    device = check_device(device)
     env = torchrun_env()
     if env is None or env[0] <= 1:
         if device.type == "cuda" and device.index is None:

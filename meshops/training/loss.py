@@ -19,6 +19,14 @@ def lp_norms(pred: Tensor, target: Tensor, weight: Tensor | None = None,
     With ``weight`` the norms are quadrature integrals ``(sum_i w_i |e_i|^p)^(1/p)``;
     without, plain vector norms. All channels of a sample are pooled into one norm.
 
+    The norms are scale-free: each sample's values are divided by its largest
+    ``|target|`` or ``|pred - target|`` before the powers are taken and the norms
+    multiplied back, ``||e|| = s ||e / s||``. Squares of fields of order 1e-20 would
+    underflow float32 (the target would look zero everywhere) and those of order 1e20
+    overflow it (an infinite loss); scaled, the relative error of a field is the same
+    number at every magnitude that float32 can hold. ``s`` carries no gradient: the
+    norms do not depend on it, so the gradient is that of the unscaled formula.
+
     Shapes:
         pred ``[N, C]`` or ``[N]``, target like pred, weight ``[N]``, batch ``[N]``
         -> ``([B], [B])``
@@ -27,15 +35,41 @@ def lp_norms(pred: Tensor, target: Tensor, weight: Tensor | None = None,
         raise ValueError(f"pred has shape {tuple(pred.shape)} but target {tuple(target.shape)}")
     if pred.dim() == 1:
         pred, target = pred[:, None], target[:, None]
-    err = (pred - target).abs().pow(p).sum(-1)
-    ref = target.abs().pow(p).sum(-1)
+    if batch is None:
+        batch = torch.zeros(pred.shape[0], dtype=torch.long, device=pred.device)
+    diff = pred - target
+    with torch.no_grad():
+        big = torch.maximum(target.abs(), diff.abs()).amax(-1) if pred.shape[-1] else \
+            target.new_zeros(pred.shape[0])
+        scale = scatter(big, batch, dim=0, reduce="max")
+        # an all-zero sample, or a non-finite one (which must stay non-finite): 1
+        scale = torch.where((scale > 0) & torch.isfinite(scale), scale, torch.ones_like(scale))
+        point_scale = scale[batch][:, None]
+    err = (diff / point_scale).abs().pow(p).sum(-1)
+    ref = (target / point_scale).abs().pow(p).sum(-1)
     if weight is not None:
         err, ref = err * weight.to(err.dtype), ref * weight.to(ref.dtype)
-    if batch is None:
-        batch = torch.zeros(err.shape[0], dtype=torch.long, device=err.device)
-    num = scatter(err, batch, dim=0, reduce="sum").pow(1 / p)
-    den = scatter(ref, batch, dim=0, reduce="sum").pow(1 / p)
+    num = scatter(err, batch, dim=0, reduce="sum").pow(1 / p) * scale
+    den = scatter(ref, batch, dim=0, reduce="sum").pow(1 / p) * scale
     return num, den
+
+
+def failed_samples(pred: Tensor, batch: Tensor | None = None,
+                   num_samples: int | None = None) -> Tensor:
+    """Which samples have a non-finite predicted value (NaN or inf) anywhere.
+
+    With finite inputs and targets (the data sets refuse others) such a prediction
+    is a failure of the model on that sample: its error is infinite, not undefined.
+
+    Shapes:
+        pred ``[N, C]`` or ``[N]``, batch ``[N]`` -> ``[B]`` bool
+    """
+    bad = ~torch.isfinite(pred)
+    bad = bad.reshape(bad.shape[0], -1).any(-1) if bad.dim() > 1 else bad
+    if batch is None:
+        batch = torch.zeros(bad.shape[0], dtype=torch.long, device=bad.device)
+    return scatter(bad.to(torch.int32), batch, dim=0, dim_size=num_samples,
+                   reduce="max") > 0
 
 
 def zero_target(ref_norm: Tensor, eps: float | None = None) -> Tensor:
@@ -102,22 +136,29 @@ def lp_errors(pred: Tensor, target: Tensor, weight: Tensor | None = None,
               ) -> dict[str, Tensor]:
     """Per-sample relative and absolute Lp errors, for reports.
 
-    Returns ``{"relative": [B], "absolute": [B], "zero_target": [B] bool}``: the
-    absolute error is ``||pred - target||_p`` (quadrature-weighted with ``weight``:
-    ``(sum_i w_i |e_i|^p)^(1/p)``); the relative error is NaN where the target is
-    zero everywhere (:func:`zero_target`), since it is undefined there.
+    Returns ``{"relative": [B], "absolute": [B], "zero_target": [B] bool, "failed":
+    [B] bool}``: the absolute error is ``||pred - target||_p`` (quadrature-weighted
+    with ``weight``: ``(sum_i w_i |e_i|^p)^(1/p)``); the relative error is NaN where
+    the target is zero everywhere (:func:`zero_target`), since it is undefined there.
+    A sample with a non-finite prediction (:func:`failed_samples`) has both errors
+    ``inf``, whatever its target: the model failed on it, and a mean over the
+    samples must say so rather than leave it out.
     """
     num, den = lp_norms(pred, target, weight, batch, p)
     zero = zero_target(den, eps)
+    failed = failed_samples(pred, batch, num.shape[0])
     rel = torch.where(zero, torch.full_like(num, float("nan")),
                       num / torch.where(zero, torch.ones_like(den), den))
-    return {"relative": rel, "absolute": num, "zero_target": zero}
+    inf = torch.full_like(num, float("inf"))
+    return {"relative": torch.where(failed, inf, rel), "absolute": torch.where(failed, inf, num),
+            "zero_target": zero & ~failed, "failed": failed}
 
 
 def sample_errors(pred: Tensor, target: Tensor, weight: Tensor | None) -> dict[str, float]:
     """The errors reported for one sample: relative L2 quadrature-weighted (``"l2"``)
     and plain (``"l2_unweighted"``), NaN where the target is zero everywhere, and the
-    quadrature-weighted absolute L2 error (``"abs_l2"``); see :func:`lp_errors`.
+    quadrature-weighted absolute L2 error (``"abs_l2"``); all three ``inf`` where the
+    prediction is not finite (a failure of the model); see :func:`lp_errors`.
 
     Shapes:
         pred, target: ``[N, C]``; weight: ``[N]`` or ``None`` (plain sums only)
@@ -132,16 +173,21 @@ def summarize_errors(values: Sequence[float], names: Sequence[str] | None = None
     """Mean, median and worst of per-sample errors, over the samples where they are
     defined (NaN marks an undefined relative error, see :func:`lp_errors`).
 
+    An infinite error (a sample on which the model predicted a non-finite value) is
+    defined: it counts, so the mean and the worst are ``inf`` and the worst sample
+    is that one; the median is that of all defined errors.
+
     Returns ``mean``, ``median``, ``max`` (``None`` when no sample has a defined
     error), ``worst_sample`` and ``median_sample`` (from ``names``, default the
-    indices), ``n`` (samples with a defined error) and ``undefined`` (the names of
-    the others).
+    indices), ``n`` (samples with a defined error), ``undefined`` (the names of the
+    others) and ``failed`` (the names of the samples with an infinite error).
     """
     v = np.asarray(values, dtype=np.float64).reshape(-1)
     names = list(range(len(v))) if names is None else list(names)
     ok = ~np.isnan(v)
     idx = np.flatnonzero(ok)
-    out = {"n": int(idx.size), "undefined": [names[i] for i in np.flatnonzero(~ok)]}
+    out = {"n": int(idx.size), "undefined": [names[i] for i in np.flatnonzero(~ok)],
+           "failed": [names[i] for i in np.flatnonzero(np.isinf(v))]}
     if not idx.size:
         return {**out, "mean": None, "median": None, "max": None, "worst_sample": None,
                 "median_sample": None}
@@ -159,6 +205,15 @@ def warn_zero_targets(names: Sequence, what: str = "target", stacklevel: int = 2
                       f"relative L2 error is undefined; it is left out of the relative means "
                       f"(their absolute error is reported): {shown}", UserWarning,
                       stacklevel=stacklevel + 1)
+
+
+def warn_failed(names: Sequence, stacklevel: int = 2) -> None:
+    """One warning listing the samples on which the model predicted a non-finite value."""
+    if len(names):
+        shown = ", ".join(str(n) for n in list(names)[:5]) + (", ..." if len(names) > 5 else "")
+        warnings.warn(f"the model predicts a non-finite value (NaN or inf) on {len(names)} "
+                      f"sample(s) with finite inputs: {shown}; their errors count as inf, so "
+                      f"the mean and worst error are inf", UserWarning, stacklevel=stacklevel + 1)
 
 
 class RelativeLpLoss(torch.nn.Module):

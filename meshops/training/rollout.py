@@ -280,10 +280,12 @@ SERIES_TRAIN = {"batch_size": 16, "lr": 3e-3}
 
 def fill_series_defaults(cfg, series: Sequence[TimeSeries]) -> str:
     """Fill the options of a ``meshops train --series`` config that nobody set: the
-    operator's size (when it is PiT), the batch size and the learning rate. Returns
-    what was chosen, or ``""``."""
-    before = {k: cfg.get(k) for k in ("model_config", *SERIES_TRAIN)}
+    operator (PiT) and its size, the batch size and the learning rate. Returns what was
+    chosen, or ``""``."""
+    before = {k: cfg.get(k) for k in ("model", "model_config", *SERIES_TRAIN)}
     points = min(int(s.mesh.pos.shape[0]) for s in series)
+    if cfg["model"] is None:
+        cfg["model"] = "pit"
     if cfg["model"] == "pit":
         chosen = dict(SERIES_PIT, num_latent=min(SERIES_PIT["num_latent"], points))
         cfg["model_config"] = {**chosen, **cfg["model_config"]}

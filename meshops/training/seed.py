@@ -9,9 +9,12 @@ import numpy as np
 import torch
 
 # Multiplier that spreads run seeds apart before the epoch is added, so that
-# (seed=0, epoch=1) and (seed=1, epoch=0) do not give the same shuffle. Small
-# enough that seed * _SEED_STRIDE + epoch stays far inside the generators' range.
+# (seed=0, epoch=1) and (seed=1, epoch=0) do not give the same shuffle.
 _SEED_STRIDE = 1_000_003
+
+#: The largest run seed: seeds are 0 .. 2**63 - 1, so that seed + rank and the epoch
+#: seeds stay inside torch's generators (which take up to 2**64 - 1).
+MAX_SEED = 2**63 - 1
 
 
 def seed_everything(seed: int) -> None:
@@ -30,9 +33,11 @@ def epoch_seed(seed: int, epoch: int) -> int:
     """Seed of the data order of ``epoch`` in a run seeded with ``seed``.
 
     It depends on nothing else (not on the global generators), so a resumed run
-    draws the same order as an uninterrupted one.
+    draws the same order as an uninterrupted one. Taken modulo 2**63, so that any seed
+    up to :data:`MAX_SEED` gives a valid generator seed (the same value as before for
+    seeds below 9e12, so older runs resume unchanged).
     """
-    return int(seed) * _SEED_STRIDE + int(epoch)
+    return (int(seed) * _SEED_STRIDE + int(epoch)) % 2**63
 
 
 def get_rng_state() -> dict[str, Any]:

@@ -21,15 +21,18 @@ from torch.utils.data import DistributedSampler
 from meshops._atomic import atomic_write
 from meshops._checkpoint import check_weights_fit
 from meshops._progress import progress as progress_bar
+from meshops.models.conditioning import fit_param_normalizer
 from meshops.normalizer import UnitGaussianNormalizer
-from meshops.training import distributed, state
+from meshops.training import callbacks, distributed, state
+from meshops.training.callbacks import Callback
 from meshops.training.dataset import fit_normalizers, make_loader, prepare_batch
 from meshops.training.optim import (check_optimizer_arguments, check_scheduler,
                                     is_scheduler_object, make_optimizer, make_scheduler,
                                     name_of)
-from meshops.training.loss import (RelativeLpLoss, lp_errors, summarize_errors,
+from meshops.training.loss import (RelativeLpLoss, lp_errors, summarize_errors, warn_failed,
                                    warn_zero_targets)
-from meshops.training.seed import epoch_seed, get_rng_state, seed_everything, set_rng_state
+from meshops.training.seed import (MAX_SEED, epoch_seed, get_rng_state, seed_everything,
+                                   set_rng_state)
 
 if TYPE_CHECKING:
     from meshops.models.base import NeuralOperator
@@ -226,9 +229,13 @@ class Trainer:
             :func:`~meshops.training.seed.seed_everything` before building it (as
             ``meshops train`` and the examples do).
         device: ``"cpu"``, ``"cuda"``, a device, or ``None`` for CUDA when available.
-        amp: Mixed precision on CUDA: ``True`` (bfloat16 where supported, else
-            float16 with a gradient scaler), ``"bf16"`` or ``"fp16"``. On CPU it is
-            ignored with a warning and the model trains in its own dtype.
+        amp: Mixed precision (:func:`torch.autocast`) for a float32 model:
+            ``"bf16"``, ``"fp16"`` (with a gradient scaler) or ``True`` (bfloat16 on
+            CPU and on GPUs that support it, else float16). The loss, the decoding
+            and the optimiser stay in float32. On CPU both run: bfloat16 is faster
+            than float32 on CPUs with AVX512-BF16 or AMX, float16 slower (measured
+            figures in ``docs/training-and-deployment.md``). A float64 model, or
+            bfloat16 on a GPU without it, is refused with ``ValueError``.
         out_dir: Folder for ``last.pt``, ``best.pt`` and ``history.json``, or ``None``.
         normalize: Fit input/output normalisers on ``train_data`` when the model
             has none. Normalisers the model already has are always used.
@@ -254,6 +261,17 @@ class Trainer:
         time_limit: Seconds: :meth:`fit` stops after the epoch past which one more
             epoch (at the mean epoch time so far) would not end within this many
             seconds of its start; ``best.pt`` is then the best validated epoch so far.
+        compile: Train (and validate) through :func:`torch.compile`: ``True`` or a
+            dict of its arguments (e.g. ``{"mode": "max-autotune"}``). The first steps
+            of each new mesh size compile; a fixed-mesh dataset with precomputed
+            structures compiles once (see the README's torch.compile section).
+        checkpoint_blocks: Activation checkpointing of the model's processor blocks
+            (:meth:`~meshops.models.NeuralOperator.set_block_checkpointing`): their
+            activations are recomputed in the backward pass instead of kept, for
+            less peak memory at the cost of one more forward of the blocks.
+        callbacks: :class:`~meshops.training.callbacks.Callback` objects whose hooks
+            run at the start and end of :meth:`fit` and after every epoch (e.g.
+            :class:`~meshops.training.experiment.TensorBoardLogger`).
     """
 
     def __init__(self, model: "NeuralOperator", train_data: Sequence, val_data: Sequence | None = None,
@@ -268,11 +286,22 @@ class Trainer:
                  shuffle: bool = True, progress: bool = True, log: Any = print,
                  resume: bool = False, metadata: dict | None = None, num_workers: int = 0,
                  find_unused_parameters: bool = False, precompute: bool = True,
-                 time_limit: float | None = None) -> None:
-        if epochs < 1 or batch_size < 1:
-            raise ValueError(f"epochs and batch_size must be positive, got {epochs}, {batch_size}")
+                 time_limit: float | None = None, compile: bool | dict = False,
+                 checkpoint_blocks: bool = False, callbacks: Sequence = ()) -> None:
+        for name, value in (("epochs", epochs), ("batch_size", batch_size),
+                            ("val_batch_size", val_batch_size)):
+            # 2.5 would be truncated to 2 without a word
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise ValueError(f"Trainer: {name} must be a positive integer, got {value!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+            raise ValueError(f"Trainer: seed must be an integer in 0..{MAX_SEED}, got {seed!r}")
         if len(train_data) == 0:
             raise ValueError("Trainer: train_data is empty")
+        if val_data is not None and len(val_data) == 0:
+            # it would fail after the first epoch, with nothing to validate on
+            raise ValueError("Trainer: val_data is empty; pass val_data=None to train without "
+                             "validation")
         if resume and out_dir is None:
             raise ValueError("Trainer: resume=True needs out_dir")
         if loss is not None and not callable(loss):
@@ -297,6 +326,17 @@ class Trainer:
                              f"a callable, got {scheduler!r}")
         self.dtype = params[0].dtype
         self._check_dtype(train_data[0])
+        if not isinstance(compile, (bool, dict)):
+            raise TypeError(f"compile must be True, False or a dict of torch.compile "
+                            f"arguments, got {compile!r}")
+        self.compile = compile
+        self.callbacks = list(callbacks)
+        for cb in self.callbacks:
+            if not isinstance(cb, Callback):
+                raise TypeError(f"callbacks must be meshops.training.callbacks.Callback "
+                                f"objects, got {type(cb).__name__}")
+        if checkpoint_blocks:
+            model.set_block_checkpointing(True)
         if precompute:
             train_data = _with_mesh_structures(model, train_data, "training", progress)
             val_data = _with_mesh_structures(model, val_data, "validation", progress)
@@ -323,7 +363,8 @@ class Trainer:
         self.model = model.to(self.device)
 
         self.amp_dtype = self._amp_dtype(amp)
-        self.scaler = (torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None)
+        self.scaler = (torch.amp.GradScaler(self.device.type)
+                       if self.amp_dtype == torch.float16 else None)
 
         # The sampler is a DistributedSampler in a single process too (one replica):
         # the permutation of an epoch then depends only on (seed, epoch), and a run on
@@ -363,20 +404,9 @@ class Trainer:
                     f"the model")
 
     def _amp_dtype(self, amp) -> torch.dtype | None:
-        if not amp:
-            return None
-        if self.device.type != "cuda":
-            warnings.warn(f"amp={amp!r} has no effect on {self.device.type}: mixed precision "
-                          f"is used on CUDA only; training in {self.dtype}",
-                          UserWarning, stacklevel=3)
-            return None
-        if amp is True:
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        choices = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-                   "fp16": torch.float16, "float16": torch.float16}
-        if amp not in choices:
-            raise ValueError(f"amp must be True, False, 'bf16' or 'fp16', got {amp!r}")
-        return choices[amp]
+        from meshops.training.precision import amp_dtype
+
+        return amp_dtype(amp, self.device, self.dtype)
 
     def _attach_normalizers(self, norm_in: UnitGaussianNormalizer | None,
                             norm_out: UnitGaussianNormalizer | None) -> None:
@@ -402,10 +432,35 @@ class Trainer:
                 # Training split only: statistics that have seen the validation data
                 # would leak it into the model.
                 self._attach_normalizers(*fit_normalizers(self.train_data))
+            if self.normalize:  # the parameters' statistics, when the model takes some
+                fit_param_normalizer(self.model, self.train_data)
         # Wrapped after the normalisers are attached: DDP registers the buffers it
         # broadcasts when it is built.
         self._net = distributed.wrap_model(self.model, self.dist, self.device,
                                            self.find_unused_parameters)
+        self._eval_net = self.model
+        if self.compile is not False:
+            kw = self.compile if isinstance(self.compile, dict) else {}
+            # DDP before compile: the compiler then splits the graph at DDP's buckets.
+            self._net = torch.compile(self._net, **kw)
+            self._eval_net = (torch.compile(self.model, **kw) if self.dist.active
+                              else self._net)
+
+    def _precision_hint(self) -> str:
+        """Why a loss may have overflowed when the training data are of a magnitude
+        near the limits of the model's dtype (said instead of "lower lr")."""
+        if self.dtype == torch.float64 or not isinstance(self.train_data, (list, tuple)):
+            return ""
+        top = max((float(t.abs().max()) for s in self.train_data for t in
+                   (getattr(s, "x", None), getattr(s, "y", None))
+                   if t is not None and t.numel()), default=0.0)
+        limit = torch.finfo(self.dtype).max
+        if top < limit ** 0.5:
+            return ""
+        return (f"the training data reach {top:.3g}, within a factor {limit / top:.3g} of the "
+                f"largest {self.dtype} ({limit:.3g}): {self.dtype} is the limit here; train "
+                f"in float64 (model.double() and float64 samples; meshops train --dtype "
+                f"float64)")
 
     # ------------------------------------------------------------------ forward
     def _forward(self, net: nn.Module, batch) -> Tensor:
@@ -430,7 +485,10 @@ class Trainer:
         self.sampler.set_epoch(epoch)
         self._loader_gen.manual_seed(epoch_seed(self.seed, epoch))
         total = torch.zeros(2, dtype=torch.float64)  # sum of per-sample losses, samples
-        bar = progress_bar(self.train_loader, total=self.steps_per_epoch, unit="batch",
+        # An iterator, not the loader: tqdm.auto's bar calls iter() on what it is given
+        # when it is made and again to iterate, and a second iter() of a loader with
+        # workers starts a second set of worker processes that read batches for nothing.
+        bar = progress_bar(iter(self.train_loader), total=self.steps_per_epoch, unit="batch",
                            desc=f"epoch {epoch + 1}/{self.epochs}", leave=False,
                            enabled=self.progress and self.dist.is_main)
         for step, batch in enumerate(bar):
@@ -448,7 +506,7 @@ class Trainer:
             if not math.isfinite(value):
                 raise FloatingPointError(
                     f"non-finite training loss {value} at epoch {epoch + 1}, step {step + 1}; "
-                    f"lower lr, set grad_clip, or check the data")
+                    f"{self._precision_hint() or 'lower lr, set grad_clip, or check the data'}")
             if self.scaler is not None:
                 self.scaler.scale(loss).backward()
                 if self.grad_clip is not None:
@@ -481,33 +539,42 @@ class Trainer:
         A sample whose target is zero everywhere has no relative error
         (:func:`~meshops.training.loss.zero_target`): it is left out of the relative
         statistics, counted in ``l2_undefined`` and named in a warning; its absolute
-        error still counts in ``abs_l2_*``.
+        error still counts in ``abs_l2_*``. A sample on which the model predicts a
+        non-finite value (its inputs are finite) is a failure: its errors are ``inf``,
+        so the means and maxima are ``inf``; it is counted in ``failed`` and named in
+        a warning.
 
         Returns:
             ``l2_mean``, ``l2_median``, ``l2_max`` (quadrature-weighted),
             ``l2_unweighted_mean``, ``..._median``, ``..._max`` (NaN when no sample
             has a defined relative error), ``abs_l2_mean``, ``..._median``, ``..._max``
             (quadrature-weighted absolute error ``sqrt(sum_i w_i |pred_i - y_i|^2)``),
-            ``l2_undefined`` (samples with an all-zero target) and ``n`` (samples).
+            ``l2_undefined`` (samples with an all-zero target), ``failed`` (samples with
+            a non-finite prediction) and ``n`` (samples).
         """
         data = self.val_data if data is None else data
         if data is None or len(data) == 0:
             raise ValueError("evaluate: no data (and no val_data)")
         if self._net is None and self.normalize and not self._has_normalizers():
             self._attach_normalizers(*fit_normalizers(self.train_data))
+        if self._net is None and self.normalize:
+            fit_param_normalizer(self.model, self.train_data)
         idx = distributed.shard(len(data), self.dist)
-        loader = make_loader([data[i] for i in idx], self.val_batch_size,
+        # A Subset, not a list of the samples: a lazily read data set stays on disk.
+        loader = make_loader(torch.utils.data.Subset(data, idx), self.val_batch_size,
                              generator=torch.Generator(), num_workers=self.num_workers)
         # The bare model, not DDP: ranks may hold different numbers of batches, and a
         # DDP forward would wait for the others (it broadcasts buffers).
         model = self.model
+        net = getattr(self, "_eval_net", None)
+        net = model if net is None else net
         was_training = model.training
         model.eval()
         errs = []
         try:
             for batch in loader:
                 batch = prepare_batch(batch, self.device)
-                pred = self._forward(model, batch).to(torch.float64)
+                pred = self._forward(net, batch).to(torch.float64)
                 y, w, b = targets_of(batch)
                 y = y.to(torch.float64)
                 weighted, plain = lp_errors(pred, y, w, b), lp_errors(pred, y, None, b)
@@ -519,6 +586,9 @@ class Trainer:
         gathered = distributed.all_gather_objects((idx, local), self.dist)
         order = np.concatenate([np.asarray(i, dtype=np.int64) for i, _ in gathered])
         values = torch.cat([e for _, e in gathered]).numpy()[np.argsort(order, kind="stable")]
+        # Per sample, for callbacks (the median sample's figure): columns l2,
+        # l2_unweighted, abs_l2 in the order of ``data``.
+        self.last_errors = values
         out: dict[str, float] = {"n": int(values.shape[0])}
         for j, name in enumerate(("l2", "l2_unweighted", "abs_l2")):
             st = summarize_errors(values[:, j])
@@ -526,9 +596,13 @@ class Trainer:
                 out[f"{name}_{k}"] = math.nan if st[k] is None else st[k]
         undefined = np.flatnonzero(np.isnan(values[:, 0]))
         out["l2_undefined"] = int(undefined.size)
+        failed = np.flatnonzero(np.isinf(values[:, 0]))
+        out["failed"] = int(failed.size)
+        name = (lambda i: getattr(data[int(i)], "source", None) or f"sample {int(i)}")
         if undefined.size and self.dist.is_main:
-            warn_zero_targets([getattr(data[int(i)], "source", None) or f"sample {int(i)}"
-                               for i in undefined], stacklevel=2)
+            warn_zero_targets([name(i) for i in undefined], stacklevel=2)
+        if failed.size and self.dist.is_main:
+            warn_failed([name(i) for i in failed], stacklevel=2)
         return out
 
     def fit(self, resume: bool | None = None) -> list[dict[str, Any]]:
@@ -546,6 +620,7 @@ class Trainer:
             raise ValueError("fit: resume=True needs out_dir")
         try:
             self._prepare(resume)
+            callbacks.call(self.callbacks, "on_fit_start", self)
             if self.epoch >= self.epochs:
                 self._log(f"already trained {self.epoch}/{self.epochs} epochs")
             start, first = time.perf_counter(), self.epoch
@@ -560,7 +635,10 @@ class Trainer:
                                   f"epoch would pass the {self.time_limit:g} s time limit")
                         break
         finally:
-            distributed.cleanup(self.dist)
+            try:
+                callbacks.call(self.callbacks, "on_fit_end", self)
+            finally:
+                distributed.cleanup(self.dist)
         return self.history
 
     def _run_epoch(self, epoch: int) -> None:
@@ -588,8 +666,11 @@ class Trainer:
         if val is not None:
             msg += (f"  val l2 {val['l2_mean']:.4e} (median {val['l2_median']:.4e}, "
                     f"max {val['l2_max']:.4e}; unweighted {val['l2_unweighted_mean']:.4e})")
+            if val.get("failed"):
+                msg += f"  non-finite prediction on {val['failed']} of {val['n']}"
         msg += f"  lr {entry['lr']:.2e}  {entry['time_s']:.1f}s" + ("  *best*" if improved else "")
         self._log(msg)
+        callbacks.call(self.callbacks, "on_epoch_end", self, entry)
 
     # ------------------------------------------------------------------ state
     def _save_state(self) -> None:

@@ -1,0 +1,183 @@
+"""``python -m benchmarks.accuracy``: meshops' defaults against the baselines and the
+neural peers, side by side, on the same files, budget and metric.
+
+Examples::
+
+    python -m benchmarks.accuracy                                  # everything, 10 min per model
+    python -m benchmarks.accuracy --minutes 0.5 --datasets heat --models meshops,mean,pod_rbf
+    python -m benchmarks.accuracy --table benchmarks/results/accuracy-cpu-2core-10min.json
+
+See docs/accuracy.md. A full run takes about (data sets x neural models x minutes):
+six data sets x three trained models x 10 minutes = 3 hours of exclusive CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks.accuracy import datasets
+from benchmarks.accuracy.report import console_table, markdown_table
+from benchmarks.accuracy.run import MODELS, PEERS, REPO, run_dataset
+
+SCHEMA = "meshops-accuracy-1"
+RESULTS = REPO / "benchmarks" / "results"
+DEFAULT_PEERS_PYTHON = "/work/scratch/peers-venv/bin/python"
+
+
+def _csv(choices):
+    def parse(text: str) -> list[str]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        bad = [t for t in items if t not in choices]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(f"unknown {bad or text!r}; choose from "
+                                             f"{','.join(choices)}")
+        return items
+    return parse
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.accuracy", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--datasets", type=_csv(datasets.NAMES), default=list(datasets.NAMES),
+                   help=f"comma-separated, from {','.join(datasets.NAMES)} (default all)")
+    p.add_argument("--models", type=_csv(MODELS), default=list(MODELS),
+                   help=f"comma-separated, from {','.join(MODELS)} (default all)")
+    p.add_argument("--minutes", type=float, default=10.0,
+                   help="training budget per trained model and data set (default 10)")
+    p.add_argument("--threads", type=int, default=2, help="threads per model (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the peers' training")
+    p.add_argument("--grace", type=float, default=1.2,
+                   help="a model is stopped at grace x budget + a minute (default 1.2)")
+    p.add_argument("--peers-python", default=None,
+                   help="python of the peers' environment (default: "
+                        f"{DEFAULT_PEERS_PYTHON} if it exists, else this one)")
+    p.add_argument("--data-root", type=Path, default=None,
+                   help="where the data folders are written once (default "
+                        "$MESHOPS_CACHE/accuracy or ~/.cache/meshops/accuracy)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="result JSON (default benchmarks/results/accuracy-cpu-<threads>core-"
+                        "<minutes>min.json; the console log goes beside it as .log)")
+    p.add_argument("--keep", type=Path, default=None,
+                   help="keep the runs and predictions in this folder (default: a temporary "
+                        "folder, removed)")
+    p.add_argument("--table", type=Path, metavar="FILE.json",
+                   help="print the Markdown table of a stored result and exit")
+    args = p.parse_args(argv)
+    if not args.minutes > 0:
+        p.error(f"--minutes must be positive, got {args.minutes}")
+    if args.threads < 1:
+        p.error(f"--threads must be >= 1, got {args.threads}")
+    # meshops first: the peers take their validation files from its run
+    args.models = [m for m in MODELS if m in args.models]
+    if args.peers_python is None:
+        args.peers_python = DEFAULT_PEERS_PYTHON if Path(DEFAULT_PEERS_PYTHON).exists() \
+            else sys.executable
+    return args
+
+
+def _data_root(arg) -> Path:
+    if arg is not None:
+        return arg
+    env = os.environ.get("MESHOPS_CACHE")
+    return (Path(env) if env else Path.home() / ".cache" / "meshops") / "accuracy"
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+    except OSError:
+        return "?"
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 1)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from benchmarks.reporting import write_json
+
+    if args.table:
+        import json
+
+        try:
+            doc = json.loads(args.table.read_text())
+        except (OSError, ValueError) as e:
+            print(f"error: {args.table}: {e}", file=sys.stderr)
+            return 2
+        if doc.get("schema") != SCHEMA:
+            print(f"error: {args.table}: not an accuracy result (schema "
+                  f"{doc.get('schema')!r})", file=sys.stderr)
+            return 2
+        print(markdown_table(doc), end="")
+        return 0
+    if any(m in PEERS for m in args.models):
+        try:
+            ok = subprocess.run([args.peers_python, "-c", "import physicsnemo, neuralop"],
+                                capture_output=True, text=True).returncode == 0
+        except OSError:
+            ok = False
+        if not ok:
+            print(f"error: {args.peers_python} cannot import physicsnemo and neuralop (install "
+                  f"the peers: pip install -e .[peers], see docs/accuracy.md), or leave "
+                  f"transolver,gino out of --models", file=sys.stderr)
+            return 2
+    out = args.out or RESULTS / f"accuracy-cpu-{args.threads}core-{args.minutes:g}min.json"
+    command = "python -m benchmarks.accuracy " + " ".join(
+        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    log_lines = [f"$ {command}"]
+
+    def log(text: str) -> None:
+        print(text, flush=True)
+        log_lines.append(text)
+
+    doc = {"schema": SCHEMA, "command": command, "minutes": args.minutes,
+           "threads": args.threads, "models": args.models, "grace": args.grace,
+           "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": sys.version.split()[0]},
+           "meshops_commit": _commit(), "peers_python": args.peers_python,
+           "started": dt.datetime.now().isoformat(timespec="seconds"),
+           "load": {"start": _load()}, "datasets": {}}
+    log(f"# {command}")
+    log(f"# {doc['machine']['cpu']}, {doc['machine']['cores']} cores, load average "
+        f"{doc['load']['start']}; {args.minutes:g} min per trained model, {args.threads} threads")
+    keep = args.keep
+    work = keep or Path(tempfile.mkdtemp(prefix="meshops-accuracy-"))
+    try:
+        for name in args.datasets:
+            data = datasets.prepare(name, _data_root(args.data_root))
+            doc["datasets"][name] = run_dataset(name, data, args.models, args, work / name, log)
+    finally:
+        if keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    doc["load"]["end"] = _load()
+    doc["finished"] = dt.datetime.now().isoformat(timespec="seconds")
+    log("")
+    log(console_table(doc))
+    write_json(out, doc)
+    log(f"\nwrote {out} and {out.with_suffix('.log')}")
+    out.with_suffix(".log").write_text("\n".join(log_lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""The predictors that need no neural network, on the benchmark's arrays.
+
+* **training mean**: the node-wise mean of the training targets (one shared mesh
+  only).
+* **nearest training sample**: the targets of the training sample whose parameters
+  (the input fields' node means, standardised by their spread over the training
+  set) are closest; on another mesh its field is carried over by P1 interpolation
+  on the training mesh's triangles (nearest node outside them).
+* **POD + RBF**: the classical reduced-order model of a parametric study, as
+  meshops itself reports it; see :func:`pod_rbf`.
+
+Each returns one ``[N, C]`` prediction per test sample, or a reason why it does not
+apply.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from benchmarks.accuracy.folder import Sample, same_mesh
+
+
+class NotApplicable(Exception):
+    """The predictor does not apply to this data set (the message says why)."""
+
+
+def _standardised_params(train: Sequence[Sample], test: Sequence[Sample]):
+    p_tr = np.stack([s.params for s in train])
+    p_te = np.stack([s.params for s in test])
+    mu, sd = p_tr.mean(0), p_tr.std(0)
+    sd[~(sd > 0)] = 1.0  # a parameter constant over the training set cannot rank
+    return (p_tr - mu) / sd, (p_te - mu) / sd
+
+
+def training_mean(train: Sequence[Sample], test: Sequence[Sample]) -> list[np.ndarray]:
+    """Node-wise mean of the training targets, for every test sample."""
+    if not same_mesh(list(train) + list(test)):
+        raise NotApplicable("one mesh per sample")
+    mean = np.mean([s.targets for s in train], axis=0)
+    return [mean.copy() for _ in test]
+
+
+def _transfer(src: Sample, dst: Sample) -> np.ndarray:
+    """``src.targets`` at ``dst``'s nodes: P1 interpolation, nearest node outside."""
+    if src.points.shape == dst.points.shape and np.array_equal(src.points, dst.points):
+        return src.targets.copy()
+    import matplotlib.tri as mtri
+    from scipy.spatial import cKDTree
+
+    tri = mtri.Triangulation(src.points[:, 0], src.points[:, 1], src.triangles)
+    out = np.empty((len(dst.points), src.targets.shape[1]))
+    nearest = cKDTree(src.points).query(dst.points)[1]
+    for c in range(src.targets.shape[1]):
+        v = mtri.LinearTriInterpolator(tri, src.targets[:, c])(dst.points[:, 0], dst.points[:, 1])
+        out[:, c] = np.where(np.ma.getmaskarray(v), src.targets[nearest, c], np.ma.getdata(v))
+    return out
+
+
+def nearest_sample(train: Sequence[Sample], test: Sequence[Sample]) -> list[np.ndarray]:
+    """The nearest training sample in standardised parameter space, per test sample."""
+    if train[0].inputs.shape[1] == 0:
+        raise NotApplicable("no input parameters")
+    p_tr, p_te = _standardised_params(train, test)
+    idx = np.argmin(((p_te[:, None] - p_tr[None]) ** 2).sum(-1), axis=1)
+    return [_transfer(train[i], t) for i, t in zip(idx, test)]
+
+
+def pod_rbf(train: Sequence[Sample], test: Sequence[Sample]) -> list[np.ndarray]:
+    """POD + RBF as meshops reports it (:func:`meshops.training.baselines.pod_rbf_baseline`:
+    POD in the quadrature inner product with the rank chosen by energy, thin-plate RBF
+    from the standardised parameters to the modal coefficients), on the benchmark's
+    arrays; :data:`LAST_NOTE` keeps its note (rank, energy, parameters).
+
+    Shapes:
+        train/test targets ``[N, C]`` on one mesh -> ``T`` predictions ``[N, C]``
+    """
+    import torch
+
+    from meshops.data import MeshData
+    from meshops.training.baselines import pod_rbf_baseline
+
+    def mesh_data(s: Sample) -> MeshData:
+        t = lambda a: torch.as_tensor(a, dtype=torch.float64)  # noqa: E731
+        return MeshData(pos=t(s.points), weight=t(s.weight), x=t(s.inputs), y=t(s.targets),
+                        params=t(s.params)[None])
+
+    res = pod_rbf_baseline([mesh_data(s) for s in train], [mesh_data(s) for s in test])
+    LAST_NOTE[0] = res.note
+    if not res.available:
+        raise NotApplicable(res.note.removeprefix("n/a: "))
+    return [p.numpy() for p in res.predictions]
+
+
+#: The note of the last :func:`pod_rbf` call.
+LAST_NOTE = [""]

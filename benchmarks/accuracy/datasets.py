@@ -1,0 +1,106 @@
+"""The benchmark's data sets, written once as mesh folders and reused.
+
+=================  ======================================================  ===========
+name               what                                                    train/test
+=================  ======================================================  ===========
+navier_stokes      real: backward-facing step, 1 parameter, (vx, vy, p)    400 / 100
+heat               real: transient heat as a parametric set, (mu0, mu1,    1600 / 400
+                   step), every 5th step, split by trajectory (80 / 20)
+convdiff           stand-in: convection-diffusion, 3 parameters            160 / 40
+materials          stand-in: multi-material elasticity, 11 parameters,     400 / 100
+                   displacement (u1, u2)
+hole               stand-in: plate with a hole, 4 parameters, one mesh     240 / 60
+                   per sample
+boundary_layer     stand-in: convection-diffusion at Peclet 10-1000,       240 / 60
+                   graded mesh
+=================  ======================================================  ===========
+
+Each is a :class:`data_adapters.parametric.ParametricSet` written by
+:func:`data_adapters.parametric.prepare_parametric_folders` to ``ROOT/<name>/``
+(``train/``, ``test/``, ``dataset.json``); a folder whose key matches is reused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from data_adapters.parametric import ParametricSet, prepare_parametric_folders
+
+#: Name -> (key, builder). The key names everything the folder depends on.
+_SPECS: dict[str, tuple[dict, Callable[[dict], ParametricSet]]] = {}
+
+
+def _register(name: str, key: dict):
+    def deco(fn):
+        _SPECS[name] = ({"set": name, **key}, fn)
+        return fn
+    return deco
+
+
+@_register("navier_stokes", {"version": 1, "n_train": 400, "seed": 0})
+def _navier_stokes(key):
+    from data_adapters.fem_npz import navier_stokes_set
+
+    ds = navier_stokes_set(n_train=key["n_train"], seed=key["seed"])
+    ds.info["key"] = key
+    return ds
+
+
+@_register("heat", {"version": 1, "n_train": 80, "seed": 0, "every": 5})
+def _heat(key):
+    from data_adapters.fem_npz import heat_set
+
+    ds = heat_set(n_train=key["n_train"], seed=key["seed"], every=key["every"])
+    ds.info["key"] = key
+    return ds
+
+
+def _standin_set(name: str, module: str, factory: str, inputs: str, targets,
+                 description: str, version: int = 1) -> None:
+    """Register stand-in ``name``: ``factory(samples, seed=...)`` of
+    ``data_adapters.standins.<module>``, first ``samples - test`` for training."""
+
+    def build(key):
+        import importlib
+
+        mod = importlib.import_module(f"data_adapters.standins.{module}")
+        samples = getattr(mod, factory)(key["samples"], seed=key["seed"], dtype=torch.float64)
+        target_names = getattr(mod, targets) if isinstance(targets, str) else targets
+        n, n_test = len(samples), key["test"]
+        return ParametricSet(name, samples, list(getattr(mod, inputs)), list(target_names),
+                             list(range(n - n_test)), list(range(n - n_test, n)),
+                             description=description, info={"key": key, "standin": True})
+
+    sizes = {"convdiff": (200, 40), "materials": (500, 100)}.get(name, (300, 60))
+    _register(name, {"version": version, "samples": sizes[0], "test": sizes[1], "seed": 0})(build)
+
+
+_standin_set("convdiff", "convdiff", "make_convection_diffusion_standin", "INPUTS", ["u"],
+             "STAND-IN: steady convection-diffusion on a 3,136-node unit square, parameters "
+             "kappa, wind_x, wind_y (data_adapters.standins.convdiff).")
+_standin_set("materials", "materials", "make_materials_standin", "INPUTS", "TARGETS",
+             "STAND-IN: clamped multi-material plate in plane-strain elasticity, 11 parameters "
+             "(8 Young's moduli, edge load and angle, top pressure), displacement (u1, u2) "
+             "(data_adapters.standins.materials).", version=2)  # 2: angle in [-pi/2, pi/2]
+_standin_set("hole", "hole", "make_hole_standin", "INPUTS", ["u"],
+             "STAND-IN: heated plate with a cooled hole whose centre and radius are "
+             "parameters (one mesh per sample), Biot number on the sides "
+             "(data_adapters.standins.hole).")
+_standin_set("boundary_layer", "boundary_layer", "make_boundary_layer_standin", "INPUTS", ["u"],
+             "STAND-IN: convection-diffusion at Peclet 10 to 1,000 on a graded 3,185-node "
+             "mesh, parameters eps and wind angle theta (data_adapters.standins.boundary_layer).")
+
+
+NAMES = tuple(_SPECS)
+
+
+def prepare(name: str, root, progress: bool = True) -> Path:
+    """The folder of data set ``name`` under ``root`` (written on first use)."""
+    if name not in _SPECS:
+        raise KeyError(f"unknown data set {name!r}; choose from {', '.join(NAMES)}")
+    key, build = _SPECS[name]
+    return prepare_parametric_folders(Path(root) / name, lambda: build(key), key,
+                                      progress=progress)

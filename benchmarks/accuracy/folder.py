@@ -1,0 +1,106 @@
+"""Reading a benchmark data folder as plain arrays (numpy and meshio only).
+
+Both the benchmark and the peers' runner (in its own virtual environment, without
+meshops) read the same ``.vtu`` files through this module, so every model sees
+the same data. A data set folder is what
+:func:`data_adapters.parametric.write_parametric_folders` writes: ``train/`` and
+``test/`` with one mesh per sample and ``dataset.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from benchmarks.accuracy.metric import lumped_mass_weights
+
+
+@dataclass
+class Sample:
+    """One mesh file as arrays.
+
+    Attributes:
+        name: File name.
+        points: ``[N, 2]`` node coordinates.
+        triangles: ``[M, 3]`` P1 triangles.
+        inputs: ``[N, K]`` the input fields (the parameters, constant per sample).
+        targets: ``[N, C]`` the target fields, concatenated in order.
+        weight: ``[N]`` P1 lumped-mass weights (:func:`lumped_mass_weights`).
+    """
+
+    name: str
+    points: np.ndarray
+    triangles: np.ndarray
+    inputs: np.ndarray
+    targets: np.ndarray
+    weight: np.ndarray
+
+    @property
+    def params(self) -> np.ndarray:
+        """``[K]``: the inputs' mean over the nodes (the parameters of a parametric set)."""
+        return self.inputs.mean(0)
+
+
+def natural_key(name: str):
+    """Sort key ``sample_2 < sample_10`` (the order ``meshops`` lists a folder in)."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def list_files(folder) -> list[str]:
+    """The ``.vtu`` file names of ``folder`` in natural order."""
+    return sorted((p.name for p in Path(folder).glob("*.vtu")), key=natural_key)
+
+
+def _field(mesh, name: str, path: Path) -> np.ndarray:
+    if name not in mesh.point_data:
+        raise KeyError(f"{path}: no point field {name!r}; available: {sorted(mesh.point_data)}")
+    v = np.asarray(mesh.point_data[name], np.float64)
+    return v.reshape(len(mesh.points), -1)
+
+
+def read_sample(path, inputs: Sequence[str], targets: Sequence[str],
+                extra: Sequence[str] = ()) -> Sample:
+    """Read one ``.vtu`` file. ``extra`` fields (e.g. ``u_pred``) are read as targets
+    would be and returned in ``targets`` after them, in order."""
+    import meshio
+
+    path = Path(path)
+    mesh = meshio.read(path)
+    tri = [c.data for c in mesh.cells if c.type == "triangle"]
+    if not tri:
+        raise ValueError(f"{path}: no triangle cells")
+    points = np.asarray(mesh.points, np.float64)[:, :2]
+    triangles = np.concatenate(tri).astype(np.int64)
+    cols = [_field(mesh, k, path) for k in inputs]
+    outs = [_field(mesh, k, path) for k in list(targets) + list(extra)]
+    return Sample(path.name, points, triangles,
+                  np.concatenate(cols, 1) if cols else np.zeros((len(points), 0)),
+                  np.concatenate(outs, 1), lumped_mass_weights(points, triangles))
+
+
+def read_split(root, split: str, inputs: Sequence[str], targets: Sequence[str],
+               names: Sequence[str] | None = None) -> list[Sample]:
+    """The samples of ``root/split`` (all ``.vtu`` files in natural order, or ``names``)."""
+    folder = Path(root) / split
+    names = list_files(folder) if names is None else list(names)
+    if not names:
+        raise FileNotFoundError(f"{folder}: no .vtu files")
+    return [read_sample(folder / n, inputs, targets) for n in names]
+
+
+def description(root) -> dict:
+    """``root/dataset.json``: inputs, targets, file names per split, description."""
+    return json.loads((Path(root) / "dataset.json").read_text())
+
+
+def same_mesh(samples: Sequence[Sample]) -> bool:
+    """Whether all samples share one mesh (same points and triangles)."""
+    a = samples[0]
+    return all(s.points.shape == a.points.shape and s.triangles.shape == a.triangles.shape
+               and np.array_equal(s.points, a.points) and np.array_equal(s.triangles, a.triangles)
+               for s in samples[1:])

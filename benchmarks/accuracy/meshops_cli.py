@@ -1,0 +1,131 @@
+"""meshops as a new user runs it: ``meshops train`` with its defaults, then
+``meshops predict`` on the test files; the benchmark scores the written predictions.
+
+The command lines are exactly::
+
+    python -m meshops train --data DIR/train --inputs A,B --targets U,V --minutes M --out RUN
+    python -m meshops predict RUN DIR/test -o PRED
+
+so whatever the CLI's default model and recipe are at the time is what is measured.
+``meshops train`` fits its epochs to ``--minutes`` itself; the benchmark stops it if it
+runs past the budget by more than the grace (``best.pt`` is then the best validated
+epoch so far) and records the wall time either way.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from benchmarks.accuracy.folder import read_sample
+
+
+def run_subprocess(cmd: Sequence[str], env: dict, log: Callable[[str], None],
+                   deadline_s: float | None = None) -> tuple[int, float, bool]:
+    """Run ``cmd``, streaming its output lines to ``log``; stop it (SIGTERM, then
+    SIGKILL) after ``deadline_s`` seconds.
+
+    Returns:
+        ``(return code, wall seconds, stopped at the deadline)``.
+    """
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env, bufsize=1)
+    stopped = False
+    import threading
+
+    def watchdog():
+        nonlocal stopped
+        if deadline_s is None:
+            return
+        while proc.poll() is None:
+            if time.perf_counter() - t0 > deadline_s:
+                stopped = True
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                return
+            time.sleep(0.5)
+
+    guard = threading.Thread(target=watchdog, daemon=True)
+    guard.start()
+    for line in proc.stdout:
+        log("    " + line.rstrip())
+    rc = proc.wait()
+    guard.join(timeout=1)
+    return rc, time.perf_counter() - t0, stopped
+
+
+def run_meshops(data: Path, inputs: Sequence[str], targets: Sequence[str], minutes: float,
+                work: Path, env: dict, log: Callable[[str], None], grace: float) -> dict:
+    """Train with the CLI's defaults and predict on ``data/test``.
+
+    Returns:
+        ``{"predictions": {file name: [N, C]}, "commands": [...], "train_wall_s",
+        "stopped", "note"}``; ``predictions`` is missing when a step failed.
+    """
+    run, pred = work / "run", work / "pred"
+    py = [sys.executable, "-m", "meshops"]
+    train = py + ["train", "--data", str(data / "train"), "--inputs", ",".join(inputs),
+                  "--targets", ",".join(targets), "--minutes", f"{minutes:g}", "--out", str(run)]
+    predict = py + ["predict", str(run), str(data / "test"), "-o", str(pred)]
+    out: dict = {"commands": [" ".join(train[1:]), " ".join(predict[1:])]}
+    log("  $ " + out["commands"][0])
+    rc, wall, stopped = run_subprocess(train, env, log, deadline_s=60 * minutes * grace + 60)
+    out.update(train_wall_s=round(wall, 1), stopped=stopped)
+    if not (run / "best.pt").is_file():
+        out["note"] = f"meshops train exited {rc} without best.pt"
+        return out
+    if rc != 0 and not stopped:
+        out["note"] = f"meshops train exited {rc}"
+        return out
+    log("  $ " + out["commands"][1])
+    rc, wall, _ = run_subprocess(predict, env, log)
+    out["predict_wall_s"] = round(wall, 1)
+    if rc != 0:
+        out["note"] = f"meshops predict exited {rc}"
+        return out
+    out["predictions"] = {}
+    for f in sorted(pred.glob("*.vtu")):
+        s = read_sample(f, [], [f"{t}_pred" for t in targets])
+        out["predictions"][f.name] = s.targets
+    out["note"] = ("stopped at the budget; best.pt = best validated epoch so far" if stopped
+                   else "")
+    out["run_config"] = (run / "config.yaml").read_text() if (run / "config.yaml").is_file() \
+        else None
+    return out
+
+
+def thread_env(threads: int) -> dict:
+    """The environment of a model's process: ``threads`` intra-op threads."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[k] = str(threads)
+    return env
+
+
+def split_of_run(run_config: str | None, n: int) -> tuple[list[int], list[int]]:
+    """The train/validation indices ``meshops train`` used on ``n`` files: its
+    ``val_fraction`` and ``seed`` (from the run's ``config.yaml``, else the CLI's
+    defaults) through :func:`meshops.training.splits.validation_split`."""
+    import yaml
+
+    from meshops.cli.config import TrainConfig
+    from meshops.training.splits import validation_split
+
+    defaults = TrainConfig()
+    cfg = yaml.safe_load(run_config) if run_config else {}
+    frac = cfg.get("val_fraction", defaults.val_fraction)
+    seed = cfg.get("seed", defaults.seed)
+    return validation_split(n, frac or 0.0, seed)
+
+
+__all__ = ["run_meshops", "run_subprocess", "split_of_run", "thread_env", "np"]

@@ -1,0 +1,329 @@
+"""Train one neural peer (Transolver or GINO) under a wall-clock budget and predict
+the test files once: ``python -m benchmarks.accuracy.peer_train JOB.json``.
+
+Runs in the peers' virtual environment (``pip install -e .[peers]``; see
+``docs/accuracy.md``), not in meshops': it imports numpy, meshio, torch, the peer
+library and the benchmark's own reader and metric, nothing of meshops.
+
+The job (JSON, written by :mod:`benchmarks.accuracy`) names the data folder, the
+input and target fields, the train / validation / test file names (the validation
+files are the ones ``meshops train`` held out), the budget in minutes, the threads,
+the seed and the output file. The recipe, the same for both peers:
+
+* positions scaled to the training meshes' bounding box ``[0, 1]^2``; inputs and
+  targets standardised per channel over the training nodes;
+* the loss is the benchmark's metric: per-sample relative L2 with the P1 lumped-mass
+  weights, in physical units, over all target channels;
+* the number of steps that fit the budget is estimated from the first steps and a
+  timed validation pass, and sets the schedule's length (one-cycle for Transolver,
+  cosine for GINO, as in their examples); training stops at the budget in any case;
+* the validation files are scored about ten times over the run, evenly spaced (fewer
+  when ten passes would take more than a quarter of the budget), and the
+  best-scoring weights are kept; the test files are predicted once, with those
+  weights.
+
+Writes ``OUT.npz`` (one ``[N, C]`` array per test file name) and ``OUT.json`` (the
+configuration, parameter count, steps, epochs, validation history).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.accuracy.folder import read_split, same_mesh
+
+#: The peers' configurations: their own examples' architectures, scaled to a budget of
+#: minutes on 2 CPU cores (stated in every result).
+CONFIGS = {
+    "transolver": {
+        "library": "nvidia-physicsnemo", "class": "physicsnemo.models.transolver.Transolver",
+        "model": {"n_layers": 4, "n_hidden": 64, "n_head": 4, "slice_num": 32,
+                  "mlp_ratio": 1, "dropout": 0.0, "unified_pos": False, "use_te": False},
+        "optimizer": "AdamW", "lr": 1e-3, "weight_decay": 1e-5, "schedule": "onecycle",
+        "batch": 2,
+    },
+    "gino": {
+        "library": "neuraloperator", "class": "neuralop.models.GINO",
+        "model": {"latent_grid": 32, "fno_n_modes": [16, 16], "fno_hidden_channels": 32,
+                  "fno_n_layers": 4, "in_gno_radius": 0.06, "out_gno_radius": 0.06},
+        "optimizer": "AdamW", "lr": 1e-3, "weight_decay": 1e-4, "schedule": "cosine",
+        "batch": 2,
+    },
+}
+
+
+def _load_torch():
+    """Import torch with the workaround the CPU build needs for torchvision.
+
+    physicsnemo imports timm, which imports torchvision; PyPI's torchvision wheels
+    are linked against CUDA torch, so with the CPU build their compiled operators do
+    not load and the import stops at registering fake kernels for ``torchvision::nms``
+    and ``qnms``. Declaring those two (unused) operators first lets it import.
+    """
+    import torch
+
+    for op in ("nms", "qnms"):
+        try:
+            torch.library.define(f"torchvision::{op}",
+                                 "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        except RuntimeError:  # already there (a torchvision whose ops load)
+            pass
+    return torch
+
+
+def _fast_segment_csr(torch):
+    """neuraloperator's ``segment_csr`` without torch_scatter (which has no wheel for
+    this torch) loops over the output rows in Python (its docstring: "mainly
+    intended for running tests on CPU-only CI"); the same sum/mean by ``index_add_``
+    in one call, so that GINO's speed is not a harness artefact."""
+
+    def segment_csr(src, indptr, reduction, use_scatter=True):
+        if reduction not in ("mean", "sum"):
+            raise ValueError("reduce must be one of 'mean', 'sum'")
+        batched = src.ndim == 3
+        ptr = indptr[0] if indptr.ndim == 2 else indptr
+        counts = ptr[1:] - ptr[:-1]
+        seg = torch.repeat_interleave(torch.arange(len(counts), device=src.device), counts)
+        dim = 1 if batched else 0
+        shape = list(src.shape)
+        shape[dim] = len(counts)
+        out = torch.zeros(shape, dtype=src.dtype, device=src.device)
+        out = out.index_add(dim, seg, src.narrow(dim, 0, len(seg)))
+        if reduction == "mean":
+            c = counts.clamp(min=1).to(src.dtype)
+            out = out / (c[None, :, None] if batched else c[:, None])
+        return out
+
+    return segment_csr
+
+
+class Data:
+    """The samples of one split as tensors, normalised with the training statistics."""
+
+    def __init__(self, torch, samples, stats):
+        self.names = [s.name for s in samples]
+        self.pos = [torch.tensor((s.points - stats["p_lo"]) / stats["p_span"],
+                                 dtype=torch.float32) for s in samples]
+        self.x = [torch.tensor((s.inputs - stats["x_mu"]) / stats["x_sd"], dtype=torch.float32)
+                  for s in samples]
+        self.y = [torch.tensor(s.targets, dtype=torch.float32) for s in samples]
+        self.w = [torch.tensor(s.weight / s.weight.sum(), dtype=torch.float32) for s in samples]
+        self.fixed = same_mesh(samples)
+
+    def __len__(self):
+        return len(self.names)
+
+    def batch(self, idx):
+        """Stacked ``[B, N, .]`` tensors (the samples share one mesh, or ``B = 1``)."""
+        import torch
+
+        return tuple(torch.stack([t[i] for i in idx]) for t in (self.pos, self.x, self.y, self.w))
+
+
+def statistics(samples) -> dict:
+    pts = np.concatenate([s.points for s in samples])
+    x = np.concatenate([s.inputs for s in samples])
+    y = np.concatenate([s.targets for s in samples])
+    lo, span = pts.min(0), np.ptp(pts, axis=0)
+    span[~(span > 0)] = 1.0
+    x_sd, y_sd = x.std(0), y.std(0)
+    x_sd[~(x_sd > 0)] = 1.0
+    y_sd[~(y_sd > 0)] = 1.0
+    return {"p_lo": lo, "p_span": span, "x_mu": x.mean(0), "x_sd": x_sd, "y_mu": y.mean(0),
+            "y_sd": y_sd}
+
+
+def build(torch, name: str, cfg: dict, k_in: int, c_out: int):
+    m = cfg["model"]
+    if name == "transolver":
+        from physicsnemo.models.transolver import Transolver
+
+        return Transolver(functional_dim=k_in, out_dim=c_out, embedding_dim=2, **m)
+    import neuralop.layers.integral_transform as it
+    from neuralop.models import GINO
+
+    it.segment_csr = _fast_segment_csr(torch)
+    return GINO(in_channels=k_in, out_channels=c_out, gno_coord_dim=2,
+                fno_n_modes=tuple(m["fno_n_modes"]), fno_hidden_channels=m["fno_hidden_channels"],
+                fno_n_layers=m["fno_n_layers"], in_gno_radius=m["in_gno_radius"],
+                out_gno_radius=m["out_gno_radius"], fno_in_channels=k_in, gno_use_open3d=False,
+                gno_use_torch_scatter=False)
+
+
+class Peer:
+    """A peer model with the benchmark's normalisation around it."""
+
+    def __init__(self, torch, name, cfg, stats, k_in, c_out):
+        self.torch, self.name = torch, name
+        self.net = build(torch, name, cfg, k_in, c_out)
+        self.y_mu = torch.tensor(stats["y_mu"], dtype=torch.float32)
+        self.y_sd = torch.tensor(stats["y_sd"], dtype=torch.float32)
+        g = torch.linspace(0.0, 1.0, cfg["model"].get("latent_grid", 32))
+        self.latent = torch.stack(torch.meshgrid(g, g, indexing="ij"), -1)[None]
+
+    def __call__(self, pos, x):
+        """Physical-unit prediction ``[B, N, C]`` of ``pos [B, N, 2]``, ``x [B, N, K]``."""
+        if self.name == "transolver":
+            out = self.net(x, pos)
+        else:  # GINO batches samples of one geometry
+            out = self.net(input_geom=pos[:1], latent_queries=self.latent,
+                           output_queries=pos[:1], x=x)
+        return out * self.y_sd + self.y_mu
+
+
+def rel_l2(pred, y, w):
+    """Per-sample weighted relative L2 over all channels: ``[B]``."""
+    num = (w[..., None] * (pred - y) ** 2).sum((1, 2))
+    den = (w[..., None] * y ** 2).sum((1, 2)).clamp(min=1e-30)
+    return (num / den).sqrt()
+
+
+def evaluate(torch, peer, data: Data, chunk: int = 16) -> tuple[float, list]:
+    """Mean error and ``[N, C]`` predictions of every sample (``chunk`` samples per
+    forward on a shared mesh, one at a time otherwise)."""
+    errs, preds = [], []
+    step = chunk if data.fixed else 1
+    with torch.no_grad():
+        for start in range(0, len(data), step):
+            pos, x, y, w = data.batch(list(range(start, min(start + step, len(data)))))
+            p = peer(pos, x)
+            errs += rel_l2(p, y, w).tolist()
+            preds += [q.double().numpy() for q in p]
+    return float(np.mean(errs)), preds
+
+
+def run(job: dict) -> dict:
+    torch = _load_torch()
+    torch.set_num_threads(int(job["threads"]))
+    torch.manual_seed(int(job["seed"]))
+    rng = np.random.default_rng(int(job["seed"]))
+    name = job["model"]
+    cfg = copy.deepcopy(CONFIGS[name])
+    for k, v in (job.get("config") or {}).items():
+        (cfg["model"] if k in cfg["model"] else cfg)[k] = v
+    budget = 60.0 * float(job["minutes"])
+    t_read = time.perf_counter()
+    args = (job["data"], job["inputs"], job["targets"])
+    train_s = read_split(*args[:1], "train", *args[1:], names=job["train"])
+    val_s = read_split(*args[:1], "train", *args[1:], names=job["val"])
+    test_s = read_split(*args[:1], "test", *args[1:], names=job["test"])
+    stats = statistics(train_s)
+    train, val, test = (Data(torch, s, stats) for s in (train_s, val_s, test_s))
+    read_s = time.perf_counter() - t_read
+    print(f"{name}: read {len(train_s)} + {len(val_s)} + {len(test_s)} files in {read_s:.0f} s",
+          flush=True)
+    t_start = time.perf_counter()  # the budget is for training: from here to the test
+    peer = Peer(torch, name, cfg, stats, train_s[0].inputs.shape[1], train_s[0].targets.shape[1])
+    n_params = sum(p.numel() for p in peer.net.parameters())
+    opt = torch.optim.AdamW(peer.net.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+    bs = cfg["batch"] if train.fixed else 1
+    accumulate = 1 if train.fixed else cfg["batch"]  # the same samples per update either way
+    steps_per_epoch = max(1, len(train) // (bs * accumulate))
+
+    def batches():
+        while True:
+            order = rng.permutation(len(train))
+            for s in range(steps_per_epoch):
+                chunk = order[s * bs * accumulate:(s + 1) * bs * accumulate]
+                yield [chunk[a * bs:(a + 1) * bs] for a in range(accumulate)]
+
+    def step(groups):
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for idx in groups:
+            pos, x, y, w = train.batch(list(idx))
+            loss = rel_l2(peer(pos, x), y, w).mean() / len(groups)
+            loss.backward()
+            total += loss.item()
+        opt.step()
+        return total
+
+    # The first steps (at a tenth of the learning rate; the first one, which pays for
+    # lazy initialisation, untimed) time a step; one validation pass times the
+    # evaluation; then the schedule is laid over the steps that fit.
+    it = batches()
+    for g in opt.param_groups:
+        g["lr"] = cfg["lr"] / 10
+    probe = 3
+    losses = [step(next(it))]
+    t0 = time.perf_counter()
+    losses += [step(next(it)) for _ in range(probe - 1)]
+    t_step = (time.perf_counter() - t0) / (probe - 1)
+    t1 = time.perf_counter()
+    best_val, _ = evaluate(torch, peer, val)
+    t_val = time.perf_counter() - t1
+    best_state, best_at = copy.deepcopy(peer.net.state_dict()), probe
+    left = budget - (time.perf_counter() - t_start)
+    # About ten validations, evenly spaced, taking at most a quarter of the budget.
+    n_val = max(1, min(10, int(0.25 * left / max(t_val, 1e-9))))
+    total = max(1, int((left - n_val * t_val) / t_step))
+    val_every = max(1, math.ceil(total / n_val))
+    if cfg["schedule"] == "onecycle":
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg["lr"], total_steps=total)
+    else:
+        for g in opt.param_groups:
+            g["lr"] = cfg["lr"]
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
+    print(f"{name}: {n_params:,} parameters; {t_step:.3f} s per step of {bs * accumulate}, "
+          f"{t_val:.1f} s per validation; {total} more steps fit the {budget / 60:g}-minute "
+          f"budget, validating every {val_every}", flush=True)
+    history = [{"step": probe, "val": best_val, "s": round(time.perf_counter() - t_start, 1)}]
+    done, stopped = 0, False
+    while done < total:
+        losses.append(step(next(it)))
+        done += 1
+        if done < total:
+            sched.step()
+        if done % val_every == 0 or done == total:
+            if time.perf_counter() - t_start > budget:
+                stopped = True
+                break
+            v, _ = evaluate(torch, peer, val)
+            history.append({"step": probe + done, "train": float(np.mean(losses[-val_every:])),
+                            "val": v, "s": round(time.perf_counter() - t_start, 1)})
+            print(f"{name}: step {probe + done}/{probe + total} train {history[-1]['train']:.4f} "
+                  f"val {v:.4f} ({history[-1]['s']:.0f} s)", flush=True)
+            if v < best_val:
+                best_val, best_state, best_at = v, copy.deepcopy(peer.net.state_dict()), \
+                    probe + done
+        if time.perf_counter() - t_start > budget:
+            stopped = True
+            break
+    train_s_wall = time.perf_counter() - t_start
+    peer.net.load_state_dict(best_state)
+    _, preds = evaluate(torch, peer, test)
+    out = Path(job["out"])
+    np.savez(out.with_suffix(".npz"), **dict(zip(test.names, preds)))
+    summary = {"model": name, "config": cfg, "parameters": int(n_params),
+               "torch": torch.__version__, "threads": torch.get_num_threads(),
+               "batch": bs, "accumulate": accumulate, "steps": probe + done,
+               "planned_steps": probe + total, "epochs": round((probe + done) / steps_per_epoch, 2),
+               "validate_every": val_every, "best_step": best_at, "best_val": best_val,
+               "stopped_at_budget": stopped, "read_s": round(read_s, 1),
+               "train_wall_s": round(train_s_wall, 1), "history": history}
+    out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m benchmarks.accuracy.peer_train JOB.json", file=sys.stderr)
+        return 2
+    summary = run(json.loads(Path(argv[0]).read_text()))
+    print(f"{summary['model']}: {summary['parameters']:,} parameters, {summary['steps']} steps "
+          f"({summary['epochs']} epochs) in {summary['train_wall_s']:.0f} s; best validation "
+          f"{summary['best_val']:.4f} at step {summary['best_step']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+

@@ -1,0 +1,108 @@
+"""The accuracy table: on the console while the benchmark runs, and as Markdown for the
+docs from a stored result (``python -m benchmarks.accuracy --table FILE.json``)."""
+
+from __future__ import annotations
+
+from benchmarks.accuracy.run import LABELS, MODELS
+
+#: The neural-network and classical columns meshops is compared with.
+OTHERS = ("mean", "nearest", "pod_rbf", "transolver", "gino")
+
+
+def _n(k: int, word: str) -> str:
+    return f"{k} {word}" + ("" if k == 1 else "s")
+
+
+def _models(doc: dict) -> list[str]:
+    seen = {m for d in doc["datasets"].values() for m in d["models"]}
+    return [m for m in MODELS if m in seen]
+
+
+def _cell(r: dict | None, best: bool, markdown: bool) -> str:
+    if r is None:
+        return "not run"
+    if r.get("mean") is None:
+        note = r.get("note", "no result")
+        return "n/a" if note.startswith("n/a") else "failed"
+    text = f"{r['mean']:.4g}"
+    if markdown and best:
+        text = f"**{text}**"
+    return f"{text} (median {r['median']:.3g}, worst {r['worst']:.3g})"
+
+
+def verdict(d: dict) -> str:
+    """Where meshops stands on one data set: the models whose mean error beats its."""
+    ours = d["models"].get("meshops")
+    if not ours or ours.get("mean") is None:
+        return "meshops: no result"
+    better = [(m, d["models"][m]["mean"]) for m in OTHERS
+              if d["models"].get(m, {}).get("mean") is not None
+              and d["models"][m]["mean"] < ours["mean"]]
+    if not better:
+        return "meshops is best"
+    return "meshops loses to " + ", ".join(
+        f"{LABELS[m]} ({v:.4g} vs {ours['mean']:.4g}, {ours['mean'] / v:.1f}x)"
+        for m, v in sorted(better, key=lambda t: t[1]))
+
+
+def _best(d: dict) -> str | None:
+    ok = {m: r["mean"] for m, r in d["models"].items() if r.get("mean") is not None}
+    return min(ok, key=ok.get) if ok else None
+
+
+def console_table(doc: dict) -> str:
+    """Plain-text table: one block per data set, one line per model."""
+    lines = []
+    for name, d in doc["datasets"].items():
+        lines.append(f"{name}: {d['train']} train / {d['test']} test, {d['nodes']} nodes, "
+                     f"inputs {','.join(d['inputs'])} -> {','.join(d['targets'])}")
+        lines.append(f"  {'model':<24} {'mean':>10} {'median':>10} {'worst':>10} {'wall s':>7}")
+        for m in _models(doc):
+            r = d["models"].get(m)
+            if r is None:
+                continue
+            if r.get("mean") is None:
+                lines.append(f"  {LABELS[m]:<24} {r.get('note', 'no result')}")
+            else:
+                lines.append(f"  {LABELS[m]:<24} {r['mean']:>10.4g} {r['median']:>10.4g} "
+                             f"{r['worst']:>10.4g} {r.get('wall_s', 0):>7.0f}"
+                             + (f"   {r['note']}" if r.get("note") else ""))
+        lines.append(f"  -> {verdict(d)}")
+    return "\n".join(lines)
+
+
+def markdown_table(doc: dict) -> str:
+    """The docs' table of a stored result, with how it was made and where meshops loses."""
+    models = _models(doc)
+    head = ["data"] + [LABELS[m] for m in models]
+    out = [f"Mean relative L2 error over the test samples (P1 lumped-mass weights, all target "
+           f"channels together; median and worst in brackets; lower is better, best in bold). "
+           f"Budget {doc['minutes']:g} min per trained model, {_n(doc['threads'], 'thread')} "
+           f"each; "
+           f"{doc['machine']['cpu']}, load average {doc['load']['start']} at the start and "
+           f"{doc['load']['end']} at the end.", "",
+           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, d in doc["datasets"].items():
+        best = _best(d)
+        nodes = d["nodes"] if isinstance(d["nodes"], int) else f"{d['nodes'][0]}-{d['nodes'][1]}"
+        label = (f"{name} ({d['train']} train / {d['test']} test, {nodes} nodes, "
+                 f"{_n(len(d['inputs']), 'parameter')} -> {', '.join(d['targets'])})")
+        out.append("| " + " | ".join([label] + [_cell(d["models"].get(m), m == best, True)
+                                               for m in models]) + " |")
+    out += ["", "Where meshops stands:", ""]
+    out += [f"- {name}: {verdict(d)}" for name, d in doc["datasets"].items()]
+    peers = {m: r for d in doc["datasets"].values() for m, r in d["models"].items()
+             if m in ("transolver", "gino") and r.get("config")}
+    if peers:
+        out += ["", "Peer configurations:", ""]
+        for m, r in peers.items():
+            c = r["config"]
+            arch = ", ".join(f"{k}={v}" for k, v in c["model"].items())
+            out.append(f"- {LABELS[m]} ({c['library']} `{c['class']}`, "
+                       f"{r['parameters']:,} parameters): {arch}; {c['optimizer']} "
+                       f"lr {c['lr']:g}, weight decay {c['weight_decay']:g}, {c['schedule']} "
+                       f"schedule, batch {c['batch']}; relative L2 loss with the lumped-mass "
+                       f"weights; best validation checkpoint.")
+    out += ["", f"Command: `{doc['command']}` ({doc['started']} to {doc['finished']}; "
+            f"meshops {doc.get('meshops_commit', '?')})."]
+    return "\n".join(out) + "\n"

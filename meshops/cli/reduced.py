@@ -1,0 +1,114 @@
+"""``meshops train`` for a :class:`~meshops.models.ReducedBasis`: fitted in one go (no
+epochs), its regression chosen on the validation split, written like any run."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from meshops.cli._common import CLIError
+
+# Options of gradient training that a fitted reduced basis does not use.
+_TRAINING_ONLY = ("epochs", "batch_size", "lr")
+
+
+def fit_reduced_run(args, cfg, chosen: str, train_samples, val_samples, run) -> int:
+    """Fit, save ``best.pt``, ``config.yaml`` and ``history.json`` in the run folder, and
+    print the candidates next to the baselines on the validation samples (``run``: the
+    run's files, :class:`meshops.cli.train._RunFiles`)."""
+    from meshops._atomic import atomic_write
+    from meshops.cli.config import RUN_CONFIG
+    from meshops.inference import RUN_CHECKPOINT
+    from meshops.reduced.fit import fit_reduced_basis
+
+    out = run.out
+    if args.resume:
+        raise CLIError(f"{out}: a reduced basis is fitted in one go, there is nothing to "
+                       f"resume; run again without --resume (and another --out)")
+    if not val_samples:
+        raise CLIError("the reduced_basis model chooses its regression on validation "
+                       "samples: use --val-fraction > 0 or --val-data DIR")
+    unused = [f"--{k.replace('_', '-')}" for k in _TRAINING_ONLY if cfg.get(k) is not None]
+    regressors, members = _options(cfg.model_config)
+    if args.dry_run:
+        print(cfg.render(), end="")
+        if chosen:
+            print(f"# defaults from the data: {chosen}", file=sys.stderr)
+        return 0
+    metadata = run.metadata(cfg.render(), train_samples)
+    run.prepare()
+    if chosen:
+        print(f"defaults from the data: {chosen}")
+    if unused:
+        print(f"meshops: note: {', '.join(unused)} do not apply to reduced_basis (it is "
+              f"fitted, not trained by epochs); --model pit trains a neural operator")
+    print(f"fitting reduced_basis on {len(train_samples)} meshes of {cfg.data}, choosing "
+          f"on {len(val_samples)}, within {cfg.minutes:g} minutes; writing {out}/")
+    try:
+        model, report = fit_reduced_basis(train_samples, val_samples, minutes=cfg.minutes,
+                                          seed=cfg.seed, regressors=regressors,
+                                          members=members, log=print)
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+    lines = report.lines()
+    print(lines[0])
+    print(lines[-1])
+    mlp = next((c for c in report.candidates if c.name == "mlp"), None)
+    if mlp is not None and members is None:
+        print(f"the MLP ensemble's {mlp.settings['members']} members fit the "
+              f"{cfg.minutes:g}-minute budget (--model-config members="
+              f"{mlp.settings['members']} repeats this run exactly)")
+    best = next(c for c in report.candidates if c.name == report.chosen)
+    atomic_write(out / RUN_CONFIG,
+                 lambda tmp: Path(tmp).write_text(cfg.render(model_config=model.config)))
+    model.save(out / RUN_CHECKPOINT, **metadata, epoch=None, metric="l2",
+               val={"l2_mean": best.mean}, selected=lines[-1])
+    history = {"candidates": [{"name": c.name, "val_l2": [float(e) for e in c.errors],
+                               "val_l2_mean": c.mean, "seconds": c.seconds,
+                               "settings": c.settings} for c in report.candidates],
+               "chosen": report.chosen, "rank": report.rank, "captured": report.captured,
+               "parameters": report.parameters, "seconds": report.seconds}
+    atomic_write(out / "history.json",
+                 lambda tmp: Path(tmp).write_text(json.dumps(history, indent=1)))
+    print(validation_table(train_samples, val_samples, f"reduced_basis ({report.chosen})",
+                           best.errors))
+    print(f"wrote {out / RUN_CHECKPOINT} ({report.seconds / 60:.1f} min)")
+    return 0
+
+
+def _options(model_config: dict) -> tuple[list[str], int | None]:
+    """The reduced basis' options from ``model_config``: ``regressors`` (the candidates,
+    a list or ``"a,b"``) and ``members`` (the MLP ensemble's size)."""
+    REGRESSORS = ("rbf", "gp", "mlp")  # fitted; "gp+mlp" follows from gp and mlp
+
+    extra = sorted(set(model_config) - {"regressors", "members"})
+    if extra:
+        raise CLIError(f"model_config for reduced_basis: unknown key(s) {', '.join(extra)}; "
+                       f"valid: regressors=A,B (from {', '.join(REGRESSORS)}), members=N")
+    regressors = model_config.get("regressors", ["rbf", "gp", "mlp"])
+    if isinstance(regressors, str):
+        regressors = [r.strip() for r in regressors.split(",") if r.strip()]
+    if not isinstance(regressors, list) or not regressors or \
+            any(r not in REGRESSORS for r in regressors):
+        raise CLIError(f"model_config for reduced_basis: regressors must name some of "
+                       f"{', '.join(REGRESSORS)}, got {regressors!r}")
+    members = model_config.get("members")
+    if members is not None and (isinstance(members, bool) or not isinstance(members, int)
+                                or members < 1):
+        raise CLIError(f"model_config for reduced_basis: members must be an integer >= 1, "
+                       f"got {members!r}")
+    return regressors, members
+
+
+def validation_table(train_samples, val_samples, name: str, errors) -> str:
+    """The model's validation errors next to the baselines fitted on the training split
+    (the text table of :func:`meshops.training.baselines.format_table`)."""
+    from meshops.training.baselines import baselines, error_stats, format_table
+
+    rows = [(name, error_stats(errors), "")]
+    rows += [(b.name, error_stats(b.errors["l2"]) if b.available else None, b.note)
+             for b in baselines(train_samples, val_samples)]
+    return (f"validation ({len(val_samples)} samples) against the baselines fitted on the "
+            f"same {len(train_samples)} training samples:\n"
+            + format_table(rows, "rel. L2, quadrature-weighted"))

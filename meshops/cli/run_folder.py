@@ -1,0 +1,149 @@
+"""The run folder of ``meshops train``: what may be written into it, and what a resumed
+run must keep.
+
+* A new run writes into ``--out`` only when the folder is absent, empty, or holds a
+  meshops run of the same config that never saved a ``last.pt`` (a relaunch of a
+  run that stopped before its first epoch ended). Anything else (a folder of other
+  files, or another run) is refused unless ``--overwrite``; no other run's
+  ``best.pt`` is replaced without it.
+* ``--resume`` continues exactly the run in ``last.pt``: every option must stay as
+  it was, except ``--epochs`` (only without a learning-rate schedule), ``--minutes``
+  (which only picks the epoch count of a new run) and ``--device``. A changed one is
+  refused, naming the flag or the config file that changed it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from meshops.cli._common import CLIError
+from meshops.cli.config import RUN_CONFIG, TrainConfig
+
+# What a run of ``meshops train`` writes (removed by --overwrite before a new run, so
+# that a run never leaves another's best.pt behind).
+RUN_FILES = ("best.pt", "last.pt", "history.json")
+
+# Options a resumed run may change (--epochs has its own rule: check_resume_epochs).
+RESUME_MAY_CHANGE = ("epochs", "minutes", "device", "out")
+
+
+def _norm(key: str, value):
+    """An option's value as compared between runs: folders as absolute paths."""
+    if key in ("data", "val_data") and value is not None:
+        return os.path.abspath(value)
+    return value
+
+
+def option_label(key: str, args, out: Path) -> str:
+    """Where option ``key`` came from: its flag, ``FILE: key`` for a ``--config`` file,
+    else the run's own ``out/config.yaml``."""
+    given = TrainConfig.from_args(args)
+    if key in given:
+        return "--" + key.replace("_", "-")
+    config = getattr(args, "config", None)
+    if config and key in TrainConfig.from_file(config):
+        return f"{config}: {key}"
+    return f"{out / RUN_CONFIG}: {key}"
+
+
+def differences(cfg: TrainConfig, recorded: dict, keys, only_set: bool = False) -> list:
+    """``[(key, now, recorded)]`` for the ``keys`` whose values differ. ``model_config``
+    compares the hyperparameters set now with the recorded ones; with ``only_set`` an
+    option left to the data now (``None``) is not compared."""
+    out = []
+    for key in keys:
+        if key not in recorded:
+            continue
+        now, then = _norm(key, cfg[key]), _norm(key, recorded[key])
+        if key == "model_config":
+            then = then or {}
+            changed = {k: v for k, v in (now or {}).items() if then.get(k) != v}
+            if not only_set:
+                changed.update({k: None for k in then if k not in (now or {})})
+            if changed:
+                out.append((key, changed, {k: then.get(k) for k in changed}))
+        elif (now is not None or not only_set) and now != then:
+            out.append((key, now, then))
+    return out
+
+
+def _say(value) -> str:
+    return "none" if value is None else str(value)
+
+
+def check_resume_options(cfg: TrainConfig, recorded: dict, args, last: Path) -> None:
+    """Refuse a resume whose options differ from those the run in ``last`` was trained
+    with (``recorded``: its ``train_config``, or its ``config.yaml`` for older runs)."""
+    keys = [k for k in TrainConfig.keys() if k not in RESUME_MAY_CHANGE]
+    diff = differences(cfg, recorded, keys)
+    if not diff:
+        return
+    labels = {k: option_label(k, args, last.parent) for k, _, _ in diff}
+    pair = ("val_fraction", "val_data")
+    if set(pair) <= set(labels):  # one way of validating replaced by the other: say which
+        given = [k for k in pair if labels[k].startswith("--")]
+        diff = [d for d in diff if d[0] not in pair or d[0] == (given or ["val_data"])[0]]
+    # what the user gave first, then the --config file, then an edited config.yaml
+    diff.sort(key=lambda d: (not labels[d[0]].startswith("--"),
+                             labels[d[0]].startswith(str(last.parent / RUN_CONFIG))))
+    key, now, then = diff[0]
+    label = labels[key]
+    if key == "model_config":
+        what = ", ".join(f"{k}={_say(now[k])} (the run: {_say(then[k])})" for k in now)
+    else:
+        what = f"{_say(now)} (the run: {_say(then)})"
+    more = f" (and {len(diff) - 1} more option(s))" if len(diff) > 1 else ""
+    raise CLIError(f"{last}: --resume continues the run exactly, but {label} is {what}"
+                   f"{more}; only --epochs (without a learning-rate schedule), --minutes and "
+                   f"--device may change: leave the option out, or start a new run with "
+                   f"another --out")
+
+
+def recorded_config(out: Path) -> dict | None:
+    """The options in ``out/config.yaml`` when it is a run's resolved config (every
+    option present, as ``meshops train`` writes it), else ``None``."""
+    path = out / RUN_CONFIG
+    if not path.is_file():
+        return None
+    try:
+        import yaml
+
+        raw = yaml.safe_load(path.read_text())
+        if not isinstance(raw, dict) or set(raw) != set(TrainConfig.keys()):
+            return None
+        return TrainConfig.coerce(raw, str(path))
+    except (CLIError, OSError, ValueError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+
+
+def check_out_folder(out: Path, cfg: TrainConfig, overwrite: bool) -> None:
+    """Refuse to start a new run in ``out`` unless it is absent, empty, or a run of the
+    same config without ``last.pt``; ``overwrite`` allows any folder."""
+    if overwrite or not out.is_dir():
+        return
+    entries = sorted(p.name for p in out.iterdir())
+    if not entries:
+        return
+    hint = "pass --overwrite to replace it, or choose another --out"
+    if (out / "last.pt").exists():
+        raise CLIError(f"{out}: already holds a training run (last.pt); pass --resume to "
+                       f"continue it, --overwrite to replace it, or choose another --out")
+    recorded = recorded_config(out)
+    if recorded is None:
+        shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+        raise CLIError(f"{out}: the folder is not empty ({shown}) and is not a meshops run; "
+                       f"training writes {RUN_CONFIG}, {', '.join(RUN_FILES)} into it: pass "
+                       f"--overwrite to allow that, or choose another --out")
+    diff = differences(cfg, recorded, [k for k in TrainConfig.keys()
+                                       if k not in ("out", "device")], only_set=True)
+    if diff:
+        key, now, then = diff[0]
+        raise CLIError(f"{out}: holds a meshops run of another config ({key}: "
+                       f"{_say(then)} there, {_say(now)} now); {hint}")
+
+
+def clear_run_files(out: Path) -> None:
+    """Remove the outputs of an earlier run from ``out`` (not the user's other files)."""
+    for name in RUN_FILES:
+        (out / name).unlink(missing_ok=True)

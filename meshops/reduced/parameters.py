@@ -1,0 +1,101 @@
+"""The parameter vector of a sample in a parametric study.
+
+A user brings parameters either as a vector per sample (``params [1, K]`` on each
+:class:`~meshops.MeshData`) or, as most FEM exports do, as input fields that are
+constant over the mesh (``--inputs kappa,wind_x``). Both describe the same thing; the
+second is read as the quadrature-weighted mean of each input channel.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+# Inputs whose spread over a mesh is below this fraction of their size are constant
+# (float32 files round a parameter the same way at every node, so the spread is 0;
+# the tolerance only absorbs writers that store values with their own rounding).
+CONST_RTOL = 1e-6
+
+
+def constant_inputs(samples: Sequence) -> bool:
+    """Whether every sample has input channels and each is constant over its mesh
+    (within :data:`CONST_RTOL` of the channel's size, at least 1)."""
+    for s in samples:
+        x = getattr(s, "x", None)
+        if x is None or x.numel() == 0:
+            return False
+        x = x.reshape(x.shape[0], -1).to(torch.float64)
+        spread = (x.max(0).values - x.min(0).values).abs()
+        scale = x.abs().max(0).values.clamp_min(1.0)
+        if bool((spread > CONST_RTOL * scale).any()):
+            return False
+    return True
+
+
+def _has_params(s) -> bool:
+    p = getattr(s, "params", None)
+    return isinstance(p, Tensor) and p.numel() > 0
+
+
+def sample_parameters(samples: Sequence) -> tuple[Tensor | None, str]:
+    """The ``[S, K]`` float64 parameter matrix of ``samples``, and where it came from.
+
+    Each sample's ``params`` (when every sample carries one) followed by the
+    quadrature-weighted mean of each input channel, when every input is constant over
+    its mesh (:func:`constant_inputs`); ``(None, why not)`` when inputs vary over the
+    mesh (a model of the parameters alone would ignore them) or there are no
+    parameters at all.
+
+    Shapes:
+        each sample ``params [1, K1]`` and ``x [N, K2]`` -> ``[S, K1 + K2]``
+    """
+    if len(samples) == 0:
+        return None, "no samples"
+    has_x = any(getattr(s, "x", None) is not None and s.x.numel() > 0 for s in samples)
+    if has_x and not constant_inputs(samples):
+        return None, "the inputs vary over the mesh (not per-sample constants)"
+    parts, why = [], []
+    if all(_has_params(s) for s in samples):
+        rows = [s.params.reshape(-1).to(torch.float64) for s in samples]
+        if len({r.numel() for r in rows}) > 1:
+            return None, "the samples' parameter vectors differ in length"
+        parts.append(torch.stack(rows))
+        why.append(f"the {rows[0].numel()} parameter(s) of each sample")
+    if has_x:
+        rows = []
+        for s in samples:
+            w = s.weight.to(torch.float64)
+            rows.append((w[:, None] * s.x.reshape(s.x.shape[0], -1).to(torch.float64)).sum(0)
+                        / w.sum())
+        parts.append(torch.stack(rows))
+        why.append(f"the {rows[0].numel()} input channel(s), constant over each mesh")
+    if not parts:
+        return None, "no sample carries params and there are no input fields"
+    return torch.cat(parts, 1), " and ".join(why)
+
+
+def batch_parameters(data, num_graphs: int) -> Tensor:
+    """The ``[B, K]`` parameters of a batch inside a model's forward, as
+    :func:`sample_parameters` makes them: ``data.params`` when present, then the
+    quadrature-weighted mean of each channel of ``data.x`` per sample.
+
+    Shapes:
+        ``params [B, K1]``, ``x [N, K2]``, ``weight [N]``, ``batch [N]`` -> ``[B, K1 + K2]``
+    """
+    parts = []
+    p = getattr(data, "params", None)
+    if isinstance(p, Tensor) and p.numel() > 0:
+        parts.append(p.reshape(num_graphs, -1))
+    x, w = data.x.reshape(data.x.shape[0], -1), data.weight
+    if x.shape[1] == 0:
+        return torch.cat(parts, 1)
+    batch = getattr(data, "batch", None)
+    if batch is None:
+        batch = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+    num = torch.zeros(num_graphs, x.shape[1], dtype=x.dtype, device=x.device)
+    den = torch.zeros(num_graphs, dtype=x.dtype, device=x.device)
+    num.index_add_(0, batch, w[:, None].to(x.dtype) * x)
+    den.index_add_(0, batch, w.to(x.dtype))
+    return torch.cat(parts + [num / den[:, None]], 1)

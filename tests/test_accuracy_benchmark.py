@@ -1,0 +1,250 @@
+"""The accuracy benchmark's metric, classical predictors, reader and report
+(benchmarks.accuracy); data made here, never the real sets."""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks.accuracy import classical, metric
+from benchmarks.accuracy.folder import Sample, list_files, read_split
+from benchmarks.accuracy.report import markdown_table, verdict
+from benchmarks.accuracy.run import run_dataset
+
+SQUARE = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+TWO = np.array([[0, 1, 2], [0, 2, 3]])
+
+
+def _grid(n):
+    t = np.linspace(0.0, 1.0, n)
+    X, Y = np.meshgrid(t, t, indexing="ij")
+    pts = np.stack([X.ravel(), Y.ravel()], 1)
+    tri = [[i * n + j, (i + 1) * n + j, (i + 1) * n + j + 1] for i in range(n - 1)
+           for j in range(n - 1)]
+    tri += [[i * n + j, (i + 1) * n + j + 1, i * n + j + 1] for i in range(n - 1)
+            for j in range(n - 1)]
+    return pts, np.asarray(tri)
+
+
+# --------------------------------------------------------------------- metric
+def test_lumped_weights_of_two_triangles_and_exact_for_linear_fields():
+    np.testing.assert_allclose(metric.lumped_mass_weights(SQUARE, TWO),
+                               [1 / 3, 1 / 6, 1 / 3, 1 / 6], rtol=1e-15)
+    pts, tri = _grid(7)
+    pts = pts * [2.0, 0.5] + [1.0, -3.0]
+    w = metric.lumped_mass_weights(pts, tri)
+    assert w.sum() == pytest.approx(1.0, rel=1e-14)
+    # integral of x over [1, 3] x [-3, -2.5] = 0.5 * (9 - 1) / 2 = 2
+    assert (w * pts[:, 0]).sum() == pytest.approx(2.0, rel=1e-14)
+
+
+def test_relative_l2_pools_the_channels_by_hand():
+    """weights (1/3, 1/6, 1/3, 1/6); channel 1 true 1 everywhere, off by 1 at node 0;
+    channel 2 true 3 at node 3 only, exact. Pooled: sqrt((1/3) / (1 + 9/6)) = sqrt(2/15);
+    the mean of the per-channel errors would be sqrt(1/3) / 2."""
+    w = metric.lumped_mass_weights(SQUARE, TWO)
+    true = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [1.0, 3.0]])
+    pred = true.copy()
+    pred[0, 0] = 2.0
+    assert metric.relative_l2(pred, true, w) == pytest.approx(math.sqrt(2 / 15), rel=1e-14)
+    rng = np.random.default_rng(0)
+    t = rng.normal(size=(4, 3))
+    assert metric.relative_l2(1.25 * t, t, w) == pytest.approx(0.25, rel=1e-14)
+    assert math.isnan(metric.relative_l2(t, np.zeros((4, 3)), w))
+    with pytest.raises(ValueError, match="differ in shape"):
+        metric.relative_l2(np.zeros((4, 2)), np.zeros((4, 3)), w)
+
+
+def test_summary_leaves_undefined_errors_out():
+    s = metric.summarize([0.1, 0.3, float("nan"), 0.2])
+    assert s == {"mean": pytest.approx(0.2), "median": pytest.approx(0.2),
+                 "worst": pytest.approx(0.3), "n": 3, "undefined": 1}
+
+
+# ------------------------------------------------------------------ classical
+def _family(params, pts, tri, fields):
+    """Samples with constant parameter fields and the given [N, C] targets."""
+    w = metric.lumped_mass_weights(pts, tri)
+    return [Sample(f"s{k}.vtu", pts, tri, np.tile(p, (len(pts), 1)), f, w)
+            for k, (p, f) in enumerate(zip(params, fields))]
+
+
+def test_pod_rbf_is_exact_on_a_rank_two_family_linear_in_the_parameters():
+    """Targets a(mu) phi1 + b(mu) phi2 with a, b linear in mu: two modes carry the family
+    and the thin-plate RBF reproduces linear functions, so POD + RBF (meshops', called on
+    the benchmark's arrays) is exact; its note gives the rank."""
+    pts, tri = _grid(6)
+    phi1 = np.stack([np.sin(3 * pts[:, 0]), pts[:, 1] ** 2], 1)
+    phi2 = np.stack([np.cos(pts[:, 1]), pts[:, 0] * pts[:, 1]], 1)
+    rng = np.random.default_rng(1)
+    P = rng.uniform(-1, 1, (40, 2))
+    F = [(m[0] + 2 * m[1] + 3) * phi1 + (3 - m[1]) * phi2 for m in P]
+    train, test = _family(P[:30], pts, tri, F[:30]), _family(P[30:], pts, tri, F[30:])
+    for pred, s in zip(classical.pod_rbf(train, test), test):
+        assert metric.relative_l2(pred, s.targets, s.weight) < 1e-8
+    assert classical.LAST_NOTE[0].startswith("2 POD mode(s)")
+    mean = classical.training_mean(train, test)[0]
+    np.testing.assert_allclose(mean, np.mean(F[:30], axis=0), rtol=1e-12)
+
+
+def test_nearest_sample_picks_by_standardised_parameters_and_moves_between_meshes():
+    pts, tri = _grid(5)
+    # parameter 2 spans 1000x the range of parameter 1: unstandardised it would decide
+    P = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1000.0]])
+    fields = [np.full((len(pts), 1), k + 1.0) for k in range(3)]
+    train = _family(P, pts, tri, fields)
+    test = _family(np.array([[0.9, 300.0]]), pts, tri, [np.zeros((len(pts), 1))])
+    np.testing.assert_array_equal(classical.nearest_sample(train, test)[0], fields[1])
+    # another mesh of the square: a linear field arrives exactly (P1 interpolation)
+    lin = [(2 * pts[:, :1] - pts[:, 1:]) * (k + 1) for k in range(3)]
+    train = _family(P, pts, tri, lin)
+    p2, t2 = _grid(8)
+    test = _family(np.array([[1.0, 10.0]]), p2, t2, [np.zeros((len(p2), 1))])
+    np.testing.assert_allclose(classical.nearest_sample(train, test)[0],
+                               2 * (2 * p2[:, :1] - p2[:, 1:]), atol=1e-12)
+    with pytest.raises(classical.NotApplicable, match="meshes differ: 25 to 64 points"):
+        classical.pod_rbf(train, test)
+    with pytest.raises(classical.NotApplicable, match="one mesh per sample"):
+        classical.training_mean(train, test)
+
+
+# ----------------------------------------------------- folders and one data set
+def _write_set(root, n=12, n_test=4):
+    from data_adapters.parametric import ParametricSet, parametric_sample, \
+        write_parametric_folders
+
+    pts, tri = _grid(5)
+    rng = np.random.default_rng(3)
+    P = rng.uniform(0.5, 2.0, (n, 2))
+    samples = [parametric_sample(pts, tri, ["a", "b"], p,
+                                 {"u": p[0] * pts[:, 0] + p[1], "v": p[1] * pts[:, 1]},
+                                 f"test sample {k}", torch.float64, k)
+               for k, p in enumerate(P)]
+    ds = ParametricSet("tiny", samples, ["a", "b"], ["u", "v"], list(range(n - n_test)),
+                       list(range(n - n_test, n)), description="tiny test set")
+    return write_parametric_folders(ds, root, progress=False), P
+
+
+def test_read_split_gives_the_written_arrays_in_natural_order(tmp_path):
+    root, P = _write_set(tmp_path / "tiny", n=12)
+    names = list_files(root / "train")
+    assert names == [f"sample_{k:04d}.vtu" for k in range(8)]
+    s = read_split(root, "test", ["a", "b"], ["u", "v"])[1]
+    assert s.name == "sample_0009.vtu"
+    np.testing.assert_allclose(s.params, P[9], rtol=1e-15)
+    np.testing.assert_allclose(s.targets[:, 0], P[9, 0] * s.points[:, 0] + P[9, 1], rtol=1e-14)
+
+
+def test_run_dataset_scores_every_model_with_the_metric(tmp_path):
+    root, _ = _write_set(tmp_path / "tiny")
+    args = types.SimpleNamespace(minutes=0.1, threads=1, seed=0, grace=1.2, peers_python="")
+    res = run_dataset("tiny", root, ["mean", "nearest", "pod_rbf"], args, tmp_path / "w",
+                      lambda line: None)
+    test = read_split(root, "test", ["a", "b"], ["u", "v"])
+    train = read_split(root, "train", ["a", "b"], ["u", "v"])
+    mean = np.mean([s.targets for s in train], axis=0)
+    expect = [metric.relative_l2(mean, s.targets, s.weight) for s in test]
+    r = res["models"]["mean"]
+    np.testing.assert_allclose(r["errors"], expect, rtol=1e-6)
+    assert r["mean"] == pytest.approx(np.mean(expect), rel=1e-6)
+    assert r["worst"] == pytest.approx(max(expect), rel=1e-6)
+    # the family is linear in the parameters: POD + RBF nails it, the others do not
+    assert res["models"]["pod_rbf"]["worst"] < 1e-6 < res["models"]["nearest"]["mean"]
+    assert res["train"] == 8 and res["test"] == 4 and res["nodes"] == 25
+
+
+def test_peer_validation_split_is_meshops_trains():
+    from benchmarks.accuracy.meshops_cli import split_of_run
+    from meshops.cli.config import TrainConfig
+    from meshops.training.splits import validation_split
+
+    d = TrainConfig()
+    assert split_of_run(None, 50) == validation_split(50, d.val_fraction, d.seed)
+    assert split_of_run("val_fraction: 0.5\nseed: 3\n", 10) == validation_split(10, 0.5, 3)
+
+
+# ------------------------------------------------------------------- report
+def _doc():
+    def r(m):
+        return {"mean": m, "median": m, "worst": 2 * m, "errors": [m]}
+    return {"schema": "meshops-accuracy-1", "command": "python -m benchmarks.accuracy",
+            "minutes": 10, "threads": 2, "machine": {"cpu": "cpu"},
+            "load": {"start": 1.0, "end": 1.5}, "started": "a", "finished": "b",
+            "datasets": {
+                "one": {"train": 4, "test": 2, "nodes": 9, "inputs": ["a"], "targets": ["u"],
+                        "models": {"meshops": r(0.02), "mean": r(1.0), "pod_rbf": r(0.01),
+                                   "gino": {"note": "gino runner exited 1"}}},
+                "two": {"train": 4, "test": 2, "nodes": [9, 12], "inputs": ["a"],
+                        "targets": ["u"],
+                        "models": {"meshops": r(0.02), "mean": {"note": "n/a: one mesh per "
+                                                                         "sample"},
+                                   "pod_rbf": {"note": "n/a: one mesh per sample"}}}}}
+
+
+def test_markdown_table_bolds_the_best_and_says_where_meshops_loses():
+    md = markdown_table(_doc())
+    rows = [line for line in md.splitlines() if line.startswith("| one")]
+    assert "**0.01**" in rows[0] and "| 0.02 (median" in rows[0] and "| failed |" in rows[0]
+    assert "| n/a |" in [line for line in md.splitlines() if line.startswith("| two")][0]
+    assert "- one: meshops loses to POD + RBF (0.01 vs 0.02, 2.0x)" in md
+    assert "- two: meshops is best" in md
+    assert verdict(_doc()["datasets"]["one"]).startswith("meshops loses to POD + RBF")
+
+
+def test_table_option_reads_a_stored_result_or_fails_in_one_line(tmp_path, capsys):
+    from benchmarks.accuracy.__main__ import main
+
+    good = tmp_path / "r.json"
+    good.write_text(json.dumps(_doc()))
+    assert main(["--table", str(good)]) == 0
+    assert "| data | meshops default | training mean | POD + RBF | GINO |" in \
+        capsys.readouterr().out
+    bad = tmp_path / "b.json"
+    bad.write_text(json.dumps({"schema": "meshops-bench-1"}))
+    assert main(["--table", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not an accuracy result" in err[0]
+
+
+@pytest.mark.parametrize("python", ["/nonexistent/python", "SELF"])
+def test_peers_without_their_environment_fail_in_one_line(python, capsys):
+    import sys
+
+    from benchmarks.accuracy.__main__ import main
+
+    python = sys.executable if python == "SELF" else python
+    if python == sys.executable:  # the library's environment, which has no peers
+        try:
+            import neuralop  # noqa: F401
+            pytest.skip("the peers are importable here")
+        except ImportError:
+            pass
+    assert main(["--models", "mean,gino", "--peers-python", python]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{python} cannot import physicsnemo and neuralop" in err[0]
+
+
+# ------------------------------------------------------------ peer harness
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_fast_segment_csr_equals_the_row_loop(batched, reduction):
+    """The index_add_ replacement of neuraloperator's fallback, in float64, against a
+    plain loop over the rows (empty rows included)."""
+    from benchmarks.accuracy.peer_train import _fast_segment_csr
+
+    g = torch.Generator().manual_seed(0)
+    counts = torch.tensor([3, 0, 1, 4, 0, 2])
+    indptr = torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)])
+    src = torch.randn((2, 10, 3) if batched else (10, 3), generator=g, dtype=torch.float64)
+    out = _fast_segment_csr(torch)(src, indptr[None] if batched else indptr, reduction)
+    ref = torch.zeros((2, 6, 3) if batched else (6, 3), dtype=torch.float64)
+    for i in range(6):
+        rows = src[..., indptr[i]:indptr[i + 1], :]
+        if counts[i]:
+            ref[..., i, :] = rows.sum(-2) / (counts[i] if reduction == "mean" else 1)
+    torch.testing.assert_close(out, ref, rtol=1e-14, atol=1e-14)

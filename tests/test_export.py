@@ -1,0 +1,161 @@
+"""Issue 22, item 4: ``meshops export`` / :func:`meshops.export.export_model`. The exported
+program (torch.export ``.pt2``, ONNX through SDPA) reproduces the model's ``predict``
+within 1e-5, loads without meshops operators, and refuses what it cannot do."""
+
+from __future__ import annotations
+
+import zipfile
+
+import pytest
+import torch
+
+from meshops import cli
+from meshops.data import MeshData
+from meshops.export import ExportError, export_model, load_exported, read_info
+from meshops.models import get_model
+from meshops.normalizer import UnitGaussianNormalizer
+
+from _tiny_run import one_line_error, tiny_args
+from test_cli import _write_dataset
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+_CONFIGS = {
+    "transformer_no": dict(width=16, layers=2, heads=2),
+    "galerkin_transformer": dict(width=16, layers=2, heads=2),
+    "pit": dict(width=16, heads=2, blocks=2, num_latent=16, quantile_in=0.2, quantile_out=0.2),
+}
+
+
+def _mesh(n: int, seed: int) -> MeshData:
+    g = torch.Generator().manual_seed(seed)
+    return MeshData(pos=torch.rand(n, 2, generator=g), weight=torch.full((n,), 1.0 / n),
+                    x=torch.randn(n, 2, generator=g))
+
+
+def _model(name: str):
+    torch.manual_seed(0)
+    m = get_model(name, in_channels=2, out_channels=3, **_CONFIGS[name]).eval()
+    # normalisers with a visible effect: the program must include them
+    norms = []
+    for mean, std in (([1.0, -2.0], [0.5, 3.0]), ([10.0, 0.0, -1.0], [2.0, 5.0, 0.1])):
+        n = UnitGaussianNormalizer(len(mean))
+        n.mean.copy_(torch.tensor(mean))
+        n.std.copy_(torch.tensor(std))
+        n.fitted.fill_(True)
+        norms.append(n)
+    return m.set_normalizers(*norms)
+
+
+def _close(out, ref):
+    """Within 1e-5 of the prediction's magnitude."""
+    out, ref = torch.as_tensor(out, dtype=torch.float64), ref.to(torch.float64)
+    assert out.shape == ref.shape
+    assert float((out - ref).abs().max()) <= 1e-5 * float(ref.abs().max())
+
+
+@pytest.mark.parametrize("name, suffix", [("transformer_no", ".pt2"), ("transformer_no", ".onnx"),
+                                          ("galerkin_transformer", ".onnx")])
+def test_mesh_input_models_export_with_dynamic_sizes(tmp_path, name, suffix):
+    if suffix == ".onnx":
+        pytest.importorskip("onnxruntime")
+    model = _model(name)
+    mesh = _mesh(50, 0)
+    info = export_model(model, mesh, tmp_path / f"m{suffix}", dynamic=True,
+                        metadata={"inputs": ["a", "b"], "targets": ["u"]})
+    assert info["inputs"] == ["x", "pos", "weight"] and info["points"] is None
+    assert read_info(tmp_path / f"m{suffix}") == info
+    run = load_exported(tmp_path / f"m{suffix}")
+    for m in (mesh, _mesh(37, 1)):  # the example size and another one
+        _close(run(m.x, m.pos, m.weight), model.predict(m))
+
+
+@pytest.mark.parametrize("suffix", [".pt2", ".onnx"])
+def test_pit_exports_its_mesh_built_in(tmp_path, suffix):
+    if suffix == ".onnx":
+        pytest.importorskip("onnxruntime")
+    model = _model("pit")
+    mesh = _mesh(40, 0)
+    info = export_model(model, mesh, tmp_path / f"p{suffix}")
+    assert info["inputs"] == ["x"] and info["fixed_mesh"] and info["points"] == 40
+    run = load_exported(tmp_path / f"p{suffix}")
+    _close(run(mesh.x), model.predict(mesh))
+    # new input fields on the same mesh: the parametric-study case
+    other = MeshData(pos=mesh.pos, weight=mesh.weight, x=torch.randn(40, 2))
+    _close(run(other.x), model.predict(other))
+
+
+def test_pt2_holds_no_meshops_operator(tmp_path):
+    model = _model("transformer_no")
+    export_model(model, _mesh(30, 0), tmp_path / "m.pt2")
+    ep = torch.export.load(str(tmp_path / "m.pt2"))
+    targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
+    assert any("scaled_dot_product_attention" in t or "_scaled_dot_product" in t
+               for t in targets), targets  # the SDPA path
+    assert not any("meshops" in t for t in targets)
+    with zipfile.ZipFile(tmp_path / "m.pt2") as z:
+        assert any(n.endswith("extra/meshops.json") for n in z.namelist())
+
+
+def test_what_cannot_be_exported_is_refused(tmp_path):
+    mesh = _mesh(30, 0)
+    with pytest.raises(ExportError, match="unknown export format '.tflite'"):
+        export_model(_model("transformer_no"), mesh, tmp_path / "m.tflite")
+    with pytest.raises(ExportError, match="pit: the exported program holds this mesh's"):
+        export_model(_model("pit"), mesh, tmp_path / "m.pt2", dynamic=True)
+    torch.manual_seed(0)
+    patched = get_model("patched_transformer", in_channels=2, out_channels=1, width=8,
+                        layers=1, heads=2, num_patches=2)
+    with pytest.raises(ExportError, match="patched_transformer cannot be exported"):
+        export_model(patched, mesh, tmp_path / "m.pt2")
+    assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+# ----------------------------------------------------------------------- the CLI
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    data = _write_dataset(tmp_path_factory.mktemp("data"), n=5)
+    out = tmp_path_factory.mktemp("runs") / "run"
+    assert cli.main(["train", "--data", str(data), *tiny_args(1), "--logger", "none",
+                     "--out", str(out)]) == 0
+    return out, data
+
+
+def test_cli_export_checks_the_file_against_the_run(run, tmp_path, capsys):
+    out, data = run
+    assert cli.main(["export", str(out), "-o", str(tmp_path / "m.pt2"), "--dynamic"]) == 0
+    printed = capsys.readouterr().out
+    assert "inputs x [N, 1], pos [N, 2], weight [N] -> y [N, 1]" in printed
+    assert "any number of points" in printed and "tolerance 1e-05" in printed
+    info = read_info(tmp_path / "m.pt2")
+    assert info["input_fields"] == ["f"] and info["target_fields"] == ["u"]
+    # predictions of the file equal `meshops predict`'s on another mesh
+    from meshops.inference import RunSpec, load_run, mesh_sample, predict_mesh
+    from meshops.io import read_mesh
+
+    model, ckpt, meta = load_run(out, "cpu")
+    spec = RunSpec(model, ckpt, meta)
+    mesh = read_mesh(data / "s4.vtu")
+    s = mesh_sample(model, spec, mesh)
+    _close(load_exported(tmp_path / "m.pt2")(s.x, s.pos, s.weight), predict_mesh(model, spec, mesh))
+
+
+def test_cli_export_errors_are_one_line(run, tmp_path, capsys):
+    out, data = run
+    code = cli.main(["export", str(out), "-o", str(tmp_path / "m.h5")])
+    err = capsys.readouterr().err
+    assert code == 2 and one_line_error(err) and "unknown export format '.h5'" in err
+    from meshops.models import NeuralOperator
+
+    first = data / NeuralOperator.from_checkpoint(out / "best.pt").metadata["split"]["train"][0]
+    first.rename(first.with_suffix(".bak"))
+    try:
+        code = cli.main(["export", str(out), "-o", str(tmp_path / "m.pt2")])
+        err = capsys.readouterr().err
+        # the first training file is gone: the example mesh must be named
+        assert code == 2 and one_line_error(err) and "pass --mesh FILE" in err, err
+        other = next(data.glob("*.vtu"))
+        assert cli.main(["export", str(out), "-o", str(tmp_path / "m.pt2"), "--mesh",
+                         str(other)]) == 0
+    finally:
+        first.with_suffix(".bak").rename(first)

@@ -1,0 +1,284 @@
+"""Issue 22, items 5-6: uniform refinement and coarsening of meshes with the
+mesh-independence report (``meshops evaluate --refine``), the distance of a sample to the
+training set (``meshops predict`` fields and warning, ``evaluate``'s error against
+distance) and ensembles (``meshops train --ensemble K``)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy.spatial import Delaunay
+
+from meshops import MeshError, cli
+from meshops.data import MeshData
+from meshops.inference import RunSpec, load_run, predict_mesh
+from meshops.io import mesh_from_arrays, read_mesh, write_mesh
+from meshops.models import NeuralOperator, register_model
+from meshops.refine import coarsen_points, mesh_independence, refine_mesh
+from meshops.trust import TrainingSet, describe
+
+from _meshes import cube_mesh, grid_points, perturb_interior, square_mesh
+from _tiny_run import tiny_args
+from test_cli import _sample, _write_dataset
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _linear(p):
+    return 1.0 + 2.0 * p[:, 0] - 3.0 * p[:, -1]
+
+
+# --------------------------------------------------------------------- refinement
+@pytest.mark.parametrize("kind", ["triangle", "quad", "mixed"])
+def test_refined_square_keeps_points_area_and_linear_fields(kind):
+    pts, cells = square_mesh(4, kind, amount=0.25, seed=3)
+    mesh = mesh_from_arrays(pts, cells, {"f": _linear(pts),
+                                         "g": np.stack([pts[:, 0], _linear(pts)], 1)})
+    fine = refine_mesh(mesh)
+    edges = {tuple(sorted(e)) for t, c in cells for row in c
+             for e in zip(row, np.roll(row, -1))}
+    quads = sum(len(c) for t, c in cells if t == "quad")
+    n = len(pts)
+    assert fine.pos.shape[0] == n + len(edges) + quads  # midpoints, quad centres
+    assert sum(len(c) for _, c in fine.cells) == 4 * sum(len(c) for _, c in cells)
+    assert torch.equal(fine.pos[:n], mesh.pos)  # the original points come first
+    # P1 / Q1 interpolation reproduces linear fields exactly at the new points
+    np.testing.assert_allclose(fine.fields["f"].numpy(), _linear(fine.pos.numpy()), atol=1e-13)
+    assert fine.fields["g"].shape == (fine.pos.shape[0], 2)
+    assert float(fine.weight.sum()) == pytest.approx(1.0, abs=1e-13)
+    assert float(fine.integrate(fine.fields["f"])) == pytest.approx(
+        float(mesh.integrate(mesh.fields["f"])), abs=1e-13)
+
+
+def test_refined_tetra_and_hexahedra():
+    p = perturb_interior(grid_points(2, 3), 2, 0.2, seed=1)
+    tets = Delaunay(p).simplices
+    tets = tets[np.abs(np.linalg.det(p[tets[:, 1:]] - p[tets[:, :1]])) > 1e-9]
+    idx = np.arange(27).reshape(3, 3, 3)
+    hexes = np.array([[idx[i, j, k], idx[i + 1, j, k], idx[i + 1, j + 1, k], idx[i, j + 1, k],
+                       idx[i, j, k + 1], idx[i + 1, j, k + 1], idx[i + 1, j + 1, k + 1],
+                       idx[i, j + 1, k + 1]] for i in range(2) for j in range(2) for k in range(2)])
+    for cells in ([("tetra", tets)], [("hexahedron", hexes)]):
+        mesh = mesh_from_arrays(p, cells, {"f": _linear(p)})
+        fine = refine_mesh(mesh)  # every child has positive volume, or this raises
+        assert sum(len(c) for _, c in fine.cells) == 8 * len(cells[0][1])
+        assert float(fine.weight.sum()) == pytest.approx(float(mesh.weight.sum()), abs=1e-13)
+        np.testing.assert_allclose(fine.fields["f"].numpy(), _linear(fine.pos.numpy()),
+                                   atol=1e-13)
+    # a cube of 2 x 2 x 2 hexahedra: 5^3 nodes after one refinement
+    assert refine_mesh(mesh_from_arrays(grid_points(2, 3), [("hexahedron", hexes)],
+                                        {})).pos.shape[0] == 125
+
+
+def test_refine_refuses_what_it_cannot_split():
+    pts, cells = cube_mesh(2)  # hexahedra, pyramids and wedges
+    with pytest.raises(MeshError, match="cannot refine pyramid cells uniformly"):
+        refine_mesh(mesh_from_arrays(pts, cells, {}))
+    cloud = MeshData(pos=torch.rand(10, 2), weight=torch.full((10,), 0.1))
+    with pytest.raises(MeshError, match="no cells to refine"):
+        refine_mesh(cloud)
+
+
+def test_coarsened_points_keep_the_measure():
+    pts, cells = square_mesh(8, "triangle", amount=0.2)
+    mesh = mesh_from_arrays(pts, cells, {"f": _linear(pts)})
+    coarse, idx = coarsen_points(mesh)
+    assert coarse.pos.shape[0] == math.ceil(len(pts) / 4)
+    assert not getattr(coarse, "cells", None)  # a point cloud
+    assert float(coarse.weight.sum()) == pytest.approx(1.0, abs=1e-12)
+    assert torch.equal(coarse.fields["f"], mesh.fields["f"][idx])
+    assert torch.equal(coarse.pos, mesh.pos.to(torch.float64)[idx])
+
+
+# ------------------------------------------------------- mesh-independence report
+@register_model("_test_pointwise_or_count")
+class _Pointwise(NeuralOperator):
+    """``x`` (pointwise: mesh independent), or ``x * N / 100`` (depends on the number of
+    points N: the change under refinement is known exactly)."""
+
+    def __init__(self, in_channels: int = 1, out_channels: int = 1, count: bool = False):
+        super().__init__()
+        self.count = count
+        self.scale = torch.nn.Parameter(torch.ones(()))
+
+    def forward(self, data):
+        n = data.pos.shape[0]
+        return data.x * self.scale * (n / 100 if self.count else 1.0)
+
+
+def _spec(model):
+    return RunSpec(model, Path("m.pt"), {"inputs": ["f"], "targets": ["u"],
+                                         "field_shapes": {"f": [], "u": []}})
+
+
+def test_mesh_independence_of_a_pointwise_and_a_mesh_counting_model():
+    pts, cells = square_mesh(6, "mixed", amount=0.2)
+    mesh = mesh_from_arrays(pts, cells, {"f": _linear(pts), "u": _linear(pts)})
+    model = _Pointwise().double()
+    rep = mesh_independence(model, _spec(model), mesh)
+    assert rep["error"] == 0 and rep["refined"]["error"] == pytest.approx(0, abs=1e-7)
+    assert rep["refined"]["change"] == 0 and rep["coarsened"]["change"] == 0
+    counting = _Pointwise(count=True).double()
+    rep = mesh_independence(counting, _spec(counting), mesh)
+    n, nr, nc = rep["points"], rep["refined"]["points"], rep["coarsened"]["points"]
+    assert rep["refined"]["change"] == pytest.approx((nr - n) / n, rel=1e-6)
+    assert rep["coarsened"]["change"] == pytest.approx((n - nc) / n, rel=1e-6)
+
+
+# ---------------------------------------------------------- distance to training
+def _param_samples(values):
+    pts, cells = square_mesh(3, "triangle")
+    base = mesh_from_arrays(pts, cells, {})
+    return [MeshData(pos=base.pos, weight=base.weight, x=torch.zeros(len(pts), 0),
+                     params=torch.tensor([v], dtype=torch.float64)) for v in values]
+
+
+def test_distance_in_training_spreads_and_extrapolation_by_range():
+    train_values = [[0.0, 10.0], [1.0, 10.0], [0.0, 30.0], [1.0, 30.0], [0.5, 20.0]]
+    ts = TrainingSet.from_samples(_param_samples(train_values), ["a", "b"])
+    v = np.array(train_values)
+    std = v.std(0)
+    inside = _param_samples([[0.4, 21.0]])[0]
+    d = ts.distance(inside)
+    want = np.linalg.norm((np.array([0.4, 21.0]) - v) / std, axis=1)
+    assert d["params_distance"] == pytest.approx(want.min(), rel=1e-12)
+    assert d["nearest"] == 4 and d["geometry_distance"] == 0 and not d["extrapolates"]
+    # the largest nearest-neighbour distance among the training samples themselves
+    z = v / std
+    loo = [min(np.linalg.norm(z[i] - z[j]) for j in range(5) if j != i) for i in range(5)]
+    assert d["reference"] == pytest.approx(max(loo), rel=1e-12)
+    outside = ts.distance(_param_samples([[0.5, 35.0]])[0])
+    assert outside["extrapolates"]
+    assert outside["reasons"] == ["b = 35 is outside the training range [10, 30]"]
+    far = ts.distance(_param_samples([[0.99, 29.9]])[0])  # inside the box, near a corner
+    assert not far["extrapolates"]
+    # the metadata round trip keeps everything
+    again = TrainingSet.from_dict(json.loads(json.dumps(ts.to_dict())))
+    assert again.distance(inside) == d
+
+
+def test_without_params_the_weighted_input_means_are_the_parameters():
+    pts, cells = square_mesh(4, "triangle", amount=0.3, seed=2)
+    mesh = mesh_from_arrays(pts, cells, {})
+    x = torch.from_numpy(pts[:, :1] ** 3)
+    p, g = describe(MeshData(pos=mesh.pos, weight=mesh.weight, x=x))
+    w = mesh.weight.to(torch.float64)
+    assert p == pytest.approx([float((w * x[:, 0]).sum() / w.sum())], rel=1e-12)
+    assert p[0] != pytest.approx(float(x.mean()), rel=1e-3)  # not the plain mean
+    assert g[0] == pytest.approx(1.0) and g[1:3] == pytest.approx([0.5, 0.5], abs=1e-12)
+
+
+def test_geometry_distance_on_one_fixed_mesh():
+    pts, cells = square_mesh(8, "triangle")
+    mesh = mesh_from_arrays(pts, cells, {"f": _linear(pts)})
+    train = [MeshData(pos=mesh.pos, weight=mesh.weight, x=mesh.fields["f"][:, None] * s)
+             for s in (1.0, 1.5, 2.0)]
+    ts = TrainingSet.from_samples(train)
+    # a refined copy of the same square: the same geometry, within the quadrature's O(h^2)
+    fine = refine_mesh(mesh)
+    d = ts.distance(MeshData(pos=fine.pos, weight=fine.weight,
+                             x=fine.fields["f"][:, None] * 1.5))
+    assert d["geometry_distance"] == 0 and not d["extrapolates"]
+    # a wider rectangle is another geometry than the one the model saw
+    wide = MeshData(pos=mesh.pos * torch.tensor([1.5, 1.0], dtype=torch.float64),
+                    weight=mesh.weight * 1.5, x=mesh.fields["f"][:, None] * 1.5)
+    d = ts.distance(wide)
+    assert d["geometry_distance"] == math.inf and d["extrapolates"]
+    assert "measure is 1.5 but 1 in every training sample" in d["reasons"]
+
+
+# ----------------------------------------------------------------------- the CLI
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    data = _write_dataset(tmp_path_factory.mktemp("data"), n=6)
+    out = tmp_path_factory.mktemp("runs") / "run"
+    assert cli.main(["train", "--data", str(data), *tiny_args(1), "--logger", "none",
+                     "--ensemble", "2", "--seed", "4", "--out", str(out)]) == 0
+    return out, data
+
+
+def test_predict_writes_distance_fields_and_warns_when_extrapolating(run, tmp_path, capsys):
+    out, data = run
+    model, ckpt, meta = load_run(out, "cpu")
+    ts = TrainingSet.from_dict(meta["training_set"])
+    assert ts.params.shape == (len(meta["split"]["train"]), 1)  # mean of f
+    far = _sample(3)
+    far.fields["f"] = far.fields["f"] * 0 + 50.0  # a mean of f no training sample had
+    write_mesh(tmp_path / "in" / "far.vtu", far)
+    known = meta["split"]["train"][0]  # a training file: at distance 0
+    assert cli.main(["predict", str(out), str(data / known), str(tmp_path / "in" / "far.vtu"),
+                     "-o", str(tmp_path / "p")]) == 0
+    err = capsys.readouterr().err
+    assert "far.vtu: the model extrapolates here: mean of f = 50 is outside the training " \
+           "range" in err and known not in err
+    from meshops.inference import mesh_sample
+
+    for name in (Path(known).stem, "far"):
+        got = read_mesh(tmp_path / "p" / f"{name}.vtu")
+        src = far if name == "far" else read_mesh(data / known)
+        want = ts.distance(mesh_sample(model, RunSpec(model, ckpt, meta), src))
+        for key, field in (("distance", "train_distance"),
+                           ("params_distance", "train_distance_params"),
+                           ("geometry_distance", "train_distance_geometry")):
+            values = got.fields[field].numpy()
+            assert np.all(values == values[0])  # one value per mesh
+            assert values[0] == pytest.approx(want[key], rel=1e-6)
+
+
+def test_ensemble_members_and_their_mean_and_std(run, tmp_path):
+    out, data = run
+    member = out / "ensemble" / "seed5"
+    assert (member / "best.pt").is_file()
+    a, ckpt, meta = load_run(out, "cpu")
+    b = load_run(member, "cpu")[0]
+    assert meta["split"] != b.metadata["split"] or not torch.equal(
+        next(a.parameters()), next(b.parameters()))  # another seed
+    assert cli.main(["predict", str(out), str(data / "s2.vtu"), "-o", str(tmp_path)]) == 0
+    got = read_mesh(tmp_path / "s2.vtu")
+    mesh = read_mesh(data / "s2.vtu")
+    spec = RunSpec(a, ckpt, meta)
+    pa, pb = (predict_mesh(m, spec, mesh).to(torch.float64)[:, 0] for m in (a, b))
+    np.testing.assert_allclose(got.fields["u_pred"].numpy(), ((pa + pb) / 2).numpy(), rtol=1e-6,
+                               atol=1e-9)
+    np.testing.assert_allclose(got.fields["u_std"].numpy(), ((pa - pb).abs() / 2 ** 0.5).numpy(),
+                               rtol=1e-6, atol=1e-9)
+
+
+def test_evaluate_reports_refinement_and_error_against_distance(run, capsys):
+    out, data = run
+    assert cli.main(["evaluate", str(out), "--data", str(data), "--refine", "--json",
+                     "--no-baselines"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    model, ckpt, meta = load_run(out, "cpu")
+    spec = RunSpec(model, ckpt, meta)
+    files = sorted(data.glob("*.vtu"))
+    changes = []
+    for s in result["samples"]:
+        mesh = read_mesh(data / s["file"])
+        want = mesh_independence(model, spec, mesh)
+        assert s["refine"]["refined"]["change"] == pytest.approx(want["refined"]["change"],
+                                                                 rel=1e-9)
+        changes.append(want["refined"]["change"])
+    assert result["refine"]["refined"]["mean"] == pytest.approx(np.mean(changes), rel=1e-9)
+    assert result["refine"]["refined"]["max"] == pytest.approx(max(changes), rel=1e-9)
+    rep = result["distance"]
+    assert sum(b["n"] for b in rep["bins"]) == len(files)
+    errs = {s["file"]: s["u"]["l2"] for s in result["samples"]}
+    dist = {s["file"]: s["distance"]["distance"] for s in result["samples"]}
+    for b in rep["bins"]:
+        inside = [errs[f] for f in errs if b["from"] <= dist[f] <= b["to"]]
+        assert max(inside) == pytest.approx(b["max_error"], rel=1e-12)
+    # the training files are at distance 0 from the training set
+    for f in meta["split"]["train"]:
+        assert dist[f] == 0
+    # the text report has both sections
+    assert cli.main(["evaluate", str(out), "--data", str(data), "--refine",
+                     "--no-baselines"]) == 0
+    text = capsys.readouterr().out
+    assert "mesh independence: relative L2 change" in text
+    assert "error against distance to the training set" in text
