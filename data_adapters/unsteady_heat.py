@@ -7,7 +7,7 @@ parameters ``mu0, mu1``. It stores no time values, so the time of step ``k`` is 
 
 :func:`export_heat_series` writes what ``meshops train --series`` reads::
 
-    OUT/train/params.csv            series,mu0,mu1
+    OUT/train/params.csv            file,mu0,mu1 (keyed by the trajectory's folder)
     OUT/train/traj_082/u_0000.vtu   one folder of numbered files per trajectory
     ...
     OUT/test/...
@@ -55,8 +55,9 @@ def export_heat_series(out, npz=None, n_train: int = 80, seed: int = 0,
         MeshError: a missing or malformed archive, or ``out`` already holding an
             export (unless ``overwrite``).
     """
-    from meshops._atomic import atomic_folder, atomic_write
+    from meshops._atomic import atomic_folder
     from meshops.io import mesh_from_arrays, write_mesh
+    from meshops.params import write_param_table
 
     npz = Path(npz) if npz is not None else data_dir() / FILES["heat"]
     d = _load(npz, ["params", "points", "triangles", "u"])
@@ -75,7 +76,7 @@ def export_heat_series(out, npz=None, n_train: int = 80, seed: int = 0,
     train, test = permutation_split(n_traj, n_train, seed)
     for split, idx in (("train", train), ("test", test)):
         folder = out / split
-        rows = ["series," + ",".join(names)]
+        rows = {}
         written[split] = []
         for i in sorted(idx):
             name = f"traj_{i:0{width}d}"
@@ -86,9 +87,8 @@ def export_heat_series(out, npz=None, n_train: int = 80, seed: int = 0,
                                point_data={FIELD: d["u"][i, k]})
 
             written[split].append(atomic_folder(folder / name, write_steps))
-            rows.append(name + "," + ",".join(repr(float(v)) for v in d["params"][i]))
-        atomic_write(folder / "params.csv",
-                     lambda tmp, rows=rows: Path(tmp).write_text("\n".join(rows) + "\n"))
+            rows[name] = d["params"][i]
+        write_param_table(folder, names, rows)
     return written
 
 

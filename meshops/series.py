@@ -18,12 +18,14 @@ must increase strictly, and no step may be missing or appear twice; otherwise on
 check of :func:`meshops.read_mesh`; the later ones are compared with it.
 
 Scalar parameters of a series (``params [1, K]``, the library's contract for
-per-sample parameter vectors) come from a sidecar table ``params.csv`` (or
-``params.json``) in the folder that holds the series, keyed by the series' name, or
-from the field data of its first file::
+per-sample parameter vectors) are read as :mod:`meshops.params` reads them for a mesh
+file: from the field data of the series' first file, or from a ``params.csv`` (or
+``params.json``) in the folder that holds the series, keyed by the series' name (the
+folder's name, or the ``.pvd``/``.xdmf`` file's name)::
 
-    series,kappa,amplitude
+    file,kappa,amplitude
     traj_000,0.5,2.0
+    run_b.pvd,0.7,1.5
 
 Shapes:
     ``TimeSeries.fields[name]``: ``[T, N]`` or ``[T, N, c]``; ``times [T]``;
@@ -32,8 +34,6 @@ Shapes:
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 import os
 import re
@@ -50,12 +50,10 @@ from meshops.data import MeshData
 from meshops.datasets import DEFAULT_SUFFIXES, check_finite_fields, list_mesh_files
 from meshops.errors import MeshError
 from meshops.io import WEIGHT_FIELD, mesh_from_arrays, read_meshio
+from meshops.params import read_param_table, sample_params
 
-__all__ = ["PARAMS_FILES", "SeriesError", "TimeSeries", "list_series", "read_params_table",
-           "read_series", "read_series_folder", "read_state", "series_name", "write_series"]
-
-#: Sidecar tables of per-series parameters, looked for in the folder of the series.
-PARAMS_FILES = ("params.csv", "params.json")
+__all__ = ["SeriesError", "TimeSeries", "list_series", "read_series", "read_series_folder",
+           "read_state", "series_name", "write_series"]
 # ParaView's field-data name for the time of a dataset.
 TIME_VALUE = "TimeValue"
 _NUMBERED = re.compile(r"^(?P<prefix>.*?)(?P<num>\d+)$")
@@ -350,19 +348,17 @@ def _read_xdmf_steps(path: Path):
 
 
 def read_series(path: str | os.PathLike, fields: Sequence[str] | None = None,
-                params: Sequence[str] = (), params_table: Mapping | None = None
-                ) -> TimeSeries:
+                params: Sequence[str] = (), params_table=None) -> TimeSeries:
     """Read one time series (a folder of numbered files, a ``.pvd`` or an ``.xdmf``).
 
     Args:
         path: The series.
         fields: Point fields to keep (default: those of the first step); every step
             must have them, with finite values.
-        params: Parameter names to read, from ``params_table`` (see
-            :func:`read_params_table`) when it has a row for this series, else from the
-            field data of the first file.
-        params_table: ``{series name: {parameter: value}}``; default: the sidecar
-            table in the series' folder, if any.
+        params: Parameter names to read: from the first file's field data or the
+            parameter table of the series' folder (see the module docstring).
+        params_table: That table (:func:`meshops.params.read_param_table`), when the
+            caller has read it already.
 
     Returns:
         A :class:`TimeSeries`.
@@ -448,11 +444,10 @@ def read_series_folder(root: str | os.PathLike, fields: Sequence[str],
             raise SeriesError(f"{root}: series {missing[0]!r} not found ({len(missing)} of "
                               f"{len(names)} missing)")
         paths = [by_name[n] for n in names]
-    found = read_params_table(root) if Path(root).is_dir() else None
-    table = found[1] if found else {}
+    table = read_param_table(Path(root)) if params and Path(root).is_dir() else None
     out: list[TimeSeries] = []
     for p in progress(paths, desc=desc, unit="series", leave=False):
-        s = read_series(p, fields, params, table if found else None)
+        s = read_series(p, fields, params, table)
         if out:
             ref = out[0]
             for name in fields:
@@ -472,10 +467,10 @@ def _per_point(shape: tuple) -> str:
 
 
 def read_state(path: str | os.PathLike, fields: Sequence[str], params: Sequence[str] = (),
-               params_table: Mapping | None = None) -> TimeSeries:
+               params_table=None) -> TimeSeries:
     """One mesh file as a series of one step: an initial state to roll out from. Its
-    time is its ``TimeValue`` field data, else 0; its parameters come from the
-    parameter table beside it (keyed by the file's name or stem) or its field data.
+    time is its ``TimeValue`` field data, else 0; its parameters come from its field
+    data or the parameter table beside it (keyed by the file's name).
 
     Raises:
         SeriesError: a missing field or parameter (the file is named); the mesh is
@@ -503,100 +498,17 @@ def read_state(path: str | os.PathLike, fields: Sequence[str], params: Sequence[
     return series
 
 
-def _attach_params(series: TimeSeries, names: list[str], table: Mapping | None, raw) -> None:
-    """Set ``series.params [1, K]`` from ``table`` (default: the parameter table in the
-    series' folder) or the first file's field data (``raw``)."""
+def _attach_params(series: TimeSeries, names: list[str], table, raw) -> None:
+    """Set ``series.params [1, K]`` (:func:`meshops.params.sample_params`: the first
+    file's field data ``raw.field_data``, or the table of the series' folder, keyed by
+    the series' name)."""
     if table is None:
-        found = read_params_table(series.source.parent)
-        table = found[1] if found else {}
-    series.params = _series_params(series, names, table, raw)
+        table = read_param_table(series.source.parent)
+    try:
+        series.params = sample_params(names, series.source, raw.field_data, table)
+    except MeshError as e:
+        raise SeriesError(str(e)) from None
     series.param_names = list(names)
-
-
-def _series_params(series: TimeSeries, names: list[str], table: Mapping, raw
-                   ) -> Tensor:
-    """``[1, K]`` from the table row of the series, else the first file's field data."""
-    row = table.get(series.name)
-    if row is None and series.source.is_file():
-        row = table.get(series.source.name)
-    values = []
-    for name in names:
-        if row is not None and name in row:
-            v = row[name]
-        else:
-            v = _scalar_field_data(raw, name)
-            if v is None:
-                where = ("its row of the parameter table" if row is not None else
-                         f"a parameter table ({' or '.join(PARAMS_FILES)} beside it)")
-                raise SeriesError(f"{series.source}: parameter {name!r} not found in "
-                                  f"{where} nor in the field data of {Path(series.steps[0]).name}")
-        if not math.isfinite(v):
-            raise SeriesError(f"{series.source}: parameter {name!r} is {v}; parameters must "
-                              f"be finite")
-        values.append(v)
-    return torch.tensor([values], dtype=torch.float64)
-
-
-def read_params_table(folder: str | os.PathLike) -> tuple[Path, dict] | None:
-    """The sidecar parameter table of a folder of series, or None when it has none.
-
-    ``params.csv``: a header row, the series' name in the first column and one column
-    per parameter. ``params.json``: ``{"series name": {"parameter": value}}``.
-
-    Returns:
-        ``(path, {series name: {parameter: value}})``.
-
-    Raises:
-        SeriesError: both files present, a series listed twice, a value that is not a
-            finite number (the file, the row and the column are named).
-    """
-    folder = Path(folder)
-    present = [folder / f for f in PARAMS_FILES if (folder / f).is_file()]
-    if not present:
-        return None
-    if len(present) > 1:
-        raise SeriesError(f"{folder}: holds both {present[0].name} and {present[1].name}; "
-                          f"keep one parameter table")
-    path = present[0]
-    table: dict[str, dict[str, float]] = {}
-
-    def number(v, where: str) -> float:
-        try:
-            x = float(v)
-        except (TypeError, ValueError):
-            raise SeriesError(f"{path}: {where} is {v!r}, not a number") from None
-        if not math.isfinite(x):
-            raise SeriesError(f"{path}: {where} is {x}; parameters must be finite")
-        return x
-
-    if path.suffix == ".csv":
-        with open(path, newline="") as fh:
-            rows = list(csv.reader(fh))
-        if not rows or len(rows[0]) < 2:
-            raise SeriesError(f"{path}: expected a header row 'series,<parameter>,...'")
-        header = [h.strip() for h in rows[0]]
-        for line, r in enumerate(rows[1:], start=2):
-            if not any(c.strip() for c in r):
-                continue
-            if len(r) != len(header):
-                raise SeriesError(f"{path}: line {line} has {len(r)} columns, the header "
-                                  f"{len(header)}")
-            key = r[0].strip()
-            if key in table:
-                raise SeriesError(f"{path}: line {line}: series {key!r} is listed twice")
-            table[key] = {h: number(c.strip(), f"line {line}, column {h!r}")
-                          for h, c in zip(header[1:], r[1:])}
-    else:
-        try:
-            raw = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise SeriesError(f"{path}: cannot parse ({e})") from None
-        if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
-            raise SeriesError(f"{path}: expected {{\"series\": {{\"parameter\": value}}}}")
-        for key, row in raw.items():
-            table[key] = {h: number(v, f"series {key!r}, parameter {h!r}")
-                          for h, v in row.items()}
-    return path, table
 
 
 # ------------------------------------------------------------------------ writing

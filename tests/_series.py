@@ -44,15 +44,17 @@ def write_heat_series(root, params: np.ndarray, steps: int = 11, dt: float = 0.0
                       n: int = 6, fmt: str = "folder", table: bool = True) -> list[Path]:
     """One series per row of ``params`` in ``root``: ``fmt`` "folder" (numbered .vtu
     files), "pvd" or "xdmf" (inline XML data); the parameters in ``root/params.csv``
-    (columns kappa, a) when ``table``. Returns the series' paths."""
+    (columns file, kappa, a) when ``table``. Returns the series' paths."""
     import meshio
 
     from meshops.io import mesh_from_arrays, write_mesh
     from meshops.series import write_series
 
+    from meshops.params import write_param_table
+
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    out, rows = [], ["series,kappa,a"]
+    out, rows = [], {}
     for i, (kappa, a) in enumerate(params):
         pts, cells, t, u = heat_states(kappa, a, steps, dt, n)
         name = f"s{i:02d}"
@@ -71,7 +73,7 @@ def write_heat_series(root, params: np.ndarray, steps: int = 11, dt: float = 0.0
                 for k in range(steps):
                     w.write_data(float(t[k]), point_data={"u": u[k]})
             out.append(path)
-        rows.append(f"{name},{float(kappa)!r},{float(a)!r}")
+        rows[out[-1].name] = [kappa, a]  # keyed by the series' folder or file name
     if table:
-        (root / "params.csv").write_text("\n".join(rows) + "\n")
+        write_param_table(root, ["kappa", "a"], rows)
     return out

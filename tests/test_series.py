@@ -19,8 +19,8 @@ from _series import heat_states, series_params, write_heat_series
 from _tiny_run import one_line_error
 from meshops.cli import main as cli_main
 from meshops.io import mesh_from_arrays, write_mesh
-from meshops.series import (SeriesError, list_series, read_params_table, read_series,
-                            read_series_folder, read_state, write_series)
+from meshops.series import (SeriesError, list_series, read_series, read_series_folder,
+                            read_state, write_series)
 
 
 @pytest.mark.parametrize("fmt", ["folder", "pvd", "xdmf"])
@@ -158,29 +158,28 @@ def test_non_finite_values_and_missing_fields_name_file_and_step(tmp_path):
         read_series(_numbered(tmp_path / "f", [0, 1]), fields=["T"])
 
 
-def test_parameter_tables_and_their_errors(tmp_path):
+def test_parameters_come_from_the_table_by_series_name_and_errors_name_it(tmp_path):
     write_heat_series(tmp_path, series_params(2), steps=3, table=False)
-    with pytest.raises(SeriesError, match=r"s00: parameter 'kappa' not found in a parameter "
-                                          r"table \(params.csv or params.json beside it\) nor "
-                                          r"in the field data of u_0000.vtu"):
+    with pytest.raises(SeriesError, match=r"s00: parameter 'kappa' not found: not in the file's "
+                                          r"field_data \(it has: none\) and no params.csv or "
+                                          r"params.json in"):
         read_series_folder(tmp_path, ["u"], ["kappa"])
     (tmp_path / "params.json").write_text('{"s00": {"kappa": 0.5}, "s01": {"kappa": 2}}')
     assert [s.params.item() for s in read_series_folder(tmp_path, ["u"], ["kappa"])] == [0.5, 2]
     (tmp_path / "params.json").unlink()
-    (tmp_path / "params.csv").write_text("series,kappa\ns00,0.5\ns01,nan\n")
-    with pytest.raises(SeriesError, match=r"params.csv: line 3, column 'kappa' is nan; "
-                                          r"parameters must be finite"):
-        read_params_table(tmp_path)
-    (tmp_path / "params.csv").write_text("series,kappa\ns00,0.5\ns00,1\n")
-    with pytest.raises(SeriesError, match=r"line 3: series 's00' is listed twice"):
-        read_params_table(tmp_path)
+    (tmp_path / "params.csv").write_text("file,kappa\ns00,0.5\ns01,nan\n")
+    with pytest.raises(SeriesError, match=r"params.csv: s01, column 'kappa': 'nan' is not finite"):
+        read_series_folder(tmp_path, ["u"], ["kappa"])
+    (tmp_path / "params.csv").write_text("file,kappa\ns00,0.5\n")
+    with pytest.raises(SeriesError, match=r"params.csv: no entry for the sample 's01'"):
+        read_series_folder(tmp_path, ["u"], ["kappa"])
 
 
 def test_read_state_is_a_one_step_series(tmp_path):
     pts, cells = square_mesh(3, "triangle")
     write_mesh(tmp_path / "init.vtu", mesh_from_arrays(pts, cells),
                point_data={"u": np.arange(16.0)})
-    (tmp_path / "params.csv").write_text("series,kappa\ninit.vtu,0.25\n")
+    (tmp_path / "params.csv").write_text("file,kappa\ninit.vtu,0.25\n")
     s = read_state(tmp_path / "init.vtu", ["u"], ["kappa"])
     assert len(s) == 1 and s.times.tolist() == [0.0] and s.params.tolist() == [[0.25]]
     assert s.fields["u"][0].tolist() == list(range(16))

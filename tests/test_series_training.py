@@ -291,7 +291,7 @@ def test_predict_rollout_writes_the_rollout_as_a_paraview_series(heat, tmp_path,
     pts, cells, t, u = heat_states(0.1, 1.0, 2, DT)
     write_mesh(tmp_path / "init" / "start.vtu", mesh_from_arrays(pts, cells),
                point_data={"u": u[0]})
-    (tmp_path / "init" / "params.csv").write_text("series,kappa,a\nstart.vtu,0.1,1.0\n")
+    (tmp_path / "init" / "params.csv").write_text("file,kappa,a\nstart.vtu,0.1,1.0\n")
     code, out, err = _run(["predict", str(root / "run"), str(tmp_path / "init" / "start.vtu"),
                            "--rollout", "3", "-o", str(tmp_path / "out")], capsys)
     assert code == 0, err
@@ -311,7 +311,7 @@ def test_series_cli_errors_are_one_line(heat, tmp_path, capsys):
          "11 time steps, too few for windows of 11 step(s) (--rollout-train 11)"),
         (["train", "--series", "--data", str(root / "train"), "--inputs", "", "--targets", "u",
           "--params", "kappa,b", "--out", str(tmp_path / "r")],
-         "parameter 'b' not found in its row of the parameter table"),
+         "s00.pvd: no column 'b' (columns: kappa, a)"),
         (["evaluate", str(root / "run"), "--data", str(root / "test"), "--start", "10"],
          "11 time steps leave no step to predict after --start 10"),
     ]

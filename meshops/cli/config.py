@@ -134,16 +134,13 @@ def _dtype(key, v):
     return v
 
 
-def _rollout_grad(key, v):
-    if v not in ("all", "last"):
-        raise CLIError(f"{key}: must be all or last, got {v!r}")
-    return v
-
-
-def _rollout_loss(key, v):
-    if v not in ("mse", "relative"):
-        raise CLIError(f"{key}: must be mse or relative, got {v!r}")
-    return v
+def _one_of(*choices: str):
+    """A coercer that takes one of ``choices``."""
+    def coerce(key, v):
+        if v not in choices:
+            raise CLIError(f"{key}: must be {' or '.join(choices)}, got {v!r}")
+        return v
+    return coerce
 
 
 def _extras():
@@ -201,8 +198,8 @@ class TrainConfig:
     # time series (meshops.cli.series): a next-step model rolled out over K steps
     series: bool = _option(False, _to_bool)
     rollout_train: int = _option(2, lambda k, v: _to_int(k, v, minimum=1))
-    rollout_grad: str = _option("last", _rollout_grad)
-    rollout_loss: str = _option("mse", _rollout_loss)
+    rollout_grad: str = _option("last", _one_of("all", "last"))
+    rollout_loss: str = _option("mse", _one_of("mse", "relative"))
     time_input: bool = _option(True, _to_bool)
     # speed, memory and logging (meshops.cli.train_extras)
     amp: str | None = _option(None, lambda k, v: _extras().coerce_amp(k, v))

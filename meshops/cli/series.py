@@ -190,16 +190,12 @@ def _check_series_run(ckpt, meta: dict, options: str) -> None:
 def _initial(path: Path, meta: dict) -> list:
     """The series (or the one-file initial state) a ``predict --rollout`` argument
     names: a mesh file, a series, or a folder of series."""
-    from meshops.series import list_series, read_params_table, read_series, read_state
+    from meshops.series import list_series, read_series, read_state
 
     params = meta.get("params") or ()
     if path.is_file() and path.suffix.lower() not in (".pvd", ".xdmf", ".xmf"):
         return [read_state(path, list(meta["targets"]) + list(meta["inputs"]), params)]
-    out = []
-    for p in list_series(path):
-        found = read_params_table(p.parent) if params else None
-        out.append(read_series(p, None, params, found[1] if found else None))
-    return out
+    return [read_series(p, None, params) for p in list_series(path)]
 
 
 def _future_times(series, start: int, steps: int, dt_run):
