@@ -368,3 +368,22 @@ def test_input_fields_are_taken_at_every_step(tmp_path):
                                           r"the rollout\) but the series ends at time step 5"):
         rollout_sample(s, ["u"], ["f"], 3, 4, True, torch.float64, with_targets=False,
                        times=torch.arange(8, dtype=torch.float64) * DT)
+
+
+def test_a_series_run_resumes(heat, tmp_path, capsys):
+    root, _ = heat
+    argv = ["train", "--series", "--data", str(root / "train"), "--inputs", "", "--targets",
+            "u", "--params", "kappa,a", "--model", "transformer_no", "--model-config",
+            "width=8", "layers=1", "heads=2", "--batch-size", "16", "--scheduler", "none",
+            "--out", str(tmp_path / "r")]
+    code, out, err = _run(argv + ["--epochs", "1"], capsys)
+    assert code == 0, err
+    code, out, err = _run(argv + ["--epochs", "2", "--resume"], capsys)
+    assert code == 0, err
+    epochs = [ln.split()[1] for ln in out.splitlines() if ln.startswith("epoch ")]
+    assert "resumed from" in out and epochs == ["2/2"], out
+    history = json.loads((tmp_path / "r" / "history.json").read_text())
+    assert [h["epoch"] for h in history] == [1, 2]
+    # another option on resume is refused before anything is written
+    code, out, err = _run(argv + ["--epochs", "3", "--resume", "--rollout-train", "3"], capsys)
+    assert code == 2 and one_line_error(err) and "--rollout-train is 3 (the run: 2)" in err, err
