@@ -265,6 +265,19 @@ def read_mesh(path: str | os.PathLike, fields: Sequence[str] | None = None) -> M
         # a bare string would be taken letter by letter ("uf" as fields u and f)
         raise TypeError(f"read_mesh: fields is a list of field names, e.g. [{fields!r}], "
                         f"not a string")
+    m = read_meshio(path)
+    return mesh_from_arrays(m.points, m.cells, m.point_data, m.cell_data, fields=fields,
+                            source=str(path), field_data=m.field_data)
+
+
+def read_meshio(path: str | os.PathLike) -> "meshio.Mesh":
+    """The raw :class:`meshio.Mesh` of a file, with :func:`read_mesh`'s read errors (a
+    missing, unreadable or empty file, a VTU array that does not fit its components)
+    but none of its mesh checks: for the later steps of a time series, whose mesh is
+    compared with the checked first step's instead."""
+    path = Path(path)
+    if not path.is_file():
+        raise MeshError(f"{path}: no such file")
     token = _STRICT_VTU.set(str(path))
     try:
         m = _meshio_read(path)
@@ -272,8 +285,7 @@ def read_mesh(path: str | os.PathLike, fields: Sequence[str] | None = None) -> M
         _STRICT_VTU.reset(token)
     if len(m.points) == 0:
         raise MeshError(f"{path}: holds no points")
-    return mesh_from_arrays(m.points, m.cells, m.point_data, m.cell_data, fields=fields,
-                            source=str(path), field_data=m.field_data)
+    return m
 
 
 def _numpy(a) -> np.ndarray:

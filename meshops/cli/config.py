@@ -134,6 +134,15 @@ def _dtype(key, v):
     return v
 
 
+def _one_of(*choices: str):
+    """A coercer that takes one of ``choices``."""
+    def coerce(key, v):
+        if v not in choices:
+            raise CLIError(f"{key}: must be {' or '.join(choices)}, got {v!r}")
+        return v
+    return coerce
+
+
 def _extras():
     from meshops.cli import train_extras
 
@@ -188,6 +197,12 @@ class TrainConfig:
     dtype: str = _option("float32", _dtype)
     # torch's threads; None: the faster of 1 and all (meshops.training.defaults)
     threads: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))
+    # time series (meshops.cli.series): a next-step model rolled out over K steps
+    series: bool = _option(False, _to_bool)
+    rollout_train: int = _option(2, lambda k, v: _to_int(k, v, minimum=1))
+    rollout_grad: str = _option("last", _one_of("all", "last"))
+    rollout_loss: str = _option("mse", _one_of("mse", "relative"))
+    time_input: bool = _option(True, _to_bool)
     # speed, memory and logging (meshops.cli.train_extras)
     amp: str | None = _option(None, lambda k, v: _extras().coerce_amp(k, v))
     compile: bool = _option(False, _to_bool)
@@ -304,6 +319,14 @@ class TrainConfig:
         both = sorted(set(self.inputs) & set(self.targets))
         if both:
             raise CLIError(f"train: field(s) {both} are both inputs and targets")
+        if not self.series:
+            given = [f"--{k.replace('_', '-')}" for k, v in (
+                ("rollout_train", self.rollout_train != 2),
+                ("rollout_grad", self.rollout_grad != "last"),
+                ("rollout_loss", self.rollout_loss != "mse"),
+                ("no_time_input", not self.time_input)) if v]
+            if given:
+                raise CLIError(f"train: {', '.join(given)} apply to time series: add --series")
 
     # ----------------------------------------------- mapping access, rendering
     # meshops.training.defaults reads and fills a config as a mapping.

@@ -107,6 +107,10 @@ def cmd_evaluate(args) -> int:
 
         check_picture_path(args.plot)
     model, ckpt, meta = load_run(args.run, device_or_error(args.device))
+    if meta.get("series") or args.horizon is not None or args.start:
+        from meshops.cli.series import evaluate_series
+
+        return evaluate_series(args, model, ckpt, meta)
     spec = RunSpec(model, ckpt, meta, optional_names(args.inputs), optional_names(args.targets))
     # as in training: points or cells, parameters, boundary tags
     layout = SampleLayout.from_run(meta, spec.inputs, spec.targets, model, ckpt)
@@ -269,6 +273,13 @@ predicts a non-finite value although its inputs are finite is a failure of the
 model: named in a warning and in "failed", its errors are inf, and so are the
 mean and worst (null in the JSON output). The JSON output also lists every
 sample's errors.
+
+time-series runs (meshops train --series): --data holds test series; each is rolled
+out from its time step --start to its end (or --horizon steps) and the relative L2
+error of every step is reported (mean, median, worst over the series) beside
+persistence (the start state held) and the nearest training trajectory (by the
+parameters, else by the start state):
+  meshops evaluate runs/heat --data heat/test --plot horizon.png
 """
 
 
@@ -309,4 +320,8 @@ def add_parser(sub) -> None:
                    help="skip the baselines that need no training (the training mean "
                    "field, the nearest training sample and POD + RBF), which read the "
                    "run's training files")
+    p.add_argument("--horizon", type=int, metavar="N", help="time-series runs: roll out at "
+                   "most N steps (default: to the end of each series)")
+    p.add_argument("--start", type=int, default=0, metavar="K", help="time-series runs: "
+                   "start the rollouts from time step K (default 0)")
     p.set_defaults(func=cmd_evaluate)

@@ -27,6 +27,10 @@ def cmd_predict(args) -> int:
     from meshops.io import read_mesh, write_mesh
 
     model, ckpt, meta = load_run(args.run, device_or_error(args.device))
+    if args.rollout is not None or meta.get("series"):
+        from meshops.cli.series import predict_series
+
+        return predict_series(args, model, ckpt, meta)
     spec = RunSpec(model, ckpt, meta, optional_names(args.inputs), optional_names(args.targets))
     train_set, why = trust_reports.training_set_of(meta, spec.inputs, spec.targets)
     # an ensemble run (meshops train --ensemble K): every member predicts
@@ -133,6 +137,17 @@ and geometry parts train_distance_params, train_distance_geometry; constant
 fields, in units of the training spread, see meshops.trust), with a warning when
 the model extrapolates there. A run trained with --ensemble K writes the mean of
 its K members as <target>_pred and their standard deviation as <target>_std.
+
+time-series runs (meshops train --series):
+  meshops predict runs/heat heat/test/traj_003 --rollout 99 -o rollouts/
+  meshops predict runs/heat heat/test --rollout 50 --start 10 -o rollouts/
+  meshops predict runs/heat initial_state.vtu --rollout 20 -o rollouts/
+
+Each series (a folder of numbered files, a .pvd, an .xdmf, or one mesh file holding
+the initial state) is rolled out N steps from its time step --start and written as
+OUTDIR/<name>.pvd with one .vtu per step in OUTDIR/<name>/ (the start and the N
+predicted steps, <target>_pred, beside the series' own fields where it has that
+step), completely or not at all.
 """
 
 
@@ -156,4 +171,8 @@ def add_parser(sub) -> None:
                    help="predict meshes of more than N points N output points at a time, "
                    "the model's global context computed once: the same values in a "
                    "bounded memory (default 65536; 0: always in one piece)")
+    p.add_argument("--rollout", type=int, metavar="N", help="time-series runs: roll each "
+                   "series out N steps and write a .pvd series")
+    p.add_argument("--start", type=int, default=0, metavar="K", help="with --rollout: start "
+                   "from the series' time step K (default 0)")
     p.set_defaults(func=cmd_predict)

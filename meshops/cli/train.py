@@ -200,8 +200,7 @@ class _RunFiles:
 def cmd_train(args) -> int:
     import torch
 
-    from meshops._atomic import atomic_write
-    from meshops.training import RelativeLpLoss, Trainer
+    from meshops.training import RelativeLpLoss
     from meshops.training.defaults import fill_epochs, fill_from_data
     from meshops.training.distributed import check_device
     from meshops.training.seed import seed_everything
@@ -227,6 +226,10 @@ def cmd_train(args) -> int:
     dtype = getattr(torch, cfg.dtype)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    if cfg.series:
+        from meshops.cli.series import train_series
+
+        return train_series(cfg, args, dtype, resumed)
 
     try:  # how a file becomes a sample: points or cells, parameters, boundary tags
         layout = SampleLayout(cfg.inputs, cfg.targets, cfg.params, cfg.tags)
@@ -293,30 +296,56 @@ def cmd_train(args) -> int:
                f"{dim}-D"
                + (", on the cells (midpoint rule)" if layout.location == "cells" else "")
                + (f"; parameters {', '.join(cfg.params)}" if cfg.params else ""))
+
+    def begin() -> dict:
+        metadata = run.metadata(resolved, train_samples)
+        run.prepare()
+        return metadata
+
+    if not run_training(args, cfg, model, train_samples, val_samples, resolved, chosen,
+                        summary, begin, loss=RelativeLpLoss(quadrature=cfg.quadrature_loss),
+                        compile=cfg.compile, checkpoint_blocks=cfg.checkpoint_blocks,
+                        num_workers=workers):
+        return 0
+    return train_extras.train_members(args, cfg, out, cmd_train)
+
+
+def run_training(args, cfg, model, train_samples, val_samples, resolved: str, chosen: str,
+                 summary: str, begin, **trainer_options) -> bool:
+    """The end of ``meshops train`` for a built model and its samples (mesh folders in
+    :func:`cmd_train`, time series in :mod:`meshops.cli.series`): ``--dry-run`` prints
+    the resolved config and returns False; otherwise ``begin()`` records the run's data
+    and prepares its folder (returning the checkpoint metadata), ``config.yaml`` is
+    written, the :class:`~meshops.training.Trainer` trains (``trainer_options``: the
+    loss, ...) and ``best.pt`` is left; returns True."""
+    from meshops._atomic import atomic_write
+    from meshops.training import Trainer
+
+    main_rank = is_main_rank()
+    out = Path(cfg.out)
     if args.dry_run:
         if main_rank:
             print(resolved, end="")
             if chosen:
                 print(f"# defaults from the data: {chosen}", file=sys.stderr)
             print(f"# {summary}", file=sys.stderr)
-        return 0
+        return False
 
-    metadata = run.metadata(resolved, train_samples)
-    run.prepare()
+    metadata = begin()
     if main_rank:
         atomic_write(out / RUN_CONFIG, lambda tmp: Path(tmp).write_text(resolved))
         if chosen:
             print(f"defaults from the data: {chosen}")
         print(f"training {summary}; writing {out}/")
+    options = {"callbacks": train_extras.callbacks(
+        cfg, out, {**cfg.to_dict(), "model_config": dict(model.config)}) if main_rank else []}
+    options.update(trainer_options)
     trainer = Trainer(
         model, train_samples, val_samples, epochs=cfg.epochs, batch_size=cfg.batch_size,
         lr=cfg.lr, weight_decay=cfg.weight_decay, scheduler=cfg.scheduler,
-        grad_clip=cfg.grad_clip, loss=RelativeLpLoss(quadrature=cfg.quadrature_loss),
-        seed=cfg.seed, device=cfg.device, out_dir=out, resume=args.resume,
-        metadata=metadata, progress=sys.stderr.isatty(), log=print, amp=cfg.amp or False,
-        compile=cfg.compile, checkpoint_blocks=cfg.checkpoint_blocks, num_workers=workers,
-        callbacks=train_extras.callbacks(cfg, out, {**cfg.to_dict(), "model_config": dict(model.config)})
-        if main_rank else [])
+        grad_clip=cfg.grad_clip, seed=cfg.seed, device=cfg.device, out_dir=out,
+        resume=args.resume, metadata=metadata, progress=sys.stderr.isatty(), log=print,
+        amp=cfg.amp or False, **options)
     try:
         history = trainer.fit()
     except FloatingPointError as e:
@@ -348,7 +377,7 @@ def cmd_train(args) -> int:
             best = trainer.best
             print(f"best validation {trainer.metric} {best['value']:.4e} at epoch "
                   f"{best['epoch']}: {out / RUN_CHECKPOINT}")
-    return train_extras.train_members(args, cfg, out, cmd_train)
+    return True
 
 
 TRAIN_EPILOG = """\
@@ -368,6 +397,11 @@ examples:
   meshops train --out runs/poisson --resume
   # data-parallel on 4 GPUs
   torchrun --nproc_per_node=4 -m meshops train --config train.yaml
+  # time series (one folder, .pvd or .xdmf per series): a next-step model of u,
+  # trained on rollouts of 4 steps, parameters from heat/train/params.csv
+  # (docs/time-series.md)
+  meshops train --series --data heat/train --inputs "" --targets u --params mu0,mu1 \\
+      --rollout-train 4 --out runs/heat
 
 config file (train.yaml); keys are the long options (batch_size or batch-size):
   data: data/
@@ -407,7 +441,8 @@ def add_parser(sub) -> None:
                    "point data, or all cell data (then the model trains on the cells)")
     g.add_argument("--params", metavar="A,B", help="per-sample parameters, comma-separated, "
                    "from each file's field_data or a params.csv / params.json beside the "
-                   "files (keyed by file name); they condition the model")
+                   "files (keyed by file name; with --series, by the series' name); they "
+                   "condition the model")
     g.add_argument("--tags", metavar="T1,T2", help="boundary tags (Gmsh physical names or "
                    "ARRAY=VALUE of an integer cell array) whose indicator and outward normal "
                    "become input channels")
@@ -450,6 +485,24 @@ def add_parser(sub) -> None:
     g.add_argument("--dtype", choices=["float32", "float64"], help="default float32")
     g.add_argument("--threads", type=int, metavar="N", help="torch's CPU threads (default: "
                    "the faster of 1 and all, from a timed step)")
+    g = p.add_argument_group("time series (see docs/time-series.md)")
+    g.add_argument("--series", action="store_true",
+                   help="--data holds time series (folders of numbered files, .pvd or "
+                   ".xdmf); train a next-step model of the --targets (the state), with "
+                   "--inputs as fields known at every step")
+    g.add_argument("--rollout-train", type=int, metavar="K", dest="rollout_train",
+                   help="unroll K steps per training sample (default 2; 1: one-step "
+                   "training)")
+    g.add_argument("--rollout-grad", choices=["all", "last"], dest="rollout_grad",
+                   help="back-propagate only through the last of the K steps (default; "
+                   "push-forward: the first K-1 steps run without gradient) or through all")
+    g.add_argument("--rollout-loss", choices=["mse", "relative"], dest="rollout_loss",
+                   help="the training loss of a step: its mean square error in units of the "
+                   "typical one-step change (default), or its relative L2 error (the "
+                   "metric, dominated by states near zero)")
+    g.add_argument("--time-input", action=argparse.BooleanOptionalAction, dest="time_input",
+                   help="give the model the time t (default; --no-time-input for autonomous "
+                   "problems); it always gets dt and the parameters")
     train_extras.add_arguments(p)
     g = p.add_argument_group("data larger than memory (docs/large-data.md)")
     g.add_argument("--lazy", action=argparse.BooleanOptionalAction,
