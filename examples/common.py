@@ -25,6 +25,7 @@ from meshops.models import NeuralOperator, get_model
 from meshops.plot import plot_comparisons
 from meshops.training import RelativeLpLoss, Trainer
 from meshops.training.baselines import baselines, error_stats, format_table, per_sample_errors
+from meshops.training.defaults import choose_defaults
 from meshops.training.seed import seed_everything
 from meshops.training.splits import validation_split
 
@@ -46,8 +47,13 @@ def parser(description: str, default_out: str) -> argparse.ArgumentParser:
     p.add_argument("--data", type=Path, default=None,
                    help="folder with the Geo-FNO .npy files; without it the offline "
                         "STAND-IN data set is generated (and cached)")
-    p.add_argument("--model", default="pit",
-                   help="pit (default), transformer_no, galerkin_transformer, patched_transformer")
+    p.add_argument("--model", default="auto",
+                   help="auto (default: reduced_basis when the samples are a parametric "
+                        "study on corresponding meshes, pit otherwise, as meshops train "
+                        "chooses), reduced_basis, pit, transformer_no, galerkin_transformer, "
+                        "patched_transformer")
+    p.add_argument("--minutes", type=float, default=10.0,
+                   help="time budget of a reduced basis' fit (default 10)")
     p.add_argument("--epochs", type=int, default=None, help="training epochs")
     p.add_argument("--num-train", type=int, default=None, help="training samples")
     p.add_argument("--num-test", type=int, default=None, help="test samples")
@@ -121,14 +127,63 @@ def fail(message: str) -> None:
     raise SystemExit(2)
 
 
+def _train(args, sample, fit, val, model_config, metadata, title, num_test):
+    """A neural operator trained by the :class:`Trainer`; ``best.pt`` written."""
+    out: Path = args.out
+    model = get_model(args.model, in_channels=sample.x.shape[1], out_channels=sample.y.shape[1],
+                      pos_dim=sample.pos.shape[1], **model_config.get(args.model, {}))
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"{title}: {len(fit)} training + {len(val or [])} validation / {num_test} test "
+          f"samples, {sample.num_nodes} points per sample, {args.model} with "
+          f"{n_params:,} parameters")
+    trainer = Trainer(model, fit, val, epochs=args.epochs, batch_size=args.batch_size,
+                      lr=args.lr, weight_decay=args.weight_decay, optimizer="adam",
+                      scheduler="cosine", seed=args.seed, device=args.device, out_dir=out,
+                      loss=RelativeLpLoss(quadrature=not args.unweighted_loss),
+                      metadata=metadata,
+                      # bars on a terminal only; a log gets the Trainer's line per epoch
+                      progress=on_terminal())
+    history = trainer.fit()
+    if val is None:
+        model.save(out / "best.pt", **metadata, epoch=trainer.epoch, metric=None, val=None,
+                   selected="last epoch (no validation split)")
+        return model, history, f"the model after epoch {trainer.epoch} (no validation split)"
+    return model, history, (f"epoch {trainer.best['epoch']} by validation {trainer.metric} "
+                            f"{trainer.best['value']:.4f} on {len(val)} held-out training "
+                            f"samples")
+
+
+def _fit_reduced_basis(args, fit, val, metadata, title, num_test):
+    """A :class:`~meshops.models.ReducedBasis` fitted within ``args.minutes``, its
+    regression chosen on ``val``, refitted on ``fit + val``; ``best.pt`` written."""
+    from meshops.reduced.fit import fit_reduced_basis
+
+    if not val:
+        fail("the reduced basis chooses its regression on validation samples: "
+             "--val-fraction must be > 0")
+    print(f"{title}: {len(fit)} training + {len(val)} validation / {num_test} test samples, "
+          f"{fit[0].num_nodes} points per sample, a reduced basis (a parametric study)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    model, report = fit_reduced_basis(fit, val, minutes=args.minutes, seed=args.seed,
+                                      log=print)
+    lines = report.lines()
+    print(lines[0])
+    model.save(args.out / "best.pt", **metadata, epoch=None, metric="l2",
+               val={"l2_mean": min(c.mean for c in report.candidates)}, selected=lines[-1])
+    return model, [], lines[-1].removeprefix("chosen: ")
+
+
 def run(args, train, test, *, target: str, model_config: dict, title: str,
         window=None, inputs: tuple = ()) -> dict:
-    """Train ``args.model`` on ``train``, evaluate on ``test``, write results to ``args.out``.
+    """Fit ``args.model`` on ``train``, evaluate on ``test``, write results to ``args.out``.
 
-    A fraction ``args.val_fraction`` of ``train`` (drawn from ``args.seed``) is held
-    out to pick ``best.pt``; with none held out, ``best.pt`` is the model after the
-    last epoch. The test samples are used once, at the end, to evaluate that model
-    and the baselines (fitted on the same training samples as the model).
+    ``--model auto`` (the default) is what ``meshops train`` chooses: a reduced basis
+    for a parametric study (corresponding meshes, a parameter vector per sample), PiT
+    otherwise. A fraction ``args.val_fraction`` of ``train`` (drawn from ``args.seed``)
+    is held out to pick ``best.pt`` (the epoch, or the reduced basis' regression, which
+    is then refitted on all of ``train``); with none held out, ``best.pt`` is the model
+    after the last epoch. The test samples are used once, at the end, to evaluate that
+    model and the baselines (fitted on all of ``train``).
 
     Returns the summary written to ``args.out/summary.json``.
     """
@@ -138,37 +193,24 @@ def run(args, train, test, *, target: str, model_config: dict, title: str,
     seed_everything(args.seed)
     out: Path = args.out
     sample = train[0]
-    model = get_model(args.model, in_channels=sample.x.shape[1], out_channels=sample.y.shape[1],
-                      pos_dim=sample.pos.shape[1], **model_config.get(args.model, {}))
-    n_params = sum(p.numel() for p in model.parameters())
+    if args.model == "auto":
+        args.model = "pit" if args.full else choose_defaults(train)[0]
     try:
         fit_idx, val_idx = validation_split(len(train), args.val_fraction, args.seed)
     except ValueError as e:
         fail(f"--val-fraction: {e}")
     fit = [train[i] for i in fit_idx]
     val = [train[i] for i in val_idx] or None
-    print(f"{title}: {len(fit)} training + {len(val_idx)} validation / {len(test)} test "
-          f"samples, {sample.num_nodes} points per sample, {args.model} with "
-          f"{n_params:,} parameters")
-
-    start = time.perf_counter()
     metadata = {"inputs": list(inputs), "targets": [target], "example": title}
-    trainer = Trainer(model, fit, val, epochs=args.epochs, batch_size=args.batch_size,
-                      lr=args.lr, weight_decay=args.weight_decay, optimizer="adam",
-                      scheduler="cosine", seed=args.seed, device=args.device, out_dir=out,
-                      loss=RelativeLpLoss(quadrature=not args.unweighted_loss),
-                      metadata=metadata,
-                      # bars on a terminal only; a log gets the Trainer's line per epoch
-                      progress=on_terminal())
-    history = trainer.fit()
-    minutes = (time.perf_counter() - start) / 60
-    if val is None:
-        model.save(out / "best.pt", **metadata, epoch=trainer.epoch, metric=None, val=None,
-                   selected="last epoch (no validation split)")
-        selected = f"the model after epoch {trainer.epoch} (no validation split)"
+    start = time.perf_counter()
+    if args.model == "reduced_basis":
+        model, history, selected = _fit_reduced_basis(args, fit, val, metadata, title,
+                                                      len(test))
     else:
-        selected = (f"epoch {trainer.best['epoch']} by validation {trainer.metric} "
-                    f"{trainer.best['value']:.4f} on {len(val)} held-out training samples")
+        model, history, selected = _train(args, sample, fit, val, model_config, metadata,
+                                          title, len(test))
+    n_params = sum(p.numel() for p in model.parameters())
+    minutes = (time.perf_counter() - start) / 60
 
     # The test samples' only use: the selected model and the baselines, once.
     best = NeuralOperator.from_checkpoint(out / "best.pt")
@@ -191,19 +233,25 @@ def run(args, train, test, *, target: str, model_config: dict, title: str,
     for i, s in enumerate(test):
         write_mesh(pred_dir / f"test_{i:04d}.vtu", s,
                    point_data={target: s.y[:, 0], f"{target}_pred": preds[i][:, 0]})
-    base = baselines(fit, test)
+    # The baselines see every training sample (the validation ones too), as a user's
+    # classical model would.
+    base = baselines(train, test)
     stats = {m: error_stats(v) for m, v in model_errors.items()}
 
+    fitted = args.model == "reduced_basis"  # no epochs, no optimiser: a fit
     summary = {
         "example": title, "model": args.model, "parameters": n_params,
-        "num_train": len(train), "num_test": len(test), "epochs": args.epochs,
+        "num_train": len(train), "num_test": len(test),
+        "epochs": None if fitted else args.epochs,
         "minutes": round(minutes, 2),
         "test_relative_l2_mean": stats["l2"]["mean"],
         "test_relative_l2_median": stats["l2"]["median"],
         "test_relative_l2_worst": stats["l2"]["worst"],
         "test": stats,
         "selected": selected, "num_val": len(val_idx), "val_fraction": args.val_fraction,
-        "recipe": {"lr": args.lr, "weight_decay": args.weight_decay, "optimizer": "adam",
+        "recipe": {"fit": "POD modes and the regression of their coefficients chosen on "
+                          "validation", "minutes": args.minutes} if fitted else
+                  {"lr": args.lr, "weight_decay": args.weight_decay, "optimizer": "adam",
                    "scheduler": "cosine", "batch_size": args.batch_size,
                    "loss": "unweighted relative L2" if args.unweighted_loss
                    else "quadrature-weighted relative L2"},
@@ -214,7 +262,7 @@ def run(args, train, test, *, target: str, model_config: dict, title: str,
     label = "unweighted" if args.unweighted_loss else "quadrature-weighted"
     print(f"selected {selected}; test relative L2 ({label}) on {len(test)} test samples "
           f"[{minutes:.1f} min]:")
-    rows = [(f"{args.model} (trained)", stats[metric], "")]
+    rows = [(f"{args.model} ({'fitted' if fitted else 'trained'})", stats[metric], "")]
     rows += [(b.name, error_stats(b.errors[metric]) if b.available else None, b.note)
              for b in base]
     print(format_table(rows, f"{label}, {len(test)} test samples"))

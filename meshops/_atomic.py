@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import shutil
 import socket
 import tempfile
 import time
@@ -37,7 +38,8 @@ def _alive(pid: int) -> bool:
 
 
 def clean_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
-    """Remove temporary files of killed :func:`atomic_write` calls from ``folder``.
+    """Remove temporary files of killed :func:`atomic_write` calls (and temporary
+    folders of :func:`atomic_folder` calls) from ``folder``.
 
     A file counts as stale when its writer (host and process id in its name) is
     this host's and no longer runs, or is another host's and older than a day.
@@ -54,7 +56,8 @@ def clean_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
         return removed
     for e in entries:
         m = _STALE.match(e.name)
-        if not m or not e.is_file(follow_symlinks=False):
+        is_dir = e.is_dir(follow_symlinks=False)
+        if not m or not (is_dir or e.is_file(follow_symlinks=False)):
             continue
         try:
             if m["host"] == host:
@@ -62,11 +65,23 @@ def clean_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
             else:
                 stale = now - e.stat(follow_symlinks=False).st_mtime > _STALE_AGE_S
             if stale:
-                os.unlink(e.path)
+                shutil.rmtree(e.path) if is_dir else os.unlink(e.path)
                 removed.append(Path(e.path))
         except OSError:  # raced with another cleaner, or not ours to remove
             continue
     return removed
+
+
+def _prefix(path: Path) -> str:
+    """The start of a temporary name beside ``path`` (see ``_STALE``)."""
+    return f".{path.stem}.{_TAG}-{_host()}-{os.getpid()}-"
+
+
+def _clean_once(path: Path) -> None:
+    folder = path.parent.resolve()
+    if folder not in _cleaned:  # once per folder: predict writes thousands of files
+        clean_stale_temporaries(folder)
+        _cleaned.add(folder)
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
@@ -82,12 +97,9 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
     if path.is_dir():  # else the rename fails naming the temporary file
         raise IsADirectoryError(errno.EISDIR, "Is a directory (give a file name)", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    folder = path.parent.resolve()
-    if folder not in _cleaned:  # once per folder: predict writes thousands of files
-        clean_stale_temporaries(folder)
-        _cleaned.add(folder)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.{_TAG}-{_host()}-{os.getpid()}-",
-                               suffix=".tmp" + path.suffix, dir=path.parent)
+    _clean_once(path)
+    fd, tmp = tempfile.mkstemp(prefix=_prefix(path), suffix=".tmp" + path.suffix,
+                               dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
@@ -99,4 +111,47 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return path
+
+
+def atomic_folder(path: str | os.PathLike, write: Callable[[str], None],
+                  before_replace: Callable[[], None] | None = None) -> Path:
+    """Call ``write(tmp_folder)`` on an empty temporary folder beside ``path``, then put
+    it in place of ``path`` (a folder of many files, such as the steps of a time
+    series). On a failure in ``write`` the temporary folder is removed and ``path`` is
+    untouched.
+
+    An existing ``path`` is first renamed aside and removed after the new folder is in
+    place: a folder cannot be renamed over a non-empty one, so for a moment neither
+    exists (never a mixture of the two). ``before_replace`` runs just before that swap,
+    once everything is written: e.g. to remove a file that indexes the old folder, so
+    that it never points into the new one. Temporary folders of killed writers are
+    removed like :func:`atomic_write`'s temporary files.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _clean_once(path)
+    tmp = tempfile.mkdtemp(prefix=_prefix(path), suffix=".tmp", dir=path.parent)
+    try:
+        write(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp creates 0700
+        if before_replace is not None:
+            before_replace()
+        old = None
+        if path.exists():
+            old = tempfile.mkdtemp(prefix=_prefix(path), suffix=".tmp", dir=path.parent)
+            os.replace(path, old)  # onto the empty folder just made
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            if old is not None:  # put the old folder back
+                os.replace(old, path)
+            raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
     return path

@@ -76,6 +76,10 @@ class MeshData(Data):
             (no quad diagonals; volume cells too).
         cell_data: ``dict[str, list[Tensor]]`` of cell data (one array per cell
             block), kept for write-back.
+        field_data: ``dict[str, numpy array]`` of the file's field data (VTK
+            ``FieldData``: per-sample parameters; Gmsh: ``{physical name: [tag, dim]}``),
+            ``{}`` when the file has none. File metadata, not batched: it stays with
+            this object and its copies (:mod:`meshops.params`, :mod:`meshops.boundary`).
         source: Path of the file the mesh was read from, or ``None``.
 
     Example:
@@ -104,6 +108,16 @@ class MeshData(Data):
         if key not in self._store:
             raise AttributeError(f"'{type(self).__name__}' object has no attribute '{key}'")
         return self._store[key]
+
+    @property
+    def field_data(self) -> dict:
+        # Kept outside PyG's store: files disagree on their field data (Gmsh names),
+        # which a batch of their meshes would have to reconcile.
+        return self.__dict__.get("_field_data", {})
+
+    @field_data.setter
+    def field_data(self, value) -> None:
+        self.__dict__["_field_data"] = dict(value or {})
 
     @property
     def fields(self) -> dict:

@@ -32,7 +32,9 @@ from torch import Tensor
 
 from meshops.data import MeshData
 from meshops.errors import MeshError
-from meshops.io import WEIGHT_FIELD, read_mesh, write_mesh
+from meshops.io import read_mesh, write_mesh
+from meshops.layout import SampleLayout
+from meshops.params import write_param_table
 
 __all__ = ["DEFAULT_SUFFIXES", "MeshFolderDataset", "add_inputs_targets", "as_float_dtype",
            "check_finite_fields", "export_to_folder", "list_mesh_files", "stack_channels"]
@@ -185,7 +187,8 @@ DEFAULT_SUFFIXES = tuple(sorted((set(meshio.extension_to_filetypes) - _EXCLUDED)
                                 key=lambda s: (-len(s), s)))
 
 
-def _natural_key(name: str):
+def natural_key(name: str):
+    """Sort key of a file name with its runs of digits as numbers (``s2`` before ``s10``)."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
@@ -207,7 +210,7 @@ def list_mesh_files(root, suffixes: Sequence[str] | None = None) -> list[Path]:
     files = [p for p in root.iterdir()
              if p.is_file() and not p.name.startswith(".")
              and p.name.lower().endswith(suffixes)]
-    return sorted(files, key=lambda p: _natural_key(p.name))
+    return sorted(files, key=lambda p: natural_key(p.name))
 
 
 class MeshFolderDataset(torch.utils.data.Dataset):
@@ -232,6 +235,17 @@ class MeshFolderDataset(torch.utils.data.Dataset):
         dtype: ``torch.float32`` (default) or ``torch.float64``.
         suffixes: File suffixes to take (see :func:`list_mesh_files`).
         cache: Keep parsed samples in memory (each file is read once).
+        params: Parameter names: each sample gets ``params [1, K]`` from its file's
+            ``field_data`` or the folder's ``params.csv`` / ``params.json``
+            (:mod:`meshops.params`).
+        tags: Boundary tags: their channels (:func:`meshops.boundary.tag_channels`)
+            follow the ``inputs`` in ``x``.
+        layout: A :class:`meshops.layout.SampleLayout` with these inputs and targets,
+            instead of ``params`` and ``tags`` (e.g. a run's, with its location).
+
+    Targets stored as cell data make cell samples: one point per cell at its
+    centroid with the cell's measure as weight (:mod:`meshops.cells`); the location
+    is taken from the first file (``layout.location``) and every file must agree.
 
     Raises:
         MeshError: a missing or empty folder; a file that cannot be read or is broken
@@ -255,12 +269,20 @@ class MeshFolderDataset(torch.utils.data.Dataset):
 
     def __init__(self, root, inputs: Sequence[str] = (), targets: Sequence[str] = (),
                  dtype=torch.float32, suffixes: Sequence[str] | None = None,
-                 cache: bool = False) -> None:
+                 cache: bool = False, params: Sequence[str] = (), tags: Sequence[str] = (),
+                 layout=None) -> None:
         self.root = Path(root)
         if isinstance(inputs, str) or isinstance(targets, str):
             raise MeshError("inputs and targets are lists of field names, e.g. ['T'], "
                             "not a single string")
-        self.inputs, self.targets = list(inputs), list(targets)
+        if layout is None:
+            layout = SampleLayout(inputs, targets, params, tags)
+        elif (layout.inputs, layout.targets) != (list(inputs), list(targets)) or params or tags:
+            raise MeshError("MeshFolderDataset: give params and tags in the layout, whose "
+                            "inputs and targets must be these")
+        self.layout = layout
+        # x holds the inputs and then the tags' channels
+        self.inputs, self.targets = layout.input_fields, list(targets)
         self.dtype = as_float_dtype(dtype)
         if not self.root.is_dir():
             raise MeshError(f"{self.root}: no such folder")
@@ -276,20 +298,6 @@ class MeshFolderDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.files)
 
-    def _check_fields(self, path: Path, mesh: MeshData) -> None:
-        fields = getattr(mesh, "fields", None) or {}
-        cell_data = getattr(mesh, "cell_data", None) or {}
-        for role, names in (("input", self.inputs), ("target", self.targets)):
-            for name in names:
-                if name in fields:
-                    continue
-                if name in cell_data:
-                    raise MeshError(f"{path}: {role} field {name!r} is cell data; "
-                                    "MeshFolderDataset needs point data")
-                available = sorted(k for k in fields if k != WEIGHT_FIELD)
-                raise MeshError(f"{path}: {role} field {name!r} not found; available point "
-                                f"fields: {', '.join(available) or 'none'}")
-
     def __getitem__(self, k: int) -> MeshData:
         if not -len(self) <= k < len(self):
             raise IndexError(f"index {k} out of range for {len(self)} files")
@@ -297,8 +305,8 @@ class MeshFolderDataset(torch.utils.data.Dataset):
         if k in self._cache:
             return self._cache[k]
         path = self.files[k]
-        mesh = read_mesh(path)
-        self._check_fields(path, mesh)
+        # (refuses missing fields, naming the point and cell fields there are)
+        mesh = self.layout.view(read_mesh(path), path)
         # (also refuses NaN/inf values)
         mesh = add_inputs_targets(mesh, self.inputs, self.targets, self.dtype)
         counts = (int(mesh.x.shape[1]), int(mesh.y.shape[1]))
@@ -318,15 +326,19 @@ class MeshFolderDataset(torch.utils.data.Dataset):
 
 
 def export_to_folder(samples: Iterable[MeshData], root, fmt: str = ".vtu",
-                     prefix: str = "sample", overwrite: bool = False) -> list[Path]:
+                     prefix: str = "sample", overwrite: bool = False,
+                     param_names: Sequence[str] | None = None) -> list[Path]:
     """Write samples (of any adapter) to a folder that :class:`MeshFolderDataset` reads.
 
     Sample ``k`` goes to ``root/{prefix}_{k:0Wd}{fmt}`` (``W`` digits, at least 4),
     written atomically by :func:`meshops.io.write_mesh` with its ``fields`` as point
     data (a sample without ``fields`` gets its ``x``/``y`` written as ``"x"``/``"y"``).
     Point clouds (no cells) are written as vertex cells with their quadrature
-    weights, so they read back with the same weights. Per-sample attributes that
-    are not point data (``params``, ``cl``, ``grid_shape``, ...) are not written.
+    weights, so they read back with the same weights. With ``param_names``, every
+    sample's ``params [1, K]`` is written to ``root/params.csv`` under these names
+    (:mod:`meshops.params`: read back with ``MeshFolderDataset(..., params=...)`` or
+    ``meshops train --params``). Other per-sample attributes that are not point data
+    (``cl``, ``grid_shape``, ...) are not written.
 
     Args:
         samples: ``MeshData`` samples (a list or a data set).
@@ -336,14 +348,16 @@ def export_to_folder(samples: Iterable[MeshData], root, fmt: str = ".vtu",
         overwrite: Replace files of an earlier export (``{prefix}_<digits>{fmt}``).
             Without it, a folder that already holds such files is an error, so that
             two exports are never mixed into one data set.
+        param_names: Names of the samples' ``params`` columns (``K`` of them).
 
     Returns:
         The written paths, in sample order.
 
     Example:
         >>> from data_adapters import make_elasticity_standin    # any adapter's samples
-        >>> export_to_folder(make_elasticity_standin(8), "elasticity_vtu")
-        >>> MeshFolderDataset("elasticity_vtu", inputs=[], targets=["sigma"])
+        >>> paths = export_to_folder(make_elasticity_standin(8), "elasticity_vtu")
+        >>> len(MeshFolderDataset("elasticity_vtu", inputs=[], targets=["sigma"]))
+        8
     """
     root = Path(root)
     samples = samples if hasattr(samples, "__len__") else list(samples)
@@ -356,6 +370,13 @@ def export_to_folder(samples: Iterable[MeshData], root, fmt: str = ".vtu",
     if old and not overwrite:
         raise MeshError(f"{root}: already holds {len(old)} exported files such as {old[0].name}; "
                         "pass overwrite=True to replace them or choose another folder")
+    if param_names is not None:
+        for k in range(len(samples)):
+            p = getattr(samples[k], "params", None)
+            if p is None or tuple(p.shape) != (1, len(param_names)):
+                shape = "none" if p is None else list(p.shape)
+                raise MeshError(f"export_to_folder: sample {k} has params {shape}, not [1, "
+                                f"{len(param_names)}] for the names {list(param_names)}")
     width = max(4, len(str(max(len(samples) - 1, 0))))
     written = []
     for k in range(len(samples)):
@@ -368,6 +389,9 @@ def export_to_folder(samples: Iterable[MeshData], root, fmt: str = ".vtu",
             extra = {name: getattr(s, name) for name in ("x", "y")
                      if getattr(s, name, None) is not None and getattr(s, name).shape[1] > 0}
         written.append(write_mesh(root / f"{prefix}_{k:0{width}d}{fmt}", s, point_data=extra))
+    if param_names is not None:
+        write_param_table(root, list(param_names), {
+            path.name: samples[k].params.reshape(-1).tolist() for k, path in enumerate(written)})
     for p in old:  # stale files of an earlier, longer export
         if p not in written:
             p.unlink()

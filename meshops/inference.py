@@ -26,6 +26,7 @@ import math
 from pathlib import Path
 from typing import Sequence
 
+from meshops.chunked import DEFAULT_CHUNK
 from meshops.errors import CheckpointError, MeshError
 
 __all__ = ["RUN_CHECKPOINT", "RunSpec", "available_fields", "field_channels", "field_shape",
@@ -260,14 +261,27 @@ def model_tensor(model) -> "torch.Tensor":
     return next(itertools.chain(model.parameters(), model.buffers()))
 
 
-def predict_mesh(model, spec: RunSpec, mesh):
+def predict_mesh(model, spec: RunSpec, mesh, chunk_size: int | None = DEFAULT_CHUNK,
+                 progress: bool = False):
     """``model.predict`` on one mesh, its inputs taken from the fields ``spec`` names.
+
+    With ``chunk_size`` (points; None: never) a mesh with more points is predicted in chunks of that
+    many output points, the global context computed once
+    (:func:`meshops.chunked.predict_chunked`: the same values in a bounded memory), with
+    a progress bar if ``progress``. A sample with ``params [1, K]``
+    (:class:`meshops.layout.SampleLayout`) passes them to a model conditioned on
+    parameters.
 
     Shapes:
         mesh ``pos [N, d]``, ``weight [N]``, fields ``[N]`` or ``[N, ...]``
         -> ``[N, C_out]`` in the model's dtype, on the CPU
     """
-    return model.predict(mesh_sample(model, spec, mesh)).cpu()
+    data = mesh_sample(model, spec, mesh)
+    if chunk_size is not None and data.pos.shape[0] > chunk_size:
+        from meshops.chunked import predict_chunked
+
+        return predict_chunked(model, data, chunk_size, progress).cpu()
+    return model.predict(data).cpu()
 
 
 def mesh_sample(model, spec: RunSpec, mesh):
@@ -285,5 +299,8 @@ def mesh_sample(model, spec: RunSpec, mesh):
     n = int(mesh.pos.shape[0])
     cols = [mesh.fields[k].reshape(n, -1).to(torch.float64) for k in spec.inputs]
     x = torch.cat(cols, 1) if cols else torch.zeros(n, 0, dtype=torch.float64)
-    return MeshData(pos=mesh.pos.to(param.dtype), weight=mesh.weight.to(param.dtype),
-                    x=x.to(param.dtype)).to(param.device)
+    data = MeshData(pos=mesh.pos.to(param.dtype), weight=mesh.weight.to(param.dtype),
+                    x=x.to(param.dtype))
+    if getattr(mesh, "params", None) is not None:
+        data.params = mesh.params.to(param.dtype)
+    return data.to(param.device)

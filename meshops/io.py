@@ -143,8 +143,9 @@ def _point_cloud_weight(points: np.ndarray, stored, source: str) -> torch.Tensor
 
 def mesh_from_arrays(points, cells, point_data: Mapping | None = None,
                      cell_data: Mapping | None = None, *, fields: Sequence[str] | None = None,
-                     source: str = "mesh") -> MeshData:
-    """Build a :class:`MeshData` from points, cell blocks and point data.
+                     source: str = "mesh", field_data: Mapping | None = None) -> MeshData:
+    """Build a :class:`MeshData` from points, cell blocks and point data (and the cell
+    and field data kept with it).
 
     Same checks and conventions as :func:`read_mesh` (which calls it), for meshes
     that live in memory (generators, adapters).
@@ -187,7 +188,7 @@ def mesh_from_arrays(points, cells, point_data: Mapping | None = None,
             raise MeshError(f"{source}: point field(s) {missing} not found; available: "
                             f"{sorted(point_data) or 'none'}")
         point_data = {f: point_data[f] for f in fields}
-    return MeshData(
+    mesh = MeshData(
         pos=torch.from_numpy(np.ascontiguousarray(points)),
         weight=weight,
         fields={k: _to_tensor(np.asarray(v)) for k, v in point_data.items()},
@@ -196,6 +197,8 @@ def mesh_from_arrays(points, cells, point_data: Mapping | None = None,
         cell_data={k: [_to_tensor(np.asarray(a)) for a in v] for k, v in (cell_data or {}).items()},
         source=source,
     )
+    mesh.field_data = {k: np.asarray(v) for k, v in (field_data or {}).items()}
+    return mesh
 
 
 def _meshio_read(path: Path) -> meshio.Mesh:
@@ -241,8 +244,8 @@ def read_mesh(path: str | os.PathLike, fields: Sequence[str] | None = None) -> M
 
     Returns:
         :class:`MeshData` with ``pos [N, d]`` (float64; a 2-D mesh stored with a zero
-        z column comes back with ``d = 2``), ``weight [N]``, ``fields``, ``cells`` and
-        ``cell_data`` as in the file, and ``source``.
+        z column comes back with ``d = 2``), ``weight [N]``, ``fields``, ``cells``,
+        ``cell_data`` and ``field_data`` as in the file, and ``source``.
 
     Raises:
         MeshError: missing or unreadable file, unknown format, and every mesh
@@ -262,6 +265,19 @@ def read_mesh(path: str | os.PathLike, fields: Sequence[str] | None = None) -> M
         # a bare string would be taken letter by letter ("uf" as fields u and f)
         raise TypeError(f"read_mesh: fields is a list of field names, e.g. [{fields!r}], "
                         f"not a string")
+    m = read_meshio(path)
+    return mesh_from_arrays(m.points, m.cells, m.point_data, m.cell_data, fields=fields,
+                            source=str(path), field_data=m.field_data)
+
+
+def read_meshio(path: str | os.PathLike) -> "meshio.Mesh":
+    """The raw :class:`meshio.Mesh` of a file, with :func:`read_mesh`'s read errors (a
+    missing, unreadable or empty file, a VTU array that does not fit its components)
+    but none of its mesh checks: for the later steps of a time series, whose mesh is
+    compared with the checked first step's instead."""
+    path = Path(path)
+    if not path.is_file():
+        raise MeshError(f"{path}: no such file")
     token = _STRICT_VTU.set(str(path))
     try:
         m = _meshio_read(path)
@@ -269,8 +285,7 @@ def read_mesh(path: str | os.PathLike, fields: Sequence[str] | None = None) -> M
         _STRICT_VTU.reset(token)
     if len(m.points) == 0:
         raise MeshError(f"{path}: holds no points")
-    return mesh_from_arrays(m.points, m.cells, m.point_data, m.cell_data, fields=fields,
-                            source=str(path))
+    return m
 
 
 def _numpy(a) -> np.ndarray:

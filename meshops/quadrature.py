@@ -250,6 +250,37 @@ def _tensor_weights(ctype: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return vol, w_node, signed
 
 
+def cell_weights(points: np.ndarray, cell_type: str, conn: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Measures and per-vertex integrals of the basis functions of one cell block.
+
+    The rows of the element mass matrices summed per cell: ``node[m, j] =
+    integral over cell m of phi_j`` (its j-th vertex's basis function), so that
+    ``node.sum(1)`` is the cell's measure and ``node @ x / measure`` its centroid
+    (the geometry is interpolated with the same basis). No validity checks: call it
+    on cells :func:`quadrature_weights` has accepted.
+
+    Args:
+        points: ``[N, d]`` float64 coordinates.
+        cell_type: A meshio cell type of :data:`CELL_DIMS` other than ``vertex``.
+        conn: ``[M, n]`` vertex indices.
+
+    Returns:
+        ``(measure [M], node [M, n])``, float64.
+    """
+    if not len(conn):
+        n = _NODES[cell_type]
+        return np.zeros(0), np.zeros((0, n))
+    measures, nodes = [], []
+    for start in range(0, len(conn), _CHUNK):
+        x = points[conn[start:start + _CHUNK]]
+        vol, w_node = (_simplex_weights(x) if cell_type in _SIMPLICES
+                       else _tensor_weights(cell_type, x)[:2])
+        measures.append(vol)
+        nodes.append(w_node)
+    return np.concatenate(measures), np.concatenate(nodes)
+
+
 def quadrature_weights(points, cells: CellsLike, *, source: str = "mesh",
                        check: bool = True) -> torch.Tensor:
     """Nodal quadrature weights ``w_i = integral of phi_i`` of a mesh.

@@ -420,12 +420,12 @@ def geometry_features(surface: trimesh.Trimesh, query: ArrayLike) -> torch.Tenso
 
     Columns (also in :data:`GEOMETRY_FEATURE_NAMES`):
 
-    0. ``signed_distance``: as :func:`signed_distance` (negative inside);
-    1. ``inside``: 1.0 inside the body, 0.0 outside or on the surface
-       (equivalently ``signed_distance < 0``);
-    2-4. ``dir_x, dir_y, dir_z``: unit vector from the query point towards its
-       closest surface point, so ``query + |sd| * dir`` is that point; all zero
-       where the distance is zero.
+    - 0, ``signed_distance``: as :func:`signed_distance` (negative inside);
+    - 1, ``inside``: 1.0 inside the body, 0.0 outside or on the surface
+      (equivalently ``signed_distance < 0``);
+    - 2-4, ``dir_x, dir_y, dir_z``: unit vector from the query point towards its
+      closest surface point, so ``query + |sd| * dir`` is that point; all zero
+      where the distance is zero.
 
     Args:
         surface: A watertight triangulated surface.

@@ -275,3 +275,33 @@ def test_train_chooses_a_reduced_basis_for_a_parametric_study(tmp_path, capsys):
     assert cli.main(["train", "--data", str(data), "--inputs", "", "--targets", "u",
                      "--model", "reduced_basis", "--out", str(tmp_path / "r2")]) == 2
     assert "needs a parametric study" in capsys.readouterr().err
+
+
+def test_blend_of_gp_and_mlp_is_never_worse_than_their_average_error(monkeypatch, tmp_path):
+    """Per sample, |(a + b)/2 - y| <= (|a - y| + |b - y|)/2 (the triangle inequality), so
+    the blend's validation error is at most the mean of the two candidates'; a model
+    holding the blend predicts the mean of its two regressions and saves and loads."""
+    monkeypatch.setattr(fit_module, "MLP_EPOCHS", 300)
+    train, val = _samples(8, _params(30, 0)), _samples(8, _params(8, 1))
+    model, report = fit_reduced_basis(train, val, regressors=("gp", "mlp"), members=2)
+    c = {x.name: x.errors for x in report.candidates}
+    assert list(c) == ["gp", "mlp", "gp+mlp"]
+    assert np.all(c["gp+mlp"] <= (c["gp"] + c["mlp"]) / 2 + 1e-12)
+    blend = fit_module._build("gp+mlp", train, *fit_module._arrays(train)[:3],
+                              {"members": 2, "epochs": 300}, 0)[0]
+    p = torch.tensor(_params(4, 9))
+    x = blend.standardise(p)
+    gp, mlp = blend.regressor.parts
+    assert torch.allclose(blend.coefficients(p), (gp(x) + mlp(x).double()) / 2, rtol=1e-12)
+    blend.save(tmp_path / "b.pt")
+    back = NeuralOperator.from_checkpoint(tmp_path / "b.pt")
+    assert torch.equal(back.coefficients(p), blend.coefficients(p))
+
+
+def test_mlp_ensemble_size_follows_the_time_left():
+    """Members fill the seconds left (at most MLP_MAX_MEMBERS); with too little time for
+    one member fewer epochs, and with none at all no MLP candidate."""
+    big = fit_module._mlp_settings(1e9, 50, 4, 2)
+    assert big == {"members": fit_module.MLP_MAX_MEMBERS, "epochs": fit_module.MLP_EPOCHS}
+    assert fit_module._mlp_settings(0.0, 50, 4, 2) is None
+    assert fit_module._mlp_settings(-5.0, 50, 4, 2) is None

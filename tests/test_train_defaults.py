@@ -11,8 +11,8 @@ import yaml
 
 from meshops import cli
 from meshops.data import MeshData
-from meshops.training.defaults import (GENERAL_TRAIN, PARAMETRIC_PIT, PARAMETRIC_TRAIN,
-                                       choose_defaults, epochs_for_budget)
+from meshops.training.defaults import (GENERAL_PIT, GENERAL_TRAIN, PARAMETRIC_PIT,
+                                       PARAMETRIC_TRAIN, choose_defaults, epochs_for_budget)
 
 
 def _samples(n: int, points: int, one_mesh: bool, constant: bool, seed: int = 0):
@@ -64,13 +64,22 @@ def test_latent_mesh_is_no_larger_than_the_mesh():
     assert model_config["num_latent"] == 60 and "60 latent points" in reason
 
 
-def test_varying_meshes_or_field_inputs_keep_pits_documented_sizes():
-    for one_mesh, constant, words in [(False, True, "varying meshes"),
-                                      (True, False, "one mesh (300 points each), field inputs")]:
+def test_field_inputs_get_the_elasticity_examples_pit():
+    for one_mesh in (True, False):
         name, model_config, train_config, reason = choose_defaults(
-            _samples(10, 300, one_mesh=one_mesh, constant=constant))
-        assert (name, model_config, train_config) == ("pit", {}, GENERAL_TRAIN)
-        assert words in reason and "PiT at its documented sizes" in reason
+            _samples(10, 300, one_mesh=one_mesh, constant=False))
+        assert (name, model_config, train_config) == ("pit", GENERAL_PIT, GENERAL_TRAIN)
+        assert "field inputs" in reason and "PiT of width 64 on 256 latent points" in reason
+    # a latent mesh no larger than the meshes (100 to 103 points: 102 on average)
+    _, model_config, _, _ = choose_defaults(_samples(4, 100, one_mesh=False, constant=False))
+    assert model_config["num_latent"] == 102
+
+
+def test_a_family_of_geometries_with_constant_inputs_gets_the_small_pit():
+    name, model_config, train_config, reason = choose_defaults(
+        _samples(10, 300, one_mesh=False, constant=True))
+    assert (name, model_config, train_config) == ("pit", PARAMETRIC_PIT, PARAMETRIC_TRAIN)
+    assert "varying meshes" in reason and "a parametric map, so a small PiT" in reason
 
 
 def test_epochs_fill_nine_tenths_of_the_budget():
@@ -169,19 +178,48 @@ def test_trainer_stops_before_an_epoch_that_would_pass_the_time_limit():
 
 
 def test_default_run_is_repeated_exactly_by_the_printed_epoch_count(tmp_path, capsys):
-    """The epoch count fitted to --minutes is printed with how to repeat it; the run
-    trains exactly that many epochs (no wall-clock stop), so the same seed and
-    `--epochs N` give the same weights, bit for bit."""
+    """The epoch count fitted to --minutes (and the faster thread count) is printed with
+    how to repeat it; the run trains exactly that many epochs (no wall-clock stop), so
+    the same seed, `--threads T` and `--epochs N` give the same weights, bit for bit."""
     import re
 
     args = [a for a in _folder(tmp_path) if a != "--dry-run"]
     assert cli.main(args + ["--minutes", "0.02"]) == 0
     out = capsys.readouterr().out
-    n = int(re.search(r"--epochs (\d+) repeats this run exactly", out).group(1))
+    found = re.search(r"--threads (\d+) --epochs (\d+) repeats this run exactly", out)
+    threads, n = found.group(1), int(found.group(2))
     first = torch.load(tmp_path / "run" / "last.pt", weights_only=True)
     assert first["training"]["epoch"] == n       # all the epochs, no wall-clock stop
     again = [a if a != str(tmp_path / "run") else str(tmp_path / "again") for a in args]
-    assert cli.main(again + ["--epochs", str(n)]) == 0
+    assert cli.main(again + ["--epochs", str(n), "--threads", threads]) == 0
     second = torch.load(tmp_path / "again" / "last.pt", weights_only=True)
     a, b = first["state_dict"], second["state_dict"]
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_faster_threads_times_both_and_keeps_the_faster(monkeypatch):
+    """The thread count is the faster of torch's and one, from a timed step with each,
+    and torch is left set to it; a given count is used as it is."""
+    import meshops.training.defaults as defaults
+
+    seen = []
+
+    def timed(model, samples, batch):  # one thread "faster" here
+        seen.append(torch.get_num_threads())
+        return 0.5 if torch.get_num_threads() == 1 else 2.0
+
+    monkeypatch.setattr(defaults, "time_training_step", timed)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert defaults.faster_threads(None, [], 1)[:2] == (1, 0.5)
+        assert seen == [2, 1] and torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        monkeypatch.setattr(defaults, "time_training_step",
+                            lambda m, s, b: 2.0 if torch.get_num_threads() == 1 else 0.5)
+        assert defaults.faster_threads(None, [], 1)[:2] == (2, 0.5)
+        assert torch.get_num_threads() == 2
+        assert defaults.faster_threads(None, [], 1, threads=1)[0] == 1
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -24,7 +24,7 @@ from meshops.cli.config import (RUN_CONFIG, TRAIN_DEFAULTS, TrainConfig, load_co
                                 resolve_train_config)
 from meshops.cli.folder import load_folder
 from meshops.cli.info import mesh_summary
-from meshops.cli.train import build_model, split_files
+from meshops.cli.training_run import build_model, split_files
 from meshops.errors import CheckpointError, MeshError
 from meshops.inference import RUN_CHECKPOINT, RunSpec, load_run
 

@@ -134,6 +134,15 @@ def _dtype(key, v):
     return v
 
 
+def _one_of(*choices: str):
+    """A coercer that takes one of ``choices``."""
+    def coerce(key, v):
+        if v not in choices:
+            raise CLIError(f"{key}: must be {' or '.join(choices)}, got {v!r}")
+        return v
+    return coerce
+
+
 def _extras():
     from meshops.cli import train_extras
 
@@ -147,8 +156,8 @@ def _unset_or(coerce):
 
 def _option(default, coerce: Callable[[str, Any], Any]):
     """A TrainConfig field with its coercer."""
-    if isinstance(default, dict):
-        return field(default_factory=dict, metadata={"coerce": coerce})
+    if isinstance(default, (dict, list)):
+        return field(default_factory=type(default), metadata={"coerce": coerce})
     return field(default=default, metadata={"coerce": coerce})
 
 
@@ -168,6 +177,8 @@ class TrainConfig:
     data: str | None = _option(None, _opt_str)
     inputs: list[str] | None = _option(None, lambda k, v: names(v, k))
     targets: list[str] | None = _option(None, lambda k, v: names(v, k))
+    params: list[str] = _option([], lambda k, v: names(v, k))
+    tags: list[str] = _option([], lambda k, v: names(v, k))
     model: str | None = _option(None, _model_name)
     model_config: dict = _option({}, _model_config)
     epochs: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))
@@ -184,12 +195,24 @@ class TrainConfig:
     out: str = _option("run", _folder)
     device: str | None = _option(None, _opt_str)
     dtype: str = _option("float32", _dtype)
+    # torch's threads; None: the faster of 1 and all (meshops.training.defaults)
+    threads: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))
+    # time series (meshops.cli.series): a next-step model rolled out over K steps
+    series: bool = _option(False, _to_bool)
+    rollout_train: int = _option(2, lambda k, v: _to_int(k, v, minimum=1))
+    rollout_grad: str = _option("last", _one_of("all", "last"))
+    rollout_loss: str = _option("mse", _one_of("mse", "relative"))
+    time_input: bool = _option(True, _to_bool)
     # speed, memory and logging (meshops.cli.train_extras)
     amp: str | None = _option(None, lambda k, v: _extras().coerce_amp(k, v))
     compile: bool = _option(False, _to_bool)
     checkpoint_blocks: bool = _option(False, _to_bool)
     logger: list[str] | None = _option(None, lambda k, v: _extras().coerce_loggers(k, v))
     ensemble: int = _option(1, lambda k, v: _to_int(k, v, minimum=1))
+    # Reading (meshops.cli.lazy): None = lazily only when the data would not fit.
+    lazy: bool | None = _option(None, _unset_or(_to_bool))
+    cache: str | None = _option(None, _opt_str)
+    workers: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=0)))
 
     # ------------------------------------------------------------- coercion
     @classmethod
@@ -296,6 +319,14 @@ class TrainConfig:
         both = sorted(set(self.inputs) & set(self.targets))
         if both:
             raise CLIError(f"train: field(s) {both} are both inputs and targets")
+        if not self.series:
+            given = [f"--{k.replace('_', '-')}" for k, v in (
+                ("rollout_train", self.rollout_train != 2),
+                ("rollout_grad", self.rollout_grad != "last"),
+                ("rollout_loss", self.rollout_loss != "mse"),
+                ("no_time_input", not self.time_input)) if v]
+            if given:
+                raise CLIError(f"train: {', '.join(given)} apply to time series: add --series")
 
     # ------------------------------------------------------ changes, rendering
     def with_options(self, source: str = "defaults", **options: Any) -> "TrainConfig":

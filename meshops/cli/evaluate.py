@@ -18,7 +18,11 @@ from meshops import inference  # predict_mesh through its module: tests replace 
 from meshops.cli import trust_reports
 from meshops.cli._common import RAW, device_or_error, optional_names, progress, wrap
 from meshops.cli.folder import folder_dataset, training_samples
+from meshops.cli.integrals import (boundary_integrals, integral_report, parse_integral,
+                                   print_integrals)
 from meshops.inference import RunSpec, load_run, mesh_sample
+from meshops.io import read_mesh
+from meshops.layout import SampleLayout
 
 # The errors of sample_errors, in the order they are printed, with their labels.
 _METRIC_LABELS = (("l2", "rel. L2 (quad)"), ("l2_unweighted", "rel. L2 (plain)"),
@@ -104,14 +108,21 @@ def cmd_evaluate(args) -> int:
 
         check_picture_path(args.plot)
     model, ckpt, meta = load_run(args.run, device_or_error(args.device))
+    if meta.get("series") or args.horizon is not None or args.start:
+        from meshops.cli.series import evaluate_series
+
+        return evaluate_series(args, model, ckpt, meta)
     spec = RunSpec(model, ckpt, meta, optional_names(args.inputs), optional_names(args.targets))
-    ds = folder_dataset(args.data, spec.inputs, spec.targets, torch.float64)
+    # as in training: points or cells, parameters, boundary tags
+    layout = SampleLayout.from_run(meta, spec.inputs, spec.targets, model, ckpt)
+    integrals = [parse_integral(t, spec.targets, spec.shapes) for t in args.integral or []]
+    ds = folder_dataset(args.data, layout.inputs, spec.targets, torch.float64, layout)
     names = [Path(f).name for f in ds.files]
     slices = spec.target_slices()
     if len(spec.targets) > 1:
         slices["all"] = slice(0, sum(sl.stop - sl.start for sl in slices.values()))
     keys = list(slices)
-    errors, per_sample, tests = [], [], []
+    errors, per_sample, tests, integral_rows = [], [], [], []
     train_set, why = trust_reports.training_set_of(meta, spec.inputs, spec.targets)
     distances, independence = [], []
     for i in progress(range(len(ds)), desc="evaluating", unit="mesh"):
@@ -119,6 +130,10 @@ def cmd_evaluate(args) -> int:
         tests.append(s)
         spec.check_mesh(s, ds.files[i], roles=("inputs", "targets"))
         pred = inference.predict_mesh(model, spec, s)
+        if integrals:
+            integral_rows.append(boundary_integrals(
+                read_mesh(ds.files[i]), integrals, spec.split(pred.to(torch.float64)),
+                spec.split(s.y.to(torch.float64)), layout.location))
         values = _errors_by_field(pred, s.y, s.weight, slices)
         errors.append(values)
         bad = (~torch.isfinite(pred)).nonzero()
@@ -161,8 +176,10 @@ def cmd_evaluate(args) -> int:
         result["distance"] = {"note": f"n/a: {why}"}
     if independence:
         result["refine"] = trust_reports.refine_report(independence)
+    if integrals:
+        result["integrals"] = integral_report(integrals, integral_rows, names)
     if not args.no_baselines and tests:
-        train, note = training_samples(meta, spec.inputs, spec.targets)
+        train, note = training_samples(meta, spec.inputs, spec.targets, layout)
         result["baselines"] = _baseline_report(train, note, tests, names, slices)
     if args.plot:
         from meshops.plot import plot_comparisons
@@ -222,6 +239,7 @@ def _print_report(result: dict, keys: list, ckpt, model_name: str, args, spec) -
               f"finite although the inputs are ({', '.join(failed[:5])}"
               f"{', ...' if len(failed) > 5 else ''}); their errors are inf, and so are the "
               f"means and the worst")
+    print_integrals(result.get("integrals", []))
     for name, entry in result.get("baselines", {}).items():
         print(f"baseline: {name}: {entry['note']}")
         rows(entry, notes=False)  # a baseline's undefined samples are the model's
@@ -240,6 +258,9 @@ EVALUATE_EPILOG = """\
 examples:
   meshops evaluate runs/poisson --data test/
   meshops evaluate runs/poisson --data test/ --plot test.png --json > test.json
+  # integrals over tagged boundaries, predicted vs true: the lift-and-drag force
+  # of the pressure p on the wall, the flux of a velocity u through the inlet
+  meshops evaluate runs/flow --data test/ --integral 'wall:p*n' --integral 'inlet:u.n'
 
 Each mesh needs the input and target fields the model was trained with, with
 finite values. The relative L2 error of a sample is ||pred - truth|| / ||truth||
@@ -253,6 +274,13 @@ predicts a non-finite value although its inputs are finite is a failure of the
 model: named in a warning and in "failed", its errors are inf, and so are the
 mean and worst (null in the JSON output). The JSON output also lists every
 sample's errors.
+
+time-series runs (meshops train --series): --data holds test series; each is rolled
+out from its time step --start to its end (or --horizon steps) and the relative L2
+error of every step is reported (mean, median, worst over the series) beside
+persistence (the start state held) and the nearest training trajectory (by the
+parameters, else by the start state):
+  meshops evaluate runs/heat --data heat/test --plot horizon.png
 """
 
 
@@ -283,8 +311,18 @@ def add_parser(sub) -> None:
                    "the prediction moves (meshops.refine)")
     p.add_argument("--inputs", help="input fields, for checkpoints that do not record them")
     p.add_argument("--targets", help="target fields, for checkpoints that do not record them")
+    p.add_argument("--integral", action="append", metavar="TAG:FIELD",
+                   help="also report the integral of a target over a tagged boundary, "
+                   "predicted vs true (repeatable): TAG:FIELD integrates the field, "
+                   "TAG:FIELD*n a scalar times the outward normal (a force), TAG:FIELD.n a "
+                   "vector's normal component (a flux); TAG is a Gmsh physical name or "
+                   "ARRAY=VALUE of an integer cell array")
     p.add_argument("--no-baselines", action="store_true", dest="no_baselines",
                    help="skip the baselines that need no training (the training mean "
                    "field, the nearest training sample and POD + RBF), which read the "
                    "run's training files")
+    p.add_argument("--horizon", type=int, metavar="N", help="time-series runs: roll out at "
+                   "most N steps (default: to the end of each series)")
+    p.add_argument("--start", type=int, default=0, metavar="K", help="time-series runs: "
+                   "start the rollouts from time step K (default 0)")
     p.set_defaults(func=cmd_evaluate)

@@ -14,11 +14,13 @@ from meshops.cli._common import CLIError, progress
 from meshops.inference import field_shape, format_shape
 
 
-def folder_dataset(root, inputs: Sequence[str], targets: Sequence[str], dtype):
-    """A :class:`MeshFolderDataset` of ``root``: one sample per mesh file."""
+def folder_dataset(root, inputs: Sequence[str], targets: Sequence[str], dtype, layout=None):
+    """A :class:`MeshFolderDataset` of ``root``: one sample per mesh file (read as
+    ``layout`` says, a :class:`meshops.layout.SampleLayout` of these inputs and targets:
+    cell samples, parameters, boundary tags)."""
     from meshops.datasets import MeshFolderDataset
 
-    return MeshFolderDataset(root, inputs=inputs, targets=targets, dtype=dtype)
+    return MeshFolderDataset(root, inputs=inputs, targets=targets, dtype=dtype, layout=layout)
 
 
 def mesh_files(paths: Sequence[str]) -> list[Path]:
@@ -38,54 +40,73 @@ def mesh_files(paths: Sequence[str]) -> list[Path]:
 
 
 def load_folder(root, inputs: Sequence[str], targets: Sequence[str], dtype,
-                desc: str = "reading") -> tuple[list, list, dict, int]:
+                desc: str = "reading", layout=None) -> tuple[list, list, dict, int]:
     """Read every mesh of a folder as a lean training sample.
 
     Returns ``(files, samples, field_shapes, pos_dim)``; the samples carry ``pos``,
-    ``weight``, ``x``, ``y`` and ``source``. Field shapes and the spatial
+    ``weight``, ``x``, ``y``, ``source`` and, with parameters, ``params``. ``layout``
+    (:class:`meshops.layout.SampleLayout`) says how a file becomes a sample; it learns
+    its location (points or cells) from the first file. Field shapes and the spatial
     dimension must agree across the files (the error names the first that
     disagrees). Input and target values must be finite (checked by the data set),
     and a mesh whose targets are zero everywhere is refused: the relative L2 loss is
-    undefined for it.
+    undefined for it. (:func:`meshops.cli.lazy.load_folder_cached` is the same
+    through an on-disk cache, for folders larger than memory.)
     """
+    ds = folder_dataset(root, inputs, targets, dtype, layout)
+    samples, shapes, dim = [], None, None
+    for i in progress(range(len(ds)), desc=desc, unit="mesh", leave=False):
+        sample, sh, d = read_sample(ds, i, targets)
+        if shapes is None:
+            shapes, dim = sh, d
+        else:
+            check_same_layout(ds.files[i], sh, d, shapes, dim, ds.files[0])
+        samples.append(sample)
+    return list(ds.files), samples, shapes, dim
+
+
+def read_sample(ds, i: int, targets: Sequence[str]):
+    """The lean training sample of file ``i`` of a :func:`folder_dataset` ``ds``, with
+    the shapes of its input fields (those of its layout: tags' channels too) and
+    targets, and its dimension: ``(sample, {field: shape}, pos_dim)``. A mesh whose
+    targets are zero everywhere is refused (CLIError naming the file)."""
     import torch
 
     from meshops.data import MeshData
     from meshops.training.loss import lp_norms, zero_target
 
-    ds = folder_dataset(root, inputs, targets, dtype)
-    fields = list(inputs) + list(targets)
-    samples, shapes, dim = [], None, None
-    for i in progress(range(len(ds)), desc=desc, unit="mesh", leave=False):
-        s = ds[i]
-        path = ds.files[i]
-        sh = {k: field_shape(s.fields[k]) for k in fields}
-        if shapes is None:
-            shapes, dim = sh, int(s.pos.shape[1])
-        else:
-            for k in fields:
-                if sh[k] != shapes[k]:
-                    raise CLIError(f"{path}: field {k!r} is {format_shape(sh[k])} but it is "
-                                   f"{format_shape(shapes[k])} in {ds.files[0].name}")
-            if int(s.pos.shape[1]) != dim:
-                raise CLIError(f"{path}: the mesh is {int(s.pos.shape[1])}-D but "
-                               f"{ds.files[0].name} is {dim}-D")
-        y = s.y.to(torch.float64)
-        zero = torch.zeros_like(y)
-        if targets and bool(zero_target(lp_norms(zero, y, s.weight.to(torch.float64))[1])
-                            | zero_target(lp_norms(zero, y)[1])):
-            raise CLIError(f"{path}: the target field(s) {', '.join(targets)} are zero "
-                           f"everywhere (or at every point of positive weight); the relative "
-                           f"L2 loss and error are undefined for this mesh: leave it out of "
-                           f"the training data")
-        samples.append(MeshData(pos=s.pos, weight=s.weight, x=s.x, y=s.y, source=str(path)))
-    return list(ds.files), samples, shapes, dim
+    s = ds[i]
+    path = ds.files[i]
+    sh = {k: field_shape(s.fields[k]) for k in list(ds.inputs) + list(targets)}
+    y = s.y.to(torch.float64)
+    zero = torch.zeros_like(y)
+    if targets and bool(zero_target(lp_norms(zero, y, s.weight.to(torch.float64))[1])
+                        | zero_target(lp_norms(zero, y)[1])):
+        raise CLIError(f"{path}: the target field(s) {', '.join(targets)} are zero "
+                       f"everywhere (or at every point of positive weight); the relative "
+                       f"L2 loss and error are undefined for this mesh: leave it out of "
+                       f"the training data")
+    sample = MeshData(pos=s.pos, weight=s.weight, x=s.x, y=s.y, source=str(path))
+    if getattr(s, "params", None) is not None:
+        sample.params = s.params
+    return sample, sh, int(s.pos.shape[1])
 
 
-def training_samples(meta: dict, inputs: Sequence[str], targets: Sequence[str]):
+def check_same_layout(path, sh: dict, dim: int, shapes: dict, first_dim: int, first) -> None:
+    """File ``path`` has the field shapes and dimension of the first file ``first``."""
+    for k in shapes:
+        if sh[k] != shapes[k]:
+            raise CLIError(f"{path}: field {k!r} is {format_shape(sh[k])} but it is "
+                           f"{format_shape(shapes[k])} in {Path(first).name}")
+    if dim != first_dim:
+        raise CLIError(f"{path}: the mesh is {dim}-D but {Path(first).name} is {first_dim}-D")
+
+
+def training_samples(meta: dict, inputs: Sequence[str], targets: Sequence[str], layout=None):
     """A run's training samples (``meta["data"]``, files ``meta["split"]["train"]``)
-    in float64, or ``(None, why not)``: also when the files differ from the
-    fingerprint the run recorded (``meta["data_files"]``, see :mod:`.provenance`)."""
+    in float64, read as ``layout`` says (then ``inputs`` are its own), or ``(None, why
+    not)``: also when the files differ from the fingerprint the run recorded
+    (``meta["data_files"]``, see :mod:`.provenance`)."""
     import torch
 
     from meshops.errors import MeshError
@@ -104,7 +125,8 @@ def training_samples(meta: dict, inputs: Sequence[str], targets: Sequence[str]):
             return None, (f"n/a: the training data in {root} changed since the run was "
                           f"trained ({listing(diff)})")
     try:
-        ds = folder_dataset(root, inputs, targets, torch.float64)
+        ds = folder_dataset(root, layout.inputs if layout else inputs, targets, torch.float64,
+                            layout)
         index = {Path(f).name: i for i, f in enumerate(ds.files)}
         missing = [n for n in train if n not in index]
         if missing:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 
 def mesh_summary(mesh) -> dict:
     """Plain-data summary of a :class:`MeshData` (what ``meshops info`` prints)."""
@@ -23,6 +25,12 @@ def mesh_summary(mesh) -> dict:
         "measure": float(mesh.weight.sum()),
         "bounding_box": {"min": pos.min(0).values.tolist(), "max": pos.max(0).values.tolist()},
         "fields": {k: list(v.shape) for k, v in (getattr(mesh, "fields", None) or {}).items()},
+        # per-cell shape of each cell field; field data as stored (Gmsh: [tag, dim] of
+        # a physical name, usable with --tags; VTK: parameters, usable with --params)
+        "cell_fields": {k: list(v[0].shape[1:]) if len(v) else []
+                        for k, v in (getattr(mesh, "cell_data", None) or {}).items()},
+        "field_data": {k: np.asarray(v).reshape(-1).tolist()
+                       for k, v in (getattr(mesh, "field_data", None) or {}).items()},
     }
 
 
@@ -44,6 +52,11 @@ def cmd_info(args) -> int:
         fields = info["fields"]
         print("  fields     " + (", ".join(f"{k} {s}" for k, s in fields.items())
                                  or "none"))
+        if info["cell_fields"]:
+            print("  cell data  " + ", ".join(f"{k} {s or 'scalar'}"
+                                               for k, s in info["cell_fields"].items()))
+        if info["field_data"]:
+            print("  field data " + ", ".join(f"{k} {v}" for k, v in info["field_data"].items()))
     return 0
 
 
@@ -51,7 +64,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("info", help="summarise mesh files (points, cells, measure, fields)",
                        description="Read mesh files (any meshio format) and print points, "
                        "dimension, cell counts by type, total measure (sum of quadrature "
-                       "weights), bounding box and point fields.")
+                       "weights), bounding box, point fields, cell fields and field data "
+                       "(Gmsh physical names for --tags, VTK parameters for --params).")
     p.add_argument("files", nargs="+", metavar="FILE", help="mesh file(s)")
     p.add_argument("--json", action="store_true", help="one JSON object per file")
     p.set_defaults(func=cmd_info)

@@ -81,7 +81,7 @@ def fit_reduced_run(args, cfg, chosen: str, train_samples, val_samples, run) -> 
 def _options(model_config: dict) -> tuple[list[str], int | None]:
     """The reduced basis' options from ``model_config``: ``regressors`` (the candidates,
     a list or ``"a,b"``) and ``members`` (the MLP ensemble's size)."""
-    from meshops.models.reduced_basis import REGRESSORS
+    REGRESSORS = ("rbf", "gp", "mlp")  # fitted; "gp+mlp" follows from gp and mlp
 
     extra = sorted(set(model_config) - {"regressors", "members"})
     if extra:

@@ -3,99 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import difflib
-import inspect
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from meshops.cli import train_extras, trust_reports
-from meshops.cli._common import (RAW, CLIError, device_or_error, is_main_rank, os_reason,
-                                 plural, wrap)
-from meshops.cli.config import RUN_CONFIG, TrainConfig
-from meshops.cli.folder import load_folder
+from meshops.cli._common import RAW, CLIError, device_or_error, is_main_rank, plural, wrap
+from meshops.cli.config import TrainConfig
+from meshops.cli.lazy import data_loader, take, with_structures
 from meshops.cli.provenance import changes, fingerprint, listing, same_content
 from meshops.cli.run_folder import (check_out_folder, check_resume_options, clear_run_files,
                                     recorded_config)
-from meshops.errors import CheckpointError
-from meshops.inference import RUN_CHECKPOINT, field_channels, format_shape
-
-# Set from the data, never by model_config.
-INFERRED = ("in_channels", "out_channels", "pos_dim")
-
-
-def build_model(name: str, model_config: dict, in_channels: int, out_channels: int,
-                pos_dim: int, dtype=None, device=None):
-    """A registered model (:data:`meshops.models.MODELS`) with ``model_config`` and the
-    channels and dimension of the data; a key the model does not take is refused, and
-    so is a model whose training would not fit in the memory of ``device`` (checked on
-    the meta device, before anything is allocated; ``dtype``: the training dtype)."""
-    from meshops._memory import module_bytes, skeleton, too_big
-    from meshops.models import MODELS, count_parameters
-
-    if name not in MODELS:
-        raise CLIError(f"unknown model {name!r}; available: {', '.join(sorted(MODELS))}")
-    cls = MODELS[name]
-    params = inspect.signature(cls.__init__).parameters
-    accepted = {k for k, p in params.items() if k != "self"
-                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    open_kw = any(p.kind == p.VAR_KEYWORD for p in params.values())
-    inferred = {"in_channels": in_channels, "out_channels": out_channels, "pos_dim": pos_dim}
-    for key, value in model_config.items():
-        if key in inferred:
-            if value != inferred[key]:
-                raise CLIError(f"model_config: {key} = {value!r} but the data has "
-                               f"{inferred[key]} (it is set from the data; leave it out)")
-        elif key not in accepted and not open_kw:
-            close = difflib.get_close_matches(key, sorted(accepted - set(INFERRED)), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise CLIError(f"model_config: unknown key {key!r} for model {name!r}{hint}; "
-                           f"valid keys: {', '.join(sorted(accepted - set(INFERRED)))}")
-    kwargs = dict(model_config)
-    kwargs.update({k: v for k, v in inferred.items() if k in accepted or open_kw})
-    described = f"model {name!r} with {model_config or 'the default config'}"
-    try:
-        shapes = skeleton(lambda: cls(**kwargs))
-        # weights, gradients and the two moments of AdamW
-        why = too_big(4 * module_bytes(shapes, dtype), device,
-                      f"training it ({count_parameters(shapes):,} parameters, 4 copies: "
-                      f"weights, gradients, 2 optimiser moments)")
-        if why:
-            raise CLIError(f"{described}: {why}; choose a smaller model_config")
-        del shapes
-        return cls(**kwargs)
-    except (TypeError, ValueError) as e:
-        raise CLIError(f"{described}: {e}") from None
-
-
-def split_files(n: int, val_fraction: float | None, seed: int, data: str
-                ) -> tuple[list[int], list[int]]:
-    """Deterministic train/validation indices of ``n`` files from the seed (``data``: the
-    folder, named in the error when the split leaves nothing to train on)."""
-    from meshops.training.splits import validation_split
-
-    try:
-        return validation_split(n, val_fraction or 0.0, seed)
-    except ValueError as e:
-        raise CLIError(f"{data}: {e}; add files, pass --val-data DIR or "
-                       f"--val-fraction 0") from None
-
-
-def _check_writable_folder(out: Path) -> None:
-    """Create the run folder and a file in it, so that an ``--out`` that cannot be
-    written (read-only, under a file, under ``/proc``) fails with one line before
-    training rather than with a traceback after the first epoch. Called once the
-    data has been read and checked: bad data leaves no run folder behind."""
-    import tempfile
-
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".meshops-write-check.", dir=out)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise CLIError(f"{out}: cannot write the run folder ({os_reason(e)})") from None
+from meshops.cli.training_run import (build_model, check_writable_folder, epochs_to_fit,
+                                      run_training, split_files)
+from meshops.errors import CheckpointError, MeshError
+from meshops.inference import field_channels, format_shape
+from meshops.layout import SampleLayout
 
 
 def _same_folder(a: str, b: str) -> bool:
@@ -148,6 +72,7 @@ class _RunFiles:
         self.cfg, self.files, self.train_idx = cfg, data.files, data.train_idx
         self.val_files, self.shapes, self.sizes = data.val_files, data.shapes, data.sizes
         self.resumed, self.out, self.main_rank = resumed, out, main_rank
+        self.layout = data.layout
 
     def metadata(self, resolved: str, train_samples) -> dict:
         """The checkpoint metadata; ``resolved`` is the rendered config. Refuses to
@@ -170,7 +95,9 @@ class _RunFiles:
                       file=sys.stderr)
         c_in, c_out, dim = self.sizes
         meta = {
-            "inputs": list(cfg.inputs), "targets": list(cfg.targets),
+            "inputs": self.layout.input_fields, "targets": list(cfg.targets),
+            "params": list(cfg.params), "tags": list(cfg.tags),
+            "location": self.layout.location,
             "field_shapes": self.shapes, "in_channels": c_in, "out_channels": c_out,
             "pos_dim": dim, "data": cfg.data, "val_data": cfg.val_data,
             "split": {"train": [Path(self.files[i]).name for i in self.train_idx],
@@ -185,7 +112,7 @@ class _RunFiles:
     def prepare(self) -> None:
         """Create the run folder (or say why it cannot be written) and, for a new run,
         remove the files of an earlier one."""
-        _check_writable_folder(self.out)
+        check_writable_folder(self.out)
         if self.main_rank and self.resumed is None:
             clear_run_files(self.out)  # a new run leaves no best.pt of an earlier one behind
 
@@ -193,7 +120,8 @@ class _RunFiles:
 @dataclass
 class _TrainData:
     """The samples of a run: the files of ``--data``, their field shapes, the training
-    and validation samples (and files), and the channels and dimension they give."""
+    and validation samples (and files), the channels and dimension they give, how a file
+    becomes a sample (``layout``) and the loader's worker processes (lazy data)."""
 
     files: list
     shapes: dict
@@ -202,11 +130,17 @@ class _TrainData:
     val: list | None
     val_files: list
     sizes: tuple[int, int, int]       # in_channels, out_channels, pos_dim
+    layout: SampleLayout
+    workers: int
 
 
 def cmd_train(args) -> int:
     """``meshops train``: the config, the data, the options chosen from the data, the
-    model, then the training (or the fit of a reduced basis)."""
+    model, then the training (or the fit of a reduced basis; time series in
+    :mod:`meshops.cli.series`)."""
+    import torch
+
+    from meshops.training import RelativeLpLoss
     from meshops.training.seed import seed_everything
 
     cfg = _resolve_config(args)
@@ -217,7 +151,13 @@ def cmd_train(args) -> int:
     # below) then depend on the seed alone, not on what ran before in the process.
     # The Trainer seeds again (seed + rank) for dropout and the data order.
     seed_everything(cfg.seed)
-    data = _read_data(cfg)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    if cfg.series:
+        from meshops.cli.series import train_series
+
+        return train_series(cfg, args, getattr(torch, cfg.dtype), resumed)
+    data = _read_data(cfg, main_rank, args.dry_run)
     cfg, chosen = _options_from_data(cfg, data.train)
     if cfg.model == "reduced_basis":
         from meshops.cli.reduced import fit_reduced_run
@@ -225,27 +165,30 @@ def cmd_train(args) -> int:
         return fit_reduced_run(args, cfg, chosen, data.train, data.val,
                                _RunFiles(cfg, data, resumed, out, main_rank))
     model = _build_model(cfg, data)
+    # Cached data get the model's mesh structures cached too (the Trainer builds those
+    # of in-memory samples).
+    data.train = with_structures(data.train, model, data.workers)
+    data.val = with_structures(data.val, model, data.workers)
     # The epoch count fitted to --minutes from one timed step is printed and saved in
     # config.yaml; the run then trains exactly that many epochs (no wall-clock stop), so
     # that `--epochs N` with the same seed repeats it bit for bit.
-    cfg, fitted = _epochs_to_fit(cfg, model, data)
+    cfg, fitted = epochs_to_fit(cfg, model, data.train, len(data.val or []))
     chosen = "; ".join(c for c in (chosen, fitted) if c)
     # Every option, with the model's full hyperparameters.
     resolved = cfg.render(model_config=model.config)
-    summary = _summary(cfg, model, data)
-    if args.dry_run:
-        if main_rank:
-            print(resolved, end="")
-            if chosen:
-                print(f"# defaults from the data: {chosen}", file=sys.stderr)
-            print(f"# {summary}", file=sys.stderr)
-        return 0
     run = _RunFiles(cfg, data, resumed, out, main_rank)
-    metadata = _start_run(run, resolved, chosen, summary, data)
-    trainer = _trainer(args, cfg, model, data, metadata, main_rank)
-    history = _fit(trainer, args)
-    if trainer.dist.is_main:
-        _report(trainer, history, model, metadata, out, data.val is None)
+
+    def begin() -> dict:
+        metadata = run.metadata(resolved, data.train)
+        run.prepare()
+        return metadata
+
+    if not run_training(args, cfg, model, data.train, data.val, resolved, chosen,
+                        _summary(cfg, model, data), begin,
+                        loss=RelativeLpLoss(quadrature=cfg.quadrature_loss),
+                        compile=cfg.compile, checkpoint_blocks=cfg.checkpoint_blocks,
+                        num_workers=data.workers):
+        return 0
     return train_extras.train_members(args, cfg, out, cmd_train)
 
 
@@ -266,11 +209,19 @@ def _resolve_config(args) -> TrainConfig:
     return cfg
 
 
-def _read_data(cfg: TrainConfig) -> _TrainData:
-    """The training (and validation) samples: ``--val-data``, or a split of ``--data``."""
+def _read_data(cfg: TrainConfig, main_rank: bool, dry_run: bool) -> _TrainData:
+    """The training (and validation) samples: ``--val-data``, or a split of ``--data``;
+    in memory, or lazily through an on-disk cache for data larger than memory."""
     import torch
 
     dtype = getattr(torch, cfg.dtype)
+    try:  # how a file becomes a sample: points or cells, parameters, boundary tags
+        layout = SampleLayout(cfg.inputs, cfg.targets, cfg.params, cfg.tags)
+    except MeshError as e:
+        raise CLIError(str(e)) from None
+    load_folder, workers, reading = data_loader(cfg, dtype, layout)
+    if reading and main_rank:
+        print(reading, file=sys.stderr if dry_run else sys.stdout)
     files, samples, shapes, dim = load_folder(cfg.data, cfg.inputs, cfg.targets,
                                               dtype, desc="reading data")
     if cfg.val_data:
@@ -285,13 +236,13 @@ def _read_data(cfg: TrainConfig) -> _TrainData:
         train_idx, train_samples = list(range(len(files))), samples
     else:
         train_idx, val_idx = split_files(len(files), cfg.val_fraction, cfg.seed, cfg.data)
-        train_samples = [samples[i] for i in train_idx]
-        val_samples = [samples[i] for i in val_idx] or None
+        train_samples = take(samples, train_idx)
+        val_samples = take(samples, val_idx) or None
         val_files = [files[i] for i in val_idx]
-    c_in = sum(field_channels(shapes[k]) for k in cfg.inputs)
+    c_in = sum(field_channels(shapes[k]) for k in layout.input_fields)
     c_out = sum(field_channels(shapes[k]) for k in cfg.targets)
     return _TrainData(files, shapes, train_idx, train_samples, val_samples, val_files,
-                      (c_in, c_out, dim))
+                      (c_in, c_out, dim), layout, workers)
 
 
 def _options_from_data(cfg: TrainConfig, samples) -> tuple[TrainConfig, str]:
@@ -315,20 +266,9 @@ def _build_model(cfg: TrainConfig, data: _TrainData):
     from meshops.training.distributed import check_device
 
     dtype = getattr(torch, cfg.dtype)
-    model = build_model(cfg.model, cfg.model_config, *data.sizes, dtype,
+    model = build_model(cfg.model, cfg.model_config, *data.sizes, len(cfg.params), dtype,
                         check_device(cfg.device))
     return model.double() if dtype == torch.float64 else model
-
-
-def _epochs_to_fit(cfg: TrainConfig, model, data: _TrainData) -> tuple[TrainConfig, str]:
-    """``epochs`` when nobody set it: as many as fit ``--minutes`` (one timed step)."""
-    from meshops.training.defaults import epochs_to_fit
-
-    if cfg.epochs is not None:
-        return cfg, ""
-    epochs, reason = epochs_to_fit(model, data.train, cfg.batch_size, cfg.minutes,
-                                   len(data.val or []))
-    return cfg.with_options("defaults", epochs=epochs), reason
 
 
 def _summary(cfg: TrainConfig, model, data: _TrainData) -> str:
@@ -338,82 +278,12 @@ def _summary(cfg: TrainConfig, model, data: _TrainData) -> str:
     return (f"{cfg.model} ({n_params:,} parameters) on {len(data.train)} meshes of "
             f"{cfg.data}, validating on "
             + (f"{len(data.val)}" if data.val else "none")
-            + f"; inputs {', '.join(cfg.inputs) or '(none: geometry only)'} "
+            + f"; inputs {', '.join(data.layout.input_fields) or '(none: geometry only)'} "
             f"({plural(c_in, 'channel')}) -> targets {', '.join(cfg.targets)} "
             f"({plural(c_out, 'channel')}), "
-            f"{dim}-D")
-
-
-def _start_run(run: "_RunFiles", resolved: str, chosen: str, summary: str,
-               data: _TrainData) -> dict:
-    """The run's metadata, its folder prepared and its config.yaml written (main rank)."""
-    from meshops._atomic import atomic_write
-
-    metadata = run.metadata(resolved, data.train)
-    run.prepare()
-    if run.main_rank:
-        atomic_write(run.out / RUN_CONFIG, lambda tmp: Path(tmp).write_text(resolved))
-        if chosen:
-            print(f"defaults from the data: {chosen}")
-        print(f"training {summary}; writing {run.out}/")
-    return metadata
-
-
-def _trainer(args, cfg: TrainConfig, model, data: _TrainData, metadata: dict,
-             main_rank: bool):
-    """The :class:`~meshops.training.Trainer` of the run, with the loggers it asks for."""
-    from meshops.training import RelativeLpLoss, Trainer
-
-    out = Path(cfg.out)
-    loggers = (train_extras.callbacks(cfg, out, {**cfg.to_dict(),
-                                                 "model_config": dict(model.config)})
-               if main_rank else [])
-    return Trainer(
-        model, data.train, data.val, epochs=cfg.epochs, batch_size=cfg.batch_size,
-        lr=cfg.lr, weight_decay=cfg.weight_decay, scheduler=cfg.scheduler,
-        grad_clip=cfg.grad_clip, loss=RelativeLpLoss(quadrature=cfg.quadrature_loss),
-        seed=cfg.seed, device=cfg.device, out_dir=out, resume=args.resume,
-        metadata=metadata, progress=sys.stderr.isatty(), log=print, amp=cfg.amp or False,
-        compile=cfg.compile, checkpoint_blocks=cfg.checkpoint_blocks, callbacks=loggers)
-
-
-def _fit(trainer, args) -> list:
-    """``trainer.fit()``, its failures as one line."""
-    try:
-        return trainer.fit()
-    except FloatingPointError as e:
-        raise CLIError(str(e)) from None
-    except CheckpointError as e:  # a damaged, truncated or malicious RUN/last.pt
-        raise CLIError(str(e)) from None
-    except ValueError as e:
-        if not args.resume:
-            raise
-        # e.g. RUN/last.pt was saved for another model config
-        raise CLIError(str(e)) from None
-
-
-def _report(trainer, history: list, model, metadata: dict, out: Path,
-            no_validation: bool) -> None:
-    """Where the run's model is: best.pt, or why there is none."""
-    if no_validation:
-        # No validation data: best.pt is the final model, so that predict/evaluate
-        # find it in the usual place.
-        model.save(out / RUN_CHECKPOINT, **metadata, epoch=trainer.epoch,
-                   metric=None, val=None, selected="last epoch (no validation data)")
-        print(f"no validation data: {out / RUN_CHECKPOINT} is the model after epoch "
-              f"{trainer.epoch}")
-    elif history and trainer.best["epoch"] is None:
-        last = history[-1]["val"] or {}
-        why = (f"the model predicts non-finite values on {last['failed']} of "
-               f"{last['n']} validation meshes" if last.get("failed") else
-               f"{trainer.metric} is {last.get(trainer.metric)}")
-        raise CLIError(f"no epoch had a finite validation error ({why}), so there is no "
-                       f"best model: {out / RUN_CHECKPOINT} was not written; "
-                       f"{out / 'last.pt'} holds the model after epoch {trainer.epoch}")
-    elif history:
-        best = trainer.best
-        print(f"best validation {trainer.metric} {best['value']:.4e} at epoch "
-              f"{best['epoch']}: {out / RUN_CHECKPOINT}")
+            f"{dim}-D"
+            + (", on the cells (midpoint rule)" if data.layout.location == "cells" else "")
+            + (f"; parameters {', '.join(cfg.params)}" if cfg.params else ""))
 
 
 TRAIN_EPILOG = """\
@@ -424,12 +294,20 @@ examples:
       --model-config width=64 layers=2 --epochs 50 --batch-size 4 --out runs/tno
   # geometry-only problem: the input is the mesh itself
   meshops train --data elasticity/ --inputs "" --targets sigma --model pit
+  # a parametric study: parameters from field_data or data/params.csv, boundary tags
+  # as input channels; targets stored as cell data train on the cells
+  meshops train --data data/ --inputs "" --targets p --params alpha,Re --tags wall
   # options from a file (YAML or TOML; flags override it)
   meshops train --config train.yaml --epochs 10
   # continue an interrupted run (its config.yaml is the base config)
   meshops train --out runs/poisson --resume
   # data-parallel on 4 GPUs
   torchrun --nproc_per_node=4 -m meshops train --config train.yaml
+  # time series (one folder, .pvd or .xdmf per series): a next-step model of u,
+  # trained on rollouts of 4 steps, parameters from heat/train/params.csv
+  # (docs/time-series.md)
+  meshops train --series --data heat/train --inputs "" --targets u --params mu0,mu1 \\
+      --rollout-train 4 --out runs/heat
 
 config file (train.yaml); keys are the long options (batch_size or batch-size):
   data: data/
@@ -465,7 +343,15 @@ def add_parser(sub) -> None:
     g.add_argument("--data", metavar="DIR", help="folder of training meshes")
     g.add_argument("--inputs", metavar="A,B",
                    help='input point fields, comma-separated; "" for geometry-only problems')
-    g.add_argument("--targets", metavar="U,V", help="target point fields, comma-separated")
+    g.add_argument("--targets", metavar="U,V", help="target fields, comma-separated: all "
+                   "point data, or all cell data (then the model trains on the cells)")
+    g.add_argument("--params", metavar="A,B", help="per-sample parameters, comma-separated, "
+                   "from each file's field_data or a params.csv / params.json beside the "
+                   "files (keyed by file name; with --series, by the series' name); they "
+                   "condition the model")
+    g.add_argument("--tags", metavar="T1,T2", help="boundary tags (Gmsh physical names or "
+                   "ARRAY=VALUE of an integer cell array) whose indicator and outward normal "
+                   "become input channels")
     v = g.add_mutually_exclusive_group()
     v.add_argument("--val-fraction", type=float, metavar="F", dest="val_fraction",
                    help="fraction of the files held out for validation (default 0.2; 0: none)")
@@ -503,7 +389,37 @@ def add_parser(sub) -> None:
                    "the data order and dropout: one seed, one result on one machine (default 0)")
     g.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
     g.add_argument("--dtype", choices=["float32", "float64"], help="default float32")
+    g.add_argument("--threads", type=int, metavar="N", help="torch's CPU threads (default: "
+                   "the faster of 1 and all, from a timed step)")
+    g = p.add_argument_group("time series (see docs/time-series.md)")
+    g.add_argument("--series", action="store_true",
+                   help="--data holds time series (folders of numbered files, .pvd or "
+                   ".xdmf); train a next-step model of the --targets (the state), with "
+                   "--inputs as fields known at every step")
+    g.add_argument("--rollout-train", type=int, metavar="K", dest="rollout_train",
+                   help="unroll K steps per training sample (default 2; 1: one-step "
+                   "training)")
+    g.add_argument("--rollout-grad", choices=["all", "last"], dest="rollout_grad",
+                   help="back-propagate only through the last of the K steps (default; "
+                   "push-forward: the first K-1 steps run without gradient) or through all")
+    g.add_argument("--rollout-loss", choices=["mse", "relative"], dest="rollout_loss",
+                   help="the training loss of a step: its mean square error in units of the "
+                   "typical one-step change (default), or its relative L2 error (the "
+                   "metric, dominated by states near zero)")
+    g.add_argument("--time-input", action=argparse.BooleanOptionalAction, dest="time_input",
+                   help="give the model the time t (default; --no-time-input for autonomous "
+                   "problems); it always gets dt and the parameters")
     train_extras.add_arguments(p)
+    g = p.add_argument_group("data larger than memory (docs/large-data.md)")
+    g.add_argument("--lazy", action=argparse.BooleanOptionalAction,
+                   help="read the meshes one batch at a time from an on-disk cache of "
+                   "parsed meshes and mesh structures, in worker processes (default: when "
+                   "the parsed data would exceed a quarter of the available memory); "
+                   "--no-lazy: always in memory")
+    g.add_argument("--cache", metavar="DIR", help="the cache folder (implies --lazy; default "
+                   "$MESHOPS_CACHE_DIR or ~/.cache/meshops/meshes); runs may share it")
+    g.add_argument("--workers", type=int, metavar="N", help="DataLoader worker processes "
+                   "that read and parse meshes (default 2 when lazy, else 0)")
     g = p.add_argument_group("output")
     g.add_argument("--out", metavar="RUN", help="run folder (default ./run)")
     g.add_argument("--resume", action="store_true", default=False,

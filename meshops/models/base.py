@@ -22,7 +22,7 @@ from meshops.version import __version__
 
 CHECKPOINT_FORMAT = "meshops-checkpoint-1"
 
-# name -> class, filled by @register_model
+#: name -> class, filled by @register_model
 MODELS: dict[str, type["NeuralOperator"]] = {}
 
 

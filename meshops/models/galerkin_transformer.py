@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
                                  register_model)
+from meshops.models.conditioning import ParamConditioning, read_params
 from meshops.models.inputs import read_inputs
 from meshops.models.structures import MeshStructures, interpolation_structures, read_stored
 from meshops.nn.block import TransformerBlock
@@ -65,6 +66,10 @@ class GalerkinTransformer(NeuralOperator):
         pos_encoding (int): octaves ``F`` of sinusoidal position features in the lifting,
             :class:`~meshops.nn.FourierFeatures` (``0``: raw coordinates;
             coordinates of order one assumed). (default: ``0``)
+        param_channels (int): ``K`` parameters per sample (``data.params [B, K]``) that
+            condition the model (:class:`~meshops.models.conditioning.ParamConditioning`:
+            FiLM of the lifted features and of the features after every block); ``0``
+            (default): none, and the model is exactly the unconditioned one.
 
     Defaults per benchmark size (``GalerkinTransformer.PRESETS``; cost linear in ``N``;
     parameters for ``in_channels=0, out_channels=1``):
@@ -94,7 +99,7 @@ class GalerkinTransformer(NeuralOperator):
                  layers: int = 4, heads: int = 4, ffn_ratio: float = 2,
                  attention: str = "galerkin", eta: float = 1e-2, delta: float = 1e-2,
                  dropout: float = 0.0, interp_k: int = 4, activation: str = "gelu",
-                 pos_encoding: int = 0) -> None:
+                 pos_encoding: int = 0, param_channels: int = 0) -> None:
         super().__init__()
         check_model_sizes(in_channels, out_channels, pos_dim, width)
         check_positive_int(layers, "layers", minimum=0)
@@ -113,12 +118,19 @@ class GalerkinTransformer(NeuralOperator):
                              norm=None, activation=activation)
             for _ in range(layers)])
         self.head = MLP(width, width, out_channels, layers=2, activation=activation)
+        # built last: the other layers' initial weights do not depend on it
+        check_positive_int(param_channels, "param_channels", minimum=0)
+        self.param_channels = param_channels
+        self.conditioning = (ParamConditioning(param_channels, width, layers + 1)
+                             if param_channels else None)
 
     def reset_parameters(self) -> None:
         self.lift.reset_parameters()
         for blk in self.blocks:
             blk.reset_parameters()
         self.head.reset_parameters()
+        if self.conditioning is not None:
+            self.conditioning.reset_parameters()
 
     # ------------------------------------------------------ mesh-only structures
     def mesh_transform(self) -> MeshStructures:
@@ -142,8 +154,15 @@ class GalerkinTransformer(NeuralOperator):
         p = next(self.head.parameters())
         inp = read_inputs(data, self.in_channels, self.pos_dim, p.dtype, p.device)
         h = self.lift(torch.cat([inp.x, self.pos_enc(inp.pos)], dim=-1))
-        for blk in self.blocks:
+        film = None
+        if self.conditioning is not None:
+            film = self.conditioning.embed(read_params(data, self.param_channels, inp.num_graphs,
+                                                       p.dtype, p.device))
+            h = self.conditioning(h, film, inp.batch, 0)
+        for site, blk in enumerate(self.blocks, 1):
             h = self.run_block(blk, h, inp.points)
+            if film is not None:
+                h = self.conditioning(h, film, inp.batch, site)
         if inp.has_query:
             key = self.structure_key(inp.pos.dtype, inp.has_query)
             _, weights = read_stored(data, inp, key, "GalerkinTransformer", self.interp_k)

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
                                  register_model)
+from meshops.models.conditioning import ParamConditioning, read_params
 from meshops.models.inputs import read_inputs
 from meshops.models.structures import MeshStructures, interpolation_structures, read_stored
 from meshops.nn.block import TransformerBlock
@@ -88,6 +89,10 @@ class PatchedTransformer(NeuralOperator):
         pos_encoding (int): octaves ``F`` of sinusoidal position features in the lifting,
             :class:`~meshops.nn.FourierFeatures` (``0``: raw coordinates;
             coordinates of order one assumed). (default: ``0``)
+        param_channels (int): ``K`` parameters per sample (``data.params [B, K]``) that
+            condition the model (:class:`~meshops.models.conditioning.ParamConditioning`:
+            FiLM of the lifted features and of the features after every block); ``0``
+            (default): none, and the model is exactly the unconditioned one.
 
     Defaults per benchmark size (``PatchedTransformer.PRESETS``; parameters for
     ``in_channels=0, out_channels=1``):
@@ -129,7 +134,8 @@ class PatchedTransformer(NeuralOperator):
                  layers: int = 4, heads: int = 4, num_patches: int = 16, method: str = "voxel",
                  pattern: str = "window", ffn_ratio: float = 2, num_basis: int = 8,
                  dropout: float = 0.0, interp_k: int = 4, activation: str = "gelu",
-                 pos_encoding: int = 0, patch_size: Optional[int] = None) -> None:
+                 pos_encoding: int = 0, patch_size: Optional[int] = None,
+                 param_channels: int = 0) -> None:
         super().__init__()
         check_model_sizes(in_channels, out_channels, pos_dim, width)
         check_positive_int(layers, "layers", minimum=0)
@@ -162,6 +168,11 @@ class PatchedTransformer(NeuralOperator):
         self.blocks = nn.ModuleList(blocks)
         self.norm_out = nn.LayerNorm(width)
         self.head = MLP(width, width, out_channels, layers=2, activation=activation)
+        # built last: the other layers' initial weights do not depend on it
+        check_positive_int(param_channels, "param_channels", minimum=0)
+        self.param_channels = param_channels
+        self.conditioning = (ParamConditioning(param_channels, width, layers + 1)
+                             if param_channels else None)
 
     def reset_parameters(self) -> None:
         self.lift.reset_parameters()
@@ -169,6 +180,8 @@ class PatchedTransformer(NeuralOperator):
             blk.reset_parameters()
         self.norm_out.reset_parameters()
         self.head.reset_parameters()
+        if self.conditioning is not None:
+            self.conditioning.reset_parameters()
 
     def _partition_keys(self) -> tuple[list[tuple], list[int]]:
         """The distinct partitions of the blocks (``(num_patches, patch_size, method,
@@ -235,8 +248,15 @@ class PatchedTransformer(NeuralOperator):
         parts = (self._stored_partitions(data, inp) if stored
                  else self.partitions(inp.pos, inp.batch))
         h = self.lift(torch.cat([inp.x, self.pos_enc(inp.pos)], dim=-1))
-        for blk, p in zip(self.blocks, parts):
+        film = None
+        if self.conditioning is not None:
+            film = self.conditioning.embed(read_params(data, self.param_channels, inp.num_graphs,
+                                                       h.dtype, h.device))
+            h = self.conditioning(h, film, inp.batch, 0)
+        for site, (blk, p) in enumerate(zip(self.blocks, parts), 1):
             h = self.run_block(blk, h, inp.points, parts=p)
+            if film is not None:
+                h = self.conditioning(h, film, inp.batch, site)
         h = self.norm_out(h)
         if inp.has_query:
             h = knn_interpolate(h, inp.pos, inp.query_pos, inp.batch, inp.query_batch,

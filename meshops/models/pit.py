@@ -13,6 +13,7 @@ from meshops._checks import checking
 from meshops.models import latent as latents  # called through it: tests replace them there
 from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
                                  register_model)
+from meshops.models.conditioning import ParamConditioning, read_params
 from meshops.models.digest import mesh_digest, same_digest
 from meshops.models.inputs import read_inputs
 from meshops.models.structures import MeshStructures, has_structures
@@ -154,6 +155,11 @@ class PiT(NeuralOperator):
         shared_lambda (bool): one :math:`\lambda` per head for all processor blocks: the
             blocks share the first block's parameter ``lam_raw`` (one kernel for the
             whole processor). (default: ``False``)
+        param_channels (int): ``K`` parameters per sample (``data.params [B, K]``) that
+            condition the model (:class:`~meshops.models.conditioning.ParamConditioning`:
+            FiLM of the lifted features, of the latent tokens before every block and of
+            the decoder's features); ``0`` (default): none, and the model is exactly the
+            unconditioned one.
 
     Defaults per benchmark size (``PiT.PRESETS``; the paper's Tables 7-9 for
     Elasticity and NACA: encoding dimension, heads, latent mesh, encoder/decoder
@@ -199,7 +205,8 @@ class PiT(NeuralOperator):
                  grid_shape: Optional[Sequence[int]] = None,
                  stride: Union[int, Sequence[int]] = 2, quantile_in: float = 0.02,
                  quantile_out: float = 0.02, ball: str = "measure", lam_min: float = 1.0,
-                 lam_max: float = 1024.0, shared_lambda: bool = False) -> None:
+                 lam_max: float = 1024.0, shared_lambda: bool = False,
+                 param_channels: int = 0) -> None:
         super().__init__()
         check_model_sizes(in_channels, out_channels, pos_dim, width)
         check_positive_int(heads, "heads")
@@ -247,6 +254,10 @@ class PiT(NeuralOperator):
             # shared (one tensor in the state dict under every block's name)
             for att in list(self.attn)[1:]:
                 att.lam_raw = self.attn[0].lam_raw
+        # built last: the other layers' initial weights do not depend on it
+        self.param_channels = check_positive_int(param_channels, "param_channels", minimum=0)
+        self.conditioning = (ParamConditioning(param_channels, width, blocks + 2)
+                             if param_channels else None)
 
     def _pointwise_linears(self) -> list[nn.Linear]:
         mods = [self.lift, *self.linear]
@@ -267,6 +278,8 @@ class PiT(NeuralOperator):
         for att in self.attn:
             att.reset_parameters()
         self._init_pointwise()
+        if self.conditioning is not None:
+            self.conditioning.reset_parameters()
 
     # ----------------------------------------------------------------- forward
     def forward(self, data) -> Tensor:
@@ -278,17 +291,25 @@ class PiT(NeuralOperator):
         else:
             lat, e_in, e_out = self.structures(inp)
         u = gelu(self.lift(torch.cat([inp.x, inp.pos], dim=-1)))
+        film = None
+        if self.conditioning is not None:
+            film = self.conditioning.embed(read_params(data, self.param_channels,
+                                                       inp.num_graphs, u.dtype, u.device))
+            u = self.conditioning(u, film, inp.batch, 0)
         # encoder: input mesh -> latent mesh (input quadrature weights)
         u = gelu(self.encoder((u, None), (inp.points, lat.points), edge_index=e_in))
-        u = self._process(u, lat)
+        u = self._process(u, lat, film)
         # decoder: latent mesh -> query points (latent quadrature weights)
         h = gelu(self.decoder((u, None), (lat.points, inp.queries), edge_index=e_out))
+        if film is not None:
+            h = self.conditioning(h, film, inp.query_batch, len(self.attn) + 1)
         return self.head(h)
 
-    def _process(self, u: Tensor, lat: LatentMesh) -> Tensor:
+    def _process(self, u: Tensor, lat: LatentMesh, film: Optional[Tensor] = None) -> Tensor:
         """The processor blocks on the latent mesh: one kernel for all samples when they
         share the mesh, and for all blocks with ``shared_lambda`` when it fits
-        (:func:`~meshops.nn.functional.materialise_kernel`)."""
+        (:func:`~meshops.nn.functional.materialise_kernel`); ``film``: the parameters'
+        FiLM of the latent tokens before every block (None: no conditioning)."""
         kernel = self._shared_kernel(lat) if self.shared_lambda and len(self.attn) else None
         extra = {} if kernel is None else {"kernel": kernel}
         if lat.shared:
@@ -298,7 +319,9 @@ class PiT(NeuralOperator):
             extra["shape"] = (B, n)
         else:
             args = (lat.points,)
-        for att, mlp, lin in zip(self.attn, self.mlp, self.linear):
+        for site, (att, mlp, lin) in enumerate(zip(self.attn, self.mlp, self.linear), 1):
+            if film is not None:
+                u = self.conditioning(u, film, lat.batch, site)
             u = self.run_block(pit_block, u, att, mlp, lin, *args, **extra)
         return u
 

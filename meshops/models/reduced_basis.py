@@ -14,11 +14,23 @@ from meshops.reduced.transfer import mls_weights, transfer
 
 __all__ = ["REGRESSORS", "ReducedBasis"]
 
-#: The regressions from parameters to modal coefficients, by name.
-REGRESSORS = ("mlp", "gp", "rbf")
+#: The regressions from parameters to modal coefficients, by name; ``"gp+mlp"`` is the
+#: mean of the Gaussian processes' and the MLP ensemble's predictions.
+REGRESSORS = ("mlp", "gp", "rbf", "gp+mlp")
 #: Two point sets are the reference mesh when they differ by at most this fraction of
 #: its extent (positions stored in float32 round-trip within it).
 SAME_POINTS_RTOL = 1e-5
+
+
+class Average(nn.Module):
+    """The mean of several regressions' outputs (each ``[T, D] -> [T, R]``)."""
+
+    def __init__(self, *parts: nn.Module) -> None:
+        super().__init__()
+        self.parts = nn.ModuleList(parts)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.stack([p(x).to(torch.float64) for p in self.parts]).mean(0)
 
 
 @register_model("reduced_basis")
@@ -34,13 +46,14 @@ class ReducedBasis(NeuralOperator):
 
     with the mean :math:`\bar u` and modes :math:`\varphi_k` of the training snapshots'
     proper orthogonal decomposition in the mesh's quadrature inner product
-    (:func:`meshops.reduced.pod_basis`), and :math:`c(\mu)` one of three regressions
-    of the standardised parameters (``regressor``): an ensemble of MLPs trained on the
+    (:func:`meshops.reduced.pod_basis`), and :math:`c(\mu)` a regression of the
+    standardised parameters (``regressor``): an ensemble of MLPs trained on the
     fields' relative L2 error (``"mlp"``, :mod:`meshops.reduced.ensemble`; the
     POD-NN of Hesthaven & Ubbiali, 2018), Gaussian processes with a length scale per
-    parameter (``"gp"``), or the thin-plate spline of the classical POD + RBF model
-    (``"rbf"``). :func:`meshops.reduced.fit_reduced_basis` fits all three and keeps the
-    one with the lowest validation error.
+    parameter (``"gp"``), the thin-plate spline of the classical POD + RBF model
+    (``"rbf"``), or the mean of the first two (``"gp+mlp"``).
+    :func:`meshops.reduced.fit.fit_reduced_basis` fits them and keeps the one with the
+    lowest validation error.
 
     Any mesh of the same geometry: on the training points the modes are used as
     stored; on other points (a refined mesh, ``query_pos``) they are evaluated by linear
@@ -60,7 +73,7 @@ class ReducedBasis(NeuralOperator):
         num_params: Length ``K`` of a sample's parameter vector.
         param_index: The parameters used (those that vary over the training set),
             default all ``K``.
-        regressor: ``"mlp"``, ``"gp"`` or ``"rbf"``.
+        regressor: ``"mlp"``, ``"gp"``, ``"rbf"`` or ``"gp+mlp"``.
         num_train: Training samples (sizes the GP's and spline's stored points).
         members, width, layers, activation: The MLP ensemble's.
         grid: Structured grids matched node by node (see above).
@@ -95,13 +108,12 @@ class ReducedBasis(NeuralOperator):
         self.register_buffer("param_shift", torch.zeros(len(index), **f64))
         self.register_buffer("param_scale", torch.ones(len(index), **f64))
         k = len(index)
-        self.regressor: nn.Module
-        if regressor == "mlp":
-            self.regressor = MLPEnsemble(k, rank, members, width, layers, activation)
-        elif regressor == "gp":
-            self.regressor = GaussianProcess(num_train, k, rank)
-        else:
-            self.regressor = ThinPlateSpline(num_train, k, rank)
+        parts = {"mlp": lambda: MLPEnsemble(k, rank, members, width, layers, activation),
+                 "gp": lambda: GaussianProcess(num_train, k, rank),
+                 "rbf": lambda: ThinPlateSpline(num_train, k, rank)}
+        names = regressor.split("+")
+        self.regressor: nn.Module = parts[names[0]]() if len(names) == 1 else \
+            Average(*(parts[n]() for n in names))
 
     def standardise(self, params: Tensor) -> Tensor:
         """``[B, K]`` raw parameters -> ``[B, K']`` the regression's inputs."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch import Tensor, nn
 
 from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
                                  register_model)
+from meshops.models.conditioning import ParamConditioning, read_params
 from meshops.models.inputs import MeshInputs, read_inputs
 from meshops.nn.block import TransformerBlock
 from meshops.nn.continuum import ContinuumAttention
@@ -75,6 +76,11 @@ class TransformerNO(NeuralOperator):
         activation (str): ``"gelu"`` (default), ``"relu"``, ``"silu"``, ``"tanh"``.
         pos_encoding (int): octaves ``F`` of sinusoidal position features (``0``: the
             raw coordinates, as in the paper). (default: ``0``)
+        param_channels (int): ``K`` parameters per sample (``data.params [B, K]``) that
+            condition the model (:class:`~meshops.models.conditioning.ParamConditioning`:
+            FiLM of the lifted features, of the tokens after every block and of the
+            cross decoder's query features); ``0`` (default): none, and the model is
+            exactly the unconditioned one.
 
     Defaults per benchmark size (``TransformerNO.PRESETS``, build with
     ``TransformerNO.from_preset(name, in_channels=..., out_channels=...)``; parameters
@@ -112,10 +118,11 @@ class TransformerNO(NeuralOperator):
     def __init__(self, in_channels: int, out_channels: int, pos_dim: int = 2, width: int = 128,
                  layers: int = 4, heads: int = 4, ffn_ratio: float = 2, decoder: str = "cross",
                  pre_norm: bool = True, dropout: float = 0.0, activation: str = "gelu",
-                 pos_encoding: int = 0) -> None:
+                 pos_encoding: int = 0, param_channels: int = 0) -> None:
         super().__init__()
         check_model_sizes(in_channels, out_channels, pos_dim, width)
         check_positive_int(layers, "layers", minimum=0)
+        check_positive_int(param_channels, "param_channels", minimum=0)
         if decoder not in ("cross", "pointwise"):
             raise ValueError(f"decoder must be 'cross' or 'pointwise', got {decoder!r}")
         self.in_channels, self.out_channels, self.pos_dim = in_channels, out_channels, pos_dim
@@ -138,6 +145,10 @@ class TransformerNO(NeuralOperator):
             self.cross = None
         self.norm_out = nn.LayerNorm(width) if pre_norm else nn.Identity()
         self.head = MLP(width, width, out_channels, layers=2, activation=activation)
+        # built last: the other layers' initial weights do not depend on it
+        self.param_channels = param_channels
+        self.conditioning = (ParamConditioning(param_channels, width, layers + 2)
+                             if param_channels else None)
 
     def mesh_transform(self):
         """Stores the digest of each sample's mesh (:class:`~meshops.models.structures.
@@ -157,19 +168,33 @@ class TransformerNO(NeuralOperator):
         if isinstance(self.norm_out, nn.LayerNorm):
             self.norm_out.reset_parameters()
         self.head.reset_parameters()
+        if self.conditioning is not None:
+            self.conditioning.reset_parameters()
 
     def encode(self, data) -> tuple[Tensor, MeshInputs]:
         """Lifting + processor: features ``[N, width]`` on the input mesh, and the inputs
         (:func:`~meshops.models.inputs.read_inputs`)."""
-        inp = read_inputs(data, self.in_channels, self.pos_dim, self.lift.weight.dtype,
-                          self.lift.weight.device)
+        return self._encode(data)[:2]
+
+    def _encode(self, data) -> tuple[Tensor, MeshInputs, Optional[Tensor]]:
+        """:meth:`encode` and the parameters' FiLM (None without conditioning)."""
+        dtype = self.lift.weight.dtype
+        inp = read_inputs(data, self.in_channels, self.pos_dim, dtype, self.lift.weight.device)
         h = self.lift(torch.cat([inp.x, self.pos_enc(inp.pos)], dim=-1))
-        for blk in self.blocks:
+        film = None
+        if self.conditioning is not None:
+            film = self.conditioning.embed(read_params(data, self.param_channels, inp.num_graphs,
+                                                       dtype, h.device))
+            h = self.conditioning(h, film, inp.batch, 0)
+        for site, blk in enumerate(self.blocks, 1):
             h = self.run_block(blk, h, inp.points)
-        return h, inp
+            if film is not None:
+                h = self.conditioning(h, film, inp.batch, site)
+        return h, inp, film
 
     def forward(self, data) -> Tensor:
-        h, inp = self.encode(data)
+        h, inp, film = self._encode(data)
+        last = len(self.blocks) + 1
         if self.decoder == "pointwise":
             if inp.has_query and not (inp.query_pos.shape == inp.pos.shape
                                       and torch.equal(inp.query_pos, inp.pos)):
@@ -177,5 +202,7 @@ class TransformerNO(NeuralOperator):
                                  "only; build the model with decoder='cross' to query other points")
             return self.head(self.norm_out(h))
         q = self.query_embed(self.pos_enc(inp.query_pos))
+        if film is not None:
+            q = self.conditioning(q, film, inp.query_batch, last)
         z = self.cross((h, q), (inp.points, inp.queries))
         return self.head(self.norm_out(z))

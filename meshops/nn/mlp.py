@@ -17,7 +17,7 @@ def make_activation(name: str) -> nn.Module:
 
 
 class MLP(nn.Module):
-    """Pointwise MLP ``Linear -> σ -> ... -> Linear`` (``layers`` linear layers).
+    """Pointwise MLP ``Linear -> σ -> … -> Linear`` (``layers`` linear layers).
 
     Applied row by row, so it is trivially discretisation independent.
 

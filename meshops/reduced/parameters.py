@@ -42,43 +42,55 @@ def _has_params(s) -> bool:
 def sample_parameters(samples: Sequence) -> tuple[Tensor | None, str]:
     """The ``[S, K]`` float64 parameter matrix of ``samples``, and where it came from.
 
-    ``params`` when every sample carries one; otherwise the quadrature-weighted mean
-    of each input channel when every input is constant over its mesh
-    (:func:`constant_inputs`); otherwise ``(None, why not)``.
+    Each sample's ``params`` (when every sample carries one) followed by the
+    quadrature-weighted mean of each input channel, when every input is constant over
+    its mesh (:func:`constant_inputs`); ``(None, why not)`` when inputs vary over the
+    mesh (a model of the parameters alone would ignore them) or there are no
+    parameters at all.
 
     Shapes:
-        each sample ``params [1, K]`` or ``x [N, K]`` -> ``[S, K]``
+        each sample ``params [1, K1]`` and ``x [N, K2]`` -> ``[S, K1 + K2]``
     """
     if len(samples) == 0:
         return None, "no samples"
+    has_x = any(getattr(s, "x", None) is not None and s.x.numel() > 0 for s in samples)
+    if has_x and not constant_inputs(samples):
+        return None, "the inputs vary over the mesh (not per-sample constants)"
+    parts, why = [], []
     if all(_has_params(s) for s in samples):
         rows = [s.params.reshape(-1).to(torch.float64) for s in samples]
         if len({r.numel() for r in rows}) > 1:
             return None, "the samples' parameter vectors differ in length"
-        return torch.stack(rows), f"the {rows[0].numel()} parameter(s) of each sample"
-    if constant_inputs(samples):
+        parts.append(torch.stack(rows))
+        why.append(f"the {rows[0].numel()} parameter(s) of each sample")
+    if has_x:
         rows = []
         for s in samples:
             w = s.weight.to(torch.float64)
             rows.append((w[:, None] * s.x.reshape(s.x.shape[0], -1).to(torch.float64)).sum(0)
                         / w.sum())
-        return torch.stack(rows), (f"the {rows[0].numel()} input channel(s), constant over "
-                                   f"each mesh")
-    return None, "the inputs vary over the mesh (not per-sample constants) and no sample " \
-                 "carries params"
+        parts.append(torch.stack(rows))
+        why.append(f"the {rows[0].numel()} input channel(s), constant over each mesh")
+    if not parts:
+        return None, "no sample carries params and there are no input fields"
+    return torch.cat(parts, 1), " and ".join(why)
 
 
 def batch_parameters(data, num_graphs: int) -> Tensor:
-    """The ``[B, K]`` parameters of a batch inside a model's forward: ``data.params``
-    when present, else the quadrature-weighted mean of ``data.x`` per sample.
+    """The ``[B, K]`` parameters of a batch inside a model's forward, as
+    :func:`sample_parameters` makes them: ``data.params`` when present, then the
+    quadrature-weighted mean of each channel of ``data.x`` per sample.
 
     Shapes:
-        ``params [B, K]`` or ``x [N, K]``, ``weight [N]``, ``batch [N]`` -> ``[B, K]``
+        ``params [B, K1]``, ``x [N, K2]``, ``weight [N]``, ``batch [N]`` -> ``[B, K1 + K2]``
     """
+    parts = []
     p = getattr(data, "params", None)
     if isinstance(p, Tensor) and p.numel() > 0:
-        return p.reshape(num_graphs, -1)
+        parts.append(p.reshape(num_graphs, -1))
     x, w = data.x.reshape(data.x.shape[0], -1), data.weight
+    if x.shape[1] == 0:
+        return torch.cat(parts, 1)
     batch = getattr(data, "batch", None)
     if batch is None:
         batch = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
@@ -86,4 +98,4 @@ def batch_parameters(data, num_graphs: int) -> Tensor:
     den = torch.zeros(num_graphs, dtype=x.dtype, device=x.device)
     num.index_add_(0, batch, w[:, None].to(x.dtype) * x)
     den.index_add_(0, batch, w.to(x.dtype))
-    return num / den[:, None]
+    return torch.cat(parts + [num / den[:, None]], 1)

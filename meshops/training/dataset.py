@@ -121,7 +121,14 @@ def fit_normalizers(train_samples: Iterable[MeshData]
     Returns:
         ``(input_normalizer, output_normalizer)``; the input normaliser is ``None``
         when the samples have no input channels.
+
+    A data set read lazily from disk (:class:`meshops.cache.CachedMeshDataset`) gives
+    them from the statistics it recorded per sample (its ``normalizers()``), rather
+    than holding all its samples in memory here.
     """
+    own = getattr(train_samples, "normalizers", None)
+    if callable(own):
+        return own()
     samples = list(train_samples)
     if not samples:
         raise ValueError("fit_normalizers: no training samples")

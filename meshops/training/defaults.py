@@ -7,8 +7,9 @@ samples. For those the default is a :class:`~meshops.models.ReducedBasis`: a POD
 basis with the regression of its coefficients chosen on the validation split, which
 beats both the classical POD + RBF model and a neural operator trained for the same
 ten minutes (``python -m benchmarks.accuracy``; figures in ``benchmarks/results/``).
-Everything else (meshes that change, fields as inputs) trains PiT, small when the
-inputs are constant fields on one mesh too large for a reduced basis in memory.
+Everything else trains PiT: small when the inputs are constant over each mesh (a
+family of geometries, or one mesh too large for a reduced basis in memory), of the
+elasticity example's size when the inputs are fields.
 :func:`choose_defaults` looks at the samples and says which model it picked and why;
 :func:`epochs_for_budget` times one training step and picks the number of epochs.
 Options the user gives always win: :func:`options_from_data` and :func:`epochs_to_fit`
@@ -25,12 +26,16 @@ import torch
 
 from meshops.reduced import constant_inputs
 
-# PiT for a parametric map on one mesh: the processor only has to carry a few
-# numbers per sample, so a small latent mesh and width suffice (measured on the
+# PiT for a parametric map (inputs constant over each mesh): the processor only has
+# to carry a few numbers per sample, so a small latent mesh and width suffice (measured on the
 # convection-diffusion stand-in, benchmarks/results/baselines-fem-defaults-*.txt).
 PARAMETRIC_PIT = {"width": 64, "heads": 2, "blocks": 2, "latent": "fps", "num_latent": 128}
 PARAMETRIC_TRAIN = {"batch_size": 4, "lr": 3e-3}
-# Everything else keeps PiT's class defaults and the CLI's batch size and rate.
+# Everything else: PiT of the elasticity example's size (width 64, a 256-point latent
+# mesh), which trains tens of epochs in ten minutes on two cores where PiT's class
+# defaults (width 256, 1,024 latent points) train a few, with the CLI's batch size and
+# rate.
+GENERAL_PIT = {"width": 64, "latent": "fps", "num_latent": 256}
 GENERAL_TRAIN = {"batch_size": 8, "lr": 1e-3}
 # Snapshot values (samples x points x channels) up to which a reduced basis is the
 # default: 2.5e8 float64 values are 2 GB, a few times that while the SVD runs.
@@ -46,6 +51,9 @@ def _shares_one_mesh(samples: Sequence) -> bool:
 def _parametric(dataset: Sequence) -> tuple[bool, str]:
     """Whether ``dataset`` is a parametric study a reduced basis can take, and why not."""
     from meshops.reduced import sample_parameters
+
+    if callable(getattr(dataset, "facts", None)):  # read lazily: too large to hold
+        return False, "the data is read lazily, and a reduced basis holds every snapshot"
     from meshops.training.baselines import correspondence, target_points
 
     how, why = correspondence(list(dataset))
@@ -63,6 +71,21 @@ def _parametric(dataset: Sequence) -> tuple[bool, str]:
                        f"memory ({REDUCED_BASIS_MAX_VALUES:,})")
     return True, (f"one {'grid shape' if how == 'grid' else 'mesh'} and "
                   f"{int(params.shape[1])} parameter(s) per sample")
+
+
+def data_facts(dataset: Sequence) -> dict[str, Any]:
+    """What :func:`choose_defaults` looks at: ``n`` samples, their mean ``points``,
+    whether they share ``one_mesh``, whether their inputs are ``constant`` over each mesh
+    and whether they have inputs at all (``has_x``). A data set that knows these without
+    reading its samples (:class:`meshops.cache.CachedMeshDataset`) gives them by its
+    ``facts()``."""
+    facts = getattr(dataset, "facts", None)
+    if callable(facts):
+        return facts()
+    n = len(dataset)
+    return {"n": n, "points": round(sum(int(s.pos.shape[0]) for s in dataset) / n),
+            "one_mesh": _shares_one_mesh(dataset), "constant": constant_inputs(dataset),
+            "has_x": getattr(dataset[0], "x", None) is not None}
 
 
 def choose_defaults(dataset: Sequence, model: str | None = None
@@ -86,13 +109,11 @@ def choose_defaults(dataset: Sequence, model: str | None = None
     """
     if len(dataset) == 0:
         raise ValueError("choose_defaults: the dataset is empty")
-    n = len(dataset)
-    points = round(sum(int(s.pos.shape[0]) for s in dataset) / n)
-    one_mesh = _shares_one_mesh(dataset)
-    constant = constant_inputs(dataset)
+    f = data_facts(dataset)
+    n, points, one_mesh, constant = f["n"], f["points"], f["one_mesh"], f["constant"]
     facts = (f"{n} samples of {'one mesh' if one_mesh else 'varying meshes'} "
              f"({points:,} points{' each' if one_mesh else ' on average'}), "
-             f"{'constant' if constant else 'field' if getattr(dataset[0], 'x', None) is not None else 'no'}"
+             f"{'constant' if constant else 'field' if f['has_x'] else 'no'}"
              f" inputs")
     if model in (None, "reduced_basis"):
         parametric, why = _parametric(dataset)
@@ -104,11 +125,14 @@ def choose_defaults(dataset: Sequence, model: str | None = None
         if model == "reduced_basis":
             raise ValueError(f"the reduced_basis model needs a parametric study (one mesh "
                              f"and a parameter vector per sample); this data is not one: {why}")
-    train = PARAMETRIC_TRAIN if one_mesh and constant else GENERAL_TRAIN
+    train = PARAMETRIC_TRAIN if constant else GENERAL_TRAIN
     if model not in (None, "pit"):
         return model, {}, dict(train), (f"{facts}: batch {train['batch_size']}, "
                                         f"lr {train['lr']:g}")
-    if one_mesh and constant:
+    # Constant inputs are a parametric map even where the meshes vary (a geometry
+    # family): on the hole stand-in the small PiT reached 0.04 where the larger one
+    # trained fewer, noisier epochs.
+    if constant:
         cfg = dict(PARAMETRIC_PIT)
         # A latent mesh no larger than the mesh itself.
         cfg["num_latent"] = min(cfg["num_latent"], points)
@@ -116,8 +140,10 @@ def choose_defaults(dataset: Sequence, model: str | None = None
                   f"{cfg['num_latent']} latent points, {cfg['blocks']} blocks), batch "
                   f"{PARAMETRIC_TRAIN['batch_size']}, lr {PARAMETRIC_TRAIN['lr']:g}")
         return "pit", cfg, dict(PARAMETRIC_TRAIN), reason
-    reason = f"{facts}: PiT at its documented sizes, batch {GENERAL_TRAIN['batch_size']}"
-    return "pit", {}, dict(GENERAL_TRAIN), reason
+    cfg = dict(GENERAL_PIT, num_latent=min(GENERAL_PIT["num_latent"], points))
+    reason = (f"{facts}: PiT of width {cfg['width']} on {cfg['num_latent']} latent points, "
+              f"batch {GENERAL_TRAIN['batch_size']}")
+    return "pit", cfg, dict(GENERAL_TRAIN), reason
 
 
 def epochs_for_budget(seconds_per_step: float, steps_per_epoch: int, minutes: float,
@@ -204,13 +230,36 @@ def options_from_data(samples: Sequence, model: str | None = None,
 
 
 def epochs_to_fit(model, samples: Sequence, batch_size: int, minutes: float,
-                  num_val: int) -> tuple[int, str]:
+                  num_val: int, threads: int | None = None) -> tuple[int, int, str]:
     """The epochs that fit ``minutes`` (:func:`epochs_for_budget` from one timed step of
-    ``model`` on ``batch_size`` of ``samples``, with ``num_val`` validation samples), and
-    what was done, for the log."""
-    step = time_training_step(model, samples, batch_size)
+    ``model`` on ``batch_size`` of ``samples``, with ``num_val`` validation samples), the
+    thread count (``threads`` when given, else the faster of one thread and all of
+    torch's: :func:`faster_threads`, which leaves torch set to it), and what was done,
+    for the log: ``(epochs, threads, note)``."""
+    threads, step, why = faster_threads(model, samples, batch_size, threads)
     steps = math.ceil(len(samples) / batch_size)
     epochs = epochs_for_budget(step, steps, minutes, math.ceil(num_val / batch_size))
-    return epochs, (f"{epochs} epochs fit the {minutes:g}-minute budget "
-                    f"({step:.2f} s per step of {batch_size} samples, {steps} steps per epoch; "
-                    f"--epochs {epochs} repeats this run exactly)")
+    return epochs, threads, (
+        f"{epochs} epochs fit the {minutes:g}-minute budget "
+        f"({step:.2f} s per step of {batch_size} samples{why}, {steps} steps per epoch; "
+        f"--threads {threads} --epochs {epochs} repeats this run exactly)")
+
+
+def faster_threads(model, samples: Sequence, batch: int, threads: int | None = None
+                   ) -> tuple[int, float, str]:
+    """``(threads, seconds per step, note)``: ``threads`` when given, else the faster of
+    all of torch's threads and one, from a timed step with each; torch is left set to
+    the choice. Small models on a busy machine can be several times slower with two
+    threads than with one (the threads wait for each other's core); larger ones gain
+    from all of them."""
+    many = torch.get_num_threads()
+    if threads is not None or many == 1:
+        torch.set_num_threads(threads or many)
+        return threads or many, time_training_step(model, samples, batch), ""
+    step = time_training_step(model, samples, batch)
+    torch.set_num_threads(1)
+    single = time_training_step(model, samples, batch)
+    if single < step:
+        return 1, single, f" on 1 thread, {step:.2f} s on {many}"
+    torch.set_num_threads(many)
+    return many, step, f" on {many} threads, {single:.2f} s on 1"

@@ -19,6 +19,7 @@ from torch.utils.data import DistributedSampler
 
 from meshops._checkpoint import check_weights_fit
 from meshops._progress import progress as progress_bar
+from meshops.models.conditioning import fit_param_normalizer
 from meshops.normalizer import UnitGaussianNormalizer
 from meshops.training import callbacks, distributed, state
 from meshops.training.callbacks import LAST, Callback, Checkpoints, EpochLog
@@ -448,6 +449,8 @@ class Trainer:
                 # Training split only: statistics that have seen the validation data
                 # would leak it into the model.
                 self._attach_normalizers(*fit_normalizers(self.train_data))
+            if self.normalize:  # the parameters' statistics, when the model takes some
+                fit_param_normalizer(self.model, self.train_data)
         # Wrapped after the normalisers are attached: DDP registers the buffers it
         # broadcasts when it is built.
         self._net = distributed.wrap_model(self.model, self.dist, self.device,
@@ -499,7 +502,10 @@ class Trainer:
         self.sampler.set_epoch(epoch)
         self._loader_gen.manual_seed(epoch_seed(self.seed, epoch))
         total = torch.zeros(2, dtype=torch.float64)  # sum of per-sample losses, samples
-        bar = progress_bar(self.train_loader, total=self.steps_per_epoch, unit="batch",
+        # An iterator, not the loader: tqdm.auto's bar calls iter() on what it is given
+        # when it is made and again to iterate, and a second iter() of a loader with
+        # workers starts a second set of worker processes that read batches for nothing.
+        bar = progress_bar(iter(self.train_loader), total=self.steps_per_epoch, unit="batch",
                            desc=f"epoch {epoch + 1}/{self.epochs}", leave=False,
                            enabled=self.progress and self.dist.is_main)
         for step, batch in enumerate(bar):
@@ -568,8 +574,11 @@ class Trainer:
             raise ValueError("evaluate: no data (and no val_data)")
         if self._net is None and self.normalize and not self._has_normalizers():
             self._attach_normalizers(*fit_normalizers(self.train_data))
+        if self._net is None and self.normalize:
+            fit_param_normalizer(self.model, self.train_data)
         idx = distributed.shard(len(data), self.dist)
-        loader = make_loader([data[i] for i in idx], self.val_batch_size,
+        # A Subset, not a list of the samples: a lazily read data set stays on disk.
+        loader = make_loader(torch.utils.data.Subset(data, idx), self.val_batch_size,
                              generator=torch.Generator(), num_workers=self.num_workers)
         # The bare model, not DDP: ranks may hold different numbers of batches, and a
         # DDP forward would wait for the others (it broadcasts buffers).

@@ -1,0 +1,150 @@
+"""``meshops train`` on folders larger than memory: reading through :mod:`meshops.cache`.
+
+When the parsed data would not fit comfortably in memory (or with ``--lazy`` /
+``--cache DIR``) the command reads every mesh file once into an on-disk cache and
+trains on a :class:`~meshops.cache.CachedMeshDataset`, which DataLoader worker
+processes read one sample at a time. :func:`data_loader` decides; :func:`take` and
+:func:`with_structures` let the command treat both kinds of data alike.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from meshops.cli._common import CLIError
+from meshops.cli.folder import check_same_layout, folder_dataset, load_folder, read_sample
+
+#: Without ``--lazy``/``--no-lazy``, the data are read lazily when their parsed size
+#: (estimated from the first file) exceeds this fraction of the available memory: the
+#: samples' mesh structures, the model and the training itself need the rest.
+AUTO_FRACTION = 0.25
+
+
+class FolderReader:
+    """``read(path) -> (sample, info)`` for :meth:`MeshCache.dataset`: the sample that
+    :func:`~meshops.cli.folder.load_folder` makes of a file (the same checks), and its
+    field shapes and dimension. Picklable: worker processes parse with it."""
+
+    def __init__(self, root, inputs: Sequence[str], targets: Sequence[str], dtype,
+                 layout=None) -> None:
+        self.inputs, self.targets = list(inputs), list(targets)
+        self.ds = folder_dataset(root, self.inputs, self.targets, dtype, layout)
+        self.index = {str(p): i for i, p in enumerate(self.ds.files)}
+
+    @property
+    def files(self) -> list[Path]:
+        return list(self.ds.files)
+
+    def __call__(self, path) -> tuple:
+        sample, shapes, dim = read_sample(self.ds, self.index[str(path)], self.targets)
+        return sample, {"shapes": shapes, "dim": dim}
+
+
+def load_folder_cached(root, inputs: Sequence[str], targets: Sequence[str], dtype,
+                       desc: str = "reading", layout=None, *, cache, workers: int = 0
+                       ) -> tuple[list, object, dict, int]:
+    """:func:`~meshops.cli.folder.load_folder` through the cache folder ``cache``:
+    ``(files, samples, field_shapes, pos_dim)`` with ``samples`` a
+    :class:`~meshops.cache.CachedMeshDataset` (nothing held in memory), building the
+    entries that are missing in ``workers`` processes with a progress bar."""
+    from meshops.cache import MeshCache
+
+    reader = FolderReader(root, inputs, targets, dtype, layout)
+    # Every option that changes what read_sample makes of a file belongs here: it is
+    # part of the key of each entry.
+    settings = {"reader": "meshops.cli.folder.read_sample", "inputs": list(inputs),
+                "targets": list(targets), "dtype": str(dtype).replace("torch.", ""),
+                "params": list(layout.params) if layout else [],
+                "tags": list(layout.tags) if layout else []}
+    ds = MeshCache(cache).dataset(reader.files, reader, settings, workers=workers, desc=desc)
+    files = ds.files
+    shapes, dim = None, None
+    for path, rec in zip(files, ds.records):
+        sh, d = rec.info["shapes"], rec.info["dim"]
+        if shapes is None:
+            shapes, dim = sh, d
+        else:
+            check_same_layout(path, sh, d, shapes, dim, files[0])
+    return files, ds, shapes, dim
+
+
+def take(samples, indices: Sequence[int]):
+    """The samples ``indices`` of a list, or of a cached data set (still on disk)."""
+    subset = getattr(samples, "subset", None)
+    return subset(indices) if callable(subset) else [samples[i] for i in indices]
+
+
+def with_structures(samples, model, workers: int):
+    """Cached samples with ``model``'s mesh structures cached beside them (in-memory
+    samples are left as they are: the Trainer builds theirs)."""
+    add = getattr(samples, "with_structures", None)
+    if samples is None or not callable(add):
+        return samples
+    make = getattr(model, "mesh_transform", None)
+    return add(make() if callable(make) else None, workers=workers)
+
+
+# ---------------------------------------------------------------- the decision
+def available_memory() -> Optional[int]:
+    """Bytes of memory available to a new allocation (``MemAvailable``), or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def parsed_size(root, inputs: Sequence[str], targets: Sequence[str], dtype,
+                layout=None) -> int:
+    """Estimated bytes of a folder's parsed samples: the first file's sample, scaled by
+    the folder's file bytes over the first file's."""
+    ds = folder_dataset(root, inputs, targets, dtype, layout)
+    sample, _, _ = read_sample(ds, 0, targets)
+    one = sum(v.numel() * v.element_size() for _, v in sample.items() if hasattr(v, "numel"))
+    sizes = [os.stat(p).st_size for p in ds.files]
+    return int(one * sum(sizes) / max(sizes[0], 1))
+
+
+def data_loader(cfg, dtype, layout=None) -> tuple[Callable, int, str]:
+    """How ``meshops train`` reads its folders: ``(load, workers, why)`` with ``load``
+    :func:`load_folder` (in memory) or :func:`load_folder_cached`, the DataLoader worker
+    processes, and a line saying so (empty when in memory).
+
+    ``--lazy`` or ``--cache DIR`` read lazily, ``--no-lazy`` in memory; otherwise lazily
+    when the estimated parsed size of ``--data`` and ``--val-data`` exceeds
+    :data:`AUTO_FRACTION` of the available memory. ``--workers`` defaults to 2 worker
+    processes for lazily read data (reading overlaps with the steps), none in memory.
+    """
+    from functools import partial
+
+    from meshops.cache import default_cache_dir
+
+    lazy = cfg.lazy
+    if lazy is False and cfg.cache:
+        raise CLIError("train: --cache DIR reads the data lazily through the cache; it "
+                       "cannot be combined with --no-lazy")
+    why = ""
+    if lazy is None and not cfg.cache:
+        need = sum(parsed_size(root, cfg.inputs, cfg.targets, dtype, layout)
+                   for root in (cfg.data, cfg.val_data) if root)
+        have = available_memory()
+        lazy = have is not None and need > AUTO_FRACTION * have
+        if lazy:
+            why = (f": the parsed data would take about {need / 1e9:.1f} GB, over "
+                   f"{AUTO_FRACTION:.0%} of the {have / 1e9:.1f} GB of available memory "
+                   f"(--no-lazy reads it into memory anyway)")
+    if not lazy and not cfg.cache:
+        return partial(load_folder, layout=layout), cfg.workers or 0, ""
+    workers = cfg.workers if cfg.workers is not None else min(2, os.cpu_count() or 1)
+    cache = Path(cfg.cache) if cfg.cache else default_cache_dir()
+    return (partial(load_folder_cached, layout=layout, cache=cache, workers=workers), workers,
+            f"reading the data lazily through the cache {cache}/ with {workers} worker "
+            f"process(es){why}")

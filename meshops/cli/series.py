@@ -1,0 +1,484 @@
+"""Time series on the command line: ``meshops train --series``, ``meshops predict
+--rollout N`` and ``meshops evaluate`` of a time-series run (error against horizon).
+
+The run is a :class:`~meshops.models.next_step.NextStep` model; its checkpoint
+metadata says ``series: true`` and records the state fields (``targets``), the input
+fields, the parameter names, whether the model sees the time, the training series and
+the common time step of the training data (or null).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+from meshops.cli._common import CLIError, is_main_rank, optional_names, plural
+from meshops.errors import CheckpointError, MeshError
+
+#: Stored in the checkpoint metadata of a time-series run.
+SERIES_KEY = "series"
+
+
+def _read_folder(root, fields: dict, desc: str, names=None) -> list:
+    """The series of folder ``root`` with the fields of ``fields`` (a run's metadata, or
+    the ``targets``, ``inputs`` and ``params`` of its config)."""
+    from meshops.series import read_series_folder
+
+    names_read = list(fields["targets"]) + list(fields["inputs"])
+    return read_series_folder(root, names_read, fields["params"] or (), names, desc)
+
+
+def _shapes(series, fields) -> dict:
+    return {k: [int(n) for n in series.fields[k].shape[2:]] for k in fields}
+
+
+def _mean_dt(series) -> float:
+    import torch
+
+    return float(torch.cat([s.times[1:] - s.times[:-1] for s in series]).mean())
+
+
+def _common_dt(series) -> float | None:
+    """The time step of the series when it is one and the same everywhere."""
+    import torch
+
+    dts = torch.cat([s.times[1:] - s.times[:-1] for s in series])
+    lo, hi = float(dts.min()), float(dts.max())
+    return lo if hi - lo <= 1e-9 * max(abs(hi), 1e-300) else None
+
+
+def _warn_other_dt(series, meta: dict) -> None:
+    """A warning per series whose time steps are not the one the run was trained on
+    (the model extrapolates in dt then; a series numbered by step index against one
+    stored with physical times is the usual cause)."""
+    dt = meta.get("dt")
+    if dt is None:
+        return
+    for s in series:
+        if len(s) < 2:
+            continue
+        steps = s.times[1:] - s.times[:-1]
+        if float((steps - dt).abs().max()) > 1e-6 * abs(dt):
+            print(f"meshops: warning: {s.source}: time steps {float(steps.min()):g}.."
+                  f"{float(steps.max()):g}, but the run was trained on time step {dt:g}",
+                  file=sys.stderr)
+
+
+# ---------------------------------------------------------------------- training
+#: Options of meshops train that a time-series run does not take, with their defaults.
+_NOT_FOR_SERIES = {"tags": [], "ensemble": 1, "lazy": None, "cache": None, "workers": None,
+                   "compile": False, "checkpoint_blocks": False, "logger": None}
+
+
+def train_series(cfg, args, dtype, resumed: dict | None) -> int:
+    """``meshops train --series``: read the series, build the next-step model and train
+    it on windows of ``--rollout-train`` steps, validating on full rollouts
+    (``resumed``: the metadata of the run being resumed, or None)."""
+    import yaml
+
+    from meshops.cli.run_folder import clear_run_files
+    from meshops.cli.training_run import (build_model, check_writable_folder, epochs_to_fit,
+                                          run_training, split_files)
+    from meshops.inference import field_channels
+    from meshops.training.distributed import check_device
+    from meshops.models.next_step import NextStep, condition_channels
+    from meshops.training.rollout import (RolloutLoss, rollout_sample, rollout_windows,
+                                          series_options, series_statistics)
+
+    given = [k for k, default in _NOT_FOR_SERIES.items() if getattr(cfg, k) != default]
+    if given:
+        raise CLIError(f"train --series: {', '.join('--' + k.replace('_', '-') for k in given)} "
+                       f"{'does' if len(given) == 1 else 'do'} not apply to time series")
+    params = list(cfg.params or [])
+    fields_read = {"targets": cfg.targets, "inputs": cfg.inputs, "params": cfg.params}
+    series = _read_folder(cfg.data, fields_read, "reading series")
+    fields = list(cfg.targets) + list(cfg.inputs)
+    shapes = _shapes(series[0], fields)
+    dim = int(series[0].mesh.pos.shape[1])
+    if cfg.val_data:
+        val = _read_folder(cfg.val_data, fields_read, "reading val series")
+        vs, vd = _shapes(val[0], fields), int(val[0].mesh.pos.shape[1])
+        if vs != shapes or vd != dim:
+            raise CLIError(f"{val[0].source}: fields {vs} ({vd}-D) but {shapes} ({dim}-D) in "
+                           f"{series[0].source}")
+        train = series
+    else:
+        train_idx, val_idx = split_files(len(series), cfg.val_fraction, cfg.seed, cfg.data)
+        train, val = [series[i] for i in train_idx], [series[i] for i in val_idx]
+    K = cfg.rollout_train
+    c_state = sum(field_channels(shapes[k]) for k in cfg.targets)
+    c_in = sum(field_channels(shapes[k]) for k in cfg.inputs)
+    windows = rollout_windows(train, cfg.targets, cfg.inputs, K, cfg.time_input, dtype)
+    val_samples = [rollout_sample(s, cfg.targets, cfg.inputs, 0, len(s) - 1, cfg.time_input,
+                                  dtype) for s in val] or None
+    options, reason = series_options(train, cfg.model, cfg.model_config, cfg.batch_size,
+                                     cfg.lr)
+    cfg = cfg.with_options("defaults", **options)
+    c_cond = condition_channels(cfg.time_input, len(params))
+    # Built once through the CLI's model builder, which names a bad model_config key;
+    # NextStep then builds its operator from that full configuration.
+    operator = build_model(cfg.model, cfg.model_config, c_state + c_in + c_cond, c_state, dim,
+                           0, dtype, check_device(cfg.device))
+    model = NextStep(cfg.model, c_state, dim, c_in, len(params), cfg.time_input,
+                     {k: v for k, v in operator.config.items()
+                      if k not in ("in_channels", "out_channels", "pos_dim")})
+    del operator
+    model.set_statistics(series_statistics(train, cfg.targets, cfg.inputs, cfg.time_input))
+    model.push_forward = cfg.rollout_grad == "last"
+    if dtype.is_floating_point and dtype != next(model.parameters()).dtype:
+        model = model.to(dtype)
+    # A validation rollout of T - 1 steps costs (T - 1) / K training windows' forwards.
+    val_equiv = sum(math.ceil((len(s) - 1) / K) for s in val)
+    cfg, fitted = epochs_to_fit(cfg, model, windows, val_equiv)
+    chosen = "; ".join(c for c in (reason, fitted) if c)
+    resolved = cfg.render(model_config=model.operator_config)
+    n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    steps = sorted({len(s) for s in train})
+    summary = (f"next-step {cfg.model} ({n_params:,} parameters) on {len(train)} series of "
+               f"{cfg.data} ({steps[0]}{'' if len(steps) == 1 else f'-{steps[-1]}'} time "
+               f"steps, {len(windows)} windows of {plural(K, 'step')}, gradient through "
+               f"{'the last step' if model.push_forward else 'all steps'}, "
+               f"{'relative L2' if cfg.rollout_loss == 'relative' else 'scaled mse'} loss), "
+               f"validating on "
+               + (f"{len(val)} full rollouts" if val else "none")
+               + f"; state {', '.join(cfg.targets)} ({plural(c_state, 'channel')})"
+               + (f", inputs {', '.join(cfg.inputs)}" if cfg.inputs else "")
+               + (f", parameters {', '.join(params)}" if params else "")
+               + f", {'t, ' if cfg.time_input else ''}dt; {dim}-D")
+    metadata = {
+        SERIES_KEY: True, "inputs": list(cfg.inputs), "targets": list(cfg.targets),
+        "params": params, "field_shapes": shapes, "in_channels": c_in,
+        "out_channels": c_state, "pos_dim": dim, "data": str(cfg.data),
+        "val_data": cfg.val_data, "time_input": cfg.time_input, "rollout_train": K,
+        "rollout_grad": cfg.rollout_grad, "rollout_loss": cfg.rollout_loss,
+        "dt": _common_dt(train),
+        "split": {"train": [s.name for s in train], "val": [s.name for s in val]},
+        # --resume compares the options with these (meshops.cli.run_folder)
+        "train_config": yaml.safe_load(resolved),
+    }
+    out = Path(cfg.out)
+
+    def begin() -> dict:
+        check_writable_folder(out)
+        if is_main_rank() and resumed is None:
+            clear_run_files(out)  # a new run leaves no best.pt of an earlier one behind
+        return metadata
+
+    lengths = {len(s) for s in val}
+    # mse: in units of the typical change of one step, rate spread times the mean dt
+    scale = (model.rate_normalizer.std.detach().double().cpu() * _mean_dt(train)
+             if cfg.rollout_loss == "mse" else None)
+    run_training(
+        args, cfg, model, windows, val_samples, resolved, chosen, summary, begin,
+        loss=RolloutLoss(c_state, last_only=model.push_forward, quadrature=cfg.quadrature_loss,
+                         scale=scale),
+        # the model carries its own statistics; validation rollouts of different
+        # lengths cannot share a batch; the loggers' baselines are those of one-step
+        # samples, not of rollouts: none
+        normalize=False, val_batch_size=cfg.batch_size if len(lengths) <= 1 else 1,
+        callbacks=[])
+    return 0
+
+
+def _check_series_run(ckpt, meta: dict, options: str) -> None:
+    if not meta.get(SERIES_KEY):
+        raise CLIError(f"{ckpt}: not a time-series run (trained without --series); "
+                       f"{options} apply to time-series runs")
+    if not isinstance(meta.get("targets"), list) or not isinstance(meta.get("inputs"), list):
+        raise CheckpointError(f"{ckpt}: a time-series run without its state and input "
+                              f"field names in the metadata")
+
+
+# ------------------------------------------------------------------- prediction
+def _initial(path: Path, meta: dict) -> list:
+    """The series (or the one-file initial state) a ``predict --rollout`` argument
+    names: a mesh file, a series, or a folder of series."""
+    from meshops.series import list_series, read_series, read_state
+
+    params = meta.get("params") or ()
+    if path.is_file() and path.suffix.lower() not in (".pvd", ".xdmf", ".xmf"):
+        return [read_state(path, list(meta["targets"]) + list(meta["inputs"]), params)]
+    return [read_series(p, None, params) for p in list_series(path)]
+
+
+def _future_times(series, start: int, steps: int, dt_run):
+    """The times of steps ``0 .. start + steps``: the series' own, extended past its end
+    by its last time step (or the run's, for a one-step series)."""
+    import torch
+
+    t = series.times
+    last = start + steps
+    if last < len(t):
+        return t[:last + 1]
+    dt = float(t[-1] - t[-2]) if len(t) > 1 else dt_run
+    if dt is None:
+        raise CLIError(f"{series.source}: one time step and a run trained on varying time "
+                       f"steps: give a series of at least two steps, whose last step "
+                       f"sets dt")
+    extra = t[-1] + dt * torch.arange(1, last - len(t) + 2, dtype=torch.float64)
+    return torch.cat([t, extra])
+
+
+def predict_series(args, model, ckpt, meta) -> int:
+    """``meshops predict RUN SERIES... --rollout N -o OUT``: roll each series out from
+    its step ``--start`` and write ``OUT/<name>.pvd`` with one ``.vtu`` per step."""
+    import torch
+
+    from meshops.cli._common import progress
+    from meshops.data import MeshData
+    from meshops.inference import RunSpec
+    from meshops.series import write_series
+    from meshops.training.rollout import rollout, rollout_sample
+
+    _check_series_run(ckpt, meta, "--rollout")
+    if args.rollout is None:
+        raise CLIError(f"{ckpt}: a time-series run predicts rollouts: pass --rollout N (the "
+                       f"number of steps to predict)")
+    if args.rollout < 1 or args.start < 0:
+        raise CLIError(f"--rollout must be >= 1 and --start >= 0, got {args.rollout} and "
+                       f"{args.start}")
+    if args.format not in (None, "vtu", ".vtu"):
+        raise CLIError(f"--format {args.format}: a rollout is written as a .pvd series of "
+                       f".vtu files")
+    if getattr(args, "chunk_size", None) is not None:
+        raise CLIError("--chunk-size does not apply to rollouts")
+    spec = RunSpec(model, ckpt, meta, optional_names(args.inputs), optional_names(args.targets))
+    steps, start = args.rollout, args.start
+    out_dir = Path(args.output)
+    todo = []
+    for arg in args.meshes:
+        todo += _initial(Path(arg), meta)
+    _warn_other_dt(todo, meta)
+    names = [s.name for s in todo]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise CLIError(f"two series named {dup[0]!r} would both be written to "
+                       f"{out_dir / (dup[0] + '.pvd')}")
+    exists = [out_dir / f"{n}.pvd" for n in names if (out_dir / f"{n}.pvd").exists()]
+    if exists and not getattr(args, "overwrite", False):
+        raise CLIError(f"{exists[0]}: already exists ({len(exists)} of the {len(names)} "
+                       f"series); pass --overwrite to replace them, or choose another -o")
+    dtype = spec.dtype
+    written = []
+    for s in progress(todo, desc="rolling out", unit="series"):
+        if start >= len(s):
+            raise CLIError(f"{s.source}: --start {start} but the series has {len(s)} time "
+                           f"step(s)")
+        step = MeshData(pos=s.mesh.pos, fields={k: v[start] for k, v in s.fields.items()})
+        spec.check_mesh(step, s.label(start), roles=("targets",) + (
+            ("inputs",) if spec.inputs else ()))
+        times = _future_times(s, start, steps, meta.get("dt"))
+        try:
+            sample = rollout_sample(s, spec.targets, spec.inputs, start, steps,
+                                    bool(meta.get("time_input", True)), dtype,
+                                    with_targets=False, times=times)
+        except MeshError as e:
+            raise CLIError(str(e)) from None
+        pred = rollout(model, sample)  # [steps, N, C]
+        bad = (~torch.isfinite(pred)).nonzero()
+        if bad.numel():
+            raise CLIError(f"{s.source}: the model in {ckpt} predicts a non-finite value at "
+                           f"step {start + int(bad[0, 0]) + 1} of the rollout; nothing "
+                           f"written for this series")
+        state0 = s.channels(spec.targets)[start]
+        frames = []
+        for j in range(steps + 1):
+            u = state0 if j == 0 else pred[j - 1]
+            frame = {k: v[start + j] for k, v in s.fields.items()} \
+                if start + j < len(s) else {}
+            frame.update({f"{k}_pred": v for k, v in spec.split(u).items()})
+            frames.append(frame)
+        written.append(write_series(out_dir / f"{s.name}.pvd", s.mesh, frames,
+                                    times[start:start + steps + 1].tolist()))
+    fields = ", ".join(f"{k}_pred" for k in spec.targets)
+    print(f"wrote {len(written)} series of {steps + 1} steps (the start and {steps} "
+          f"predicted) with {fields} to {out_dir}/ (open the .pvd files in ParaView)")
+    return 0
+
+
+# ------------------------------------------------------------------- evaluation
+def evaluate_series(args, model, ckpt, meta) -> int:
+    """``meshops evaluate`` of a time-series run: relative L2 error against the
+    horizon, per step, beside persistence and the nearest training trajectory."""
+    import numpy as np
+
+    from meshops.cli._common import progress
+    from meshops.training.horizon import (horizon_statistics, nearest_trajectory,
+                                          persistence, step_errors)
+    from meshops.training.rollout import rollout, rollout_sample
+
+    from meshops.inference import RunSpec
+
+    _check_series_run(ckpt, meta, "--horizon/--start")
+    if (args.horizon is not None and args.horizon < 1) or args.start < 0:
+        raise CLIError(f"--horizon must be >= 1 and --start >= 0, got {args.horizon} and "
+                       f"{args.start}")
+    RunSpec(model, ckpt, meta, optional_names(args.inputs), optional_names(args.targets))
+    test = _read_folder(args.data, meta, "reading series")
+    _warn_other_dt(test, meta)
+    start = args.start
+    lengths = []
+    for s in test:
+        h = len(s) - 1 - start
+        if args.horizon is not None:
+            h = min(h, args.horizon)
+        if h < 1:
+            raise CLIError(f"{s.source}: {len(s)} time steps leave no step to predict after "
+                           f"--start {start}")
+        lengths.append(h)
+    H = max(lengths)
+    names = [s.name for s in test]
+    targets, inputs = list(meta["targets"]), list(meta["inputs"])
+    dtype = next(model.parameters()).dtype
+
+    def table(preds) -> np.ndarray:
+        e = np.full((len(test), H), np.nan)
+        for i, (s, p, h) in enumerate(zip(test, preds, lengths)):
+            if p is not None:
+                e[i, :h] = step_errors(p[:h], s.channels(targets)[start + 1:start + 1 + h],
+                                       s.mesh.weight)
+        return e
+
+    preds = []
+    for s, h in progress(list(zip(test, lengths)), desc="rolling out", unit="series"):
+        sample = rollout_sample(s, targets, inputs, start, h,
+                                bool(meta.get("time_input", True)), dtype, with_targets=False)
+        preds.append(rollout(model, sample))
+    results = {"model": (table(preds), f"{model.operator.model_name} next-step rollout")}
+    if not args.no_baselines:
+        results["persistence"] = (table([persistence(s, targets, start, h)
+                                         for s, h in zip(test, lengths)]),
+                                  f"the state at time step {start}, held")
+        train, why = _training_series(meta)
+        if train is None:
+            results["nearest training trajectory"] = (None, why)
+        else:
+            near, chosen, note = nearest_trajectory(train, test, targets, start, lengths)
+            missing = sum(p is None for p in near)
+            if missing == len(near):
+                results["nearest training trajectory"] = (
+                    None, "n/a: no training series is on the test series' meshes")
+            else:
+                if missing:
+                    note += f" ({missing} test series have no training series on their mesh)"
+                results["nearest training trajectory"] = (table(near), note)
+    report = {
+        "checkpoint": str(ckpt), "model": model.operator.model_name, "data": str(args.data),
+        "n": len(test), "start": start, "horizon": H, "targets": targets,
+        "metric": "relative L2 per step, quadrature-weighted, state channels pooled",
+        "times": _times(test[int(np.argmax(lengths))], start, H),
+        "predictors": {}, "series": names,
+    }
+    for name, (errors, note) in results.items():
+        entry = {"note": note}
+        if errors is not None:
+            entry["steps"] = horizon_statistics(errors, names)
+            entry["all_steps_mean"] = float(np.nanmean(errors))
+            entry["errors"] = [[None if math.isnan(v) else float(v) for v in row]
+                               for row in errors]
+        report["predictors"][name] = entry
+    report["below"] = _below(report["predictors"])
+    if args.plot:
+        _plot_horizon(report, args.plot, f"{ckpt} on {args.data}")
+        report["plot"] = str(args.plot)
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    _print_horizon(report)
+    return 0
+
+
+def _times(series, start: int, h: int) -> list[float]:
+    t = series.times
+    return [float(v) for v in t[start + 1:start + 1 + h]]
+
+
+def _training_series(meta: dict):
+    """The run's training series (``meta["data"]``, ``meta["split"]["train"]``), or
+    ``(None, why not)``."""
+    root, names = meta.get("data"), (meta.get("split") or {}).get("train")
+    if not root or not names:
+        return None, "n/a: the checkpoint does not record its training series"
+    if not Path(root).exists():
+        return None, f"n/a: the training data {root} is not here"
+    try:
+        return _read_folder(root, meta, "reading training series", names), ""
+    except (MeshError, OSError) as e:
+        return None, f"n/a: cannot read the training series ({e})"
+
+
+def _below(predictors: dict) -> dict:
+    """At how many steps the model's mean error is below each baseline's, and the
+    steps where it is not."""
+    model = predictors["model"].get("steps")
+    out = {}
+    for name, entry in predictors.items():
+        if name == "model" or "steps" not in entry:
+            continue
+        both = [(m["step"], m["mean"], b["mean"]) for m, b in zip(model, entry["steps"])
+                if m["mean"] is not None and b["mean"] is not None]
+        not_below = [k for k, m, b in both if not m < b]
+        out[name] = {"steps_below": len(both) - len(not_below), "steps": len(both),
+                     "not_below": not_below}
+    return out
+
+
+def _print_horizon(report: dict) -> None:
+    preds = report["predictors"]
+    print(f"{report['checkpoint']} ({report['model']}) on {report['data']}: "
+          f"{report['n']} series, rollouts of up to {report['horizon']} steps from time step "
+          f"{report['start']}; {report['metric']}")
+    for name, entry in preds.items():
+        print(f"{name}: {entry['note']}")
+    shown = [n for n in preds if "steps" in preds[n]]
+    fmt = lambda v: f"{v:9.3e}" if v is not None else f"{'-':>9}"  # noqa: E731
+    head = f"{'step':>5} {'time':>9} " + " | ".join(
+        f"{n[:29]:^29}" for n in shown)
+    print(head)
+    print(f"{'':>5} {'':>9} " + " | ".join(f"{'mean':>9} {'median':>9} {'worst':>9}"
+                                          for _ in shown))
+    for k in range(report["horizon"]):
+        row = [preds[n]["steps"][k] for n in shown]
+        print(f"{k + 1:>5} {report['times'][k]:>9.4g} " + " | ".join(
+            f"{fmt(r['mean'])} {fmt(r['median'])} {fmt(r['worst'])}" for r in row))
+    print("all steps: " + ", ".join(f"{n} {preds[n]['all_steps_mean']:.4e}" for n in shown))
+    for name, b in report["below"].items():
+        nb = b["not_below"]
+        extra = (f" (not at steps {', '.join(map(str, nb[:20]))}{', ...' if len(nb) > 20 else ''})"
+                 if nb else "")
+        print(f"model mean below {name} at {b['steps_below']} of {b['steps']} steps{extra}")
+    if "plot" in report:
+        print(f"wrote {report['plot']}")
+
+
+def _plot_horizon(report: dict, path, title: str) -> None:
+    """Mean error per step of each predictor (lines) with the model's median and worst
+    (thin lines), on a log scale."""
+    from matplotlib.figure import Figure
+
+    from meshops._atomic import atomic_write
+
+    fig = Figure(figsize=(7.5, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    t = report["times"]
+    for name, entry in report["predictors"].items():
+        if "steps" not in entry:
+            continue
+        mean = [s["mean"] if s["mean"] is not None else float("nan") for s in entry["steps"]]
+        line, = ax.plot(t, mean, label=f"{name} (mean)", lw=1.8)
+        if name == "model":
+            for key, style in (("median", ":"), ("worst", "--")):
+                ax.plot(t, [s[key] if s[key] is not None else float("nan")
+                            for s in entry["steps"]], style, color=line.get_color(), lw=1,
+                        label=f"model ({key})")
+    ax.set_yscale("log")
+    ax.set_xlabel("time")
+    ax.set_ylabel("relative L2 error")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    path = Path(path)
+    fmt = path.suffix.lower().lstrip(".") or "png"
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=120))
