@@ -22,7 +22,7 @@ from meshops.nn import knn_interpolate
 from meshops.search.graph import measure_ball_graph
 from meshops.quadrature import quadrature_weights
 from meshops.training.loss import relative_lp
-from meshops.training.normalizer import UnitGaussianNormalizer
+from meshops.normalizer import UnitGaussianNormalizer
 
 NAMES = ["transformer_no", "galerkin_transformer", "pit", "patched_transformer"]
 VARIANTS = NAMES + ["pit_fps"]   # PiT with a farthest-point-sampled latent mesh

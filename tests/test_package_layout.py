@@ -2,7 +2,6 @@
 adapters, and the models do not import the trainer (issue 14 item 5)."""
 
 import ast
-import pickle
 from pathlib import Path
 
 import meshops
@@ -87,26 +86,10 @@ def test_old_names_are_the_same_objects():
     import data_adapters
     import data_adapters.folder
     import meshops.training
-    import meshops.training.normalizer
     from meshops.training.dataset import check_finite_fields
 
-    assert meshops.training.normalizer.UnitGaussianNormalizer is meshops.UnitGaussianNormalizer
     assert meshops.training.UnitGaussianNormalizer is meshops.normalizer.UnitGaussianNormalizer
     for name in ("MeshFolderDataset", "export_to_folder", "list_mesh_files"):
         assert getattr(data_adapters, name) is getattr(meshops.datasets, name)
         assert getattr(data_adapters.folder, name) is getattr(meshops, name)
     assert check_finite_fields is meshops.datasets.check_finite_fields
-
-
-def test_a_pickle_naming_the_old_normaliser_module_loads():
-    """A pickle written before the move names ``meshops.training.normalizer``; it
-    must still unpickle, to the class now in :mod:`meshops.normalizer`."""
-    norm = meshops.UnitGaussianNormalizer(2)
-    norm.mean.copy_(meshops.normalizer.torch.tensor([1.5, -2.0]))
-    blob = pickle.dumps(norm, protocol=2)
-    new, old = b"meshops.normalizer", b"meshops.training.normalizer"
-    assert blob.count(new) == 1
-    old_blob = blob.replace(new, old)  # what the old code wrote (protocol 2 has no lengths)
-    loaded = pickle.loads(old_blob)
-    assert type(loaded) is meshops.normalizer.UnitGaussianNormalizer
-    assert loaded.mean.tolist() == [1.5, -2.0] and loaded.channels == 2

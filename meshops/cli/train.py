@@ -33,16 +33,15 @@ def _check_run_folder(args, cfg: TrainConfig, out: Path) -> dict | None:
     """The checks of ``--out`` and ``--resume`` made before the data is read, so that a
     refused run leaves the folder as it was. Returns the metadata of ``last.pt`` when
     resuming a run, else ``None``."""
-    from meshops.training import Trainer
+    from meshops.training.state import check_resume_epochs, read_training_state
 
     last = out / "last.pt"
     if not (args.resume and last.is_file()):
         check_out_folder(out, cfg, args.overwrite)
         return None
     try:
-        state = Trainer.read_state(last)
-        Trainer.check_resume_epochs(last, state["training"], cfg.epochs,
-                                    cfg.scheduler is not None)
+        state = read_training_state(last)
+        check_resume_epochs(last, state["training"], cfg.epochs, cfg.scheduler is not None)
     except (CheckpointError, ValueError) as e:
         raise CLIError(str(e)) from None
     meta = dict(state.get("metadata") or {})

@@ -15,9 +15,7 @@ from meshops.nn.continuum import ContinuumAttention
 from meshops.nn.fourier_features import FourierFeatures
 from meshops.nn.galerkin import FourierAttention, GalerkinAttention
 from meshops.nn.interpolate import knn_interpolate
-# knn_graph: the old name of local_graph, kept only to raise an error that names both
-# replacements (it had PyG's name but not its signature or orientation).
-from meshops.nn.local import LocalAttention, LocalPositionAttention, knn_graph  # noqa: F401
+from meshops.nn.local import LocalAttention, LocalPositionAttention
 from meshops.nn.functional import weighted_attention
 from meshops.nn.mlp import MLP
 from meshops.nn.patch import (PatchAttention, PatchTokenAttention, WindowAttention,

@@ -19,9 +19,6 @@ from meshops.nn.functional import IMPLS, weighted_attention
 
 __all__ = ["ContinuumAttention"]
 
-# Old private names, kept for code that imported them.
-_QuadratureAttention = GlobalAttentionBase
-
 
 class ContinuumAttention(GlobalAttentionBase):
     r"""Multi-head continuum attention with quadrature weights.

@@ -38,19 +38,6 @@ from meshops.search.neighbourhoods import check_flow, local_graph, quantile_k
 __all__ = ["LocalPositionAttention", "LocalAttention", "local_graph", "quantile_k"]
 
 
-def knn_graph(*args, **kwargs):
-    """Removed: renamed :func:`local_graph` (PyG's orientation); raises ``TypeError``.
-
-    This function had PyG's name but neither its signature nor its orientation
-    (destination in row 0); it fails loudly rather than give a graph that a layer
-    would silently read the other way round.
-    """
-    raise TypeError("meshops.nn.knn_graph(pos_src, pos_dst, k, quantile, ...) was renamed "
-                    "meshops.nn.local_graph, which returns PyG's orientation (row 0 source, "
-                    "row 1 destination; the old function put the destination in row 0); "
-                    "for PyG's knn_graph(x, k, batch, loop, flow) use meshops.knn_graph")
-
-
 # ------------------------------------------------------------------------ helpers
 def _check_k(k: Optional[int], quantile: Optional[float], radius: Optional[float] = None
              ) -> None:

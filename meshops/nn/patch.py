@@ -27,7 +27,6 @@ same ``num_patches``/``patch_size``/``method``/``shift``.
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any, Optional
 
 import torch
@@ -168,14 +167,8 @@ def patch_attention(in_channels: int, out_channels: Optional[int] = None, *,
     return cls(in_channels, out_channels, **kwargs)
 
 
-def _in_channels(in_channels: Optional[int], kwargs: dict) -> int:
-    """``in_channels``, or the deprecated ``channels=`` keyword it replaced."""
-    if "channels" in kwargs:
-        warnings.warn("channels= is deprecated; use in_channels= (as every meshops layer)",
-                      DeprecationWarning, stacklevel=3)
-        in_channels = kwargs.pop("channels")
-    if kwargs:
-        raise TypeError(f"unexpected keyword arguments {sorted(kwargs)}")
+def _in_channels(in_channels: int) -> int:
+    """``in_channels``, a positive integer."""
     if isinstance(in_channels, bool) or not isinstance(in_channels, int) or in_channels < 1:
         raise ValueError(f"in_channels must be >= 1, got {in_channels!r}")
     return in_channels
@@ -227,28 +220,9 @@ class PatchAttention(GlobalAttentionBase):
     dense_layout = False        # patches of the flat batch, not the samples' dense layout
     point_args = ("parts",)     # one patch id per point: the dense form flattens them
 
-    def __new__(cls, *args: Any, **kwargs: Any):
-        if cls is PatchAttention:
-            # The old front: PatchAttention(..., mode=...) built one of the subclasses.
-            warnings.warn("PatchAttention(..., mode=...) is deprecated; use "
-                          "meshops.nn.patch_attention(..., mode=...) or WindowAttention / "
-                          "PatchTokenAttention", DeprecationWarning, stacklevel=2)
-            mode = kwargs.get("mode", "window")
-            if mode not in _MODES:
-                raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
-            cls = WindowAttention if mode == "window" else PatchTokenAttention
-        return super().__new__(cls)
-
-    @property
-    def channels(self) -> int:
-        """Old name of :attr:`in_channels`."""
-        return self.in_channels
-
     # ----------------------------------------------------------------- shared helpers
-    def _init_partition(self, num_patches: int, method: str, shift: bool, mode: str,
-                        own_mode: str, patch_size: Optional[int] = None) -> None:
-        if mode != own_mode:
-            raise ValueError(f"{type(self).__name__} is mode={own_mode!r}, got mode={mode!r}")
+    def _init_partition(self, num_patches: int, method: str, shift: bool,
+                        patch_size: Optional[int] = None) -> None:
         if isinstance(num_patches, bool) or not isinstance(num_patches, int) or num_patches < 1:
             raise ValueError(f"num_patches must be an integer >= 1, got {num_patches!r}")
         if patch_size is not None and (isinstance(patch_size, bool)
@@ -388,9 +362,9 @@ class WindowAttention(PatchAttention):
     patch whose weights are all zero has no integral; its points output ``W_O 0 + b_O``.
 
     Args:
-        channels (int): input channels ``C``.
-        out_channels (int, optional): output channels (default ``channels``).
-        heads (int): attention heads; ``channels`` must be divisible by ``heads``.
+        in_channels (int): input channels ``C``.
+        out_channels (int, optional): output channels (default ``in_channels``).
+        heads (int): attention heads; ``in_channels`` must be divisible by ``heads``.
         num_patches (int): patches per sample ``P >= 1``.
         patch_size (int, optional): points per patch instead of ``num_patches``:
             ``ceil(n / patch_size)`` patches per sample (see :class:`PatchAttention`).
@@ -406,15 +380,14 @@ class WindowAttention(PatchAttention):
         - **output:** ``[N, out_channels]``.
     """
 
-    def __init__(self, in_channels: Optional[int] = None, out_channels: Optional[int] = None,
+    def __init__(self, in_channels: int, out_channels: Optional[int] = None,
                  heads: int = 4, num_patches: int = 16, method: str = "kd",
-                 shift: bool = False, bias: bool = True, mode: str = "window",
-                 patch_size: Optional[int] = None, **kwargs: Any):
+                 shift: bool = False, bias: bool = True, patch_size: Optional[int] = None):
         super().__init__()
-        in_channels = _in_channels(in_channels, kwargs)
+        in_channels = _in_channels(in_channels)
         self._init_channels(in_channels, out_channels, heads, divisible=False)
         check_channels(in_channels, heads)
-        self._init_partition(num_patches, method, shift, mode, "window", patch_size)
+        self._init_partition(num_patches, method, shift, patch_size)
         self.lin_qkv = nn.Linear(in_channels, 3 * in_channels, bias=bias)
         self.lin_out = nn.Linear(in_channels, self.out_channels, bias=bias)
         self.reset_parameters()
@@ -493,8 +466,8 @@ class PatchTokenAttention(PatchAttention):
     zero tokens and are ignored as keys; a sample whose weights are all zero outputs 0.
 
     Args:
-        channels (int): input channels ``C``.
-        out_channels (int, optional): output channels (default ``channels``).
+        in_channels (int): input channels ``C``.
+        out_channels (int, optional): output channels (default ``in_channels``).
         heads (int): heads of the token attention; ``embed_dim`` must be divisible by it.
         num_patches (int): patches per sample ``P >= 1``.
         patch_size (int, optional): points per patch instead of ``num_patches``:
@@ -502,8 +475,8 @@ class PatchTokenAttention(PatchAttention):
         method (str): partition method of ``meshops.search.partition``.
         shift (bool): use the alternate partition (see :class:`PatchAttention`).
         num_basis (int): learned functions ``M`` per patch (for ``g`` and ``h``).
-        token_channels (int, optional): ``C'`` of :math:`W_{in}` (default ``channels``).
-        embed_dim (int, optional): token dimension ``D`` (default ``channels``).
+        token_channels (int, optional): ``C'`` of :math:`W_{in}` (default ``in_channels``).
+        embed_dim (int, optional): token dimension ``D`` (default ``in_channels``).
         hidden (int): hidden width of the MLPs ``g`` and ``h``.
         bias (bool): biases of the linear maps (the MLPs always have biases).
 
@@ -513,14 +486,13 @@ class PatchTokenAttention(PatchAttention):
         - **output:** ``[N, out_channels]``.
     """
 
-    def __init__(self, in_channels: Optional[int] = None, out_channels: Optional[int] = None,
+    def __init__(self, in_channels: int, out_channels: Optional[int] = None,
                  heads: int = 4, num_patches: int = 16, method: str = "kd",
                  shift: bool = False, num_basis: int = 8, token_channels: Optional[int] = None,
                  embed_dim: Optional[int] = None, hidden: int = 32, bias: bool = True,
-                 pos_dim: Optional[int] = None, mode: str = "token",
-                 patch_size: Optional[int] = None, **kwargs: Any):
+                 pos_dim: Optional[int] = None, patch_size: Optional[int] = None):
         super().__init__()
-        in_channels = _in_channels(in_channels, kwargs)
+        in_channels = _in_channels(in_channels)
         self._init_channels(in_channels, out_channels, heads, divisible=False)
         out_channels = self.out_channels
         token_channels = in_channels if token_channels is None else token_channels
@@ -530,7 +502,7 @@ class PatchTokenAttention(PatchAttention):
                           ("hidden", hidden)):
             if val < 1:
                 raise ValueError(f"{name} must be >= 1, got {val}")
-        self._init_partition(num_patches, method, shift, mode, "token", patch_size)
+        self._init_partition(num_patches, method, shift, patch_size)
         self.num_basis, self.token_channels, self.embed_dim = num_basis, token_channels, embed_dim
         self.hidden = hidden
         self.pos_dim = pos_dim

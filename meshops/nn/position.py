@@ -18,7 +18,6 @@ the discretisation of the integral operator of PiT's eq. (7)-(8) on any mesh.
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
@@ -36,11 +35,6 @@ from meshops.nn.base import (AttentionBase, GlobalAttentionBase, batch_points, d
 __all__ = ["PositionAttention", "position_kernel"]
 
 IMPLS = ("auto", "kernel", "fused", "sdpa", "flex")
-PATHS = IMPLS  # old name
-
-#: Old name of :data:`meshops.nn.functional.KERNEL_LIMIT` (the threshold is read there).
-KERNEL_LIMIT = functional.KERNEL_LIMIT
-
 LAM_PARAMS = ("softplus", "exp")
 
 PairOrTensor = Union[Tensor, Tuple[Optional[Tensor], Optional[Tensor]]]
@@ -367,12 +361,8 @@ class PositionParameters(AttentionBase):
         return "" if self.lam_param == "softplus" else f", lam_param={self.lam_param!r}"
 
 
-def _impl_from_path(impl: str, path: Optional[str], impls: Tuple[str, ...]) -> str:
-    """``impl``, or the deprecated ``path=`` keyword it replaced."""
-    if path is not None:
-        warnings.warn("PositionAttention(path=...) is deprecated; use impl=... (the one "
-                      "keyword of every meshops layer)", DeprecationWarning, stacklevel=3)
-        impl = path
+def _check_impl(impl: str, impls: Tuple[str, ...]) -> str:
+    """``impl``, one of ``impls``."""
     if impl not in impls:
         raise ValueError(f"impl must be one of {impls}, got {impl!r}")
     return impl
@@ -449,7 +439,6 @@ class PositionAttention(PositionParameters, GlobalAttentionBase):
         bias (bool): bias in :math:`W_V`. (default: ``True``)
         impl (str): ``"auto"``, ``"kernel"``, ``"fused"``, ``"sdpa"`` or ``"flex"``, see
             above.
-            (``path=`` is the deprecated old name.)
         lam_param (str): ``"softplus"`` (default) or ``"exp"``: how :math:`\lambda`
             is made positive from the raw parameter ``lam_raw`` (see :attr:`lam`).
 
@@ -488,22 +477,12 @@ class PositionAttention(PositionParameters, GlobalAttentionBase):
 
     def __init__(self, in_channels: int, out_channels: Optional[int] = None, heads: int = 4,
                  lam_init: Union[float, Sequence[float]] = 1.0, bias: bool = True,
-                 impl: str = "auto", lam_param: str = "softplus",
-                 path: Optional[str] = None) -> None:
+                 impl: str = "auto", lam_param: str = "softplus") -> None:
         super().__init__()
         self._init_position_parameters(in_channels, out_channels, heads, lam_init, bias,
                                        lam_param)
-        self.impl = _impl_from_path(impl, path, IMPLS)
+        self.impl = _check_impl(impl, IMPLS)
         self.reset_parameters()
-
-    @property
-    def path(self) -> str:
-        """Old name of :attr:`impl`."""
-        return self.impl
-
-    @path.setter
-    def path(self, value: str) -> None:
-        self.impl = value
 
     def kernel(self, pos: PairOrTensor, weight: Tensor, batch: PairOrTensor = None,
                mask: Optional[Tensor] = None) -> Tensor:

@@ -205,9 +205,9 @@ class Trainer:
     weights as an uninterrupted one: the data order of an epoch depends only on
     ``(seed, epoch)`` and the global generators (dropout) are restored. A run
     with a learning-rate schedule resumes only for the ``epochs`` it was started
-    with (the schedule is laid out over them; another count raises
-    ``ValueError``, see :meth:`check_resume_epochs`); with ``scheduler=None`` it
-    may be extended or cut short.
+    with (the schedule is laid out over them; another count raises ``ValueError``,
+    see :func:`meshops.training.state.check_resume_epochs`); with ``scheduler=None``
+    it may be extended or cut short.
 
     Under ``torchrun`` the trainer trains data-parallel (see
     :mod:`meshops.training.distributed`): ``batch_size`` is per process, so the
@@ -674,20 +674,14 @@ class Trainer:
         callbacks.call(self._hooks, "on_epoch_end", self, entry)
 
     # ------------------------------------------------------------------ state
-    # The checks of a last.pt, under their old names (the CLI checks a run before
-    # building its trainer).
-    read_state = staticmethod(state.read_training_state)
-    check_resume_epochs = staticmethod(state.check_resume_epochs)
-    _check_training_state = staticmethod(state.check_training_entry)
-
     def _load_state(self, path: Path) -> None:
-        saved = self.read_state(path)
+        saved = state.read_training_state(path)
         tr = saved["training"]
         m = self.model
         if saved["model"] != m.model_name or saved["config"] != dict(m.config):
             raise ValueError(f"{path}: saved for {saved['model']} {saved['config']}, "
                              f"cannot resume {m.model_name} {dict(m.config)}")
-        self.check_resume_epochs(path, tr, self.epochs, self.scheduler is not None)
+        state.check_resume_epochs(path, tr, self.epochs, self.scheduler is not None)
         norms = saved.get("normalizers", {})
         self._attach_normalizers(
             UnitGaussianNormalizer(norms["input"]) if "input" in norms else None,
