@@ -211,6 +211,40 @@ def test_table_option_reads_a_stored_result_or_fails_in_one_line(tmp_path, capsy
     assert len(err) == 1 and "not an accuracy result" in err[0]
 
 
+def test_merged_runs_take_every_model_and_the_later_result(tmp_path, capsys):
+    from benchmarks.accuracy.__main__ import main
+
+    ours, peers = _doc(), _doc()
+    ours["command"], peers["command"] = "python -m benchmarks.accuracy A", "... B"
+    peers["datasets"]["one"]["models"] = {"transolver": {"mean": 0.005, "median": 0.005,
+                                                         "worst": 0.01}}
+    del peers["datasets"]["two"]
+    rerun = _doc()
+    rerun["command"] = "... C"
+    rerun["datasets"] = {"one": {**rerun["datasets"]["one"],
+                                 "models": {"meshops": {"mean": 0.001, "median": 0.001,
+                                                        "worst": 0.002}}}}
+    files = []
+    for k, d in enumerate((ours, peers, rerun)):
+        files.append(tmp_path / f"{k}.json")
+        files[-1].write_text(json.dumps(d))
+    out = tmp_path / "merged.json"
+    assert main(["--merge", *map(str, files), "--out", str(out)]) == 0
+    merged = json.loads(out.read_text())
+    one = merged["datasets"]["one"]["models"]
+    assert one["meshops"]["mean"] == 0.001 and one["transolver"]["mean"] == 0.005
+    assert one["pod_rbf"]["mean"] == 0.01 and set(merged["datasets"]) == {"one", "two"}
+    md = markdown_table(merged)
+    assert all(f"`{c}`" in md for c in ("python -m benchmarks.accuracy A", "... B", "... C"))
+    assert "- one: meshops is best" in md
+    # runs of another budget are not comparable
+    rerun["minutes"] = 5
+    files[2].write_text(json.dumps(rerun))
+    capsys.readouterr()
+    assert main(["--merge", *map(str, files), "--out", str(out)]) == 2
+    assert "cannot merge a 5-minute 2-thread run" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("python", ["/nonexistent/python", "SELF"])
 def test_peers_without_their_environment_fail_in_one_line(python, capsys):
     import sys

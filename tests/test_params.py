@@ -220,6 +220,55 @@ def test_param_statistics_are_fitted_on_the_training_samples_and_saved(tmp_path)
     assert torch.equal(loaded.predict(samples[0]), model.predict(samples[0]))
 
 
+def test_conditioning_on_inputs_is_conditioning_on_their_means(one_thread):
+    """PiT(condition_on_inputs=True) on inputs constant over each mesh is the model
+    conditioned on those constants given as ``params`` (same weights, float64), and
+    the input part of the statistics is left unscaled (the input normaliser did it)."""
+    torch.manual_seed(0)
+    on_inputs = get_model("pit", in_channels=2, out_channels=1, condition_on_inputs=True,
+                          **CONFIGS["pit"]).double()
+    given = get_model("pit", in_channels=2, out_channels=1, param_channels=2,
+                      **CONFIGS["pit"]).double()
+    given.load_state_dict(on_inputs.state_dict())
+    torch.nn.init.normal_(on_inputs.conditioning.film.weight, std=0.5)  # away from identity
+    given.conditioning.film.weight.data.copy_(on_inputs.conditioning.film.weight)
+    samples = []
+    for k, n in enumerate((30, 41)):  # two meshes of different sizes and weights
+        g = torch.Generator().manual_seed(k)
+        c = torch.rand(1, 2, generator=g, dtype=torch.float64)
+        samples.append(MeshData(pos=torch.rand(n, 2, generator=g, dtype=torch.float64),
+                                weight=torch.rand(n, generator=g, dtype=torch.float64) + 0.5,
+                                x=c.expand(n, 2).clone(), params=c))
+    on_inputs.eval(), given.eval()
+    batch = next(iter(DataLoader(samples, batch_size=2)))
+    ref = given(batch)
+    assert (ref - given(MeshData(**{**batch.to_dict(), "params": batch.params + 1}))
+            ).abs().max() > 1e-3  # the conditions matter
+    torch.testing.assert_close(on_inputs(batch), ref, rtol=1e-12, atol=1e-12)
+    for s in samples:  # no params needed: the model reads the inputs
+        del s.params
+    torch.testing.assert_close(on_inputs(samples[1]), ref[30:], rtol=1e-12, atol=1e-12)
+    assert fit_param_normalizer(on_inputs, samples)
+    norm = on_inputs.conditioning.params_normalizer
+    assert norm.mean.tolist() == [0.0, 0.0] and norm.std.tolist() == [1.0, 1.0]
+    with pytest.raises(ValueError, match="condition_on_inputs needs input channels"):
+        get_model("pit", in_channels=0, out_channels=1, condition_on_inputs=True)
+
+
+def test_given_params_and_input_means_are_fitted_apart():
+    model = get_model("pit", in_channels=1, out_channels=1, param_channels=2,
+                      condition_on_inputs=True, **CONFIGS["pit"])
+    assert model.conditioning.param_channels == 3 and model.conditioning.given == 2
+    samples = [_sample(12, 2, k) for k in range(5)]
+    assert fit_param_normalizer(model, samples)
+    p = torch.cat([s.params for s in samples]).double()
+    norm = model.conditioning.params_normalizer
+    torch.testing.assert_close(norm.mean[:2].double(), p.mean(0), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(norm.std[:2].double(), p.std(0, unbiased=False), rtol=1e-6,
+                               atol=1e-6)
+    assert (norm.mean[2].item(), norm.std[2].item()) == (0.0, 1.0)
+
+
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_a_family_that_depends_on_the_params_only(name, one_thread):
     # u = p1 phi1 + p2 phi2 on one mesh, no input fields; the bound is the smallest mean

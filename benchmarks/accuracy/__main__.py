@@ -71,6 +71,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "folder, removed)")
     p.add_argument("--table", type=Path, metavar="FILE.json",
                    help="print the Markdown table of a stored result and exit")
+    p.add_argument("--merge", type=Path, nargs="+", metavar="FILE.json",
+                   help="combine stored results (same budget and threads; a later file's "
+                        "result for a data set and model replaces an earlier one's) into "
+                        "--out and exit")
     args = p.parse_args(argv)
     if not args.minutes > 0:
         p.error(f"--minutes must be positive, got {args.minutes}")
@@ -113,6 +117,37 @@ def _load() -> float:
     return round(os.getloadavg()[0], 1)
 
 
+def _merge(files: list[Path], out: Path | None) -> int:
+    import json
+
+    from benchmarks.accuracy.report import merge
+    from benchmarks.reporting import write_json
+
+    if out is None:
+        print("error: --merge needs --out FILE.json", file=sys.stderr)
+        return 2
+    docs = []
+    for f in files:
+        try:
+            doc = json.loads(f.read_text())
+        except (OSError, ValueError) as e:
+            print(f"error: {f}: {e}", file=sys.stderr)
+            return 2
+        if doc.get("schema") != SCHEMA:
+            print(f"error: {f}: not an accuracy result (schema {doc.get('schema')!r})",
+                  file=sys.stderr)
+            return 2
+        docs.append(doc)
+    try:
+        merged = merge(docs)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    write_json(out, merged)
+    print(f"wrote {out}")
+    return 0
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     from benchmarks.reporting import write_json
@@ -131,6 +166,8 @@ def main(argv=None) -> int:
             return 2
         print(markdown_table(doc), end="")
         return 0
+    if args.merge:
+        return _merge(args.merge, args.out)
     if any(m in PEERS for m in args.models):
         try:
             ok = subprocess.run([args.peers_python, "-c", "import physicsnemo, neuralop"],

@@ -9,6 +9,33 @@ from benchmarks.accuracy.run import LABELS, MODELS
 OTHERS = ("mean", "nearest", "pod_rbf", "transolver", "gino")
 
 
+def merge(docs: list[dict]) -> dict:
+    """One result of several stored runs (the same budget and threads, run side by side
+    or one after another): each data set's models from every run, a later run's
+    result for a model replacing an earlier one's. The commands, commits and loads of
+    every run are kept (``runs``).
+
+    Raises:
+        ValueError: runs with different budgets or thread counts (not comparable).
+    """
+    first = docs[0]
+    for d in docs[1:]:
+        if (d["minutes"], d["threads"]) != (first["minutes"], first["threads"]):
+            raise ValueError(f"cannot merge a {d['minutes']:g}-minute {d['threads']}-thread run "
+                             f"with a {first['minutes']:g}-minute {first['threads']}-thread one")
+    out = {k: v for k, v in first.items() if k not in ("datasets", "runs")}
+    out["runs"] = [{k: d.get(k) for k in ("command", "meshops_commit", "started", "finished",
+                                          "load")} for d in docs]
+    out["datasets"] = {}
+    for d in docs:
+        for name, ds in d["datasets"].items():
+            have = out["datasets"].setdefault(name, {**ds, "models": {}})
+            have["models"].update(ds["models"])
+    out["models"] = [m for m in MODELS if any(m in ds["models"]
+                                              for ds in out["datasets"].values())]
+    return out
+
+
 def _n(k: int, word: str) -> str:
     return f"{k} {word}" + ("" if k == 1 else "s")
 
@@ -75,12 +102,13 @@ def markdown_table(doc: dict) -> str:
     """The docs' table of a stored result, with how it was made and where meshops loses."""
     models = _models(doc)
     head = ["data"] + [LABELS[m] for m in models]
+    runs = doc.get("runs") or [doc]
+    loads = "; ".join(f"{r['load']['start']} to {r['load']['end']}" for r in runs)
     out = [f"Mean relative L2 error over the test samples (P1 lumped-mass weights, all target "
            f"channels together; median and worst in brackets; lower is better, best in bold). "
            f"Budget {doc['minutes']:g} min per trained model, {_n(doc['threads'], 'thread')} "
            f"each; "
-           f"{doc['machine']['cpu']}, load average {doc['load']['start']} at the start and "
-           f"{doc['load']['end']} at the end.", "",
+           f"{doc['machine']['cpu']}, load average {loads} (start to end of each run).", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, d in doc["datasets"].items():
         best = _best(d)
@@ -103,6 +131,8 @@ def markdown_table(doc: dict) -> str:
                        f"lr {c['lr']:g}, weight decay {c['weight_decay']:g}, {c['schedule']} "
                        f"schedule, batch {c['batch']}; relative L2 loss with the lumped-mass "
                        f"weights; best validation checkpoint.")
-    out += ["", f"Command: `{doc['command']}` ({doc['started']} to {doc['finished']}; "
-            f"meshops {doc.get('meshops_commit', '?')})."]
+    out += ["", "Commands (a later run's result replaces an earlier one's for the same data set "
+            "and model):" if len(runs) > 1 else "Command:", ""]
+    out += [f"- `{r['command']}` ({r['started']} to {r['finished']}; meshops "
+            f"{r.get('meshops_commit') or '?'})" for r in runs]
     return "\n".join(out) + "\n"

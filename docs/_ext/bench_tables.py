@@ -121,10 +121,14 @@ def examples_md(results: Path) -> str:
     files = sorted(results.glob("example-*-summary-*.json"))
     for f in files:
         s = json.loads(f.read_text())
-        trained = (f"{s['model']} ({s['parameters']:,} parameters), {s['epochs']} epochs in "
-                   f"{s['minutes']:.1f} min, "
-                   f"{s['num_train'] - s.get('num_val', 0)} fitted + {s.get('num_val', 0)} "
-                   f"validation")
+        fit = (f"{s['num_train'] - s.get('num_val', 0)} fitted + {s.get('num_val', 0)} "
+               f"validation")
+        if s.get("epochs") is None:  # a reduced basis: chosen on validation, refitted
+            trained = (f"{s['model']}: {s['minutes']:.1f} min, {fit}; "
+                       f"{s.get('selected', '')}")
+        else:
+            trained = (f"{s['model']} ({s['parameters']:,} parameters), {s['epochs']} "
+                       f"epochs in {s['minutes']:.1f} min, {fit}")
         unw = s["test"].get("l2_unweighted", {}).get("mean")
         rows.append([s["example"], trained] + _stats(s["test"]["l2"])
                     + [f"{unw:.4g}" if unw is not None else "", f"`{f.name}`"])

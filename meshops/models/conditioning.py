@@ -34,7 +34,8 @@ from meshops._checks import checking
 from meshops.normalizer import UnitGaussianNormalizer
 from meshops.nn.mlp import MLP
 
-__all__ = ["ParamConditioning", "fit_param_normalizer", "read_params"]
+__all__ = ["ParamConditioning", "fit_param_normalizer", "input_means", "read_params",
+           "sample_conditions"]
 
 #: Width of the parameter embedding.
 EMBED = 64
@@ -44,9 +45,12 @@ class ParamConditioning(nn.Module):
     """FiLM conditioning on ``params [B, K]`` at ``sites`` places of width ``width``.
 
     Args:
-        param_channels (int): ``K``, the number of parameters (``>= 1``).
+        param_channels (int): ``K``, the number of conditions (``>= 1``).
         width (int): channels of the modulated features.
         sites (int): number of places modulated (each with its own scale and shift).
+        given (int, optional): how many of the ``K`` are ``data.params`` (the first
+            ones; default all); the rest are input means (:func:`sample_conditions`),
+            which :func:`fit_param_normalizer` leaves unscaled.
 
     Shapes:
         - :meth:`embed`: ``params [B, K] -> [B, 64]``
@@ -54,9 +58,13 @@ class ParamConditioning(nn.Module):
           None (one sample), site index -> ``[N, width]``
     """
 
-    def __init__(self, param_channels: int, width: int, sites: int) -> None:
+    def __init__(self, param_channels: int, width: int, sites: int,
+                 given: Optional[int] = None) -> None:
         super().__init__()
         self.param_channels, self.width, self.sites = param_channels, width, sites
+        # The first ``given`` conditions are ``data.params`` (standardised with fitted
+        # statistics); the others are means of normalised inputs, already standardised.
+        self.given = param_channels if given is None else given
         # "_normalizer" in the name: checkpoints check such statistics (positive scales)
         self.params_normalizer = UnitGaussianNormalizer(param_channels)
         self.embedding = MLP(param_channels, EMBED, EMBED, layers=2, activation="gelu",
@@ -84,7 +92,36 @@ class ParamConditioning(nn.Module):
         return h * (1 + gb[:, 0]) + gb[:, 1]
 
     def extra_repr(self) -> str:
-        return f"param_channels={self.param_channels}, width={self.width}, sites={self.sites}"
+        extra = ("" if self.given == self.param_channels
+                 else f", given={self.given}")
+        return (f"param_channels={self.param_channels}, width={self.width}, "
+                f"sites={self.sites}{extra}")
+
+
+def input_means(inp) -> Tensor:
+    """The quadrature-weighted mean of each input channel over each sample of ``inp``
+    (a :class:`~meshops.models.inputs.MeshInputs`): ``[B, C]``; for inputs constant
+    over each mesh, the inputs themselves."""
+    w = inp.weight.to(inp.x.dtype)
+    if inp.batch is None:
+        return ((w[:, None] * inp.x).sum(0) / w.sum())[None]
+    num = inp.x.new_zeros(inp.num_graphs, inp.x.shape[1]).index_add_(0, inp.batch,
+                                                                      w[:, None] * inp.x)
+    den = w.new_zeros(inp.num_graphs).index_add_(0, inp.batch, w)
+    return num / den[:, None]
+
+
+def sample_conditions(data, inp, param_channels: int, on_inputs: bool) -> Tensor:
+    """What a model conditions on: ``data.params [B, K]`` (when ``param_channels``),
+    then the input means ``[B, C]`` (when ``on_inputs``), concatenated: ``[B, K (+ C)]``
+    in the inputs' dtype and device."""
+    parts = []
+    if param_channels:
+        parts.append(read_params(data, param_channels, inp.num_graphs, inp.x.dtype,
+                                 inp.x.device))
+    if on_inputs:
+        parts.append(input_means(inp))
+    return torch.cat(parts, dim=1)
 
 
 def read_params(data, param_channels: int, num_graphs: int, dtype: torch.dtype,
@@ -124,16 +161,20 @@ def fit_param_normalizer(model, samples) -> bool:
         return False
     from torch_geometric.data import Data
 
+    norm = cond.params_normalizer
+    if cond.given == 0:  # input means only: already standardised by the input normaliser
+        norm.fitted.fill_(True)
+        return True
     rows = []
     for s in samples:
         p = getattr(s, "params", None)
         if p is None:
             raise ValueError(f"sample {getattr(s, 'source', '') or ''!r} has no params; the model "
-                             f"was built with param_channels={cond.param_channels}")
+                             f"was built with param_channels={cond.given}")
         rows.append(Data(params=torch.as_tensor(p).reshape(1, -1).to(torch.float64),
                          weight=torch.ones(1, dtype=torch.float64)))
-    fitted = UnitGaussianNormalizer(cond.param_channels).fit(rows, "params")
-    norm = cond.params_normalizer
-    for name in ("mean", "std", "fitted"):
-        getattr(norm, name).copy_(getattr(fitted, name))
+    fitted = UnitGaussianNormalizer(cond.given).fit(rows, "params")
+    norm.mean[:cond.given] = fitted.mean
+    norm.std[:cond.given] = fitted.std
+    norm.fitted.fill_(True)
     return True

@@ -13,7 +13,7 @@ from meshops._checks import checking
 from meshops.models import latent as latents  # called through it: tests replace them there
 from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
                                  register_model)
-from meshops.models.conditioning import ParamConditioning, read_params
+from meshops.models.conditioning import ParamConditioning, sample_conditions
 from meshops.models.digest import mesh_digest, same_digest
 from meshops.models.inputs import read_inputs
 from meshops.models.structures import MeshStructures, has_structures
@@ -160,6 +160,12 @@ class PiT(NeuralOperator):
             FiLM of the lifted features, of the latent tokens before every block and of
             the decoder's features); ``0`` (default): none, and the model is exactly the
             unconditioned one.
+        condition_on_inputs (bool): condition the same way on the quadrature-weighted
+            mean of each input channel over each sample (after the input normaliser).
+            For inputs constant over each mesh (a family of geometries whose
+            parameters are given as constant fields) these are the sample's
+            parameters, passed once per sample rather than left for the attention to
+            average. (default: ``False``)
 
     Defaults per benchmark size (``PiT.PRESETS``; the paper's Tables 7-9 for
     Elasticity and NACA: encoding dimension, heads, latent mesh, encoder/decoder
@@ -206,7 +212,7 @@ class PiT(NeuralOperator):
                  stride: Union[int, Sequence[int]] = 2, quantile_in: float = 0.02,
                  quantile_out: float = 0.02, ball: str = "measure", lam_min: float = 1.0,
                  lam_max: float = 1024.0, shared_lambda: bool = False,
-                 param_channels: int = 0) -> None:
+                 param_channels: int = 0, condition_on_inputs: bool = False) -> None:
         super().__init__()
         check_model_sizes(in_channels, out_channels, pos_dim, width)
         check_positive_int(heads, "heads")
@@ -256,8 +262,13 @@ class PiT(NeuralOperator):
                 att.lam_raw = self.attn[0].lam_raw
         # built last: the other layers' initial weights do not depend on it
         self.param_channels = check_positive_int(param_channels, "param_channels", minimum=0)
-        self.conditioning = (ParamConditioning(param_channels, width, blocks + 2)
-                             if param_channels else None)
+        if condition_on_inputs and not in_channels:
+            raise ValueError("condition_on_inputs needs input channels (in_channels > 0)")
+        self.condition_on_inputs = bool(condition_on_inputs)
+        conditions = param_channels + (in_channels if condition_on_inputs else 0)
+        self.conditioning = (ParamConditioning(conditions, width, blocks + 2,
+                                               given=param_channels)
+                             if conditions else None)
 
     def _pointwise_linears(self) -> list[nn.Linear]:
         mods = [self.lift, *self.linear]
@@ -293,8 +304,8 @@ class PiT(NeuralOperator):
         u = gelu(self.lift(torch.cat([inp.x, inp.pos], dim=-1)))
         film = None
         if self.conditioning is not None:
-            film = self.conditioning.embed(read_params(data, self.param_channels,
-                                                       inp.num_graphs, u.dtype, u.device))
+            film = self.conditioning.embed(sample_conditions(
+                data, inp, self.param_channels, self.condition_on_inputs))
             u = self.conditioning(u, film, inp.batch, 0)
         # encoder: input mesh -> latent mesh (input quadrature weights)
         u = gelu(self.encoder((u, None), (inp.points, lat.points), edge_index=e_in))
