@@ -120,11 +120,11 @@ def epochs_to_fit(cfg: TrainConfig, model, samples, num_val: float) -> tuple[Tra
 def run_training(args, cfg, model, train_samples, val_samples, resolved: str, chosen: str,
                  summary: str, begin, **trainer_options) -> bool:
     """The end of ``meshops train`` for a built model and its samples (mesh folders in
-    :func:`cmd_train`, time series in :mod:`meshops.cli.series`): ``--dry-run`` prints
-    the resolved config and returns False; otherwise ``begin()`` records the run's data
-    and prepares its folder (returning the checkpoint metadata), ``config.yaml`` is
-    written, the :class:`~meshops.training.Trainer` trains (``trainer_options``: the
-    loss, ...) and ``best.pt`` is left; returns True."""
+    :func:`meshops.cli.train.cmd_train`, time series in :mod:`meshops.cli.series`):
+    ``--dry-run`` prints the resolved config and returns False; otherwise ``begin()``
+    records the run's data and prepares its folder (returning the checkpoint metadata),
+    ``config.yaml`` is written, the :class:`~meshops.training.Trainer` trains
+    (``trainer_options``: the loss, ...) and ``best.pt`` is left; returns True."""
     main_rank = is_main_rank()
     out = Path(cfg.out)
     if args.dry_run:
