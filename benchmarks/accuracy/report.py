@@ -136,3 +136,27 @@ def markdown_table(doc: dict) -> str:
     out += [f"- `{r['command']}` ({r['started']} to {r['finished']}; meshops "
             f"{r.get('meshops_commit') or '?'})" for r in runs]
     return "\n".join(out) + "\n"
+
+
+def readme_table(doc: dict, source: str) -> str:
+    """The README's short table of a stored result (means only, best in bold) and where
+    meshops loses; ``source`` names the stored file. The README holds it verbatim
+    between ``<!-- accuracy table -->`` markers, and a test checks it is this."""
+    models = _models(doc)
+    out = ["| data | " + " | ".join(LABELS[m] for m in models) + " |",
+           "|" + "---|" * (len(models) + 1)]
+    for name, d in doc["datasets"].items():
+        best = _best(d)
+        cells = []
+        for m in models:
+            r = d["models"].get(m)
+            cell = _cell(r, m == best, True)
+            cells.append(cell.split(" (median")[0])
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    out += ["", *[f"- {name}: {verdict(d)}" for name, d in doc["datasets"].items()], "",
+            f"Mean relative L2 error on the test samples, {doc['minutes']:g} minutes per "
+            f"trained model ({_n(doc['threads'], 'thread')}), from `{source}` "
+            f"(`python -m benchmarks.accuracy --table {source}` gives the full table; "
+            f"docs/accuracy.md says how each number was made)."]
+    return "\n".join(out) + "\n"
+
