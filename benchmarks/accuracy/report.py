@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from benchmarks.accuracy.run import LABELS, MODELS
 
+#: Relative difference of two mean errors reported as a tie rather than a loss.
+TIE = 1e-3
 #: The neural-network and classical columns meshops is compared with.
 OTHERS = ("mean", "nearest", "pod_rbf", "transolver", "gino")
 
@@ -62,14 +64,18 @@ def verdict(d: dict) -> str:
     ours = d["models"].get("meshops")
     if not ours or ours.get("mean") is None:
         return "meshops: no result"
-    better = [(m, d["models"][m]["mean"]) for m in OTHERS
-              if d["models"].get(m, {}).get("mean") is not None
-              and d["models"][m]["mean"] < ours["mean"]]
+    others = [(m, d["models"][m]["mean"]) for m in OTHERS
+              if d["models"].get(m, {}).get("mean") is not None]
+    # within 0.1 %: the same number to the precision anyone would quote
+    level = [(m, v) for m, v in others if abs(v - ours["mean"]) <= TIE * ours["mean"]]
+    better = [(m, v) for m, v in others if v < ours["mean"] and (m, v) not in level]
+    tie = ("; level with " + ", ".join(f"{LABELS[m]} ({v:.4g} vs {ours['mean']:.4g})"
+                                       for m, v in level)) if level else ""
     if not better:
-        return "meshops is best"
+        return "meshops is best" + tie
     return "meshops loses to " + ", ".join(
         f"{LABELS[m]} ({v:.4g} vs {ours['mean']:.4g}, {ours['mean'] / v:.1f}x)"
-        for m, v in sorted(better, key=lambda t: t[1]))
+        for m, v in sorted(better, key=lambda t: t[1])) + tie
 
 
 def _best(d: dict) -> str | None:
