@@ -194,6 +194,10 @@ def test_markdown_table_bolds_the_best_and_says_where_meshops_loses():
     assert "- one: meshops loses to POD + RBF (0.01 vs 0.02, 2.0x)" in md
     assert "- two: meshops is best" in md
     assert verdict(_doc()["datasets"]["one"]).startswith("meshops loses to POD + RBF")
+    # the same method to 0.1 %: a tie, said as one, not a loss
+    tie = {"models": {"meshops": {"mean": 2.0680e-5}, "pod_rbf": {"mean": 2.0679e-5},
+                      "nearest": {"mean": 0.0081}}}
+    assert verdict(tie) == "meshops is best; level with POD + RBF (2.068e-05 vs 2.068e-05)"
 
 
 def test_table_option_reads_a_stored_result_or_fails_in_one_line(tmp_path, capsys):

@@ -7,6 +7,7 @@ import torch
 
 from benchmarks.throughput import main, measure
 from meshops.data import MeshData
+from meshops.training.defaults import PARAMETRIC_PIT
 
 
 def _samples(n=6, points=40, seed=0):
@@ -25,11 +26,13 @@ def _samples(n=6, points=40, seed=0):
 def test_throughput_is_samples_over_the_later_epochs(one_thread):
     """samples/s is the median over the epochs after the warm-up of samples / epoch
     time, s/step that time over the steps of an epoch; the model is the one
-    ``meshops train`` picks for the data (a parametric study: the small PiT)."""
+    ``meshops train --model pit`` picks for the data (a parametric map: the PiT of
+    ``PARAMETRIC_PIT``)."""
     samples = _samples()
     lines = []
     r = measure(samples, "cpu", 3, False, batch_size=4, log=lines.append)
-    assert r["model"] == "pit" and r["model_config"]["width"] == 64
+    assert r["model"] == "pit"
+    assert r["model_config"]["width"] == PARAMETRIC_PIT["width"]
     assert r["steps_per_epoch"] == 2 and len(r["epoch_s"]) == 3
     assert r["samples_per_s"] == pytest.approx(
         statistics.median(6 / t for t in r["epoch_s"][1:]))

@@ -55,7 +55,7 @@ def test_parametric_map_too_large_for_a_reduced_basis_gets_a_small_pit(monkeypat
     assert name == "pit" and model_config == PARAMETRIC_PIT
     assert train_config == PARAMETRIC_TRAIN == {"batch_size": 4, "lr": 3e-3}
     assert reason.startswith("20 samples of one mesh (500 points each), constant inputs: "
-                             "a parametric map, so a small PiT (width 64, 128 latent points")
+                             "a parametric map, so a small PiT (width 128, 256 latent points")
 
 
 def test_latent_mesh_is_no_larger_than_the_mesh():
@@ -119,7 +119,7 @@ def test_cli_dry_run_prints_the_chosen_defaults(tmp_path, capsys):
     out, err = capsys.readouterr()
     cfg = yaml.safe_load(out)
     mc = cfg["model_config"]
-    assert (mc["width"], mc["blocks"], mc["heads"], mc["num_latent"]) == (64, 2, 2, 81)
+    assert (mc["width"], mc["blocks"], mc["heads"], mc["num_latent"]) == (128, 4, 4, 81)
     assert cfg["batch_size"] == 4 and cfg["lr"] == 3e-3 and cfg["minutes"] == 0.5
     assert isinstance(cfg["epochs"], int) and cfg["epochs"] >= 1
     assert ("defaults from the data: 8 samples of one mesh (81 points each), constant inputs: "

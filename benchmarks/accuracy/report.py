@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from benchmarks.accuracy.run import LABELS, MODELS
 
+#: Relative difference of two mean errors reported as a tie rather than a loss.
+TIE = 1e-3
 #: The neural-network and classical columns meshops is compared with.
 OTHERS = ("mean", "nearest", "pod_rbf", "transolver", "gino")
 
@@ -62,14 +64,18 @@ def verdict(d: dict) -> str:
     ours = d["models"].get("meshops")
     if not ours or ours.get("mean") is None:
         return "meshops: no result"
-    better = [(m, d["models"][m]["mean"]) for m in OTHERS
-              if d["models"].get(m, {}).get("mean") is not None
-              and d["models"][m]["mean"] < ours["mean"]]
+    others = [(m, d["models"][m]["mean"]) for m in OTHERS
+              if d["models"].get(m, {}).get("mean") is not None]
+    # within 0.1 %: the same number to the precision anyone would quote
+    level = [(m, v) for m, v in others if abs(v - ours["mean"]) <= TIE * ours["mean"]]
+    better = [(m, v) for m, v in others if v < ours["mean"] and (m, v) not in level]
+    tie = ("; level with " + ", ".join(f"{LABELS[m]} ({v:.4g} vs {ours['mean']:.4g})"
+                                       for m, v in level)) if level else ""
     if not better:
-        return "meshops is best"
+        return "meshops is best" + tie
     return "meshops loses to " + ", ".join(
         f"{LABELS[m]} ({v:.4g} vs {ours['mean']:.4g}, {ours['mean'] / v:.1f}x)"
-        for m, v in sorted(better, key=lambda t: t[1]))
+        for m, v in sorted(better, key=lambda t: t[1])) + tie
 
 
 def _best(d: dict) -> str | None:
@@ -136,3 +142,27 @@ def markdown_table(doc: dict) -> str:
     out += [f"- `{r['command']}` ({r['started']} to {r['finished']}; meshops "
             f"{r.get('meshops_commit') or '?'})" for r in runs]
     return "\n".join(out) + "\n"
+
+
+def readme_table(doc: dict, source: str) -> str:
+    """The README's short table of a stored result (means only, best in bold) and where
+    meshops loses; ``source`` names the stored file. The README holds it verbatim
+    between ``<!-- accuracy table -->`` markers, and a test checks it is this."""
+    models = _models(doc)
+    out = ["| data | " + " | ".join(LABELS[m] for m in models) + " |",
+           "|" + "---|" * (len(models) + 1)]
+    for name, d in doc["datasets"].items():
+        best = _best(d)
+        cells = []
+        for m in models:
+            r = d["models"].get(m)
+            cell = _cell(r, m == best, True)
+            cells.append(cell.split(" (median")[0])
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    out += ["", *[f"- {name}: {verdict(d)}" for name, d in doc["datasets"].items()], "",
+            f"Mean relative L2 error on the test samples, {doc['minutes']:g} minutes per "
+            f"trained model ({_n(doc['threads'], 'thread')}), from `{source}` "
+            f"(`python -m benchmarks.accuracy --table {source}` gives the full table; "
+            f"docs/accuracy.md says how each number was made)."]
+    return "\n".join(out) + "\n"
+

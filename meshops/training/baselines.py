@@ -341,7 +341,7 @@ def format_table(rows: Sequence[tuple[str, dict | None, str]], metric: str) -> s
         if st is None:
             lines.append(f"  {name:<26} {note}")
         else:
-            cols = " ".join(f"{st[k]:>9.4f}" if st[k] is not None else f"{'undefined':>9}"
+            cols = " ".join(f"{st[k]:>9.4g}" if st[k] is not None else f"{'undefined':>9}"
                             for k in ("mean", "median", "worst"))
             if st.get("undefined"):
                 note = (f"{note}; " if note else "") + \

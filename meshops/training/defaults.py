@@ -26,13 +26,15 @@ import torch
 
 from meshops.reduced import constant_inputs
 
-# PiT for a parametric map (inputs constant over each mesh): the processor only has
-# to carry a few numbers per sample, so a small latent mesh and width suffice (measured
-# on the convection-diffusion stand-in, benchmarks/results/baselines-fem-defaults-*.txt),
-# and those numbers condition every block (FiLM of the input means; on the hole
-# stand-in, conditioning on its parameters lowered the validation error at epoch 128
-# from 0.067 to 0.040).
-PARAMETRIC_PIT = {"width": 64, "heads": 2, "blocks": 2, "latent": "fps", "num_latent": 128,
+# PiT for a parametric map (inputs constant over each mesh): the processor carries a
+# few numbers per sample, which also condition every block (FiLM of the input means).
+# Size from the hole stand-in (a family of geometries), where the 2-block, 128-point
+# PiT was capacity-bound: 3-minute validation errors 0.035 with 2 blocks on 128 latent
+# points, 0.028 with 4 blocks on 256 at width 64, 0.029 at width 128, 0.052 on every
+# mesh point (benchmarks/results/hole-pit-sizes-cpu-1thread-3min.txt); in the 10-minute
+# benchmark width 128 reached 0.0192 on the test meshes, width 64 0.0214
+# (benchmarks/results/accuracy-hole-*-cpu-1thread-10min.json).
+PARAMETRIC_PIT = {"width": 128, "heads": 4, "blocks": 4, "latent": "fps", "num_latent": 256,
                   "condition_on_inputs": True}
 PARAMETRIC_TRAIN = {"batch_size": 4, "lr": 3e-3}
 # Everything else: PiT of the elasticity example's size (width 64, a 256-point latent
@@ -133,9 +135,9 @@ def choose_defaults(dataset: Sequence, model: str | None = None
     if model not in (None, "pit"):
         return model, {}, dict(train), (f"{facts}: batch {train['batch_size']}, "
                                         f"lr {train['lr']:g}")
-    # Constant inputs are a parametric map even where the meshes vary (a geometry
-    # family): on the hole stand-in the small PiT reached 0.04 where the larger one
-    # trained fewer, noisier epochs.
+    # Constant inputs are a parametric map even where the meshes vary (a family of
+    # geometries): on the hole stand-in this PiT reached 0.019 in ten minutes, where
+    # PiT at its class sizes trained one epoch (0.456).
     if constant:
         cfg = dict(PARAMETRIC_PIT)
         # A latent mesh no larger than the mesh itself.
