@@ -140,3 +140,19 @@ def test_pod_rbf_not_available_without_parameters_or_one_mesh():
              for k, s in enumerate(train)]
     res = pod_rbf_baseline(moved[:6], moved[6:])
     assert not res.available and res.note.startswith("n/a: meshes differ")
+
+
+def test_constant_inputs_does_not_depend_on_the_inputs_units():
+    from meshops.reduced import constant_inputs
+
+    g = torch.Generator().manual_seed(0)
+    pos = torch.rand(30, 2, generator=g, dtype=torch.float64)
+
+    def samples(field):
+        return [MeshData(pos=pos, x=field(k)) for k in range(3)]
+
+    varying = lambda k: torch.rand(30, 1, generator=g, dtype=torch.float64)  # noqa: E731
+    constant = lambda k: torch.full((30, 1), float(k + 1), dtype=torch.float64)  # noqa: E731
+    for scale in (1e-38, 1.0, 1e30):
+        assert not constant_inputs(samples(lambda k: scale * varying(k))), scale
+        assert constant_inputs(samples(lambda k: scale * constant(k))), scale

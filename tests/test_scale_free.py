@@ -83,7 +83,8 @@ def _history(capsys, tmp_path, name, **scales):
     code, _, err = run_cli(capsys, ["train", "--data", data, "--inputs", "f", "--targets", "u",
                                     "--model", "transformer_no", "--model-config", "width=8",
                                     "layers=1", "heads=2", "--epochs", "3", "--batch-size",
-                                    "2", "--seed", "1", "--out", tmp_path / f"r{name}"])
+                                    "2", "--seed", "1", "--threads", "1",
+                                    "--out", tmp_path / f"r{name}"])
     assert code == 0, err
     hist = json.loads((tmp_path / f"r{name}" / "history.json").read_text())
     return [v for h in hist for v in (h["train_loss"], h["val_l2"])]

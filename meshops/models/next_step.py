@@ -139,9 +139,15 @@ class NextStep(NeuralOperator):
         step-major (columns ``k*C .. k*C + C - 1`` are step ``k + 1``).
 
     Example:
+        >>> import torch
+        >>> from meshops.data import MeshData
+        >>> from meshops.models import NextStep
         >>> model = NextStep("pit", state_channels=1, param_channels=2,
-        ...                  model_config={"width": 64, "latent": "input"})
-        >>> out = model(sample)          # sample.cond [1, K, 4] -> out [N, K]
+        ...                  model_config={"width": 16, "latent": "input"})
+        >>> sample = MeshData(pos=torch.rand(50, 2), weight=torch.full((50,), 0.02),
+        ...                   x=torch.rand(50, 1), cond=torch.rand(1, 3, 4))  # K = 3 steps
+        >>> model(sample).shape                                          # [N, K * C]
+        torch.Size([50, 3])
     """
 
     def __init__(self, model: str, state_channels: int, pos_dim: int = 2,

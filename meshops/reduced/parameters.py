@@ -20,18 +20,22 @@ CONST_RTOL = 1e-6
 
 
 def constant_inputs(samples: Sequence) -> bool:
-    """Whether every sample has input channels and each is constant over its mesh
-    (within :data:`CONST_RTOL` of the channel's size, at least 1)."""
+    """Whether every sample has input channels and each is constant over its mesh:
+    its spread over each mesh within :data:`CONST_RTOL` of the channel's largest
+    magnitude over all samples (relative, so that the answer does not depend on the
+    inputs' units)."""
+    spreads, sizes = [], []
     for s in samples:
         x = getattr(s, "x", None)
         if x is None or x.numel() == 0:
             return False
         x = x.reshape(x.shape[0], -1).to(torch.float64)
-        spread = (x.max(0).values - x.min(0).values).abs()
-        scale = x.abs().max(0).values.clamp_min(1.0)
-        if bool((spread > CONST_RTOL * scale).any()):
-            return False
-    return True
+        spreads.append(x.max(0).values - x.min(0).values)
+        sizes.append(x.abs().max(0).values)
+    if not spreads:
+        return False
+    scale = torch.stack(sizes).max(0).values
+    return not bool((torch.stack(spreads) > CONST_RTOL * scale).any())
 
 
 def _has_params(s) -> bool:
