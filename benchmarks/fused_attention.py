@@ -119,12 +119,12 @@ def _floor(cases) -> None:
     """Measured FMA and exp rates, and the lower bounds they give on each case."""
     from torch.utils.cpp_extension import load_inline
 
-    from meshops.kernels import _FLAGS
+    from meshops.kernels.attention import CPU_FLAGS
 
     cap = torch.backends.cpu.get_cpu_capability()
     probe = load_inline("meshops_rate_probe", cpp_sources=_PROBE,
                         functions=["fma_seconds", "exp_seconds"],
-                        extra_cflags=["-O3", *_FLAGS.get(cap, [])])
+                        extra_cflags=["-O3", *CPU_FLAGS.get(cap, [])])
     fma = min(probe.fma_seconds(20_000_000) for _ in range(3))
     exp = min(probe.exp_seconds(200_000) for _ in range(3))
     threads = torch.get_num_threads()

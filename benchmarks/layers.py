@@ -14,9 +14,9 @@ case                        reference (``ref``)
 ``galerkin`` / ``fourier``  ``(Q K^T diag(w)) V`` with the ``N x N`` product formed first
 ``window``                  global softmax with a same-patch mask ``[N, N]``
 ``token``                   tokens and read-out with dense one-hot ``[N, P*M]`` matrices
-``position``                ``PositionAttention(path="kernel")`` (materialised kernel)
+``position``                ``PositionAttention(impl="kernel")`` (materialised kernel)
 ``position_batch``          8 samples on one mesh; the kernel recomputed per sample
-                            (positions given per sample, ``path="kernel"``)
+                            (positions given per sample, ``impl="kernel"``)
 ``position_cross``          100k-style input mesh -> 2,048-point latent mesh; kernel path
                             (``position_cross_sdpa``: the library through PyTorch's SDPA)
 ``local_position_cross``    dense distances, top-k mask, softmax (same neighbourhoods)

@@ -5,7 +5,7 @@ Inputs: one sample of ``N`` points uniform in the unit square, one input and one
 channel, uniform weights, float32.  ``ref`` is the same model with every attention layer
 evaluated densely (``ContinuumAttention(impl="naive")``, dense Galerkin, masked global
 softmax for windows, one-hot token integrals, materialised position kernels
-(``PositionAttention(path="kernel")``; PiT's local encoder/decoder layers are kept, their
+(``PositionAttention(impl="kernel")``; PiT's local encoder/decoder layers are kept, their
 ball graphs are not kNN graphs); see :mod:`benchmarks.layers`).
 
 Training throughput (``suite="training"``): :class:`meshops.training.Trainer` (AdamW,
@@ -72,7 +72,7 @@ def densify(model: torch.nn.Module) -> torch.nn.Module:
 
     for m in model.modules():
         if isinstance(m, PositionAttention):
-            m.path = "kernel"
+            m.impl = "kernel"
         elif isinstance(m, ContinuumAttention):
             m.impl = "naive"
         elif isinstance(m, (GalerkinAttention, FourierAttention)):

@@ -112,7 +112,7 @@ def ablation(args) -> int:
     from meshops.training.dataset import make_loader, prepare_batch
     from meshops.training.rollout import rollout_windows, series_statistics
     from meshops.training.seed import seed_everything
-    from meshops.training.trainer import _with_mesh_structures
+    from meshops.training.trainer import with_mesh_structures
 
     data = args.work / "series"
     if not (data / "train" / "params.csv").is_file():
@@ -134,7 +134,7 @@ def ablation(args) -> int:
         model = NextStep("pit", 1, 2, 0, 2, True, pit, modes=modes,
                          time_frequencies=frequencies, trunk=trunk)
         model.set_statistics(series_statistics(series, ["u"], [], True))
-        windows = _with_mesh_structures(
+        windows = with_mesh_structures(
             model, rollout_windows(series, ["u"], [], 1, True, torch.float32), "", False)
         loader = make_loader(windows, 16, shuffle=True,
                              generator=torch.Generator().manual_seed(0))

@@ -97,7 +97,7 @@ def _memory_child(case: str, checkpoint: bool, reps: int, device: str) -> dict:
     from meshops.data import MeshData
     from meshops.models import get_model
     from meshops.training.loss import RelativeLpLoss
-    from meshops.training.trainer import _with_mesh_structures, targets_of
+    from meshops.training.trainer import targets_of, with_mesh_structures
     from meshops.training.dataset import prepare_batch
 
     spec = _MEMORY_CASES[case]
@@ -109,7 +109,7 @@ def _memory_child(case: str, checkpoint: bool, reps: int, device: str) -> dict:
     samples = [MeshData(pos=torch.rand(n, 2, generator=g), weight=torch.full((n,), 1.0 / n),
                         x=torch.randn(n, 1, generator=g), y=torch.randn(n, 1, generator=g))
                for _ in range(spec["batch"])]
-    samples = _with_mesh_structures(model, samples, "bench", False)
+    samples = with_mesh_structures(model, samples, "bench", False)
     batch = prepare_batch(Batch.from_data_list(samples), device)
     opt = torch.optim.AdamW(model.parameters(), 1e-4)
     loss_fn = RelativeLpLoss()

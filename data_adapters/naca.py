@@ -50,7 +50,7 @@ from meshops.data import MeshData
 from meshops.datasets import add_inputs_targets, as_float_dtype
 from meshops.errors import MeshError
 from meshops.io import mesh_from_arrays
-from meshops.quadrature import _basis, _corners, _gauss_cube, structured_grid_cells
+from meshops.quadrature import cell_basis, cube_corners, gauss_cube, structured_grid_cells
 
 from data_adapters._npy import check_finite, check_shape, open_npy
 from data_adapters.splits import split_indices
@@ -108,9 +108,9 @@ class _GridQuadRule:
     all cells are four shifted slices of the node arrays (no gathers, no scatter-add)."""
 
     def __init__(self) -> None:
-        qp, qw = _gauss_cube(2, 3)
-        N, dN = _basis("quad", qp)
-        _, dNc = _basis("quad", _corners(2))
+        qp, qw = gauss_cube(2, 3)
+        N, dN = cell_basis("quad", qp)
+        _, dNc = cell_basis("quad", cube_corners(2))
         self.num_gauss = len(qw)
         dN = np.concatenate([dN, dNc])                  # [Q + 4, 4 nodes, 2 (a, b)]
         self.dNa, self.dNb = dN[..., 0].copy(), dN[..., 1].copy()

@@ -21,9 +21,11 @@ class (:class:`meshops.nn.GlobalAttentionBase`) provides the rest:
 
 ``_attend`` receives dense, checked tensors: ``x_src [B, Ns, Cs]``, ``x_dst [B, Nd,
 Cd]``, ``pos_src [B, Ns, d]``, ``pos_dst [B, Nd, d]`` (or None when not given),
-``weight [B, Ns]`` (zero on padding, so padding drops out of every sum), the masks (or
-None) and ``checked`` (False for trusted inputs: then do no check that reads tensor
-values).  Padded destination rows of its result are zeroed by the base.  For softmax
+``weight [B, Ns]`` (zero on padding, so padding drops out of every sum) and the masks
+(or None); keyword arguments of ``forward``/``dense`` beyond these come after them.  A
+check of its own that reads tensor values runs only when
+``meshops._checks.checking()`` (eager calls, not under ``torch.compile``).  Padded
+destination rows of its result are zeroed by the base.  For softmax
 attention call :func:`meshops.nn.functional.weighted_attention`; for a neighbourhood
 layer derive from :class:`meshops.nn.LocalAttentionBase` and implement
 ``_edges_attend`` instead.
@@ -75,7 +77,7 @@ class GaussianIntegral(GlobalAttentionBase):
 
     def _attend(self, x_src: Tensor, x_dst: Tensor, pos_src: Optional[Tensor],
                 pos_dst: Optional[Tensor], weight: Tensor, m_src: Optional[Tensor],
-                m_dst: Optional[Tensor], checked: bool) -> Tensor:
+                m_dst: Optional[Tensor]) -> Tensor:
         if pos_src is None or pos_dst is None:
             raise ValueError(f"{type(self).__name__} needs the positions, got None")
         B, Ns, _ = x_src.shape

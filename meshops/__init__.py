@@ -6,8 +6,7 @@ operator with those weights, so it gives (nearly) the same answer on any mesh of
 the same geometry.
 """
 
-__version__ = "0.1.0"
-
+from meshops.version import __version__
 from meshops.allocator import keep_freed_memory
 from meshops.errors import CheckpointError, MeshError
 from meshops.data import MeshData

@@ -32,7 +32,7 @@ from meshops.errors import MeshError
 
 # Facets of the non-simplex cell types in local node numbers (VTK order). Quad faces
 # are listed cyclically, so that a face normal can be computed from them.
-_FACETS = {
+FACETS = {
     "quad": [(0, 1), (1, 2), (2, 3), (3, 0)],
     "hexahedron": [(0, 3, 2, 1), (4, 5, 6, 7), (0, 1, 5, 4), (1, 2, 6, 5), (2, 3, 7, 6),
                    (3, 0, 4, 7)],
@@ -40,7 +40,7 @@ _FACETS = {
     "pyramid": [(0, 1, 2, 3), (0, 1, 4), (1, 2, 4), (2, 3, 4), (3, 0, 4)],
 }
 # Simplices: facets as increasing local node tuples (see check_facets).
-_SIMPLEX_FACETS = {
+SIMPLEX_FACETS = {
     "line": [(0,), (1,)],
     "triangle": [(0, 1), (0, 2), (1, 2)],
     "tetra": [(0, 1, 2), (0, 1, 3), (0, 2, 3), (1, 2, 3)],
@@ -177,15 +177,15 @@ def check_facets(points: np.ndarray, blocks: list[tuple[int, str, np.ndarray]],
         if not len(conn):
             continue
         ids = start + np.arange(len(conn))
-        if ctype in _SIMPLEX_FACETS:
+        if ctype in SIMPLEX_FACETS:
             # Facets of a cell with sorted vertices, taken in increasing local order,
             # are sorted: one sort per cell instead of one per facet.
             sc = np.sort(conn, axis=1)
-            for local in _SIMPLEX_FACETS[ctype]:
+            for local in SIMPLEX_FACETS[ctype]:
                 f = sc[:, list(local)]
                 by_size.setdefault(len(local), []).append((f, f, ids))
             continue
-        for local in _FACETS[ctype]:  # quad faces stay cyclic, for their normal
+        for local in FACETS[ctype]:  # quad faces stay cyclic, for their normal
             f = conn[:, list(local)]
             key = np.sort(f, axis=1)
             # A collapsed side (a quad or hex with a repeated node, as at the trailing

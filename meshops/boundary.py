@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from meshops._overlap import _FACETS, _SIMPLEX_FACETS
+from meshops._overlap import FACETS, SIMPLEX_FACETS
 from meshops.errors import MeshError
 from meshops.quadrature import CELL_DIMS, cell_weights, top_dimension
 
@@ -199,7 +199,7 @@ def _cell_facets(pos: np.ndarray, blocks: list, tdim: int):
     for ctype, conn in blocks:
         if CELL_DIMS.get(ctype, -1) != tdim:
             continue
-        local = _SIMPLEX_FACETS.get(ctype) or _FACETS[ctype]
+        local = SIMPLEX_FACETS.get(ctype) or FACETS[ctype]
         for f in local:
             r = np.sort(conn[:, list(f)], axis=1)
             rows.setdefault(len(f), []).append(r)

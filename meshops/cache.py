@@ -168,7 +168,7 @@ def sample_meta(sample) -> dict:
     point count and dimension, a digest of ``pos`` (samples of one mesh), the facts
     :func:`meshops.training.defaults.data_facts` reads, and the weighted moments of
     ``x`` and ``y`` (normalisers, :meth:`CachedMeshDataset.normalizers`)."""
-    from meshops.models.inputs import mesh_digest
+    from meshops.models.digest import mesh_digest
     from meshops.training.defaults import data_facts
 
     meta = {"points": int(sample.pos.shape[0]), "dim": int(sample.pos.shape[1]),

@@ -43,9 +43,11 @@ import torch
 from torch import Tensor
 from torch.nn.functional import gelu
 
-from meshops.inference import DEFAULT_CHUNK
-
 __all__ = ["DEFAULT_CHUNK", "can_chunk", "predict_chunked"]
+
+#: Output points per chunk when a mesh is predicted in chunks (meshes with fewer points
+#: are predicted in one piece, :func:`meshops.inference.predict_mesh`).
+DEFAULT_CHUNK = 65536
 
 #: PiT's encoder works on about this many neighbour pairs per output point of a chunk at
 #: a time (a group of latent points and their measure balls; each group searches the
@@ -60,12 +62,12 @@ _KNOWN = {"x", "pos", "weight", "query_pos", "query_weight", "y", "source", "fie
 def _pit_context(model, data, inp, chunk: int):
     """PiT's latent tokens, computed with the encoder split over latent-point groups."""
     from meshops.models.latent import fps_latent, grid_latent, voronoi_weights
-    from meshops.models.pit import _Latent
+    from meshops.models.pit import LatentMesh
     from meshops.search import partition
 
     n = inp.pos.shape[0]
     if model.latent == "input":
-        lat = _Latent(inp.pos, inp.weight, None, None, 1)
+        lat = LatentMesh(inp.pos, inp.weight, None, None, 1)
     else:
         idx = (fps_latent(inp.pos, None, model.num_latent) if model.latent == "fps" else
                grid_latent(model.grid_shape, model.stride, None, n, device=inp.pos.device))
@@ -73,7 +75,7 @@ def _pit_context(model, data, inp, chunk: int):
         # each input point gives its weight to its nearest latent point: chunk by chunk
         weight = sum(voronoi_weights(inp.pos[s:s + chunk], inp.weight[s:s + chunk], None,
                                      lat_pos, None) for s in range(0, n, chunk))
-        lat = _Latent(lat_pos, weight, None, idx, 1)
+        lat = LatentMesh(lat_pos, weight, None, idx, 1)
     nv = lat.pos.shape[0]
     # A group's edges: about q N per latent point (its ball); ENCODER_EDGES * chunk in all.
     per_point = max(1, math.ceil(model.quantile_in * n))

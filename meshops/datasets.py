@@ -187,7 +187,8 @@ DEFAULT_SUFFIXES = tuple(sorted((set(meshio.extension_to_filetypes) - _EXCLUDED)
                                 key=lambda s: (-len(s), s)))
 
 
-def _natural_key(name: str):
+def natural_key(name: str):
+    """Sort key of a file name with its runs of digits as numbers (``s2`` before ``s10``)."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
@@ -209,7 +210,7 @@ def list_mesh_files(root, suffixes: Sequence[str] | None = None) -> list[Path]:
     files = [p for p in root.iterdir()
              if p.is_file() and not p.name.startswith(".")
              and p.name.lower().endswith(suffixes)]
-    return sorted(files, key=lambda p: _natural_key(p.name))
+    return sorted(files, key=lambda p: natural_key(p.name))
 
 
 class MeshFolderDataset(torch.utils.data.Dataset):

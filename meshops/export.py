@@ -64,7 +64,7 @@ def _sdpa(model: nn.Module) -> nn.Module:
 
 def _added_structures(model, sample) -> dict[str, Tensor]:
     """What ``model.mesh_transform()`` stores on ``sample`` beyond the mesh digest."""
-    from meshops.models.inputs import MESH_ID
+    from meshops.models.digest import MESH_ID
 
     make = getattr(model, "mesh_transform", None)
     transform = make() if callable(make) else None

@@ -26,27 +26,24 @@ import math
 from pathlib import Path
 from typing import Sequence
 
+from meshops.chunked import DEFAULT_CHUNK
 from meshops.errors import CheckpointError, MeshError
 
-__all__ = ["RUN_CHECKPOINT", "RunSpec", "load_run", "mesh_sample", "predict_mesh"]
+__all__ = ["RUN_CHECKPOINT", "RunSpec", "available_fields", "field_channels", "field_shape",
+           "format_shape", "load_run", "mesh_sample", "predict_mesh"]
 
 # The model file of a run folder (lowest validation error; the final model without
 # validation data), as ``meshops train`` writes it.
 RUN_CHECKPOINT = "best.pt"
 
 
-# Output points per chunk when a mesh is predicted in chunks (meshops.chunked; meshes
-# with fewer points are predicted in one piece).
-DEFAULT_CHUNK = 65536
-
-
 # ----------------------------------------------------------------- field shapes
-def _field_shape(v) -> list[int]:
+def field_shape(v) -> list[int]:
     """Per-point shape of a field: ``[]`` for a scalar, ``[c]`` for a vector."""
     return [int(s) for s in v.shape[1:]]
 
 
-def _channels(shape: Sequence[int]) -> int:
+def field_channels(shape: Sequence[int]) -> int:
     """Model channels of a field of per-point ``shape``."""
     return int(math.prod(shape)) if shape else 1
 
@@ -57,14 +54,16 @@ def _same_layout(shape: Sequence[int], expected: Sequence[int]) -> bool:
     formats store a 3x3 tensor as 9 components, row-major, and a 1-vector as a
     scalar; see :func:`meshops.io.write_mesh`)."""
     return list(shape) == list(expected) or (
-        _channels(shape) == _channels(expected) and min(len(shape), len(expected)) <= 1)
+        field_channels(shape) == field_channels(expected)
+        and min(len(shape), len(expected)) <= 1)
 
 
-def _fmt_shape(shape: Sequence[int]) -> str:
+def format_shape(shape: Sequence[int]) -> str:
+    """A per-point field shape for messages: ``scalar`` or ``3x3 per point``."""
     return "scalar" if not shape else "x".join(str(s) for s in shape) + " per point"
 
 
-def _available(mesh) -> str:
+def available_fields(mesh) -> str:
     """The point fields of ``mesh`` (without the quadrature weights), for messages."""
     from meshops.io import WEIGHT_FIELD
 
@@ -194,8 +193,8 @@ class RunSpec:
                 else:
                     raise CheckpointError(f"{ckpt}: {len(names)} {role} for {total} channels; "
                                           f"cannot tell the channels of each field")
-        c_in = sum(_channels(self.shapes[k]) for k in self.inputs)
-        c_out = sum(_channels(self.shapes[k]) for k in self.targets)
+        c_in = sum(field_channels(self.shapes[k]) for k in self.inputs)
+        c_out = sum(field_channels(self.shapes[k]) for k in self.targets)
         if (c_in, c_out) != (self.in_channels, self.out_channels):
             raise CheckpointError(f"{ckpt}: inputs {self.inputs} / targets {self.targets} give "
                                   f"{c_in}/{c_out} channels but the model has "
@@ -209,7 +208,7 @@ class RunSpec:
         """The model's output channels of each target field."""
         out, c = {}, 0
         for name in self.targets:
-            k = _channels(self.shapes[name])
+            k = field_channels(self.shapes[name])
             out[name] = slice(c, c + k)
             c += k
         return out
@@ -231,12 +230,12 @@ class RunSpec:
                     raise MeshError(
                         f"{path}: {role[:-1]} field {name!r} not found (the model in "
                         f"{self.ckpt} needs {self.describe()}); available point fields: "
-                        f"{_available(mesh)}")
-                sh = _field_shape(fields[name])
+                        f"{available_fields(mesh)}")
+                sh = field_shape(fields[name])
                 if not _same_layout(sh, self.shapes[name]):
-                    raise MeshError(f"{path}: field {name!r} is {_fmt_shape(sh)} but the model "
+                    raise MeshError(f"{path}: field {name!r} is {format_shape(sh)} but the model "
                                     f"in {self.ckpt} was trained on "
-                                    f"{_fmt_shape(self.shapes[name])}")
+                                    f"{format_shape(self.shapes[name])}")
             # A NaN/inf input would spread to every predicted value (global attention).
             # Inputs are cast to the model's dtype: 1e300 is finite in the file but inf
             # in float32.

@@ -44,7 +44,7 @@ _DEGENERATE_RTOL = 1e-10
 CellsLike = Sequence[tuple[str, "np.ndarray | torch.Tensor"]] | Mapping[str, "np.ndarray"]
 
 
-def _gauss_cube(k: int, n: int = 3) -> tuple[np.ndarray, np.ndarray]:
+def gauss_cube(k: int, n: int = 3) -> tuple[np.ndarray, np.ndarray]:
     """Tensor Gauss-Legendre rule on ``[0, 1]^k``: points ``[Q, k]`` and weights ``[Q]``."""
     x, w = np.polynomial.legendre.leggauss(n)
     x, w = (x + 1) / 2, w / 2
@@ -55,7 +55,8 @@ def _gauss_cube(k: int, n: int = 3) -> tuple[np.ndarray, np.ndarray]:
     return pts, wts
 
 
-def _corners(k: int) -> np.ndarray:
+def cube_corners(k: int) -> np.ndarray:
+    """The ``2^k`` corners ``[2^k, k]`` of the unit cube ``[0, 1]^k`` (C order)."""
     return np.array(np.meshgrid(*([[0.0, 1.0]] * k), indexing="ij")).reshape(k, -1).T
 
 
@@ -67,7 +68,7 @@ def _bilinear(a, b):
     return N, dNa, dNb
 
 
-def _basis(cell_type: str, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def cell_basis(cell_type: str, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Basis values ``[Q, n]`` and cube-coordinate derivatives ``[Q, n, k]`` at ``p [Q, k]``.
 
     Node orders follow VTK/meshio.
@@ -227,16 +228,16 @@ def _simplex_weights(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _tensor_weights(ctype: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Per-cell measure, per-vertex weights and (min, max) signed Jacobians for non-simplices."""
     k = CELL_DIMS[ctype]
-    qp, qw = _gauss_cube(k, 3)
-    N, dN = _basis(ctype, qp)
+    qp, qw = gauss_cube(k, 3)
+    N, dN = cell_basis(ctype, qp)
     J = np.einsum("mnd,qnk->mqdk", x, dN)  # [M, Q, d, k]
     dens = _jacobian_measure(J)  # [M, Q]
     w_node = np.einsum("mq,q,qn->mn", dens, qw, N)
     vol = w_node.sum(axis=1)
     # Orientation checked at quadrature points and at the cube corners, where a
     # non-convex quad first turns its Jacobian negative.
-    cp = _corners(k)
-    _, dNc = _basis(ctype, cp)
+    cp = cube_corners(k)
+    _, dNc = cell_basis(ctype, cp)
     Jall = np.concatenate([J, np.einsum("mnd,qnk->mqdk", x, dNc)], axis=1)
     normal = None
     if k == x.shape[2] - 1 == 2:

@@ -131,7 +131,7 @@ def list_series(root: str | os.PathLike) -> list[Path]:
     Raises:
         SeriesError: no such folder, no series in it, or series beside loose mesh files.
     """
-    from meshops.datasets import _natural_key
+    from meshops.datasets import natural_key
 
     root = Path(root)
     if not root.is_dir():
@@ -153,7 +153,7 @@ def list_series(root: str | os.PathLike) -> list[Path]:
             return [root]
         raise SeriesError(f"{root}: no time series in this folder (looked for subfolders "
                           f"of numbered mesh files, .pvd and .xdmf files)")
-    return sorted(found, key=lambda p: _natural_key(p.name))
+    return sorted(found, key=lambda p: natural_key(p.name))
 
 
 def _numbered_steps(folder: Path) -> list[tuple[Path, float]]:

@@ -14,7 +14,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 
 import meshops.models.base as base_mod  # noqa: E402
-from meshops.training import trainer as trainer_mod  # noqa: E402
+from meshops.training import callbacks as callbacks_mod  # noqa: E402
 from meshops.training.trainer import Trainer  # noqa: E402
 from test_training import DDP_KW, ddp_data, ddp_model  # noqa: E402
 
@@ -25,7 +25,7 @@ def main(out: Path) -> None:
 
     # Record every file this rank writes (checkpoints, history) through atomic_write.
     writes: list[str] = []
-    for mod in (trainer_mod, base_mod):
+    for mod in (callbacks_mod, base_mod):
         def recording(path, write, _orig=mod.atomic_write):
             writes.append(str(path))
             return _orig(path, write)

@@ -252,18 +252,18 @@ def test_structures_are_cached_and_equal_the_models_own(folder, tmp_path):
                                            transform=model.mesh_transform())
     got = ds[4]
     want = model.mesh_transform()(_reference(reader, 4))
-    for k in ("pit_latent", "pit_enc", "pit_dec", "pit_latent_weight"):
+    for k in ("mesh_latent", "mesh_enc", "mesh_dec", "mesh_latent_weight"):
         assert torch.equal(getattr(got, k), getattr(want, k)), k
-    assert got.pit_key == want.pit_key
+    assert got.mesh_key == want.mesh_key
     # a damaged structured entry is rebuilt from the sample entry, not from the file
     _entry_path(ds, 4, STRUCTURED).write_bytes(b"garbage")
     reader.calls.clear()
-    assert torch.equal(ds[4].pit_enc, want.pit_enc) and reader.calls == []
+    assert torch.equal(ds[4].mesh_enc, want.mesh_enc) and reader.calls == []
     # another model setting: other entries
     other = PiT(1, 1, width=8, blocks=1, num_latent=4).double()
     ds2 = ds.with_structures(other.mesh_transform(), progress=False)
     assert ds2.records[0].structured != ds.records[0].structured
-    assert ds2[0].pit_latent.numel() == 4
+    assert ds2[0].mesh_latent.numel() == 4
 
 
 def _build_in_child(data, cache, start, out):

@@ -116,10 +116,10 @@ def test_train_writes_run_folder(run, data):
     train, val = meta["split"]["train"], meta["split"]["val"]
     assert len(val) == 2 and len(train) == 6 and not set(train) & set(val)
     assert sorted(train + val) == sorted(p.name for p in data.iterdir())
-    idx = cli._split(8, {"val_fraction": 0.25, "seed": 3, "data": "d"})
-    assert idx == cli._split(8, {"val_fraction": 0.25, "seed": 3, "data": "d"})
+    idx = cli.split_files(8, 0.25, 3, "d")
+    assert idx == cli.split_files(8, 0.25, 3, "d")
     assert sorted(f"s{i}.vtu" for i in idx[1]) == sorted(val)
-    assert idx != cli._split(8, {"val_fraction": 0.25, "seed": 4, "data": "d"})
+    assert idx != cli.split_files(8, 0.25, 4, "d")
 
 
 def test_train_refuses_to_overwrite_and_resumes_from_config(run, data, tmp_path, capsys):

@@ -54,7 +54,7 @@ dtype: float64
     for key in ("minutes", "lr", "weight_decay", "val_fraction"):
         assert type(opts[key]) is float, key
     cfg = TrainConfig.from_options(opts, str(f))
-    assert cfg.batch_size == 4 and cfg["lr"] == 1e-3 and cfg.get("nope", 1) == 1
+    assert cfg.batch_size == 4 and cfg.lr == 1e-3
 
 
 def test_a_toml_file_and_the_flags_give_the_same_config(tmp_path):
@@ -135,7 +135,7 @@ def test_an_unknown_key_names_the_file_and_the_closest_option(tmp_path):
                                        r"'batch_size'\?\); valid keys: data, inputs"):
         TrainConfig.from_file(f)
     with pytest.raises(CLIError, match="defaults: unknown key 'nope'"):
-        TrainConfig().__setitem__("nope", 1)
+        TrainConfig().with_options("defaults", nope=1)
 
 
 def test_levels_merge_in_order(tmp_path):
@@ -171,10 +171,10 @@ def test_missing_and_conflicting_options_are_refused(tmp_path):
 
 def test_filled_options_are_checked_and_the_render_reads_back(tmp_path):
     cfg = TrainConfig.resolve(_flags("--data", "d", "--inputs", "f", "--targets", "u"))
-    cfg["lr"] = "2e-3"  # set like meshops.training.defaults does, coerced like the rest
+    cfg = cfg.with_options(lr="2e-3")  # as meshops train sets the defaults: coerced
     assert cfg.lr == 2e-3 and isinstance(cfg.lr, float)
     with pytest.raises(CLIError, match=r"^defaults: batch_size: must be >= 1, got 0$"):
-        cfg["batch_size"] = 0
+        cfg.with_options(batch_size=0)
     text = cfg.render(model_config={"width": 32, "heads": (4,)})
     written = yaml.safe_load(text)
     assert list(written) == list(TrainConfig.keys())
@@ -219,4 +219,4 @@ def test_a_rendered_config_with_val_data_reads_back(tmp_path):
                                     "out": str(tmp_path / "run"), "inputs": ["f"],
                                     "targets": ["u"], "data": str(tmp_path)}))
     cfg = TrainConfig.resolve(_flags("--config", str(path)))
-    assert cfg["val_data"] == str(tmp_path / "val") and cfg["val_fraction"] is None
+    assert cfg.val_data == str(tmp_path / "val") and cfg.val_fraction is None

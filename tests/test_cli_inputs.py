@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+import meshops.inference
 from meshops import cli
 from meshops.io import mesh_from_arrays, read_mesh, write_mesh
 from meshops.models import NeuralOperator
@@ -87,7 +88,7 @@ def test_predict_refuses_a_non_finite_prediction(run, tmp_path, capsys, monkeypa
         out[3, 0] = float("nan")
         return out
 
-    monkeypatch.setattr(cli, "predict_mesh", broken)
+    monkeypatch.setattr(meshops.inference, "predict_mesh", broken)
     code, _, err = _run_cli(capsys, ["predict", str(run), str(src), "-o", str(tmp_path / "p")])
     assert code == 2 and err.startswith(f"meshops: error: {src / 's0.vtu'}: the model in ")
     assert "predicts a non-finite value (nan) at point 3" in err

@@ -12,9 +12,9 @@ import torch._dynamo
 from torch_geometric.data import Batch
 
 import meshops
-import meshops.models.pit as pit_mod
 from meshops.data import MeshData
-from meshops.models.pit import PiT
+from meshops.models.inputs import read_inputs
+from meshops.models.pit import LatentMesh, PiT
 from meshops.models.transformer_no import TransformerNO
 
 F64 = torch.float64
@@ -165,10 +165,10 @@ def test_shared_latent_mesh_is_known_from_the_structures(latent, same_mesh):
                 quantile_in=0.2, quantile_out=0.3).double()
     transform = model.mesh_transform()
     data = Batch.from_data_list([transform(s) for s in _samples(same_mesh=same_mesh)])
-    assert (len(set(data.pit_latent_id)) == 1) is same_mesh  # one digest per latent mesh
-    inp = pit_mod.read_inputs(data, 1, 2, F64)
-    lat = pit_mod._precomputed(model, data, inp)[0]
-    compared = pit_mod._Latent(lat.pos, lat.weight, lat.batch, lat.index, 3)
+    assert (len(set(data.mesh_latent_id)) == 1) is same_mesh  # one digest per latent mesh
+    inp = read_inputs(data, 1, 2, F64)
+    lat = model.stored_structures(data, inp)[0]
+    compared = LatentMesh(lat.pos, lat.weight, lat.batch, lat.index, 3)
     assert lat.shared is compared.shared is same_mesh
-    del data.pit_latent_id  # as stored by an older meshops
-    assert pit_mod._precomputed(model, data, inp)[0].shared is same_mesh
+    del data.mesh_latent_id  # without the digests the tensors are compared
+    assert model.stored_structures(data, inp)[0].shared is same_mesh

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import meshops.kernels as kernels
+import meshops.kernels.attention as kernel_module
 from meshops.kernels import attention_extension, attention_kernel, kernels_enabled
 from meshops.kernels import build
 from meshops.kernels.build import Extension, KernelBuildError, KernelBuildTimeout
@@ -461,7 +461,7 @@ def test_held_lock_times_out_and_falls_back_to_sdpa_with_one_warning(tmp_path, m
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     monkeypatch.setenv("MESHOPS_KERNEL_TIMEOUT", "1.5")
     monkeypatch.delenv("MESHOPS_KERNELS", raising=False)
-    monkeypatch.setattr(kernels, "_STATE", {})  # as in a fresh process
+    monkeypatch.setattr(kernel_module, "_STATE", {})  # as in a fresh process
     folder = attention_kernel().folder()
     folder.mkdir(parents=True)
     q = torch.randn(1, 2, 5, 4)

@@ -4,21 +4,18 @@ batch, and a Trainer epoch on a fixed dataset without any partition or neighbour
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 import torch
 from torch_geometric.data import Batch
 
+import meshops.search.graph as graph_mod
 from meshops.data import MeshData
 from meshops.models import GalerkinTransformer, PatchedTransformer, TransformerNO
 from meshops.models.structures import MeshStructures
+from meshops.nn.patch import PatchAttention
 from meshops.training import Trainer
 
 F64 = torch.float64
-# the modules (meshops.search re-exports functions of the same names as its modules)
-patch_mod, graph_mod, knn_mod, partition_mod = (importlib.import_module(f"meshops.{m}") for m in (
-    "nn.patch", "search.graph", "search.knn", "search.partition"))
 
 
 def _samples(query: bool, sizes=(40, 50, 60), seed: int = 0, targets: bool = False):
@@ -61,13 +58,15 @@ def _galerkin() -> GalerkinTransformer:
 
 
 class _Searches:
-    """Counts the calls of every partition and neighbour search the models can reach."""
+    """Counts the calls of every partition and neighbour search the models can reach:
+    the layers' partition and the query interpolation's search, each patched where it
+    is defined (the class, the module)."""
 
     def __init__(self, monkeypatch):
         self.calls = 0
-        for mod, name in ((patch_mod, "_partition"), (partition_mod, "partition"),
-                          (graph_mod, "knn"), (knn_mod, "knn")):
-            monkeypatch.setattr(mod, name, self._counting(getattr(mod, name)))
+        for owner, name in ((PatchAttention, "partition"),
+                            (graph_mod, "knn_interpolation_weights")):
+            monkeypatch.setattr(owner, name, self._counting(getattr(owner, name)))
 
     def _counting(self, fn):
         def wrapper(*args, **kwargs):

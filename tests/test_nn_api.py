@@ -1,6 +1,6 @@
 """The layer contract of meshops.nn (issue 14, items 1, 2 and 4): one attention
 primitive, one validated point set, one keyword and one default across layers, and
-the old names still working (with a DeprecationWarning) or failing with the new name."""
+no old names left (0.1.0 was never released: no deprecation shims)."""
 
 import inspect
 import math
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from meshops.nn import (ContinuumAttention, FourierAttention, GalerkinAttention,
-                        LocalAttention, LocalPositionAttention, PatchAttention,
+                        LocalAttention, LocalPositionAttention,
                         PatchTokenAttention, PositionAttention, TransformerBlock,
                         WindowAttention, batch_points, patch_attention, weighted_attention)
 from meshops.nn.functional import choose_impl
@@ -114,7 +114,6 @@ def test_one_signature_convention(cls):
     params = inspect.signature(cls).parameters
     assert list(params)[:2] == ["in_channels", "out_channels"]
     assert params["heads"].default == 4
-    assert "path" not in params or params["path"].default is None    # deprecated alias
 
 
 def test_patch_attention_is_a_plain_factory():
@@ -124,18 +123,6 @@ def test_patch_attention_is_a_plain_factory():
     assert type(patch_attention(8, 4, mode="token", num_basis=3)) is PatchTokenAttention
     with pytest.raises(ValueError, match="mode must be one of"):
         patch_attention(8, mode="global")
-
-
-def test_old_names_warn_and_still_work():
-    with pytest.warns(DeprecationWarning, match="impl="):
-        layer = PositionAttention(4, 4, heads=2, path="sdpa")
-    assert layer.impl == "sdpa" and layer.path == "sdpa"
-    with pytest.warns(DeprecationWarning, match="in_channels="):
-        win = WindowAttention(channels=8, heads=2)
-    assert win.in_channels == 8 and win.channels == 8
-    with pytest.warns(DeprecationWarning, match="patch_attention"):
-        tok = PatchAttention(8, heads=2, mode="token")
-    assert type(tok) is PatchTokenAttention
 
 
 def test_one_initialisation_scheme():

@@ -356,12 +356,6 @@ def test_edge_index_has_pyg_orientation(name):
                                own, rtol=0, atol=1e-12)
 
 
-def test_old_nn_knn_graph_name_raises_and_names_the_replacements():
-    with pytest.raises(TypeError, match=r"meshops.nn.knn_graph.* renamed meshops.nn.local_graph"
-                                        r".*PyG's orientation.*use meshops.knn_graph"):
-        meshops.nn.knn_graph(torch.zeros(3, 2), torch.zeros(3, 2), 1)
-
-
 @pytest.mark.parametrize("name", sorted(LAYERS))
 def test_zero_weight_neighbours_drop_out(name):
     layer = LAYERS[name]()

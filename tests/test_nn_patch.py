@@ -386,8 +386,6 @@ def test_invalid_arguments():
         patch_attention(4, num_patches=0)
     with pytest.raises(ValueError, match="mode"):
         patch_attention(4, mode="global")
-    with pytest.raises(ValueError, match="mode"):
-        WindowAttention(4, mode="token")
     for mode in ("window", "token"):
         layer = patch_attention(4, num_patches=2, mode=mode).to(DT)
         with pytest.raises(ValueError, match="non-negative"):

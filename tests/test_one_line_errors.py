@@ -113,12 +113,12 @@ def test_a_device_that_does_not_exist(run, tmp_path, capsys):
 # -------------------------------------------------------------------- pictures
 def test_a_picture_format_matplotlib_cannot_write_is_refused_before_working(
         run, data, tmp_path, capsys, monkeypatch):
-    import meshops.cli.evaluate as evaluate
+    import meshops.inference
 
     def no_work(*a, **k):
         raise AssertionError("evaluated before the picture's format was checked")
 
-    monkeypatch.setattr(evaluate, "predict_mesh", no_work)
+    monkeypatch.setattr(meshops.inference, "predict_mesh", no_work)
     err = _one_line(capsys, ["evaluate", run, "--data", data, "--plot", tmp_path / "x.xyz"])
     assert "x.xyz: matplotlib cannot write '.xyz' pictures; use one of" in err
     assert ".png" in err

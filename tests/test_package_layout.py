@@ -2,7 +2,6 @@
 adapters, and the models do not import the trainer (issue 14 item 5)."""
 
 import ast
-import pickle
 from pathlib import Path
 
 import meshops
@@ -41,11 +40,11 @@ def test_the_scan_sees_a_lazy_import_inside_a_function(tmp_path):
     assert _imported_modules(f) == [(2, "data_adapters.folder")]
 
 
-def _meshops_modules() -> dict[str, Path]:
-    """Module name -> file of every module of the meshops package."""
+def package_modules(root: Path = ROOT) -> dict[str, Path]:
+    """Module name -> file of every module of the package at ``root`` (meshops)."""
     out = {}
-    for path in ROOT.rglob("*.py"):
-        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         out[".".join(parts)] = path
@@ -75,7 +74,7 @@ def _import_closure(start: str, modules: dict[str, Path]) -> set[str]:
 
 
 def test_importing_the_models_does_not_import_the_trainer():
-    modules = _meshops_modules()
+    modules = package_modules()
     closure = _import_closure("meshops.models", modules)
     assert {"meshops.models.base", "meshops.normalizer", "meshops.nn"} <= closure
     assert sorted(m for m in closure if m.startswith("meshops.training")) == []
@@ -87,26 +86,10 @@ def test_old_names_are_the_same_objects():
     import data_adapters
     import data_adapters.folder
     import meshops.training
-    import meshops.training.normalizer
     from meshops.training.dataset import check_finite_fields
 
-    assert meshops.training.normalizer.UnitGaussianNormalizer is meshops.UnitGaussianNormalizer
     assert meshops.training.UnitGaussianNormalizer is meshops.normalizer.UnitGaussianNormalizer
     for name in ("MeshFolderDataset", "export_to_folder", "list_mesh_files"):
         assert getattr(data_adapters, name) is getattr(meshops.datasets, name)
         assert getattr(data_adapters.folder, name) is getattr(meshops, name)
     assert check_finite_fields is meshops.datasets.check_finite_fields
-
-
-def test_a_pickle_naming_the_old_normaliser_module_loads():
-    """A pickle written before the move names ``meshops.training.normalizer``; it
-    must still unpickle, to the class now in :mod:`meshops.normalizer`."""
-    norm = meshops.UnitGaussianNormalizer(2)
-    norm.mean.copy_(meshops.normalizer.torch.tensor([1.5, -2.0]))
-    blob = pickle.dumps(norm, protocol=2)
-    new, old = b"meshops.normalizer", b"meshops.training.normalizer"
-    assert blob.count(new) == 1
-    old_blob = blob.replace(new, old)  # what the old code wrote (protocol 2 has no lengths)
-    loaded = pickle.loads(old_blob)
-    assert type(loaded) is meshops.normalizer.UnitGaussianNormalizer
-    assert loaded.mean.tolist() == [1.5, -2.0] and loaded.channels == 2

@@ -1,5 +1,6 @@
-"""PiT's mesh-only structures computed once per sample (issue 13, item 2):
-:class:`meshops.models.pit.PiTStructures` against the model building them per batch."""
+"""PiT's mesh-only structures computed once per sample (issue 13, item 2), on the
+models' one mechanism (:class:`meshops.models.structures.MeshStructures`, issue 23):
+``PiT.mesh_transform()`` against the model building them per batch."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import pytest
 import torch
 from torch_geometric.data import Batch
 
-import meshops.models.pit as pit_mod
+import meshops.models.latent as latent_mod
+import meshops.search.graph as graph_mod
+import meshops.search.neighbourhoods as neighbourhoods_mod
 from meshops.data import MeshData
-from meshops.models.pit import PiT, PiTStructures
+from meshops.models.pit import PiT
+from meshops.models.structures import MeshStructures
 
 F64 = torch.float64
 N0, N1 = 9, 7          # structured samples for latent="grid"
@@ -45,11 +49,14 @@ def _model(latent: str, ball: str) -> PiT:
 
 
 def _forbid_searches(monkeypatch):
+    """Every function that builds a PiT structure fails, patched in the module that
+    owns it."""
     def forbidden(*args, **kwargs):
         raise AssertionError("a mesh structure was rebuilt in forward")
-    for name in ("local_graph", "measure_ball_graph", "fps_latent", "grid_latent",
-                 "voronoi_weights"):
-        monkeypatch.setattr(pit_mod, name, forbidden)
+    for mod, name in ((neighbourhoods_mod, "local_graph"), (graph_mod, "measure_ball_graph"),
+                      (latent_mod, "fps_latent"), (latent_mod, "grid_latent"),
+                      (latent_mod, "voronoi_weights")):
+        monkeypatch.setattr(mod, name, forbidden)
 
 
 @pytest.mark.parametrize("latent", ["grid", "fps", "input"])
@@ -62,7 +69,7 @@ def test_precomputed_structures_give_the_same_outputs(latent, ball, query, monke
     model = _model(latent, ball)
     follow = ["query_pos"] if query else None
     plain = Batch.from_data_list(_samples(latent, query), follow_batch=follow)
-    transform = PiTStructures(model)
+    transform = model.mesh_transform()
     pre = Batch.from_data_list([transform(d) for d in _samples(latent, query)],
                                follow_batch=follow)
     single = transform(_samples(latent, query)[1])               # one sample, no batch
@@ -84,13 +91,13 @@ def test_structures_for_other_settings_are_rebuilt_with_a_warning():
     model = _model("fps", "measure")
     other = _model("fps", "measure")
     other.quantile_in = 0.4
-    data = Batch.from_data_list([PiTStructures(other)(d) for d in _samples("fps", False)])
+    data = Batch.from_data_list([other.mesh_transform()(d) for d in _samples("fps", False)])
     plain = Batch.from_data_list(_samples("fps", False))
     with torch.no_grad():
         with pytest.warns(UserWarning, match="PiT structures were built for other settings"):
             out = model(data)
         assert torch.equal(out, model(plain))
-        f32 = PiTStructures(_model("fps", "measure").float())
+        f32 = _model("fps", "measure").float().mesh_transform()
         with pytest.warns(UserWarning, match="dtype=torch.float32"):
             model(Batch.from_data_list([f32(d) for d in _samples("fps", False)]))
 
@@ -98,16 +105,16 @@ def test_structures_for_other_settings_are_rebuilt_with_a_warning():
 def test_structures_transform_rejects_batches_and_other_models():
     model = _model("fps", "measure")
     with pytest.raises(ValueError, match="takes one sample"):
-        PiTStructures(model)(Batch.from_data_list(_samples("fps", False)))
-    with pytest.raises(TypeError, match="needs a PiT model"):
-        PiTStructures(torch.nn.Linear(2, 2))
+        model.mesh_transform()(Batch.from_data_list(_samples("fps", False)))
+    with pytest.raises(TypeError, match="Linear has no mesh structures"):
+        MeshStructures(torch.nn.Linear(2, 2))
 
 
 def test_structures_without_query_points_are_not_used_for_a_batch_with_them():
     """The decoder graph is built for the points that are queried: structures built
     for a sample's own points are not used once it has query_pos (and vice versa)."""
     model = _model("fps", "count")
-    t = PiTStructures(model)
+    t = model.mesh_transform()
     data = []
     for d in _samples("fps", True):
         q = d.query_pos

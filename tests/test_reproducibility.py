@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from meshops import cli
-from meshops.training import trainer as trainer_mod
+from meshops.training import callbacks
 
 from _tiny_run import tiny_args
 from test_cli import _write_dataset
@@ -75,11 +75,11 @@ def test_a_run_killed_before_its_first_checkpoint_restarts_to_the_same_result(
 
     # Killed at the end of the first epoch, before last.pt is written: the first
     # epoch's draws are spent, and only config.yaml is on disk.
-    def killed(self):
+    def killed(self, trainer):
         raise KeyboardInterrupt
 
     with monkeypatch.context() as m:
-        m.setattr(trainer_mod.Trainer, "_save_state", killed)
+        m.setattr(callbacks.Checkpoints, "save_state", killed)
         assert _train(data, tmp_path / "cut", 4, global_seed=2) == 130
     assert (tmp_path / "cut" / "config.yaml").is_file()
     assert not (tmp_path / "cut" / "last.pt").exists()

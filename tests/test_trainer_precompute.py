@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from meshops.data import MeshData
-from meshops.models.pit import PiT, PiTStructures
+from meshops.models.pit import PiT
+from meshops.models.structures import MeshStructures
 from meshops.training import Trainer
 
 from test_pit_structures import _forbid_searches
@@ -34,13 +35,13 @@ def _shared_mesh_samples(n: int, points: int = 30):
 
 def test_trainer_stores_structures_once_per_mesh_and_epochs_do_no_search(monkeypatch):
     calls = []
-    original = PiTStructures.__call__
+    original = MeshStructures.__call__
 
     def counting(self, data):
         calls.append(1)
         return original(self, data)
 
-    monkeypatch.setattr(PiTStructures, "__call__", counting)
+    monkeypatch.setattr(MeshStructures, "__call__", counting)
     train = _shared_mesh_samples(6)
     val = _shared_mesh_samples(2)       # another mesh: its own pos tensor
     trainer = Trainer(_model(), train, val, epochs=1, batch_size=3, progress=False,
@@ -48,9 +49,9 @@ def test_trainer_stores_structures_once_per_mesh_and_epochs_do_no_search(monkeyp
     # One computation per distinct mesh, not per sample.
     assert len(calls) == 2
     # The caller's samples are untouched; the trainer's copies carry the structures.
-    assert all("pit_key" not in s.keys() for s in train + val)
-    assert all("pit_key" in s.keys() for s in trainer.train_data + trainer.val_data)
-    assert trainer.train_data[0].pit_enc is trainer.train_data[5].pit_enc
+    assert all("mesh_key" not in s.keys() for s in train + val)
+    assert all("mesh_key" in s.keys() for s in trainer.train_data + trainer.val_data)
+    assert trainer.train_data[0].mesh_enc is trainer.train_data[5].mesh_enc
     # With the structures stored, an epoch (training and validation) does no search.
     _forbid_searches(monkeypatch)
     history = trainer.fit()
@@ -99,9 +100,10 @@ def test_views_of_one_storage_are_different_meshes():
                         y=torch.ones(30, 1, dtype=F64)) for p in (a, b)]
     model = _model()
     trainer = Trainer(model, samples, None, epochs=1, progress=False, log=lambda msg: None)
-    own = PiTStructures(model)(MeshData(pos=b.clone(), weight=w, x=torch.ones(30, 1, dtype=F64)))
-    assert torch.equal(trainer.train_data[1].pit_enc, own.pit_enc)
-    assert trainer.train_data[1].pit_enc is not trainer.train_data[0].pit_enc
+    own = model.mesh_transform()(MeshData(pos=b.clone(), weight=w,
+                                          x=torch.ones(30, 1, dtype=F64)))
+    assert torch.equal(trainer.train_data[1].mesh_enc, own.mesh_enc)
+    assert trainer.train_data[1].mesh_enc is not trainer.train_data[0].mesh_enc
 
 
 def test_structures_over_the_budget_are_not_kept(monkeypatch):

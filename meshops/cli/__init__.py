@@ -24,14 +24,13 @@ from meshops.cli.config import (RUN_CONFIG, TRAIN_DEFAULTS, TrainConfig, load_co
                                 resolve_train_config)
 from meshops.cli.folder import load_folder
 from meshops.cli.info import mesh_summary
-from meshops.cli.train import _split, build_model
+from meshops.cli.training_run import build_model, split_files
 from meshops.errors import CheckpointError, MeshError
-# The predict command calls predict_mesh through this module (see predict.py).
-from meshops.inference import RUN_CHECKPOINT, RunSpec, load_run, predict_mesh
+from meshops.inference import RUN_CHECKPOINT, RunSpec, load_run
 
 __all__ = ["CLIError", "RUN_CHECKPOINT", "RUN_CONFIG", "RunSpec", "TRAIN_DEFAULTS",
            "TrainConfig", "build_model", "build_parser", "load_config_file", "load_folder",
-           "load_run", "main", "mesh_summary", "predict_mesh", "resolve_train_config"]
+           "load_run", "main", "mesh_summary", "resolve_train_config", "split_files"]
 
 
 def build_parser() -> argparse.ArgumentParser:

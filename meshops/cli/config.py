@@ -168,10 +168,10 @@ class TrainConfig:
 
     ``None`` means "not set": ``data``, ``inputs`` and ``targets`` must be given;
     ``model``, ``epochs``, ``batch_size``, ``lr`` are chosen from the data
-    (:mod:`meshops.training.defaults`, which reads and fills the config like a
-    mapping: ``cfg["lr"]``, ``cfg.get("lr")``). ``val_data`` replaces
-    ``val_fraction``. Build one with :meth:`resolve` (flags and files) or
-    :meth:`from_options` (a mapping), never with unchecked values.
+    (:mod:`meshops.training.defaults`; ``meshops train`` sets them with
+    :meth:`with_options`). ``val_data`` replaces ``val_fraction``. Build one with
+    :meth:`resolve` (flags and files) or :meth:`from_options` (a mapping), never with
+    unchecked values.
     """
 
     data: str | None = _option(None, _opt_str)
@@ -308,7 +308,7 @@ class TrainConfig:
     def check_complete(self) -> None:
         """The options that have no default are set, and no field is both an input
         and a target."""
-        missing = [k for k in ("data", "inputs", "targets") if self[k] is None]
+        missing = [k for k in ("data", "inputs", "targets") if getattr(self, k) is None]
         if missing:
             hint = {"data": "--data DIR", "inputs": '--inputs a,b (or --inputs "" for '
                     "geometry-only problems)", "targets": "--targets u"}
@@ -328,22 +328,10 @@ class TrainConfig:
             if given:
                 raise CLIError(f"train: {', '.join(given)} apply to time series: add --series")
 
-    # ----------------------------------------------- mapping access, rendering
-    # meshops.training.defaults reads and fills a config as a mapping.
-    def __getitem__(self, key: str):
-        if key not in self.keys():
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __setitem__(self, key: str, value) -> None:
-        """Set an option, checked like any other (source ``defaults``)."""
-        setattr(self, key, self.coerce({key: value}, "defaults")[key])
-
-    def __contains__(self, key) -> bool:
-        return key in self.keys()
-
-    def get(self, key: str, default=None):
-        return getattr(self, key) if key in self.keys() else default
+    # ------------------------------------------------------ changes, rendering
+    def with_options(self, source: str = "defaults", **options: Any) -> "TrainConfig":
+        """A copy with ``options`` set, each checked like any other (from ``source``)."""
+        return dataclasses.replace(self, **self.coerce(options, source))
 
     def to_dict(self) -> dict:
         """Every option, in order (``model_config`` a copy)."""

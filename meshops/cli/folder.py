@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from meshops.cli._common import CLIError, progress
-from meshops.inference import _field_shape, _fmt_shape
+from meshops.inference import field_shape, format_shape
 
 
 def folder_dataset(root, inputs: Sequence[str], targets: Sequence[str], dtype, layout=None):
@@ -77,7 +77,7 @@ def read_sample(ds, i: int, targets: Sequence[str]):
 
     s = ds[i]
     path = ds.files[i]
-    sh = {k: _field_shape(s.fields[k]) for k in list(ds.inputs) + list(targets)}
+    sh = {k: field_shape(s.fields[k]) for k in list(ds.inputs) + list(targets)}
     y = s.y.to(torch.float64)
     zero = torch.zeros_like(y)
     if targets and bool(zero_target(lp_norms(zero, y, s.weight.to(torch.float64))[1])
@@ -96,8 +96,8 @@ def check_same_layout(path, sh: dict, dim: int, shapes: dict, first_dim: int, fi
     """File ``path`` has the field shapes and dimension of the first file ``first``."""
     for k in shapes:
         if sh[k] != shapes[k]:
-            raise CLIError(f"{path}: field {k!r} is {_fmt_shape(sh[k])} but it is "
-                           f"{_fmt_shape(shapes[k])} in {Path(first).name}")
+            raise CLIError(f"{path}: field {k!r} is {format_shape(sh[k])} but it is "
+                           f"{format_shape(shapes[k])} in {Path(first).name}")
     if dim != first_dim:
         raise CLIError(f"{path}: the mesh is {dim}-D but {Path(first).name} is {first_dim}-D")
 

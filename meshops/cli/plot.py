@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from meshops.cli._common import RAW, CLIError, names, wrap
-from meshops.inference import _available
+from meshops.inference import available_fields
 
 
 def cmd_plot(args) -> int:
@@ -19,7 +19,7 @@ def cmd_plot(args) -> int:
     def get(name):
         if name not in fields:
             raise CLIError(f"{args.mesh}: point field {name!r} not found; available point "
-                           f"fields: {_available(mesh)}")
+                           f"fields: {available_fields(mesh)}")
         v = fields[name]
         if args.component is not None:
             n = v.shape[0]

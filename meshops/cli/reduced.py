@@ -29,7 +29,8 @@ def fit_reduced_run(args, cfg, chosen: str, train_samples, val_samples, run) -> 
     if not val_samples:
         raise CLIError("the reduced_basis model chooses its regression on validation "
                        "samples: use --val-fraction > 0 or --val-data DIR")
-    unused = [f"--{k.replace('_', '-')}" for k in _TRAINING_ONLY if cfg.get(k) is not None]
+    unused = [f"--{k.replace('_', '-')}" for k in _TRAINING_ONLY
+              if getattr(cfg, k) is not None]
     regressors, members = _options(cfg.model_config)
     if args.dry_run:
         print(cfg.render(), end="")

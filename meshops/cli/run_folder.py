@@ -55,7 +55,7 @@ def differences(cfg: TrainConfig, recorded: dict, keys, only_set: bool = False) 
     for key in keys:
         if key not in recorded:
             continue
-        now, then = _norm(key, cfg[key]), _norm(key, recorded[key])
+        now, then = _norm(key, getattr(cfg, key)), _norm(key, recorded[key])
         if key == "model_config":
             then = then or {}
             changed = {k: v for k, v in (now or {}).items() if then.get(k) != v}

@@ -21,11 +21,13 @@ from meshops.errors import CheckpointError, MeshError
 SERIES_KEY = "series"
 
 
-def _read_folder(root, cfg_or_meta, desc: str, names=None) -> list:
+def _read_folder(root, fields: dict, desc: str, names=None) -> list:
+    """The series of folder ``root`` with the fields of ``fields`` (a run's metadata, or
+    the ``targets``, ``inputs`` and ``params`` of its config)."""
     from meshops.series import read_series_folder
 
-    fields = list(cfg_or_meta["targets"]) + list(cfg_or_meta["inputs"])
-    return read_series_folder(root, fields, cfg_or_meta["params"] or (), names, desc)
+    names_read = list(fields["targets"]) + list(fields["inputs"])
+    return read_series_folder(root, names_read, fields["params"] or (), names, desc)
 
 
 def _shapes(series, fields) -> dict:
@@ -77,40 +79,43 @@ def train_series(cfg, args, dtype, resumed: dict | None) -> int:
     import yaml
 
     from meshops.cli.run_folder import clear_run_files
-    from meshops.cli.train import _check_writable_folder, _split, build_model, run_training
-    from meshops.inference import _channels
+    from meshops.cli.training_run import (build_model, check_writable_folder, epochs_to_fit,
+                                          run_training, split_files)
+    from meshops.inference import field_channels
     from meshops.training.distributed import check_device
     from meshops.models.next_step import NextStep, condition_channels
-    from meshops.training.defaults import fill_epochs
-    from meshops.training.rollout import (RolloutLoss, fill_series_defaults, rollout_sample,
-                                          rollout_windows, series_statistics)
+    from meshops.training.rollout import (RolloutLoss, rollout_sample, rollout_windows,
+                                          series_options, series_statistics)
 
-    given = [k for k, default in _NOT_FOR_SERIES.items() if cfg[k] != default]
+    given = [k for k, default in _NOT_FOR_SERIES.items() if getattr(cfg, k) != default]
     if given:
         raise CLIError(f"train --series: {', '.join('--' + k.replace('_', '-') for k in given)} "
                        f"{'does' if len(given) == 1 else 'do'} not apply to time series")
     params = list(cfg.params or [])
-    series = _read_folder(cfg.data, cfg, "reading series")
+    fields_read = {"targets": cfg.targets, "inputs": cfg.inputs, "params": cfg.params}
+    series = _read_folder(cfg.data, fields_read, "reading series")
     fields = list(cfg.targets) + list(cfg.inputs)
     shapes = _shapes(series[0], fields)
     dim = int(series[0].mesh.pos.shape[1])
     if cfg.val_data:
-        val = _read_folder(cfg.val_data, cfg, "reading val series")
+        val = _read_folder(cfg.val_data, fields_read, "reading val series")
         vs, vd = _shapes(val[0], fields), int(val[0].mesh.pos.shape[1])
         if vs != shapes or vd != dim:
             raise CLIError(f"{val[0].source}: fields {vs} ({vd}-D) but {shapes} ({dim}-D) in "
                            f"{series[0].source}")
         train = series
     else:
-        train_idx, val_idx = _split(len(series), cfg)
+        train_idx, val_idx = split_files(len(series), cfg.val_fraction, cfg.seed, cfg.data)
         train, val = [series[i] for i in train_idx], [series[i] for i in val_idx]
     K = cfg.rollout_train
-    c_state = sum(_channels(shapes[k]) for k in cfg.targets)
-    c_in = sum(_channels(shapes[k]) for k in cfg.inputs)
+    c_state = sum(field_channels(shapes[k]) for k in cfg.targets)
+    c_in = sum(field_channels(shapes[k]) for k in cfg.inputs)
     windows = rollout_windows(train, cfg.targets, cfg.inputs, K, cfg.time_input, dtype)
     val_samples = [rollout_sample(s, cfg.targets, cfg.inputs, 0, len(s) - 1, cfg.time_input,
                                   dtype) for s in val] or None
-    chosen = [fill_series_defaults(cfg, train)]
+    options, reason = series_options(train, cfg.model, cfg.model_config, cfg.batch_size,
+                                     cfg.lr)
+    cfg = cfg.with_options("defaults", **options)
     c_cond = condition_channels(cfg.time_input, len(params))
     # Built once through the CLI's model builder, which names a bad model_config key;
     # NextStep then builds its operator from that full configuration.
@@ -126,8 +131,8 @@ def train_series(cfg, args, dtype, resumed: dict | None) -> int:
         model = model.to(dtype)
     # A validation rollout of T - 1 steps costs (T - 1) / K training windows' forwards.
     val_equiv = sum(math.ceil((len(s) - 1) / K) for s in val)
-    chosen.append(fill_epochs(cfg, model, windows, val_equiv))
-    chosen = "; ".join(c for c in chosen if c)
+    cfg, fitted = epochs_to_fit(cfg, model, windows, val_equiv)
+    chosen = "; ".join(c for c in (reason, fitted) if c)
     resolved = cfg.render(model_config=model.operator_config)
     n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     steps = sorted({len(s) for s in train})
@@ -156,7 +161,7 @@ def train_series(cfg, args, dtype, resumed: dict | None) -> int:
     out = Path(cfg.out)
 
     def begin() -> dict:
-        _check_writable_folder(out)
+        check_writable_folder(out)
         if is_main_rank() and resumed is None:
             clear_run_files(out)  # a new run leaves no best.pt of an earlier one behind
         return metadata

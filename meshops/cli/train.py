@@ -3,103 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import difflib
-import inspect
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from meshops.cli import train_extras, trust_reports
-from meshops.cli._common import (RAW, CLIError, device_or_error, is_main_rank, os_reason,
-                                 plural, wrap)
-from meshops.cli.config import RUN_CONFIG, TrainConfig
+from meshops.cli._common import RAW, CLIError, device_or_error, is_main_rank, plural, wrap
+from meshops.cli.config import TrainConfig
 from meshops.cli.lazy import data_loader, take, with_structures
 from meshops.cli.provenance import changes, fingerprint, listing, same_content
 from meshops.cli.run_folder import (check_out_folder, check_resume_options, clear_run_files,
                                     recorded_config)
+from meshops.cli.training_run import (build_model, check_writable_folder, epochs_to_fit,
+                                      run_training, split_files)
 from meshops.errors import CheckpointError, MeshError
-from meshops.inference import RUN_CHECKPOINT, _channels, _fmt_shape
+from meshops.inference import field_channels, format_shape
 from meshops.layout import SampleLayout
-
-# Set from the data, never by model_config.
-INFERRED = ("in_channels", "out_channels", "pos_dim", "param_channels")
-
-
-def build_model(name: str, model_config: dict, in_channels: int, out_channels: int,
-                pos_dim: int, param_channels: int = 0, dtype=None, device=None):
-    """A registered model (:data:`meshops.models.MODELS`) with ``model_config`` and the
-    channels, dimension and parameter count of the data; a key the model does not take
-    is refused, as are parameters for a model that takes none, and a model whose
-    training would not fit in the memory of ``device`` (checked on the meta device,
-    before anything is allocated; ``dtype``: the training dtype)."""
-    from meshops._memory import module_bytes, skeleton, too_big
-    from meshops.models import MODELS, count_parameters
-
-    if name not in MODELS:
-        raise CLIError(f"unknown model {name!r}; available: {', '.join(sorted(MODELS))}")
-    cls = MODELS[name]
-    params = inspect.signature(cls.__init__).parameters
-    accepted = {k for k, p in params.items() if k != "self"
-                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    open_kw = any(p.kind == p.VAR_KEYWORD for p in params.values())
-    inferred = {"in_channels": in_channels, "out_channels": out_channels, "pos_dim": pos_dim,
-                "param_channels": param_channels}
-    if param_channels and "param_channels" not in accepted and not open_kw:
-        raise CLIError(f"model {name!r} does not take parameter vectors (--params): it has no "
-                       f"param_channels argument")
-    for key, value in model_config.items():
-        if key in inferred:
-            if value != inferred[key]:
-                raise CLIError(f"model_config: {key} = {value!r} but the data has "
-                               f"{inferred[key]} (it is set from the data; leave it out)")
-        elif key not in accepted and not open_kw:
-            close = difflib.get_close_matches(key, sorted(accepted - set(INFERRED)), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise CLIError(f"model_config: unknown key {key!r} for model {name!r}{hint}; "
-                           f"valid keys: {', '.join(sorted(accepted - set(INFERRED)))}")
-    kwargs = dict(model_config)
-    kwargs.update({k: v for k, v in inferred.items() if k in accepted or open_kw})
-    described = f"model {name!r} with {model_config or 'the default config'}"
-    try:
-        shapes = skeleton(lambda: cls(**kwargs))
-        # weights, gradients and the two moments of AdamW
-        why = too_big(4 * module_bytes(shapes, dtype), device,
-                      f"training it ({count_parameters(shapes):,} parameters, 4 copies: "
-                      f"weights, gradients, 2 optimiser moments)")
-        if why:
-            raise CLIError(f"{described}: {why}; choose a smaller model_config")
-        del shapes
-        return cls(**kwargs)
-    except (TypeError, ValueError) as e:
-        raise CLIError(f"{described}: {e}") from None
-
-
-def _split(n: int, cfg) -> tuple[list[int], list[int]]:
-    """Deterministic train/validation indices from the seed (``cfg``: a
-    :class:`TrainConfig` or a mapping with ``val_fraction``, ``seed``, ``data``)."""
-    from meshops.training.splits import validation_split
-
-    try:
-        return validation_split(n, cfg["val_fraction"] or 0.0, cfg["seed"])
-    except ValueError as e:
-        raise CLIError(f"{cfg['data']}: {e}; add files, pass --val-data DIR or "
-                       f"--val-fraction 0") from None
-
-
-def _check_writable_folder(out: Path) -> None:
-    """Create the run folder and a file in it, so that an ``--out`` that cannot be
-    written (read-only, under a file, under ``/proc``) fails with one line before
-    training rather than with a traceback after the first epoch. Called once the
-    data has been read and checked: bad data leaves no run folder behind."""
-    import tempfile
-
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".meshops-write-check.", dir=out)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise CLIError(f"{out}: cannot write the run folder ({os_reason(e)})") from None
 
 
 def _same_folder(a: str, b: str) -> bool:
@@ -113,16 +33,15 @@ def _check_run_folder(args, cfg: TrainConfig, out: Path) -> dict | None:
     """The checks of ``--out`` and ``--resume`` made before the data is read, so that a
     refused run leaves the folder as it was. Returns the metadata of ``last.pt`` when
     resuming a run, else ``None``."""
-    from meshops.training import Trainer
+    from meshops.training.state import check_resume_epochs, read_training_state
 
     last = out / "last.pt"
     if not (args.resume and last.is_file()):
         check_out_folder(out, cfg, args.overwrite)
         return None
     try:
-        state = Trainer.read_state(last)
-        Trainer.check_resume_epochs(last, state["training"], cfg.epochs,
-                                    cfg.scheduler is not None)
+        state = read_training_state(last)
+        check_resume_epochs(last, state["training"], cfg.epochs, cfg.scheduler is not None)
     except (CheckpointError, ValueError) as e:
         raise CLIError(str(e)) from None
     meta = dict(state.get("metadata") or {})
@@ -148,11 +67,11 @@ class _RunFiles:
     """What a new run records about its data (paths, file fingerprints, split, config)
     and the preparation of its folder, shared by every model's way of training."""
 
-    def __init__(self, cfg, files, train_idx, val_files, shapes, sizes, resumed, out,
-                 main_rank, layout) -> None:
-        self.cfg, self.files, self.train_idx, self.val_files = cfg, files, train_idx, val_files
-        self.shapes, self.sizes, self.resumed = shapes, sizes, resumed
-        self.out, self.main_rank, self.layout = out, main_rank, layout
+    def __init__(self, cfg, data: "_TrainData", resumed, out, main_rank) -> None:
+        self.cfg, self.files, self.train_idx = cfg, data.files, data.train_idx
+        self.val_files, self.shapes, self.sizes = data.val_files, data.shapes, data.sizes
+        self.resumed, self.out, self.main_rank = resumed, out, main_rank
+        self.layout = data.layout
 
     def metadata(self, resolved: str, train_samples) -> dict:
         """The checkpoint metadata; ``resolved`` is the rendered config. Refuses to
@@ -192,53 +111,116 @@ class _RunFiles:
     def prepare(self) -> None:
         """Create the run folder (or say why it cannot be written) and, for a new run,
         remove the files of an earlier one."""
-        _check_writable_folder(self.out)
+        check_writable_folder(self.out)
         if self.main_rank and self.resumed is None:
             clear_run_files(self.out)  # a new run leaves no best.pt of an earlier one behind
 
 
+@dataclass
+class _TrainData:
+    """The samples of a run: the files of ``--data``, their field shapes, the training
+    and validation samples (and files), the channels and dimension they give, how a file
+    becomes a sample (``layout``) and the loader's worker processes (lazy data)."""
+
+    files: list
+    shapes: dict
+    train_idx: list[int]
+    train: list
+    val: list | None
+    val_files: list
+    sizes: tuple[int, int, int]       # in_channels, out_channels, pos_dim
+    layout: SampleLayout
+    workers: int
+
+
 def cmd_train(args) -> int:
+    """``meshops train``: the config, the data, the options chosen from the data, the
+    model, then the training (or the fit of a reduced basis; time series in
+    :mod:`meshops.cli.series`)."""
     import torch
 
     from meshops.training import RelativeLpLoss
-    from meshops.training.defaults import fill_epochs, fill_from_data
-    from meshops.training.distributed import check_device
     from meshops.training.seed import seed_everything
 
-    cfg = TrainConfig.resolve(args)
-    device_or_error(cfg.device)  # before any data is read
-    train_extras.check(cfg)
+    cfg = _resolve_config(args)
     main_rank = is_main_rank()
     out = Path(cfg.out)
-    # The run records where its data is, not where it was run from: evaluate and
-    # --resume from another folder then read this data (see provenance.py).
-    cfg.data = os.path.abspath(cfg.data)
-    cfg.val_data = os.path.abspath(cfg.val_data) if cfg.val_data else None
-    if cfg.val_data and _same_folder(cfg.val_data, cfg.data):
-        raise CLIError(f"--val-data {cfg.val_data} is the training folder --data: the best "
-                       f"checkpoint would be picked on the training files; give a folder "
-                       f"of other meshes, or --val-fraction F to hold out part of --data")
     resumed = None if args.dry_run else _check_run_folder(args, cfg, out)
     # Before anything draws a random number: the model's initial weights (built
     # below) then depend on the seed alone, not on what ran before in the process.
     # The Trainer seeds again (seed + rank) for dropout and the data order.
     seed_everything(cfg.seed)
-    dtype = getattr(torch, cfg.dtype)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if cfg.series:
         from meshops.cli.series import train_series
 
-        return train_series(cfg, args, dtype, resumed)
+        return train_series(cfg, args, getattr(torch, cfg.dtype), resumed)
+    data = _read_data(cfg, main_rank, args.dry_run)
+    cfg, chosen = _options_from_data(cfg, data.train)
+    if cfg.model == "reduced_basis":
+        from meshops.cli.reduced import fit_reduced_run
 
+        return fit_reduced_run(args, cfg, chosen, data.train, data.val,
+                               _RunFiles(cfg, data, resumed, out, main_rank))
+    model = _build_model(cfg, data)
+    # Cached data get the model's mesh structures cached too (the Trainer builds those
+    # of in-memory samples).
+    data.train = with_structures(data.train, model, data.workers)
+    data.val = with_structures(data.val, model, data.workers)
+    # The epoch count fitted to --minutes from one timed step is printed and saved in
+    # config.yaml; the run then trains exactly that many epochs (no wall-clock stop), so
+    # that `--epochs N` with the same seed repeats it bit for bit.
+    cfg, fitted = epochs_to_fit(cfg, model, data.train, len(data.val or []))
+    chosen = "; ".join(c for c in (chosen, fitted) if c)
+    # Every option, with the model's full hyperparameters.
+    resolved = cfg.render(model_config=model.config)
+    run = _RunFiles(cfg, data, resumed, out, main_rank)
+
+    def begin() -> dict:
+        metadata = run.metadata(resolved, data.train)
+        run.prepare()
+        return metadata
+
+    if not run_training(args, cfg, model, data.train, data.val, resolved, chosen,
+                        _summary(cfg, model, data), begin,
+                        loss=RelativeLpLoss(quadrature=cfg.quadrature_loss),
+                        compile=cfg.compile, checkpoint_blocks=cfg.checkpoint_blocks,
+                        num_workers=data.workers):
+        return 0
+    return train_extras.train_members(args, cfg, out, cmd_train)
+
+
+def _resolve_config(args) -> TrainConfig:
+    """The run's options (defaults, config files, flags), with the data folders made
+    absolute, checked before any data is read."""
+    cfg = TrainConfig.resolve(args)
+    device_or_error(cfg.device)  # before any data is read
+    train_extras.check(cfg)
+    # The run records where its data is, not where it was run from: evaluate and
+    # --resume from another folder then read this data (see provenance.py).
+    cfg = cfg.with_options("command line", data=os.path.abspath(cfg.data),
+                           val_data=os.path.abspath(cfg.val_data) if cfg.val_data else None)
+    if cfg.val_data and _same_folder(cfg.val_data, cfg.data):
+        raise CLIError(f"--val-data {cfg.val_data} is the training folder --data: the best "
+                       f"checkpoint would be picked on the training files; give a folder "
+                       f"of other meshes, or --val-fraction F to hold out part of --data")
+    return cfg
+
+
+def _read_data(cfg: TrainConfig, main_rank: bool, dry_run: bool) -> _TrainData:
+    """The training (and validation) samples: ``--val-data``, or a split of ``--data``;
+    in memory, or lazily through an on-disk cache for data larger than memory."""
+    import torch
+
+    dtype = getattr(torch, cfg.dtype)
     try:  # how a file becomes a sample: points or cells, parameters, boundary tags
         layout = SampleLayout(cfg.inputs, cfg.targets, cfg.params, cfg.tags)
     except MeshError as e:
         raise CLIError(str(e)) from None
-    # In memory, or lazily through an on-disk cache for data larger than memory.
     load_folder, workers, reading = data_loader(cfg, dtype, layout)
     if reading and main_rank:
-        print(reading, file=sys.stderr if args.dry_run else sys.stdout)
+        print(reading, file=sys.stderr if dry_run else sys.stdout)
     files, samples, shapes, dim = load_folder(cfg.data, cfg.inputs, cfg.targets,
                                               dtype, desc="reading data")
     if cfg.val_data:
@@ -246,138 +228,61 @@ def cmd_train(args) -> int:
             cfg.val_data, cfg.inputs, cfg.targets, dtype, desc="reading val data")
         for k, sh in shapes.items():
             if val_shapes[k] != sh:
-                raise CLIError(f"{val_files[0]}: field {k!r} is {_fmt_shape(val_shapes[k])} "
-                               f"but {_fmt_shape(sh)} in {files[0]}")
+                raise CLIError(f"{val_files[0]}: field {k!r} is {format_shape(val_shapes[k])} "
+                               f"but {format_shape(sh)} in {files[0]}")
         if val_dim != dim:
             raise CLIError(f"{val_files[0]}: the mesh is {val_dim}-D but {files[0]} is {dim}-D")
         train_idx, train_samples = list(range(len(files))), samples
-        val_idx = []
     else:
-        train_idx, val_idx = _split(len(files), cfg)
+        train_idx, val_idx = split_files(len(files), cfg.val_fraction, cfg.seed, cfg.data)
         train_samples = take(samples, train_idx)
         val_samples = take(samples, val_idx) or None
         val_files = [files[i] for i in val_idx]
-    c_in = sum(_channels(shapes[k]) for k in layout.input_fields)
-    c_out = sum(_channels(shapes[k]) for k in cfg.targets)
-    # Options nobody set come from the data; a resumed run's config.yaml sets them all.
+    c_in = sum(field_channels(shapes[k]) for k in layout.input_fields)
+    c_out = sum(field_channels(shapes[k]) for k in cfg.targets)
+    return _TrainData(files, shapes, train_idx, train_samples, val_samples, val_files,
+                      (c_in, c_out, dim), layout, workers)
+
+
+def _options_from_data(cfg: TrainConfig, samples) -> tuple[TrainConfig, str]:
+    """Options nobody set, chosen from the data (a resumed run's config.yaml sets them
+    all), and the reason said (``""``: nothing chosen)."""
+    from meshops.training.defaults import options_from_data
+
     try:
-        chosen = [fill_from_data(cfg, train_samples)]
+        options, reason = options_from_data(samples, cfg.model, cfg.model_config,
+                                            cfg.batch_size, cfg.lr)
     except ValueError as e:  # e.g. --model reduced_basis on data that is no study
         raise CLIError(str(e)) from None
-    run = _RunFiles(cfg, files, train_idx, val_files, shapes, (c_in, c_out, dim), resumed,
-                    out, main_rank, layout)
-    if cfg.model == "reduced_basis":
-        from meshops.cli.reduced import fit_reduced_run
+    return cfg.with_options("defaults", **options), reason
 
-        return fit_reduced_run(args, cfg, "; ".join(c for c in chosen if c), train_samples,
-                               val_samples, run)
-    model = build_model(cfg.model, cfg.model_config, c_in, c_out, dim, len(cfg.params), dtype,
-                        check_device(cfg.device))  # (cuda when available, as the Trainer)
-    if dtype == torch.float64:
-        model = model.double()
-    # Cached data get the model's mesh structures cached too (the Trainer builds those
-    # of in-memory samples).
-    train_samples = with_structures(train_samples, model, workers)
-    val_samples = with_structures(val_samples, model, workers)
-    # The epoch count fitted to --minutes from one timed step is printed and saved in
-    # config.yaml; the run then trains exactly that many epochs (no wall-clock stop), so
-    # that `--epochs N` with the same seed repeats it bit for bit.
-    chosen.append(fill_epochs(cfg, model, train_samples, len(val_samples or [])))
-    chosen = "; ".join(c for c in chosen if c)
-    # Every option, with the model's full hyperparameters.
-    resolved = cfg.render(model_config=model.config)
+
+def _build_model(cfg: TrainConfig, data: _TrainData):
+    """The model, on the meta device first (it must fit the device training uses: cuda
+    when available, as the Trainer), in the training dtype."""
+    import torch
+
+    from meshops.training.distributed import check_device
+
+    dtype = getattr(torch, cfg.dtype)
+    model = build_model(cfg.model, cfg.model_config, *data.sizes, len(cfg.params), dtype,
+                        check_device(cfg.device))
+    return model.double() if dtype == torch.float64 else model
+
+
+def _summary(cfg: TrainConfig, model, data: _TrainData) -> str:
+    """One line: the model, its size, the data, the fields and channels."""
+    c_in, c_out, dim = data.sizes
     n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    summary = (f"{cfg.model} ({n_params:,} parameters) on {len(train_samples)} meshes of "
-               f"{cfg.data}, validating on "
-               + (f"{len(val_samples)}" if val_samples else "none")
-               + f"; inputs {', '.join(layout.input_fields) or '(none: geometry only)'} "
-               f"({plural(c_in, 'channel')}) -> targets {', '.join(cfg.targets)} "
-               f"({plural(c_out, 'channel')}), "
-               f"{dim}-D"
-               + (", on the cells (midpoint rule)" if layout.location == "cells" else "")
-               + (f"; parameters {', '.join(cfg.params)}" if cfg.params else ""))
-
-    def begin() -> dict:
-        metadata = run.metadata(resolved, train_samples)
-        run.prepare()
-        return metadata
-
-    if not run_training(args, cfg, model, train_samples, val_samples, resolved, chosen,
-                        summary, begin, loss=RelativeLpLoss(quadrature=cfg.quadrature_loss),
-                        compile=cfg.compile, checkpoint_blocks=cfg.checkpoint_blocks,
-                        num_workers=workers):
-        return 0
-    return train_extras.train_members(args, cfg, out, cmd_train)
-
-
-def run_training(args, cfg, model, train_samples, val_samples, resolved: str, chosen: str,
-                 summary: str, begin, **trainer_options) -> bool:
-    """The end of ``meshops train`` for a built model and its samples (mesh folders in
-    :func:`cmd_train`, time series in :mod:`meshops.cli.series`): ``--dry-run`` prints
-    the resolved config and returns False; otherwise ``begin()`` records the run's data
-    and prepares its folder (returning the checkpoint metadata), ``config.yaml`` is
-    written, the :class:`~meshops.training.Trainer` trains (``trainer_options``: the
-    loss, ...) and ``best.pt`` is left; returns True."""
-    from meshops._atomic import atomic_write
-    from meshops.training import Trainer
-
-    main_rank = is_main_rank()
-    out = Path(cfg.out)
-    if args.dry_run:
-        if main_rank:
-            print(resolved, end="")
-            if chosen:
-                print(f"# defaults from the data: {chosen}", file=sys.stderr)
-            print(f"# {summary}", file=sys.stderr)
-        return False
-
-    metadata = begin()
-    if main_rank:
-        atomic_write(out / RUN_CONFIG, lambda tmp: Path(tmp).write_text(resolved))
-        if chosen:
-            print(f"defaults from the data: {chosen}")
-        print(f"training {summary}; writing {out}/")
-    options = {"callbacks": train_extras.callbacks(
-        cfg, out, {**cfg.to_dict(), "model_config": dict(model.config)}) if main_rank else []}
-    options.update(trainer_options)
-    trainer = Trainer(
-        model, train_samples, val_samples, epochs=cfg.epochs, batch_size=cfg.batch_size,
-        lr=cfg.lr, weight_decay=cfg.weight_decay, scheduler=cfg.scheduler,
-        grad_clip=cfg.grad_clip, seed=cfg.seed, device=cfg.device, out_dir=out,
-        resume=args.resume, metadata=metadata, progress=sys.stderr.isatty(), log=print,
-        amp=cfg.amp or False, **options)
-    try:
-        history = trainer.fit()
-    except FloatingPointError as e:
-        raise CLIError(str(e)) from None
-    except CheckpointError as e:  # a damaged, truncated or malicious RUN/last.pt
-        raise CLIError(str(e)) from None
-    except ValueError as e:
-        if not args.resume:
-            raise
-        # e.g. RUN/last.pt was saved for another model config
-        raise CLIError(str(e)) from None
-    if trainer.dist.is_main:
-        if val_samples is None:
-            # No validation data: best.pt is the final model, so that predict/evaluate
-            # find it in the usual place.
-            model.save(out / RUN_CHECKPOINT, **metadata, epoch=trainer.epoch,
-                       metric=None, val=None, selected="last epoch (no validation data)")
-            print(f"no validation data: {out / RUN_CHECKPOINT} is the model after epoch "
-                  f"{trainer.epoch}")
-        elif history and trainer.best["epoch"] is None:
-            last = history[-1]["val"] or {}
-            why = (f"the model predicts non-finite values on {last['failed']} of "
-                   f"{last['n']} validation meshes" if last.get("failed") else
-                   f"{trainer.metric} is {last.get(trainer.metric)}")
-            raise CLIError(f"no epoch had a finite validation error ({why}), so there is no "
-                           f"best model: {out / RUN_CHECKPOINT} was not written; "
-                           f"{out / 'last.pt'} holds the model after epoch {trainer.epoch}")
-        elif history:
-            best = trainer.best
-            print(f"best validation {trainer.metric} {best['value']:.4e} at epoch "
-                  f"{best['epoch']}: {out / RUN_CHECKPOINT}")
-    return True
+    return (f"{cfg.model} ({n_params:,} parameters) on {len(data.train)} meshes of "
+            f"{cfg.data}, validating on "
+            + (f"{len(data.val)}" if data.val else "none")
+            + f"; inputs {', '.join(data.layout.input_fields) or '(none: geometry only)'} "
+            f"({plural(c_in, 'channel')}) -> targets {', '.join(cfg.targets)} "
+            f"({plural(c_out, 'channel')}), "
+            f"{dim}-D"
+            + (", on the cells (midpoint rule)" if data.layout.location == "cells" else "")
+            + (f"; parameters {', '.join(cfg.params)}" if cfg.params else ""))
 
 
 TRAIN_EPILOG = """\

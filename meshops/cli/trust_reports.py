@@ -8,7 +8,7 @@ import math
 import sys
 from typing import Sequence
 
-from meshops.inference import _channels
+from meshops.inference import field_channels
 
 #: The point fields ``meshops predict`` writes with the distance to the training set.
 DISTANCE_FIELDS = {"distance": "train_distance", "params_distance": "train_distance_params",
@@ -23,7 +23,7 @@ def param_names(meta: dict) -> list[str] | None:
     shapes = meta.get("field_shapes") or {}
     out = []
     for k in meta.get("inputs") or []:
-        c = _channels(shapes.get(k, []))
+        c = field_channels(shapes.get(k, []))
         out += [f"mean of {k}"] if c == 1 else [f"mean of {k}[{j}]" for j in range(c)]
     return out
 

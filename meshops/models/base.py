@@ -18,6 +18,7 @@ from meshops._checkpoint import (check_finite, check_model_keys, check_normalize
                                  check_weights_fit, first_line, read_checkpoint)
 from meshops.errors import CheckpointError
 from meshops.normalizer import UnitGaussianNormalizer
+from meshops.version import __version__
 
 CHECKPOINT_FORMAT = "meshops-checkpoint-1"
 
@@ -181,8 +182,6 @@ class NeuralOperator(nn.Module):
     def checkpoint_state(self, **metadata: Any) -> dict[str, Any]:
         """The dict :meth:`save` writes: weights, config, normalisers, ``metadata`` and
         the meshops version (the Trainer adds its training state to it)."""
-        from meshops import __version__
-
         norms = {k: getattr(self, f"{k}_normalizer").channels
                  for k in ("input", "output") if getattr(self, f"{k}_normalizer", None) is not None}
         return {
@@ -225,8 +224,6 @@ class NeuralOperator(nn.Module):
                 above; the message names the file and the damaged member, parameter
                 or key.
         """
-        from meshops import __version__
-
         path = Path(path)
         state = read_checkpoint(path, map_location)
         check_model_keys(state, path, CHECKPOINT_FORMAT)

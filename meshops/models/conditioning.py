@@ -30,6 +30,7 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
+from meshops._checks import checking
 from meshops.normalizer import UnitGaussianNormalizer
 from meshops.nn.mlp import MLP
 
@@ -110,27 +111,26 @@ def input_means(inp) -> Tensor:
     return num / den[:, None]
 
 
-def sample_conditions(data, inp, param_channels: int, on_inputs: bool,
-                      check_values: bool = True) -> Tensor:
+def sample_conditions(data, inp, param_channels: int, on_inputs: bool) -> Tensor:
     """What a model conditions on: ``data.params [B, K]`` (when ``param_channels``),
     then the input means ``[B, C]`` (when ``on_inputs``), concatenated: ``[B, K (+ C)]``
     in the inputs' dtype and device."""
     parts = []
     if param_channels:
         parts.append(read_params(data, param_channels, inp.num_graphs, inp.x.dtype,
-                                 inp.x.device, check_values))
+                                 inp.x.device))
     if on_inputs:
         parts.append(input_means(inp))
     return torch.cat(parts, dim=1)
 
 
 def read_params(data, param_channels: int, num_graphs: int, dtype: torch.dtype,
-                device, check_values: bool = True) -> Tensor:
+                device) -> Tensor:
     """``data.params`` as ``[B, K]`` in ``dtype`` on ``device``.
 
     Raises:
         ValueError: missing params, a shape other than ``[B, K]`` (a single sample may
-            give ``[K]``), or (``check_values``) a NaN or infinite value.
+            give ``[K]``), or (when :func:`~meshops._checks.checking`) a NaN or infinite value.
     """
     p = getattr(data, "params", None)
     if p is None:
@@ -145,7 +145,7 @@ def read_params(data, param_channels: int, num_graphs: int, dtype: torch.dtype,
         raise ValueError(f"data.params must be [B={num_graphs}, K={param_channels}], got "
                          f"{tuple(p.shape)}")
     p = p.to(device=device, dtype=dtype)
-    if check_values and not bool(torch.isfinite(p).all()):
+    if checking() and not bool(torch.isfinite(p).all()):
         raise ValueError("data.params contains NaN or inf")
     return p
 

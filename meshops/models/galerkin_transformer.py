@@ -11,8 +11,7 @@ from meshops.models.base import (NeuralOperator, check_model_sizes, check_positi
                                  register_model)
 from meshops.models.conditioning import ParamConditioning, read_params
 from meshops.models.inputs import read_inputs
-from meshops.models.structures import (MeshStructures, has_structures, interpolation_structures,
-                                       stored_interpolation)
+from meshops.models.structures import MeshStructures, interpolation_structures, read_stored
 from meshops.nn.block import TransformerBlock
 from meshops.nn.fourier_features import FourierFeatures
 from meshops.nn.galerkin import FourierAttention, GalerkinAttention
@@ -153,9 +152,7 @@ class GalerkinTransformer(NeuralOperator):
 
     def forward(self, data) -> Tensor:
         p = next(self.head.parameters())
-        # compiled or exported, the forward trusts its inputs' values (as the other models)
-        inp = read_inputs(data, self.in_channels, self.pos_dim, p.dtype, p.device,
-                          check_values=not torch.compiler.is_compiling())
+        inp = read_inputs(data, self.in_channels, self.pos_dim, p.dtype, p.device)
         h = self.lift(torch.cat([inp.x, self.pos_enc(inp.pos)], dim=-1))
         film = None
         if self.conditioning is not None:
@@ -163,12 +160,12 @@ class GalerkinTransformer(NeuralOperator):
                                                        p.dtype, p.device))
             h = self.conditioning(h, film, inp.batch, 0)
         for site, blk in enumerate(self.blocks, 1):
-            h = self.run_block(blk, h, inp.pos, inp.weight, inp.batch)
+            h = self.run_block(blk, h, inp.points)
             if film is not None:
                 h = self.conditioning(h, film, inp.batch, site)
         if inp.has_query:
-            weights = (stored_interpolation(data, inp, self.interp_k)
-                       if has_structures(self, data, inp) else None)
+            key = self.structure_key(inp.pos.dtype, inp.has_query)
+            _, weights = read_stored(data, inp, key, "GalerkinTransformer", self.interp_k)
             h = knn_interpolate(h, inp.pos, inp.query_pos, inp.batch, inp.query_batch,
                                 self.interp_k, weights=weights)
         return self.head(h)

@@ -1,12 +1,13 @@
 """Latent meshes of encoder-processor-decoder models and their quadrature weights.
 
+* :func:`latent_points`: the latent mesh of a batch, of one of the kinds below;
 * :func:`fps_latent`: a farthest-point sample of every sample's points;
 * :func:`grid_latent`: a strided sub-grid of structured samples;
 * :func:`voronoi_weights`: the quadrature rule of a latent point set (each input point
   gives its weight to its nearest latent point).
 
-All depend on the mesh only; :class:`~meshops.models.pit.PiTStructures` computes them
-once per sample.
+All depend on the mesh only; :meth:`PiT.mesh_transform <meshops.models.PiT.mesh_transform>`
+computes them once per sample.
 """
 
 from __future__ import annotations
@@ -19,7 +20,31 @@ from torch import Tensor
 
 from meshops.search import fps, knn
 
-__all__ = ["fps_latent", "grid_latent", "voronoi_weights"]
+__all__ = ["fps_latent", "grid_latent", "latent_points", "voronoi_weights"]
+
+
+def latent_points(kind: str, pos: Tensor, weight: Tensor, batch: Optional[Tensor],
+                  num_latent: int, grid_shape: Optional[Sequence[int]] = None,
+                  stride: Union[int, Sequence[int]] = 2
+                  ) -> tuple[Optional[Tensor], Tensor, Tensor, Optional[Tensor]]:
+    """The latent mesh of a batch: ``"input"`` (its own points), ``"fps"``
+    (:func:`fps_latent` of ``num_latent`` points per sample) or ``"grid"``
+    (:func:`grid_latent`), with :func:`voronoi_weights` (``"input"`` keeps the input
+    weights).
+
+    Returns:
+        ``(index, pos, weight, batch)``: the latent points' indices into the inputs
+        (None for ``"input"``), positions, quadrature weights and batch vector.
+    """
+    if kind == "input":
+        return None, pos, weight, batch
+    if kind == "fps":
+        idx = fps_latent(pos, batch, num_latent)
+    else:
+        idx = grid_latent(grid_shape, stride, batch, pos.shape[0], device=pos.device)
+    lat_pos = pos[idx]
+    lat_batch = None if batch is None else batch[idx]
+    return idx, lat_pos, voronoi_weights(pos, weight, batch, lat_pos, lat_batch), lat_batch
 
 
 def fps_latent(pos: Tensor, batch: Optional[Tensor], num: int) -> Tensor:

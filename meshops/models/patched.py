@@ -11,8 +11,7 @@ from meshops.models.base import (NeuralOperator, check_model_sizes, check_positi
                                  register_model)
 from meshops.models.conditioning import ParamConditioning, read_params
 from meshops.models.inputs import read_inputs
-from meshops.models.structures import (MeshStructures, has_structures, interpolation_structures,
-                                       stored_interpolation)
+from meshops.models.structures import MeshStructures, interpolation_structures, read_stored
 from meshops.nn.block import TransformerBlock
 from meshops.nn.fourier_features import FourierFeatures
 from meshops.nn.interpolate import knn_interpolate
@@ -241,10 +240,11 @@ class PatchedTransformer(NeuralOperator):
         return [parts[:, j] for j in which]
 
     def forward(self, data) -> Tensor:
-        # compiled or exported, the forward trusts its inputs' values (as the other models)
         inp = read_inputs(data, self.in_channels, self.pos_dim, self.lift.weight.dtype,
-                          self.lift.weight.device, check_values=not torch.compiler.is_compiling())
-        stored = has_structures(self, data, inp)
+                          self.lift.weight.device, dense=False)
+        key = self.structure_key(inp.pos.dtype, inp.has_query)
+        # the stored partitions and query interpolation, or None (built below)
+        stored, weights = read_stored(data, inp, key, "PatchedTransformer", self.interp_k)
         parts = (self._stored_partitions(data, inp) if stored
                  else self.partitions(inp.pos, inp.batch))
         h = self.lift(torch.cat([inp.x, self.pos_enc(inp.pos)], dim=-1))
@@ -254,12 +254,11 @@ class PatchedTransformer(NeuralOperator):
                                                        h.dtype, h.device))
             h = self.conditioning(h, film, inp.batch, 0)
         for site, (blk, p) in enumerate(zip(self.blocks, parts), 1):
-            h = self.run_block(blk, h, inp.pos, inp.weight, inp.batch, parts=p)
+            h = self.run_block(blk, h, inp.points, parts=p)
             if film is not None:
                 h = self.conditioning(h, film, inp.batch, site)
         h = self.norm_out(h)
         if inp.has_query:
-            weights = stored_interpolation(data, inp, self.interp_k) if stored else None
             h = knn_interpolate(h, inp.pos, inp.query_pos, inp.batch, inp.query_batch,
                                 self.interp_k, weights=weights)
         return self.head(h)

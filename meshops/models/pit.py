@@ -3,26 +3,29 @@
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any, Optional, Sequence, Union
 
 import torch
 from torch import Tensor, nn
 from torch.nn.functional import gelu
 
+from meshops._checks import checking
+from meshops.models import latent as latents  # called through it: tests replace them there
 from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
                                  register_model)
-from meshops.models.inputs import (MESH_ID, layer_inputs, mesh_digest, read_inputs,
-                                   same_digest, sample_mesh_digest)
 from meshops.models.conditioning import ParamConditioning, sample_conditions
-from meshops.models.latent import fps_latent, grid_latent, voronoi_weights
+from meshops.models.digest import mesh_digest, same_digest
+from meshops.models.inputs import read_inputs
+from meshops.models.structures import MeshStructures, has_structures
+from meshops.nn.block import pit_block
 from meshops.nn.functional import materialise_kernel
-from meshops.nn.local import LocalPositionAttention, local_graph
+from meshops.nn.local import LocalPositionAttention
 from meshops.nn.mlp import MLP
+from meshops.nn.points import Points, batch_points
 from meshops.nn.position import PositionAttention, position_kernel
-from meshops.search.graph import measure_ball_graph
+from meshops.search import graph, neighbourhoods  # called through them, as latents
 
-__all__ = ["PiT", "PiTStructures"]
+__all__ = ["LatentMesh", "PiT"]
 
 _LATENTS = ("fps", "input", "grid")
 _BALLS = ("measure", "count")
@@ -36,10 +39,11 @@ def _lam_spread(heads: int, lam_min: float, lam_max: float) -> list[float]:
     return [lam_min * r ** h for h in range(heads)]
 
 
-class _Latent:
+class LatentMesh:
     """The latent mesh of a batch: indices into the inputs (or None), positions,
-    quadrature weights, batch vector, and whether all samples share one mesh
-    (``shared``: compared here unless the caller knows it)."""
+    quadrature weights, batch vector, whether all samples share one mesh (``shared``:
+    compared here unless the caller knows it) and the :class:`Points` of the mesh (the
+    dense layout too when the processor needs it, i.e. unless ``shared``)."""
 
     def __init__(self, pos: Tensor, weight: Tensor, batch: Optional[Tensor],
                  index: Optional[Tensor], num_graphs: int, shared: Optional[bool] = None
@@ -55,6 +59,8 @@ class _Latent:
                 p = pos.view(num_graphs, n // num_graphs, -1)
                 w = weight.view(num_graphs, -1)
                 self.shared = bool((p == p[:1]).all() and (w == w[:1]).all())
+        self.points: Points = batch_points(pos, weight, batch, dense=not self.shared,
+                                           num_graphs=num_graphs)
 
 
 @register_model("pit")
@@ -82,8 +88,8 @@ class PiT(NeuralOperator):
        \mathrm{LINEAR}(U))`, ``[Nv, C] -> [Nv, C]``. Each block's kernel
        ``[H, Nv, Nv]`` is built once per forward and applied to all channels (and to all
        samples at once when the batch shares one latent mesh, e.g. a fixed grid);
-       ``shared_lambda=True`` gives the blocks one set of :math:`\lambda_h`, so a single
-       kernel serves all of them.
+       ``shared_lambda=True`` gives the blocks one set of :math:`\lambda_h` (one
+       parameter, shared by the blocks), so a single kernel serves all of them.
     3. **Decoder** :math:`\mathrm{MLP} \circ \sigma \circ \mathrm{LocPosAtt}_{out}(\cdot;
        X_v \to X_u)`: local position attention from the latent mesh to the query points
        (``query_pos``, default the input points), ``[M, C]``, then a 2-layer MLP to
@@ -107,8 +113,9 @@ class PiT(NeuralOperator):
 
     **Mesh-only structures** (latent mesh and its weights, encoder and decoder graphs)
     are built in every forward pass unless the samples carry them: apply
-    :class:`PiTStructures` once per sample (e.g. when the samples are loaded) and
-    forward does no neighbour search for a fixed dataset.
+    :meth:`mesh_transform` once per sample (e.g. when the samples are loaded;
+    :class:`~meshops.training.Trainer` does it) and forward does no neighbour search
+    for a fixed dataset (:mod:`meshops.models.structures`).
 
     **Local balls**: PiT restricts the encoder/decoder softmax to a ball holding a
     fraction ``quantile`` of each row of the distance matrix. With ``ball="measure"``
@@ -145,8 +152,9 @@ class PiT(NeuralOperator):
         ball (str): ``"measure"`` (default) or ``"count"``, see above.
         lam_min, lam_max (float): range of the initial :math:`\lambda`. (default:
             ``1``, ``1024``)
-        shared_lambda (bool): one :math:`\lambda` per head for all processor blocks (one
-            kernel for the whole processor). (default: ``False``)
+        shared_lambda (bool): one :math:`\lambda` per head for all processor blocks: the
+            blocks share the first block's parameter ``lam_raw`` (one kernel for the
+            whole processor). (default: ``False``)
         param_channels (int): ``K`` parameters per sample (``data.params [B, K]``) that
             condition the model (:class:`~meshops.models.conditioning.ParamConditioning`:
             FiLM of the lifted features, of the latent tokens before every block and of
@@ -248,9 +256,10 @@ class PiT(NeuralOperator):
         self.head = MLP(width, width, out_channels)
         self._init_pointwise()
         if shared_lambda:
-            # one lambda per head for the whole processor: the first block's
+            # one lambda per head for the whole processor: the first block's parameter,
+            # shared (one tensor in the state dict under every block's name)
             for att in list(self.attn)[1:]:
-                att.lam_raw.requires_grad_(False)
+                att.lam_raw = self.attn[0].lam_raw
         # built last: the other layers' initial weights do not depend on it
         self.param_channels = check_positive_int(param_channels, "param_channels", minimum=0)
         if condition_on_inputs and not in_channels:
@@ -283,188 +292,158 @@ class PiT(NeuralOperator):
         if self.conditioning is not None:
             self.conditioning.reset_parameters()
 
-    # ----------------------------------------------------------------- pieces
-    def latent_mesh(self, inp) -> _Latent:
-        """The latent mesh of a batch (see the class docstring)."""
-        if self.latent == "input":
-            return _Latent(inp.pos, inp.weight, inp.batch, None, inp.num_graphs)
-        if self.latent == "fps":
-            idx = fps_latent(inp.pos, inp.batch, self.num_latent)
-        else:
-            idx = grid_latent(self.grid_shape, self.stride, inp.batch, inp.pos.shape[0],
-                              device=inp.pos.device)
-        pos = inp.pos[idx]
-        batch = None if inp.batch is None else inp.batch[idx]
-        weight = voronoi_weights(inp.pos, inp.weight, inp.batch, pos, batch)
-        return _Latent(pos, weight, batch, idx, inp.num_graphs)
-
-    def _graph(self, pos_src: Tensor, w_src: Tensor, b_src: Optional[Tensor], pos_dst: Tensor,
-               b_dst: Optional[Tensor], quantile: float) -> Tensor:
-        """The encoder's or decoder's ``edge_index`` in PyG's orientation (row 0 source)."""
-        if self.ball == "measure":
-            # measure_ball_graph gives the search's layout (row 0 destination)
-            return measure_ball_graph(pos_src, w_src, b_src, pos_dst, b_dst, quantile).flip(0)
-        return local_graph(pos_src, pos_dst, None, quantile, b_src, b_dst)
-
-    def _process(self, u: Tensor, lat: _Latent, check: bool = True,
-                 film: Optional[Tensor] = None) -> Tensor:
-        batch = lat.batch
-        shared_kernel = None
-        if self.shared_lambda and len(self.attn):
-            # one kernel for all blocks (and all samples when they share the latent mesh)
-            n = lat.pos.shape[0] // (lat.num_graphs if lat.shared else 1)
-            entries = self.heads * n * n * (1 if lat.shared else lat.num_graphs)
-            if materialise_kernel(entries):
-                if lat.shared:
-                    shared_kernel = position_kernel(lat.pos[:n], lat.pos[:n], lat.weight[:n],
-                                                    self.attn[0].lam)
-                else:
-                    shared_kernel = position_kernel(lat.pos, lat.pos, lat.weight,
-                                                    self.attn[0].lam, batch=batch)
-        # shared_lambda without one materialised kernel: every block evaluates the
-        # first block's lambda (passed explicitly; the blocks' own stay frozen)
-        lam = self.attn[0].lam if self.shared_lambda and len(self.attn) else None
-        def block(u: Tensor, att, mlp, lin) -> Tensor:
-            if lat.shared:
-                B = lat.num_graphs
-                n = u.shape[0] // B
-                ud = u.view(B, n, -1)
-                if shared_kernel is not None:
-                    h = att.dense(ud, None, None, kernel=shared_kernel)
-                else:
-                    h = att.dense(ud, lat.pos[:n], lat.weight[:n], lam=lam, check=check)
-                h = h.reshape(B * n, -1)
-            elif shared_kernel is not None:
-                h = att(u, None, None, batch if batch is None else (batch, batch),
-                        kernel=shared_kernel)
-            else:
-                h = att(u, lat.pos, lat.weight, batch, lam=lam)
-            h = gelu(h)
-            return gelu(mlp(h) + lin(u))
-
-        for site, (att, mlp, lin) in enumerate(zip(self.attn, self.mlp, self.linear), 1):
-            if film is not None:
-                u = self.conditioning(u, film, batch, site)
-            u = self.run_block(block, u, att, mlp, lin)
-        return u
-
-    def mesh_transform(self) -> "PiTStructures":
-        """:class:`PiTStructures` for this model (see :meth:`NeuralOperator.mesh_transform`)."""
-        return PiTStructures(self)
-
+    # ----------------------------------------------------------------- forward
     def forward(self, data) -> Tensor:
-        # Compiled, the forward trusts the values of its inputs: checks that read them
-        # are host synchronisations (graph breaks); eager calls and PiTStructures check.
-        check = not torch.compiler.is_compiling()
         inp = read_inputs(data, self.in_channels, self.pos_dim, self.lift.weight.dtype,
-                          self.lift.weight.device, check_values=check)
-        pre = _precomputed(self, data, inp, check)
-        if pre is None:
-            lat = self.latent_mesh(inp)
-            e_in = self._graph(inp.pos, inp.weight, inp.batch, lat.pos, lat.batch,
-                               self.quantile_in)
-            e_out = None
+                          self.lift.weight.device, dense=False)
+        key = self.structure_key(inp.pos.dtype, inp.has_query)
+        if has_structures(data, key, inp.num_graphs, "PiT"):
+            lat, e_in, e_out = self.stored_structures(data, inp)
         else:
-            lat, e_in, e_out = pre
-        u = gelu(self.lift(inp.lifted()))
+            lat, e_in, e_out = self.structures(inp)
+        u = gelu(self.lift(torch.cat([inp.x, inp.pos], dim=-1)))
         film = None
         if self.conditioning is not None:
             film = self.conditioning.embed(sample_conditions(
-                data, inp, self.param_channels, self.condition_on_inputs, check))
+                data, inp, self.param_channels, self.condition_on_inputs))
             u = self.conditioning(u, film, inp.batch, 0)
         # encoder: input mesh -> latent mesh (input quadrature weights)
-        # compiled: the layers get trusted Points (the sizes known here, nothing read back)
-        pair = None if inp.batch is None else (inp.batch, lat.batch)
-        args = layer_inputs((inp.pos, lat.pos), inp.weight, pair, None, inp.num_graphs,
-                            not check, dense=False)
-        u = gelu(self.encoder((u, None), *args, edge_index=e_in))
-        u = self._process(u, lat, check, film)
+        u = gelu(self.encoder((u, None), (inp.points, lat.points), edge_index=e_in))
+        u = self._process(u, lat, film)
         # decoder: latent mesh -> query points (latent quadrature weights)
-        if e_out is None:
-            e_out = self._graph(lat.pos, lat.weight, lat.batch, inp.query_pos, inp.query_batch,
-                                self.quantile_out)
-        pair = None if lat.batch is None else (lat.batch, inp.query_batch)
-        args = layer_inputs((lat.pos, inp.query_pos), lat.weight, pair, None, inp.num_graphs,
-                            not check, dense=False)
-        h = gelu(self.decoder((u, None), *args, edge_index=e_out))
+        h = gelu(self.decoder((u, None), (lat.points, inp.queries), edge_index=e_out))
         if film is not None:
             h = self.conditioning(h, film, inp.query_batch, len(self.attn) + 1)
         return self.head(h)
 
+    def _process(self, u: Tensor, lat: LatentMesh, film: Optional[Tensor] = None) -> Tensor:
+        """The processor blocks on the latent mesh: one kernel for all samples when they
+        share the mesh, and for all blocks with ``shared_lambda`` when it fits
+        (:func:`~meshops.nn.functional.materialise_kernel`); ``film``: the parameters'
+        FiLM of the latent tokens before every block (None: no conditioning)."""
+        kernel = self._shared_kernel(lat) if self.shared_lambda and len(self.attn) else None
+        extra = {} if kernel is None else {"kernel": kernel}
+        if lat.shared:
+            B = lat.num_graphs
+            n = lat.pos.shape[0] // B
+            args = (None, None) if kernel is not None else (lat.pos[:n], lat.weight[:n])
+            extra["shape"] = (B, n)
+        else:
+            args = (lat.points,)
+        for site, (att, mlp, lin) in enumerate(zip(self.attn, self.mlp, self.linear), 1):
+            if film is not None:
+                u = self.conditioning(u, film, lat.batch, site)
+            u = self.run_block(pit_block, u, att, mlp, lin, *args, **extra)
+        return u
 
-def _structure_key(model: "PiT", dtype: torch.dtype, query: bool) -> str:
-    """What the mesh-only structures of a sample depend on (besides the sample)."""
-    return (f"PiT latent={model.latent} num_latent={model.num_latent} grid_shape="
-            f"{model.grid_shape} stride={model.stride} quantile_in={model.quantile_in} "
-            f"quantile_out={model.quantile_out} ball={model.ball} pos_dim={model.pos_dim} "
-            f"dtype={dtype} query_pos={query}")
+    def _shared_kernel(self, lat: LatentMesh) -> Optional[Tensor]:
+        """The one position kernel of ``shared_lambda``, or None when it is too large to
+        materialise (each block then evaluates the shared lambda itself)."""
+        n = lat.pos.shape[0] // (lat.num_graphs if lat.shared else 1)
+        entries = self.heads * n * n * (1 if lat.shared else lat.num_graphs)
+        if not materialise_kernel(entries):
+            return None
+        lam = self.attn[0].lam
+        if lat.shared:
+            return position_kernel(lat.pos[:n], lat.pos[:n], lat.weight[:n], lam)
+        return position_kernel(lat.pos, lat.pos, lat.weight, lam, batch=lat.batch)
+
+    # ------------------------------------------------------ mesh-only structures
+    def latent_mesh(self, inp) -> LatentMesh:
+        """The latent mesh of a batch (see the class docstring)."""
+        idx, pos, weight, batch = latents.latent_points(
+            self.latent, inp.pos, inp.weight, inp.batch, self.num_latent, self.grid_shape,
+            self.stride)
+        return LatentMesh(pos, weight, batch, idx, inp.num_graphs)
+
+    def structures(self, inp) -> tuple[LatentMesh, Tensor, Tensor]:
+        """The latent mesh of a batch (``inp`` from
+        :func:`~meshops.models.inputs.read_inputs`) and the encoder and decoder graphs
+        (``edge_index [2, E]``, PyG's orientation: row 0 source, row 1 destination)."""
+        lat = self.latent_mesh(inp)
+        e_in = self._graph(inp.pos, inp.weight, inp.batch, lat.pos, lat.batch,
+                           self.quantile_in)
+        e_out = self._graph(lat.pos, lat.weight, lat.batch, inp.query_pos, inp.query_batch,
+                            self.quantile_out)
+        return lat, e_in, e_out
+
+    def _graph(self, pos_src: Tensor, w_src: Tensor, b_src: Optional[Tensor], pos_dst: Tensor,
+               b_dst: Optional[Tensor], quantile: float) -> Tensor:
+        """The encoder's or decoder's ``edge_index`` (row 0 source, row 1 destination)."""
+        if self.ball == "measure":
+            return graph.measure_ball_graph(pos_src, w_src, b_src, pos_dst, b_dst, quantile)
+        return neighbourhoods.local_graph(pos_src, pos_dst, None, quantile, b_src, b_dst)
+
+    def mesh_transform(self) -> MeshStructures:
+        """:class:`~meshops.models.structures.MeshStructures` for this model: each
+        sample's latent mesh and encoder/decoder graphs (see
+        :meth:`NeuralOperator.mesh_transform`)."""
+        return MeshStructures(self)
+
+    def structure_key(self, dtype: torch.dtype, query: bool) -> str:
+        """What the mesh-only structures of a sample depend on (besides the sample)."""
+        return (f"PiT latent={self.latent} num_latent={self.num_latent} grid_shape="
+                f"{self.grid_shape} stride={self.stride} quantile_in={self.quantile_in} "
+                f"quantile_out={self.quantile_out} ball={self.ball} pos_dim={self.pos_dim} "
+                f"dtype={dtype} query_pos={query}")
+
+    def build_structures(self, inp) -> dict[str, Any]:
+        """One sample's structures, local to it: the latent mesh (``latent``: indices
+        into the sample's points, absent for ``latent="input"``; ``latent_weight``;
+        ``latent_count``; ``latent_id``, a digest of the latent points and weights, by
+        which a batch knows without reading its tensors whether its samples share one
+        latent mesh) and the encoder and decoder graphs (``enc``, ``dec``: ``[E, 2]``
+        rows ``(source, destination)``; ``enc_count``, ``dec_count``). The decoder graph
+        is built for ``query_pos`` when the sample has it, else for its points."""
+        lat, e_in, e_out = self.structures(inp)
+        out: dict[str, Any] = {} if lat.index is None else {"latent": lat.index}
+        out.update(latent_weight=lat.weight, latent_count=torch.tensor([lat.pos.shape[0]]),
+                   latent_id=mesh_digest(lat.pos, lat.weight),
+                   enc=e_in.t().contiguous(), enc_count=torch.tensor([e_in.shape[1]]),
+                   dec=e_out.t().contiguous(), dec_count=torch.tensor([e_out.shape[1]]))
+        return out
+
+    def stored_structures(self, data, inp) -> tuple[LatentMesh, Tensor, Tensor]:
+        """The batch's latent mesh and encoder/decoder graphs from the samples'
+        :meth:`build_structures` (each sample's offsets added). Checks of the counts
+        against the lengths read tensor values: only when
+        :func:`meshops._checks.checking`."""
+        dev, B = inp.pos.device, inp.num_graphs
+        n_lat = _counts(data, "mesh_latent_count", B, dev)
+        p_lat = torch.cat([n_lat.new_zeros(1), n_lat.cumsum(0)])
+        p_in = _starts(inp.batch, inp.pos.shape[0], B, dev)
+        weight = data.mesh_latent_weight.to(device=dev, dtype=inp.pos.dtype)
+        shared = same_digest(data, "mesh_latent_id", B)
+        if self.latent == "input":
+            if weight.shape[0] != inp.pos.shape[0]:
+                raise ValueError("data.mesh_latent_weight does not match the samples' points")
+            lat = LatentMesh(inp.pos, weight, inp.batch, None, B, shared)
+        else:
+            local = data.mesh_latent.to(dev)
+            if checking() and int(n_lat.sum()) != local.shape[0]:
+                raise ValueError("data.mesh_latent does not match data.mesh_latent_count")
+            idx = local + _offsets(n_lat, p_in, local.shape[0])
+            batch = None if inp.batch is None else inp.batch[idx]
+            lat = LatentMesh(inp.pos[idx], weight, batch, idx, B, shared)
+        p_q = _starts(inp.query_batch, inp.query_pos.shape[0], B, dev)
+        e_in = _stored_graph(data, "enc", B, dev, p_in, p_lat)
+        e_out = _stored_graph(data, "dec", B, dev, p_lat, p_q)
+        return lat, e_in, e_out
 
 
-class PiTStructures:
-    """PyG-style transform: the structures of a :class:`PiT` that depend only on a
-    sample's mesh, computed once (e.g. ``dataset.transform`` or applied when the
-    samples are loaded and kept with them), so that training on a fixed dataset does
-    no neighbour search, farthest-point sampling or Voronoi aggregation at all.
+def _counts(data, name: str, B: int, dev) -> Tensor:
+    """A stored per-sample count, one entry per sample."""
+    c = getattr(data, name).view(-1).to(dev)
+    if c.shape[0] != B:
+        raise ValueError(f"data.{name} has {c.shape[0]} entries for {B} samples")
+    return c
 
-    Adds to one sample (a :class:`~meshops.MeshData`, not a batch): the latent mesh
-    (``pit_latent``: indices into the sample's points, absent for ``latent="input"``;
-    ``pit_latent_weight``; ``pit_latent_count``; ``pit_latent_id``, a digest of the
-    latent points and weights, by which a batch knows without reading its tensors
-    whether its samples share one latent mesh), the encoder graph (``pit_enc``, rows
-    ``(latent point, input point)``; ``pit_enc_count``), the decoder graph (``pit_dec``,
-    rows ``(query point, latent point)`` for ``query_pos`` when the sample has it, else
-    for its points; ``pit_dec_count``), all local to the sample, and ``pit_key`` (the
-    model settings and dtype they were built for). These batch with PyG's loaders
-    (concatenated; the model adds each sample's offsets). :class:`PiT` uses them when
-    their ``pit_key`` matches its settings, its dtype and whether the batch has
-    ``query_pos``, and builds them otherwise (with a warning when a key is present but
-    does not match). Apply it after anything that moves the points. The structures are those
-    the model would build for the batch, up to the tie-breaking of equal distances in
-    the neighbour searches.
 
-    Args:
-        model (PiT): the model; its settings and parameter dtype are read now.
-
-    Shapes:
-        - **input:** one sample with ``pos [N, d]``, ``weight [N]``, optional
-          ``query_pos [M, d]``
-        - **output:** the same object with ``pit_latent [Nv]``, ``pit_latent_weight
-          [Nv]``, ``pit_enc [E_in, 2]``, ``pit_dec [E_out, 2]``, counts ``[1]``
-    """
-
-    def __init__(self, model: "PiT") -> None:
-        if not isinstance(model, PiT):
-            raise TypeError(f"PiTStructures needs a PiT model, got {type(model).__name__}")
-        self.model = model
-        self.dtype = model.lift.weight.dtype
-
-    @torch.no_grad()
-    def __call__(self, data):
-        if getattr(data, "batch", None) is not None:
-            raise ValueError("PiTStructures takes one sample (data.batch is set): apply it "
-                             "to the samples before batching")
-        m = self.model
-        inp = read_inputs(data, m.in_channels, m.pos_dim, self.dtype, data.pos.device)
-        lat = m.latent_mesh(inp)
-        e_in = m._graph(inp.pos, inp.weight, None, lat.pos, None, m.quantile_in)
-        e_out = m._graph(lat.pos, lat.weight, None, inp.query_pos, None, m.quantile_out)
-        if lat.index is not None:
-            data.pit_latent = lat.index
-        data.pit_latent_weight = lat.weight
-        data.pit_latent_count = torch.tensor([lat.pos.shape[0]])
-        data.pit_latent_id = mesh_digest(lat.pos, lat.weight)
-        setattr(data, MESH_ID, sample_mesh_digest(data))
-        # Stored as rows (destination, source), the layout of structures built before
-        # the layers took PyG's orientation: their pit_key is unchanged, so they stay valid.
-        data.pit_enc = e_in.flip(0).t().contiguous()
-        data.pit_enc_count = torch.tensor([e_in.shape[1]])
-        data.pit_dec = e_out.flip(0).t().contiguous()
-        data.pit_dec_count = torch.tensor([e_out.shape[1]])
-        data.pit_key = _structure_key(m, self.dtype, inp.has_query)
-        return data
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({_structure_key(self.model, self.dtype, False)})"
+def _starts(batch: Optional[Tensor], n: int, B: int, dev) -> Tensor:
+    """``ptr [B + 1]`` of a sorted batch vector, without reading it back."""
+    if batch is None:
+        return torch.tensor([0, n], device=dev)
+    return torch.searchsorted(batch, torch.arange(B + 1, device=dev, dtype=batch.dtype))
 
 
 def _offsets(counts: Tensor, ptr: Tensor, total: int) -> Tensor:
@@ -473,64 +452,13 @@ def _offsets(counts: Tensor, ptr: Tensor, total: int) -> Tensor:
     return torch.repeat_interleave(ptr[:-1], counts, output_size=total)
 
 
-def _shared_latent(data, num_graphs: int) -> Optional[bool]:
-    """Whether the samples' latent meshes are one mesh, from their ``pit_latent_id``
-    (None where structures built before it lack it: the tensors are compared then)."""
-    return same_digest(data, "pit_latent_id", num_graphs)
-
-
-def _precomputed(model: "PiT", data, inp, check: bool = True) -> Optional[tuple]:
-    """The latent mesh and the encoder/decoder graphs of the batch from the
-    :class:`PiTStructures` attributes, or None when they are absent or were built for
-    other settings. ``check=False`` skips the checks that read tensor values (the
-    structures' counts against their lengths): nothing here synchronises then."""
-    key = getattr(data, "pit_key", None)
-    if key is None:
-        return None
-    keys = key if isinstance(key, (list, tuple)) else [key]
-    want = _structure_key(model, inp.pos.dtype, inp.has_query)
-    if len(keys) != inp.num_graphs or any(k != want for k in keys):
-        warnings.warn(f"the samples' PiT structures were built for other settings "
-                      f"({keys[0]}); building them for this model ({want})", stacklevel=3)
-        return None
-    dev = inp.pos.device
-    B = inp.num_graphs
-
-    def ptr(batch, n):
-        if batch is None:
-            return torch.tensor([0, n], device=dev)
-        # the start of each sample in the sorted batch vector, without reading it back
-        return torch.searchsorted(batch, torch.arange(B + 1, device=dev, dtype=batch.dtype))
-
-    def counts(name):
-        c = getattr(data, name).view(-1).to(dev)
-        if c.shape[0] != B:
-            raise ValueError(f"data.{name} has {c.shape[0]} entries for {B} samples")
-        return c
-
-    p_in, p_q = ptr(inp.batch, inp.pos.shape[0]), ptr(inp.query_batch, inp.query_pos.shape[0])
-    n_lat = counts("pit_latent_count")
-    p_lat = torch.cat([n_lat.new_zeros(1), n_lat.cumsum(0)])
-    weight = data.pit_latent_weight.to(device=dev, dtype=inp.pos.dtype)
-    if model.latent == "input":
-        if weight.shape[0] != inp.pos.shape[0]:
-            raise ValueError("data.pit_latent_weight does not match the samples' points")
-        lat = _Latent(inp.pos, weight, inp.batch, None, B, _shared_latent(data, B))
-    else:
-        local = data.pit_latent.to(dev)
-        if check and int(n_lat.sum()) != local.shape[0]:
-            raise ValueError("data.pit_latent does not match data.pit_latent_count")
-        idx = local + _offsets(n_lat, p_in, local.shape[0])
-        batch = None if inp.batch is None else inp.batch[idx]
-        lat = _Latent(inp.pos[idx], weight, batch, idx, B, _shared_latent(data, B))
-    enc, dec = data.pit_enc.to(dev), data.pit_dec.to(dev)
-    n_enc, n_dec = counts("pit_enc_count"), counts("pit_dec_count")
-    if check and (int(n_dec.sum()) != dec.shape[0] or int(n_enc.sum()) != enc.shape[0]):
-        raise ValueError("data.pit_enc/pit_dec do not match their counts")
-    # the layers' edge_index: PyG's orientation, row 0 source, row 1 destination
-    E_in, E_out = enc.shape[0], dec.shape[0]
-    e_in = torch.stack([enc[:, 1] + _offsets(n_enc, p_in, E_in),
-                        enc[:, 0] + _offsets(n_enc, p_lat, E_in)])
-    e_out = torch.stack([dec[:, 1] + _offsets(n_dec, p_lat, E_out),
-                         dec[:, 0] + _offsets(n_dec, p_q, E_out)])
-    return lat, e_in, e_out
+def _stored_graph(data, name: str, B: int, dev, p_src: Tensor, p_dst: Tensor) -> Tensor:
+    """A stored graph of the batch, ``[2, E]`` (row 0 source, row 1 destination), each
+    sample's source and destination offsets added."""
+    edges = getattr(data, f"mesh_{name}").to(dev)
+    counts = _counts(data, f"mesh_{name}_count", B, dev)
+    E = edges.shape[0]
+    if checking() and int(counts.sum()) != E:
+        raise ValueError(f"data.mesh_{name} does not match data.mesh_{name}_count")
+    return torch.stack([edges[:, 0] + _offsets(counts, p_src, E),
+                        edges[:, 1] + _offsets(counts, p_dst, E)])

@@ -1,7 +1,7 @@
 """Mesh-only structures of a model computed once per sample (the PyG transform way).
 
-A model whose forward derives something from the mesh alone (a partition, a neighbour
-graph, interpolation weights) implements
+A model whose forward derives something from the mesh alone (a latent mesh, a
+partition, a neighbour graph, interpolation weights) implements
 
 * ``structure_key(dtype, query) -> str``: what the structures depend on besides the
   sample (the model's settings, the dtype, whether the sample has ``query_pos``);
@@ -10,10 +10,14 @@ graph, interpolation weights) implements
 
 and its ``mesh_transform()`` returns :class:`MeshStructures` for itself. The transform
 stores the structures on the sample as ``mesh_<name>`` attributes plus ``mesh_key``;
-PyG's loaders concatenate them, and the model reads them back with
-:func:`has_structures` (adding each sample's offsets itself), or builds them when a
-batch lacks them. (:class:`~meshops.models.pit.PiTStructures` is the same pattern with
-its own ``pit_`` attributes.)
+PyG's loaders concatenate them, and the model reads them back when
+:func:`has_structures` says they were built for it (adding each sample's offsets
+itself), or builds them when a batch lacks them. Every model with structures
+(:class:`~meshops.models.PiT`, :class:`~meshops.models.PatchedTransformer`,
+:class:`~meshops.models.GalerkinTransformer`) uses this one mechanism. Edges are
+stored as ``[E, 2]`` rows ``(source, destination)``: PyG's orientation, one edge per row,
+so that PyG's loaders concatenate them (they concatenate other attributes along the
+first dimension).
 """
 
 from __future__ import annotations
@@ -24,11 +28,12 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from meshops.models.inputs import MESH_ID, read_inputs, sample_mesh_digest
-from meshops.search.graph import interpolation_k, knn_interpolation_weights
+from meshops.models.digest import MESH_ID, sample_mesh_digest
+from meshops.models.inputs import read_inputs
+from meshops.search import graph  # called through it: tests replace the search there
 
-__all__ = ["MeshDigest", "MeshStructures", "has_structures", "interpolation_structures", "sample_offsets",
-           "stored_interpolation"]
+__all__ = ["MeshDigest", "MeshStructures", "has_structures", "interpolation_structures",
+           "read_stored", "sample_offsets", "stored_interpolation"]
 
 #: Key of the attribute that records what the stored structures were built for.
 KEY = "mesh_key"
@@ -80,18 +85,18 @@ class MeshStructures:
         return f"{type(self).__name__}({self.model.structure_key(self.dtype, False)})"
 
 
-def has_structures(model, data, inp) -> bool:
-    """Whether ``data`` carries :class:`MeshStructures` built for ``model``, its dtype and
-    whether the batch has ``query_pos`` (``inp``, from :func:`read_inputs`). A key for
-    other settings gives a warning and ``False``: the model then builds its own."""
-    key = getattr(data, KEY, None)
-    if key is None:
+def has_structures(data, key: str, num_graphs: int, what: str = "mesh") -> bool:
+    """Whether ``data`` carries :class:`MeshStructures` built with ``key`` (the model's
+    ``structure_key`` for its dtype and whether the batch has ``query_pos``) for each of
+    its ``num_graphs`` samples. A key for other settings gives a warning (naming
+    ``what``, the model) and ``False``: the model then builds its own."""
+    stored = getattr(data, KEY, None)
+    if stored is None:
         return False
-    keys = key if isinstance(key, (list, tuple)) else [key]
-    want = model.structure_key(inp.pos.dtype, inp.has_query)
-    if len(keys) != inp.num_graphs or any(k != want for k in keys):
-        warnings.warn(f"the samples' mesh structures were built for other settings "
-                      f"({keys[0]}); building them for this model ({want})", stacklevel=3)
+    keys = stored if isinstance(stored, (list, tuple)) else [stored]
+    if len(keys) != num_graphs or any(k != key for k in keys):
+        warnings.warn(f"the samples' {what} structures were built for other settings "
+                      f"({keys[0]}); building them for this model ({key})", stacklevel=3)
         return False
     return True
 
@@ -111,7 +116,7 @@ def interpolation_structures(inp, k: int) -> dict[str, Tensor]:
     :func:`~meshops.search.knn_interpolation_weights`; nothing without ``query_pos``."""
     if not inp.has_query:
         return {}
-    src, w = knn_interpolation_weights(inp.pos, inp.query_pos, None, None, k)
+    src, w = graph.knn_interpolation_weights(inp.pos, inp.query_pos, None, None, k)
     return {"interp": src.reshape(-1), "interp_weight": w.reshape(-1)}
 
 
@@ -121,7 +126,7 @@ def stored_interpolation(data, inp, k: int) -> Optional[tuple[Tensor, Tensor]]:
     (the batch then takes fewer neighbours than that sample's structures hold)."""
     dev = inp.pos.device
     m = inp.query_pos.shape[0]
-    k = interpolation_k(k, inp.pos.shape[0], inp.batch, inp.query_batch)
+    k = graph.interpolation_k(k, inp.pos.shape[0], inp.batch, inp.query_batch)
     src = data.mesh_interp.to(dev)
     w = data.mesh_interp_weight.to(device=dev, dtype=inp.pos.dtype)
     if src.shape[0] != w.shape[0]:
@@ -138,9 +143,20 @@ def stored_interpolation(data, inp, k: int) -> Optional[tuple[Tensor, Tensor]]:
     return src, w.view(m, k)
 
 
+def read_stored(data, inp, key: str, what: str, interp_k: int
+                ) -> tuple[bool, Optional[tuple[Tensor, Tensor]]]:
+    """The stored structures of a batch in one step: whether it carries those built
+    with ``key`` (:func:`has_structures`, ``what`` naming the model), and their query
+    interpolation (:func:`stored_interpolation`; None without query points or without
+    stored structures)."""
+    if not has_structures(data, key, inp.num_graphs, what):
+        return False, None
+    return True, (stored_interpolation(data, inp, interp_k) if inp.has_query else None)
+
+
 class MeshDigest:
     """PyG-style transform for models with no mesh structures of their own
-    (:class:`~meshops.models.TransformerNO`): stores :data:`~meshops.models.inputs.MESH_ID`,
+    (:class:`~meshops.models.TransformerNO`): stores :data:`~meshops.models.digest.MESH_ID`,
     the digest of the sample's mesh, so that a compiled forward on a batch of samples of
     one mesh knows their sizes without reading them back from the device."""
 

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
                                  register_model)
 from meshops.models.conditioning import ParamConditioning, read_params
-from meshops.models.inputs import layer_inputs, read_inputs
+from meshops.models.inputs import MeshInputs, read_inputs
 from meshops.nn.block import TransformerBlock
 from meshops.nn.continuum import ContinuumAttention
 from meshops.nn.fourier_features import FourierFeatures
@@ -171,41 +171,29 @@ class TransformerNO(NeuralOperator):
         if self.conditioning is not None:
             self.conditioning.reset_parameters()
 
-    def encode(self, data, check_values: Optional[bool] = None) -> tuple[Tensor, Any]:
-        """Lifting + processor: features ``[N, width]`` on the input mesh, and the inputs.
+    def encode(self, data) -> tuple[Tensor, MeshInputs]:
+        """Lifting + processor: features ``[N, width]`` on the input mesh, and the inputs
+        (:func:`~meshops.models.inputs.read_inputs`)."""
+        return self._encode(data)[:2]
 
-        ``check_values`` (default: unless compiling) checks the values of the inputs
-        (:func:`~meshops.models.inputs.read_inputs`).
-        """
-        return self._encode(data, check_values)[:2]
-
-    def _encode(self, data, check_values: Optional[bool] = None) -> tuple:
+    def _encode(self, data) -> tuple[Tensor, MeshInputs, Optional[Tensor]]:
         """:meth:`encode` and the parameters' FiLM (None without conditioning)."""
-        if check_values is None:
-            check_values = not torch.compiler.is_compiling()
         dtype = self.lift.weight.dtype
-        inp = read_inputs(data, self.in_channels, self.pos_dim, dtype, self.lift.weight.device,
-                          check_values=check_values)
+        inp = read_inputs(data, self.in_channels, self.pos_dim, dtype, self.lift.weight.device)
         h = self.lift(torch.cat([inp.x, self.pos_enc(inp.pos)], dim=-1))
         film = None
         if self.conditioning is not None:
             film = self.conditioning.embed(read_params(data, self.param_channels, inp.num_graphs,
-                                                       dtype, h.device, check_values))
+                                                       dtype, h.device))
             h = self.conditioning(h, film, inp.batch, 0)
-        args = layer_inputs(None, inp.weight, inp.batch, inp.pos.shape[0], inp.num_graphs,
-                            not check_values, max_points=inp.max_points)
         for site, blk in enumerate(self.blocks, 1):
-            h = self.run_block(blk, h, *args)
+            h = self.run_block(blk, h, inp.points)
             if film is not None:
                 h = self.conditioning(h, film, inp.batch, site)
         return h, inp, film
 
     def forward(self, data) -> Tensor:
-        # Compiled, the forward trusts the values of its inputs: checks that read them are
-        # host synchronisations (graph breaks); eager calls check. Decided here, in the
-        # traced frame: a graph break in a layer can leave encode() to run eagerly.
-        trusted = torch.compiler.is_compiling()
-        h, inp, film = self._encode(data, check_values=not trusted)
+        h, inp, film = self._encode(data)
         last = len(self.blocks) + 1
         if self.decoder == "pointwise":
             if inp.has_query and not (inp.query_pos.shape == inp.pos.shape
@@ -216,8 +204,5 @@ class TransformerNO(NeuralOperator):
         q = self.query_embed(self.pos_enc(inp.query_pos))
         if film is not None:
             q = self.conditioning(q, film, inp.query_batch, last)
-        batch = None if inp.batch is None else (inp.batch, inp.query_batch)
-        args = layer_inputs(None, inp.weight, batch, (h.shape[0], q.shape[0]), inp.num_graphs,
-                            trusted, max_points=(inp.max_points, inp.max_query))
-        z = self.cross((h, q), *args)
+        z = self.cross((h, q), (inp.points, inp.queries))
         return self.head(self.norm_out(z))

@@ -9,22 +9,21 @@ of its implementation are :func:`meshops.nn.functional.weighted_attention`.
 """
 
 from meshops.nn import functional
-from meshops.nn.base import (AttentionBase, GlobalAttentionBase, LocalAttentionBase, Points,
-                             batch_points)
+from meshops.nn.base import AttentionBase, GlobalAttentionBase, LocalAttentionBase
 from meshops.nn.block import TransformerBlock
 from meshops.nn.continuum import ContinuumAttention
 from meshops.nn.fourier_features import FourierFeatures
 from meshops.nn.galerkin import FourierAttention, GalerkinAttention
 from meshops.nn.interpolate import knn_interpolate
-# knn_graph: the old name of local_graph, kept only to raise an error that names both
-# replacements (it had PyG's name but not its signature or orientation).
-from meshops.nn.local import (LocalAttention, LocalPositionAttention, knn_graph,  # noqa: F401
-                              local_graph, quantile_k)
+from meshops.nn.local import LocalAttention, LocalPositionAttention
 from meshops.nn.functional import weighted_attention
 from meshops.nn.mlp import MLP
 from meshops.nn.patch import (PatchAttention, PatchTokenAttention, WindowAttention,
                               patch_attention)
+from meshops.nn.points import Points, batch_points
 from meshops.nn.position import PositionAttention, position_kernel
+# the neighbourhoods of the local layers (built by the search)
+from meshops.search.neighbourhoods import local_graph, quantile_k
 
 __all__ = [
     "AttentionBase", "ContinuumAttention", "FourierAttention", "FourierFeatures",

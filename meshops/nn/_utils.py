@@ -37,68 +37,11 @@ def check_channels(channels: int, heads: int, name: str = "channels") -> None:
         raise ValueError(f"{name}={channels} is not divisible by heads={heads}")
 
 
-def checking() -> bool:
-    """Whether value checks run: always in eager mode, never while ``torch.compile``
-    traces.  A check that reads a tensor value is a host synchronisation and a graph
-    break; compiled forwards trust the values of their inputs (eager calls check them)."""
-    return not torch.compiler.is_compiling()
-
-
-def check_weight(weight: Tensor, num_points: int, name: str = "weight") -> Tensor:
-    """Validate quadrature weights: shape ``[N]``, finite and non-negative (the values
-    only in eager mode, see :func:`checking`).
-
-    Raises:
-        ValueError: naming the problem and the first offending index.
-    """
-    if not isinstance(weight, Tensor):
-        raise ValueError(f"{name} must be a tensor of quadrature weights, got {type(weight)}")
-    if weight.dim() != 1 or weight.shape[0] != num_points:
-        raise ValueError(f"{name} has shape {tuple(weight.shape)} but the source has "
-                         f"{num_points} points (expected [{num_points}])")
-    if checking():
-        _check_values(weight, name)
-    return weight
-
-
-def _check_values(weight: Tensor, name: str) -> None:
-    # One fused reduction on the hot path; the index is only looked up on failure.
-    if not bool(torch.isfinite(weight).all() & (weight >= 0).all()):
-        bad = ~(torch.isfinite(weight) & (weight >= 0))
-        i = int(bad.flatten().nonzero()[0])
-        raise ValueError(f"{name} must be finite and non-negative; entry {i} is "
-                         f"{weight.flatten()[i].item()}")
-
-
-def check_length(t: Tensor | None, n: int, name: str) -> None:
-    """``t`` (if given) must have ``n`` rows."""
-    if t is not None and t.shape[0] != n:
-        raise ValueError(f"{name} has {t.shape[0]} rows, expected {n}")
-
-
-def num_graphs(*batches: Tensor | None) -> int:
-    """Number of samples implied by (possibly several) batch vectors."""
-    sizes = [int(b.max()) + 1 for b in batches if b is not None and b.numel()]
-    return max(sizes, default=1)
-
-
 def safe_log(weight: Tensor) -> Tensor:
     """``log w`` with ``-inf`` at ``w = 0`` and a zero (not NaN) gradient there."""
     positive = weight > 0
     logw = torch.log(torch.where(positive, weight, torch.ones_like(weight)))
     return logw.masked_fill(~positive, float("-inf"))
-
-
-def check_batch(batch: Tensor | None, name: str) -> None:
-    """A PyG batch vector must be 1-D and sorted (samples contiguous; the order is
-    checked in eager mode only, see :func:`checking`)."""
-    if batch is None:
-        return
-    if batch.dim() != 1:
-        raise ValueError(f"{name} must be a 1-D vector of sample indices, got shape "
-                         f"{tuple(batch.shape)}")
-    if checking() and batch.numel() > 1 and bool((batch[1:] < batch[:-1]).any()):
-        raise ValueError(f"{name} must be sorted (PyG batch vector)")
 
 
 def split_heads(x: Tensor, heads: int) -> Tensor:

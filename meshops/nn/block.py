@@ -10,7 +10,7 @@ from torch import Tensor
 
 from meshops.nn._utils import as_pair
 
-__all__ = ["TransformerBlock"]
+__all__ = ["TransformerBlock", "pit_block"]
 
 _ACTIVATIONS = {
     "gelu": torch.nn.GELU,
@@ -211,3 +211,28 @@ class TransformerBlock(torch.nn.Module):
         order = "" if self.pre_norm else ", pre_norm=False"
         return (f"{self.__class__.__name__}({self.attention!r}, channels={self.channels}, "
                 f"hidden_channels={self.hidden_channels}{kind}{order})")
+
+
+def pit_block(u: Tensor, attention: torch.nn.Module, mlp: torch.nn.Module,
+              linear: torch.nn.Module, *args: Any, shape: Optional[tuple] = None,
+              **kwargs: Any) -> Tensor:
+    r"""PiT's processor block (PiT §2.3) around any meshops attention layer:
+
+    .. math::
+        h = \sigma(\mathrm{Attn}(U)), \qquad U \leftarrow \sigma(\mathrm{MLP}(h) + W U),
+
+    with :math:`\sigma` the GELU and :math:`W` ``linear``.  ``args`` and ``kwargs`` go to
+    the attention layer (``pos``, ``weight``, ``batch`` or a
+    :class:`~meshops.nn.points.Points`; a precomputed ``kernel``).  With ``shape=(B, n)``
+    the flat features are ``B`` samples of ``n`` points on one mesh, and the layer's
+    dense form runs on them (one kernel for the whole batch).
+
+    Shapes:
+        ``u [N, C]`` -> ``[N, C]`` (``N = B n`` with ``shape``)
+    """
+    if shape is None:
+        h = attention(u, *args, **kwargs)
+    else:
+        h = attention.dense(u.view(*shape, -1), *args, **kwargs).reshape(u.shape[0], -1)
+    h = torch.nn.functional.gelu(h)
+    return torch.nn.functional.gelu(mlp(h) + linear(u))

@@ -12,14 +12,12 @@ from typing import Optional
 
 import torch
 
+from meshops._checks import checking
+from meshops.nn._utils import merge_heads, safe_log, split_heads
 from meshops.nn.base import Channels, GlobalAttentionBase, reset_linear
 from meshops.nn.functional import IMPLS, weighted_attention
-from meshops.nn._utils import checking, merge_heads, safe_log, split_heads
 
 __all__ = ["ContinuumAttention"]
-
-# Old private names, kept for code that imported them.
-_QuadratureAttention = GlobalAttentionBase
 
 
 class ContinuumAttention(GlobalAttentionBase):
@@ -121,19 +119,20 @@ class ContinuumAttention(GlobalAttentionBase):
     def reset_parameters(self) -> None:
         reset_linear(self.lin_q, self.lin_k, self.lin_v, self.lin_out)
 
-    def _attend(self, x_src, x_dst, pos_src, pos_dst, weight, m_src, m_dst, checked):
+    def _attend(self, x_src, x_dst, pos_src, pos_dst, weight, m_src, m_dst):
         H = self.heads
+        weight = weight.to(x_src.dtype)
         q = split_heads(self.lin_q(x_dst), H)
         k = split_heads(self.lin_k(x_src), H)
         v = split_heads(self.lin_v(x_src), H)
 
         # A sample whose source carries no weight has a 0/0 softmax.  Reject it if it
-        # has destination points (checked inputs in eager mode only: the test reads
-        # the values); otherwise (an all-padding slot) give it dummy weights so no NaN
+        # has destination points (when checking(): the test reads the values);
+        # otherwise (an all-padding slot) give it dummy weights so no NaN
         # is formed anywhere (NaN in a discarded row would still poison the backward pass
         # through the attention matrix).
         has_src = (weight > 0).any(-1)
-        if checked and checking() and not bool(has_src.all()):
+        if checking() and not bool(has_src.all()):
             has_dst = (torch.full_like(has_src, q.shape[-2] > 0) if m_dst is None
                        else m_dst.any(-1))
             bad = (has_dst & ~has_src).nonzero()

@@ -134,12 +134,13 @@ class _SimpleAttention(GlobalAttentionBase):
             t = self.norms[name](t)
         return self._with_pos(t, pos, pos_name)
 
-    def _attend(self, x_src, x_dst, pos_src, pos_dst, weight, m_src, m_dst, checked):
+    def _attend(self, x_src, x_dst, pos_src, pos_dst, weight, m_src, m_dst):
         # Without autograd, two passes over row blocks, so that the [B, H, rows, D']
         # intermediates of a block stay in cache on large meshes (faster on CPU: python
         # -m benchmarks --only layers); the result is the same sum in a different
         # order. With autograd one block: the backward pass gained nothing from blocks,
         # nor did meshes that fit in cache anyway.
+        weight = weight.to(x_src.dtype)
         grad = torch.is_grad_enabled() and (
             x_src.requires_grad or x_dst.requires_grad or weight.requires_grad
             or any(p.requires_grad for p in self.parameters()))

@@ -20,131 +20,22 @@ neighbours whose values are aggregated), ``edge_index[1]`` the destination point
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Union
 
 import torch
 from torch import Tensor
 from torch_geometric.utils import scatter, softmax
 
+from meshops._checks import checking
 from meshops.nn._edge_sum import edge_sum
-from meshops.nn._utils import checking, num_graphs, safe_log
+from meshops.nn._utils import safe_log
 from meshops.nn.base import Channels, LocalAttentionBase, reset_linear
 from meshops.nn.position import PositionParameters, head_values, project_heads
+# the graph building is the search's (meshops.search.neighbourhoods); its names are
+# part of this module's public face, as before
+from meshops.search.neighbourhoods import check_flow, local_graph, quantile_k
 
 __all__ = ["LocalPositionAttention", "LocalAttention", "local_graph", "quantile_k"]
-
-_FLOWS = ("source_to_target", "target_to_source")
-
-
-
-# --------------------------------------------------------------------------- graph
-def quantile_k(quantile: float, num_src: Union[int, Tensor]) -> Union[int, Tensor]:
-    r"""Neighbours selected by PiT's distance quantile: ``floor(q (N - 1)) + 1``.
-
-    PiT (reference code) keeps the entries ``D_ij <= r_i^2`` of each row, with
-    ``r_i^2 = torch.quantile(D_i, q)`` (linear interpolation: rank ``q (N - 1)``
-    between the sorted values).  Without distance ties that is exactly the
-    ``floor(q (N - 1)) + 1`` nearest points.  The rank is nudged up by a relative
-    1e-12 so that a decimal ``q`` gives the exact count (``0.29 * 100`` is
-    ``28.999999999999996`` in float64; 0.29 of 101 points is 30 points), as
-    PiT's float32 reference gets it (the float32 rank rounds to 29.0); float64
-    ``torch.quantile`` is data-dependent in that corner case (its interpolation
-    weight ``1 - 4e-15`` may or may not round to the upper value).
-    """
-    if isinstance(num_src, Tensor):
-        rank = quantile * (num_src.to(torch.float64) - 1)
-        return torch.floor(rank * (1 + 1e-12)).long() + 1
-    return math.floor(quantile * (num_src - 1) * (1 + 1e-12)) + 1
-
-
-def local_graph(pos_src: Tensor, pos_dst: Tensor, k: Optional[int] = None,
-                quantile: Optional[float] = None, batch_src: Optional[Tensor] = None,
-                batch_dst: Optional[Tensor] = None, radius: Optional[float] = None,
-                flow: str = "source_to_target") -> Tensor:
-    """The neighbourhoods of the local layers: edges from the k nearest source points
-    of each destination point, or from all source points within ``radius``.
-
-    ``k`` is fixed, or per sample from ``quantile`` (:func:`quantile_k` of the
-    sample's number of source points; samples with equal k share one search).
-    A fixed ``k`` or ``quantile`` counts points, so the neighbourhood shrinks as the
-    mesh is refined and follows the local point density; ``radius`` is a ball of
-    fixed size, the only one of the three whose layer converges to one integral
-    operator on every mesh (graded ones included).
-    Self graphs (``pos_src is pos_dst``) contain the self loops (distance 0).
-    Unlike :func:`meshops.knn_graph` (PyG's ``knn_graph``: one point set, no self
-    loops by default) this joins two point sets and takes PiT's ``quantile``.
-
-    Returns:
-        LongTensor ``[2, E]`` in PyG's orientation: with ``flow="source_to_target"``
-        row 0 source index, row 1 destination index (the ``edge_index`` that
-        :class:`LocalPositionAttention` and :class:`LocalAttention` take);
-        ``"target_to_source"`` swaps the rows.
-
-    Raises:
-        ValueError (:class:`meshops.errors.MeshError`): k larger than a sample's
-            number of source points, a sample with destination points but no
-            source points, or an unknown ``flow``.
-    """
-    _check_flow(flow)
-    edge = _dst_src_graph(pos_src, pos_dst, k, quantile, batch_src, batch_dst, radius)
-    return edge.flip(0) if flow == "source_to_target" else edge
-
-
-def knn_graph(*args, **kwargs):
-    """Removed: renamed :func:`local_graph` (PyG's orientation); raises ``TypeError``.
-
-    This function had PyG's name but neither its signature nor its orientation
-    (destination in row 0); it fails loudly rather than give a graph that a layer
-    would silently read the other way round.
-    """
-    raise TypeError("meshops.nn.knn_graph(pos_src, pos_dst, k, quantile, ...) was renamed "
-                    "meshops.nn.local_graph, which returns PyG's orientation (row 0 source, "
-                    "row 1 destination; the old function put the destination in row 0); "
-                    "for PyG's knn_graph(x, k, batch, loop, flow) use meshops.knn_graph")
-
-
-def _check_flow(flow: str) -> None:
-    if flow not in _FLOWS:
-        raise ValueError(f"flow must be 'source_to_target' or 'target_to_source', got {flow!r}")
-
-
-def _dst_src_graph(pos_src: Tensor, pos_dst: Tensor, k: Optional[int],
-                   quantile: Optional[float], batch_src: Optional[Tensor],
-                   batch_dst: Optional[Tensor], radius: Optional[float]) -> Tensor:
-    """:func:`local_graph` in the search's layout: row 0 destination, row 1 source."""
-    from meshops.search import knn, radius as radius_graph
-
-    if sum(v is not None for v in (k, quantile, radius)) != 1:
-        raise ValueError("give exactly one of k, quantile and radius")
-    if radius is not None:
-        # No cap on the neighbour count: a truncated ball is no longer a quadrature.
-        counts = (torch.bincount(batch_src) if batch_src is not None
-                  else torch.tensor([pos_src.shape[0]]))
-        return radius_graph(pos_src, pos_dst, radius, batch_src, batch_dst,
-                            max_num_neighbors=max(int(counts.max()), 1))
-    if k is not None:
-        return knn(pos_src, pos_dst, k, batch_src, batch_dst)
-    if batch_src is None:
-        return knn(pos_src, pos_dst, quantile_k(quantile, pos_src.shape[0]), None, None)
-    size = num_graphs(batch_src, batch_dst)
-    counts = torch.bincount(batch_src, minlength=size)
-    ks = quantile_k(quantile, counts)
-    values = torch.unique(ks)
-    if values.numel() == 1:
-        return knn(pos_src, pos_dst, max(int(values[0]), 1), batch_src, batch_dst)
-    edges: List[Tensor] = []
-    for kk in values.tolist():
-        samples = (ks == kk).nonzero().view(-1)
-        src_idx = torch.isin(batch_src, samples).nonzero().view(-1)
-        dst_idx = torch.isin(batch_dst, samples).nonzero().view(-1)
-        if dst_idx.numel() == 0:
-            continue
-        # consecutive sample ids inside the group
-        e = knn(pos_src[src_idx], pos_dst[dst_idx], max(kk, 1),
-                torch.searchsorted(samples, batch_src[src_idx]),
-                torch.searchsorted(samples, batch_dst[dst_idx]))
-        edges.append(torch.stack([dst_idx[e[0]], src_idx[e[1]]]))
-    return torch.cat(edges, 1) if edges else pos_src.new_empty(2, 0, dtype=torch.long)
 
 
 # ------------------------------------------------------------------------ helpers
@@ -160,35 +51,11 @@ def _check_k(k: Optional[int], quantile: Optional[float], radius: Optional[float
         raise ValueError(f"quantile must be in (0, 1], got {quantile!r}")
 
 
-def _src_dst(edge_index: Tensor, flow: str, n_src: int, n_dst: int, checked: bool = True
-             ) -> Tuple[Tensor, Tensor]:
-    """``(source, destination)`` rows of an ``edge_index`` given with ``flow``; with
-    ``checked`` the indices are range-checked in eager mode (a host synchronisation)."""
-    rows = ("source", "destination") if flow == "source_to_target" else ("destination", "source")
-    if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 \
-            or edge_index.shape[0] != 2 or edge_index.dtype != torch.long:
-        got = (f"{tuple(edge_index.shape)} {edge_index.dtype}" if isinstance(edge_index, Tensor)
-               else type(edge_index).__name__)
-        raise ValueError(f"edge_index must be a LongTensor [2, E] (row 0 {rows[0]}, row 1 "
-                         f"{rows[1]}; flow={flow!r}), got {got}")
-    sizes = {"source": n_src, "destination": n_dst}
-    if checked and checking() and edge_index.numel():
-        for row, name in enumerate(rows):
-            n = sizes[name]
-            if int(edge_index[row].min()) < 0 or int(edge_index[row].max()) >= n:
-                raise ValueError(f"edge_index[{row}] ({name}, flow={flow!r}) out of range "
-                                 f"[0, {n})")
-    if flow == "source_to_target":
-        return edge_index[0], edge_index[1]
-    return edge_index[1], edge_index[0]
-
-
-def _softmax(logits: Tensor, src: Tensor, dst: Tensor, weight: Tensor, n_dst: int,
-             checked: bool = True) -> Tensor:
-    """Sparse softmax over the edges of each destination, ``log w`` included.  With
-    ``checked`` (in eager mode), a destination whose neighbours all have zero weight
-    is an error."""
-    if checked and checking() and not bool((weight > 0).all()):
+def _softmax(logits: Tensor, src: Tensor, dst: Tensor, weight: Tensor, n_dst: int) -> Tensor:
+    """Sparse softmax over the edges of each destination, ``log w`` included.  A
+    destination whose neighbours all have zero weight is an error (checked when
+    :func:`meshops._checks.checking`)."""
+    if checking() and not bool((weight > 0).all()):
         mass = scatter(weight[src], dst, dim=0, dim_size=n_dst, reduce="sum")
         has_edge = torch.zeros(n_dst, dtype=torch.bool, device=dst.device)
         has_edge[dst] = True
@@ -276,7 +143,7 @@ class LocalPositionAttention(PositionParameters, LocalAttentionBase):
                  bias: bool = True, radius: Optional[float] = None,
                  flow: str = "source_to_target", lam_param: str = "softplus") -> None:
         super().__init__()
-        _check_flow(flow)
+        check_flow(flow)
         self.flow = flow
         _check_k(k, quantile, radius)
         if sum(v is not None for v in (k, quantile, radius)) != 1:
@@ -288,11 +155,11 @@ class LocalPositionAttention(PositionParameters, LocalAttentionBase):
         self.radius = None if radius is None else float(radius)
         self.reset_parameters()
 
-    def _edges_attend(self, x_src, x_dst, pos_src, pos_dst, src, dst, weight, n_dst, checked):
+    def _edges_attend(self, x_src, x_dst, pos_src, pos_dst, src, dst, weight, n_dst):
         v = head_values(self, x_src)                                       # [Ns, H, c]
         diff = (pos_dst[dst] - pos_src[src]).to(v.dtype)
         dist = (diff * diff).sum(-1, keepdim=True)                         # [E, 1]
-        alpha = _softmax(-dist * self.lam.to(v.dtype), src, dst, weight, n_dst, checked)
+        alpha = _softmax(-dist * self.lam.to(v.dtype), src, dst, weight, n_dst)
         return project_heads(self, edge_sum(alpha, v, dst, src, n_dst))
 
     def _repr_extra(self) -> str:
@@ -346,7 +213,7 @@ class LocalAttention(LocalAttentionBase):
                  heads: int = 4, k: Optional[int] = 16, bias: bool = True,
                  radius: Optional[float] = None, flow: str = "source_to_target") -> None:
         super().__init__()
-        _check_flow(flow)
+        check_flow(flow)
         self.flow = flow
         self._init_channels(in_channels, out_channels, heads)
         if radius is not None:  # a ball replaces the default k
@@ -362,12 +229,12 @@ class LocalAttention(LocalAttentionBase):
     def reset_parameters(self) -> None:
         reset_linear(self.lin_q, self.lin_k, self.lin_v, self.lin_out)
 
-    def _edges_attend(self, x_src, x_dst, pos_src, pos_dst, src, dst, weight, n_dst, checked):
+    def _edges_attend(self, x_src, x_dst, pos_src, pos_dst, src, dst, weight, n_dst):
         H, c = self.heads, self.out_channels // self.heads
         q = self.lin_q(x_dst).view(-1, H, c)
         k = self.lin_k(x_src).view(-1, H, c)
         v = self.lin_v(x_src).view(-1, H, c)
         logits = (q[dst] * k[src]).sum(-1) / math.sqrt(c)                   # [E, H]
-        alpha = _softmax(logits, src, dst, weight, n_dst, checked)
+        alpha = _softmax(logits, src, dst, weight, n_dst)
         out = edge_sum(alpha, v, dst, src, n_dst)
         return self.lin_out(out.view(n_dst, H * c))

@@ -27,19 +27,18 @@ same ``num_patches``/``patch_size``/``method``/``shift``.
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any, Optional
 
 import torch
 from torch import Tensor, nn
 
-from meshops.nn._utils import (check_channels, check_length, check_weight, merge_heads,
-                               safe_log, split_heads)
-from meshops.nn.base import (AttentionBase, Points, batch_points, dense_mask, reset_linear,
-                             scatter_dense)
+from meshops._checks import check_batch, check_length, check_pos, check_weight, checking
+from meshops.nn._utils import check_channels, merge_heads, safe_log, split_heads
+from meshops.nn.base import GlobalAttentionBase, reset_linear
 from meshops.nn.functional import weighted_attention
-from meshops.search import partition as _partition
+from meshops.nn.points import Points, batch_points
 from meshops.search.partition import METHODS as _METHODS
+from meshops.search.partition import partition as _partition
 
 __all__ = ["PatchAttention", "WindowAttention", "PatchTokenAttention", "patch_attention",
            "rotate_positions", "SHIFT_ANGLE"]
@@ -136,7 +135,7 @@ def _safe_log_weight(weight: Tensor, mask: Optional[Tensor]) -> tuple[Tensor, Te
     return _zero_rows(safe_log(w), empty[:, None]), empty
 
 
-def _attend(q: Tensor, k: Tensor, v: Tensor, log_w: Tensor, empty: Tensor) -> Tensor:
+def _attend_rows(q: Tensor, k: Tensor, v: Tensor, log_w: Tensor, empty: Tensor) -> Tensor:
     """Weighted attention of padded rows, zero for the zero-measure rows ``empty``."""
     out = weighted_attention(q, k, v, log_w)
     return _zero_rows(out, empty[:, None, None, None])
@@ -146,7 +145,7 @@ def _zero_rows(t: Tensor, where: Tensor) -> Tensor:
     """``t`` with zeros where ``where``: always filled while compiling (no data-dependent
     branch), only when some row is empty in eager calls (a full pass over ``t`` that
     cost small layers 5-10 % of their forward)."""
-    if torch.compiler.is_compiling() or bool(where.any()):
+    if not checking() or bool(where.any()):
         return t.masked_fill(where, 0.0)
     return t
 
@@ -168,28 +167,25 @@ def patch_attention(in_channels: int, out_channels: Optional[int] = None, *,
     return cls(in_channels, out_channels, **kwargs)
 
 
-def _in_channels(in_channels: Optional[int], kwargs: dict) -> int:
-    """``in_channels``, or the deprecated ``channels=`` keyword it replaced."""
-    if "channels" in kwargs:
-        warnings.warn("channels= is deprecated; use in_channels= (as every meshops layer)",
-                      DeprecationWarning, stacklevel=3)
-        in_channels = kwargs.pop("channels")
-    if kwargs:
-        raise TypeError(f"unexpected keyword arguments {sorted(kwargs)}")
+def _in_channels(in_channels: int) -> int:
+    """``in_channels``, a positive integer."""
     if isinstance(in_channels, bool) or not isinstance(in_channels, int) or in_channels < 1:
         raise ValueError(f"in_channels must be >= 1, got {in_channels!r}")
     return in_channels
 
 
-class PatchAttention(AttentionBase):
+class PatchAttention(GlobalAttentionBase):
     r"""Patched continuum self-attention; front for the two modes.
 
     The base of :class:`WindowAttention` and :class:`PatchTokenAttention`
     (:func:`patch_attention` builds either from ``mode``; see those classes for the
     formulas and arguments). Both share:
 
-    * ``forward(x, pos, weight, batch=None, parts=None) -> [N, out_channels]`` on a flat
-      PyG batch; ``pos`` defines the patches;
+    * ``forward(x, pos, weight, batch=None, parts=None, groups=None) -> [N,
+      out_channels]`` on a flat PyG batch (:class:`~meshops.nn.base.GlobalAttentionBase`:
+      ``pos`` may be a :class:`~meshops.nn.points.Points`); ``pos`` defines the patches,
+      ``parts`` (patch ids) or ``groups`` (:meth:`groups`, checked once) replace the
+      partition;
     * ``dense(x, pos, weight, mask=None, parts=None) -> [B, Nmax, out_channels]``;
     * :meth:`partition`, the patch ids the layer uses when ``parts`` is not given;
     * ``reset_parameters()``.
@@ -221,28 +217,12 @@ class PatchAttention(AttentionBase):
         hence the output function, (nearly) mesh independent.
     """
 
-    def __new__(cls, *args: Any, **kwargs: Any):
-        if cls is PatchAttention:
-            # The old front: PatchAttention(..., mode=...) built one of the subclasses.
-            warnings.warn("PatchAttention(..., mode=...) is deprecated; use "
-                          "meshops.nn.patch_attention(..., mode=...) or WindowAttention / "
-                          "PatchTokenAttention", DeprecationWarning, stacklevel=2)
-            mode = kwargs.get("mode", "window")
-            if mode not in _MODES:
-                raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
-            cls = WindowAttention if mode == "window" else PatchTokenAttention
-        return super().__new__(cls)
-
-    @property
-    def channels(self) -> int:
-        """Old name of :attr:`in_channels`."""
-        return self.in_channels
+    dense_layout = False        # patches of the flat batch, not the samples' dense layout
+    point_args = ("parts",)     # one patch id per point: the dense form flattens them
 
     # ----------------------------------------------------------------- shared helpers
-    def _init_partition(self, num_patches: int, method: str, shift: bool, mode: str,
-                        own_mode: str, patch_size: Optional[int] = None) -> None:
-        if mode != own_mode:
-            raise ValueError(f"{type(self).__name__} is mode={own_mode!r}, got mode={mode!r}")
+    def _init_partition(self, num_patches: int, method: str, shift: bool,
+                        patch_size: Optional[int] = None) -> None:
         if isinstance(num_patches, bool) or not isinstance(num_patches, int) or num_patches < 1:
             raise ValueError(f"num_patches must be an integer >= 1, got {num_patches!r}")
         if patch_size is not None and (isinstance(patch_size, bool)
@@ -310,11 +290,6 @@ class PatchAttention(AttentionBase):
         return (f"num_patches={self.num_patches}" if self.patch_size is None
                 else f"patch_size={self.patch_size}")
 
-    def _check_x(self, x: Any) -> None:  # type: ignore[override]
-        if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[1] != self.in_channels:
-            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x)
-            raise ValueError(f"x must have shape [N, {self.in_channels}], got {shape}")
-
     def groups(self, pos: Tensor, weight: Tensor, batch: Optional[Tensor] = None,
                parts: Optional[Tensor] = None) -> _Groups:
         """The checked patches of a flat batch (positions, weights, batch vector and the
@@ -322,63 +297,46 @@ class PatchAttention(AttentionBase):
         forward pass then does no host synchronisation (it compiles with
         ``torch.compile(fullgraph=True)``)."""
         n = pos.shape[0] if isinstance(pos, Tensor) else 0
-        if not isinstance(pos, Tensor) or pos.dim() != 2 or pos.shape[1] < 1:
-            raise ValueError("pos must be a [N, d] tensor of positions (it defines the patches)")
-        if not bool(torch.isfinite(pos).all()):
-            raise ValueError("pos must be finite")
+        check_pos(pos, "pos", finite=True)
         check_weight(weight, n)
-        if batch is not None:
-            if batch.dim() != 1 or batch.dtype not in (torch.int32, torch.int64):
-                raise ValueError("batch must be an integer vector [N]")
-            check_length(batch, n, "batch")
-            if n and (bool((batch[1:] < batch[:-1]).any()) or int(batch[0]) < 0):
-                raise ValueError("batch must be sorted and non-negative")
+        batch = check_batch(batch, n, "batch")
+        return self._groups(pos, batch, parts)
+
+    def _groups(self, pos: Tensor, batch: Optional[Tensor], parts: Optional[Tensor]
+                ) -> _Groups:
+        """The patches of checked points, from ``parts`` (checked here) or the layer's
+        :meth:`partition`."""
         if parts is not None:
             if not isinstance(parts, Tensor) or parts.dim() != 1 or parts.is_floating_point() \
                     or parts.dtype == torch.bool:
                 raise ValueError("parts must be an integer vector [N] of patch ids")
-            check_length(parts, n, "parts")
-            if n and int(parts.min()) < 0:
+            check_length(parts, pos.shape[0], "parts")
+            if parts.shape[0] and checking() and int(parts.min()) < 0:
                 raise ValueError("parts must be non-negative patch ids")
         if parts is None:
             parts = self.partition(pos, batch)
         return _Groups(parts.long(), None if batch is None else batch.long())
 
-    def _prepare(self, x: Tensor, pos: Tensor, weight: Tensor, batch: Optional[Tensor],
-                 parts: Optional[Tensor], groups: Optional[_Groups]) -> Optional[_Groups]:
-        """The patches (checked now, or trusted when given); None for an empty input."""
-        self._check_x(x)
+    def _patches(self, x: Tensor, x_dst: Tensor, pos: Optional[Tensor],
+                 batch: Optional[Tensor], parts: Optional[Tensor],
+                 groups: Optional[_Groups]) -> Optional[_Groups]:
+        """The patches of a forward pass (``groups`` trusted when given, else built from
+        ``parts`` or the partition); None for an empty input."""
+        if x_dst is not x:
+            raise ValueError(f"{type(self).__name__} is self-attention: pass x as one "
+                             f"[N, C] tensor, not a (src, dst) pair")
         if groups is not None:
             if groups.dest.shape[0] != x.shape[0]:
                 raise ValueError(f"groups hold {groups.dest.shape[0]} points, x has "
                                  f"{x.shape[0]}")
-            # the weights come beside the groups, so they are checked as given
-            check_weight(weight, x.shape[0])
             return groups
-        if isinstance(pos, Tensor):
-            check_length(pos, x.shape[0], "pos")
-        groups = self.groups(pos, weight, batch, parts)
+        if pos is None:
+            raise ValueError("pos must be a [N, d] tensor of positions (it defines the "
+                             "patches), or pass groups=")
+        if checking():
+            check_pos(pos, "pos", finite=True)
+        groups = self._groups(pos, batch, parts)
         return groups if x.shape[0] else None
-
-    def dense(self, x: Tensor, pos: Tensor, weight: Tensor, mask: Optional[Tensor] = None,
-              parts: Optional[Tensor] = None) -> Tensor:
-        """Dense form: ``x [B, N, C]``, ``pos [B, N, d]``, ``weight [B, N]``,
-        ``mask [B, N]`` (True = real point), ``parts [B, N]`` -> ``[B, N, out_channels]``
-        (zeros at padding). Equivalent to ``forward`` on the flattened batch."""
-        if x.dim() != 3 or pos.dim() != 3 or pos.shape[:2] != x.shape[:2]:
-            raise ValueError("dense form expects x [B, N, C] and pos [B, N, d]")
-        if weight.shape != x.shape[:2]:
-            raise ValueError(f"weight has shape {tuple(weight.shape)}, expected "
-                             f"{tuple(x.shape[:2])}")
-        check_weight(weight.reshape(-1), weight.numel())
-        mask = dense_mask(mask, x.shape[0], x.shape[1], x.device, "mask")
-        batch = torch.arange(x.shape[0], device=x.device).repeat_interleave(mask.sum(1))
-        if parts is not None:
-            if parts.shape != x.shape[:2]:
-                raise ValueError(f"parts has shape {tuple(parts.shape)}, expected "
-                                 f"{tuple(x.shape[:2])}")
-            parts = parts[mask]
-        return scatter_dense(self(x[mask], pos[mask], weight[mask], batch, parts=parts), mask)
 
 
 class WindowAttention(PatchAttention):
@@ -404,9 +362,9 @@ class WindowAttention(PatchAttention):
     patch whose weights are all zero has no integral; its points output ``W_O 0 + b_O``.
 
     Args:
-        channels (int): input channels ``C``.
-        out_channels (int, optional): output channels (default ``channels``).
-        heads (int): attention heads; ``channels`` must be divisible by ``heads``.
+        in_channels (int): input channels ``C``.
+        out_channels (int, optional): output channels (default ``in_channels``).
+        heads (int): attention heads; ``in_channels`` must be divisible by ``heads``.
         num_patches (int): patches per sample ``P >= 1``.
         patch_size (int, optional): points per patch instead of ``num_patches``:
             ``ceil(n / patch_size)`` patches per sample (see :class:`PatchAttention`).
@@ -422,15 +380,14 @@ class WindowAttention(PatchAttention):
         - **output:** ``[N, out_channels]``.
     """
 
-    def __init__(self, in_channels: Optional[int] = None, out_channels: Optional[int] = None,
+    def __init__(self, in_channels: int, out_channels: Optional[int] = None,
                  heads: int = 4, num_patches: int = 16, method: str = "kd",
-                 shift: bool = False, bias: bool = True, mode: str = "window",
-                 patch_size: Optional[int] = None, **kwargs: Any):
+                 shift: bool = False, bias: bool = True, patch_size: Optional[int] = None):
         super().__init__()
-        in_channels = _in_channels(in_channels, kwargs)
+        in_channels = _in_channels(in_channels)
         self._init_channels(in_channels, out_channels, heads, divisible=False)
         check_channels(in_channels, heads)
-        self._init_partition(num_patches, method, shift, mode, "window", patch_size)
+        self._init_partition(num_patches, method, shift, patch_size)
         self.lin_qkv = nn.Linear(in_channels, 3 * in_channels, bias=bias)
         self.lin_out = nn.Linear(in_channels, self.out_channels, bias=bias)
         self.reset_parameters()
@@ -438,18 +395,19 @@ class WindowAttention(PatchAttention):
     def reset_parameters(self) -> None:
         reset_linear(self.lin_qkv, self.lin_out)
 
-    def forward(self, x: Tensor, pos: Optional[Tensor] = None, weight: Optional[Tensor] = None,
-                batch: Optional[Tensor] = None, parts: Optional[Tensor] = None,
-                groups: Optional[_Groups] = None) -> Tensor:
-        """Windowed attention of a flat batch; see the class docstring.  ``groups``
-        (from :meth:`groups`) replaces ``pos``, ``batch`` and ``parts`` and their checks."""
-        groups = self._prepare(x, pos, weight, batch, parts, groups)
+    def _attend(self, x: Tensor, x_dst: Tensor, pos: Optional[Tensor], pos_dst: Optional[Tensor],
+                weight: Tensor, batch: Optional[Tensor], batch_dst: Optional[Tensor],
+                parts: Optional[Tensor] = None, groups: Optional[_Groups] = None) -> Tensor:
+        """Windowed attention of a flat batch (the base's flat layout); see the class
+        docstring.  ``groups`` (from :meth:`groups`) replaces ``pos``, ``batch`` and
+        ``parts`` and their checks."""
+        groups = self._patches(x, x_dst, pos, batch, parts, groups)
         if groups is None:
             return x.new_zeros(0, self.out_channels)
         qkv = groups.pad(self.lin_qkv(x))                           # [G, n, 3C]
         q, k, v = (split_heads(t, self.heads) for t in qkv.chunk(3, dim=-1))
         log_w, empty = _safe_log_weight(groups.pad(weight.to(x.dtype)), groups.mask)
-        out = _attend(q, k, v, log_w, empty)                        # [G, H, n, C/H]
+        out = _attend_rows(q, k, v, log_w, empty)                        # [G, H, n, C/H]
         return self.lin_out(groups.unpad(merge_heads(out)))
 
     def _repr_extra(self) -> str:
@@ -508,8 +466,8 @@ class PatchTokenAttention(PatchAttention):
     zero tokens and are ignored as keys; a sample whose weights are all zero outputs 0.
 
     Args:
-        channels (int): input channels ``C``.
-        out_channels (int, optional): output channels (default ``channels``).
+        in_channels (int): input channels ``C``.
+        out_channels (int, optional): output channels (default ``in_channels``).
         heads (int): heads of the token attention; ``embed_dim`` must be divisible by it.
         num_patches (int): patches per sample ``P >= 1``.
         patch_size (int, optional): points per patch instead of ``num_patches``:
@@ -517,8 +475,8 @@ class PatchTokenAttention(PatchAttention):
         method (str): partition method of ``meshops.search.partition``.
         shift (bool): use the alternate partition (see :class:`PatchAttention`).
         num_basis (int): learned functions ``M`` per patch (for ``g`` and ``h``).
-        token_channels (int, optional): ``C'`` of :math:`W_{in}` (default ``channels``).
-        embed_dim (int, optional): token dimension ``D`` (default ``channels``).
+        token_channels (int, optional): ``C'`` of :math:`W_{in}` (default ``in_channels``).
+        embed_dim (int, optional): token dimension ``D`` (default ``in_channels``).
         hidden (int): hidden width of the MLPs ``g`` and ``h``.
         bias (bool): biases of the linear maps (the MLPs always have biases).
 
@@ -528,14 +486,13 @@ class PatchTokenAttention(PatchAttention):
         - **output:** ``[N, out_channels]``.
     """
 
-    def __init__(self, in_channels: Optional[int] = None, out_channels: Optional[int] = None,
+    def __init__(self, in_channels: int, out_channels: Optional[int] = None,
                  heads: int = 4, num_patches: int = 16, method: str = "kd",
                  shift: bool = False, num_basis: int = 8, token_channels: Optional[int] = None,
                  embed_dim: Optional[int] = None, hidden: int = 32, bias: bool = True,
-                 pos_dim: Optional[int] = None, mode: str = "token",
-                 patch_size: Optional[int] = None, **kwargs: Any):
+                 pos_dim: Optional[int] = None, patch_size: Optional[int] = None):
         super().__init__()
-        in_channels = _in_channels(in_channels, kwargs)
+        in_channels = _in_channels(in_channels)
         self._init_channels(in_channels, out_channels, heads, divisible=False)
         out_channels = self.out_channels
         token_channels = in_channels if token_channels is None else token_channels
@@ -545,7 +502,7 @@ class PatchTokenAttention(PatchAttention):
                           ("hidden", hidden)):
             if val < 1:
                 raise ValueError(f"{name} must be >= 1, got {val}")
-        self._init_partition(num_patches, method, shift, mode, "token", patch_size)
+        self._init_partition(num_patches, method, shift, patch_size)
         self.num_basis, self.token_channels, self.embed_dim = num_basis, token_channels, embed_dim
         self.hidden = hidden
         self.pos_dim = pos_dim
@@ -604,16 +561,17 @@ class PatchTokenAttention(PatchAttention):
         xi = torch.where(ok[gid, None], rel / scale[gid, None], torch.zeros_like(rel))
         return m, xi
 
-    def forward(self, x: Tensor, pos: Optional[Tensor] = None, weight: Optional[Tensor] = None,
-                batch: Optional[Tensor] = None, parts: Optional[Tensor] = None,
-                groups: Optional[_Groups] = None) -> Tensor:
-        """Patch-token attention of a flat batch; see the class docstring.  ``groups``
-        (from :meth:`groups`) replaces ``batch`` and ``parts`` and their checks (``pos``
-        is still needed: the patch-local coordinates)."""
-        if self.pos_dim is not None and isinstance(pos, Tensor) and pos.dim() == 2 \
-                and pos.shape[1] != self.pos_dim:
+    def _attend(self, x: Tensor, x_dst: Tensor, pos: Optional[Tensor], pos_dst: Optional[Tensor],
+                weight: Tensor, batch: Optional[Tensor], batch_dst: Optional[Tensor],
+                parts: Optional[Tensor] = None, groups: Optional[_Groups] = None) -> Tensor:
+        """Patch-token attention of a flat batch (the base's flat layout); see the class
+        docstring.  ``groups`` (from :meth:`groups`) replaces ``batch`` and ``parts`` and
+        their checks (``pos`` is still needed: the patch-local coordinates)."""
+        if self.pos_dim is not None and isinstance(pos, Tensor) and pos.shape[1] != self.pos_dim:
             raise ValueError(f"pos has {pos.shape[1]} coordinates, expected pos_dim={self.pos_dim}")
-        groups = self._prepare(x, pos, weight, batch, parts, groups)
+        groups = self._patches(x, x_dst, pos, batch, parts, groups)
+        if pos is None:
+            raise ValueError(f"{type(self).__name__} needs pos (the patch-local coordinates)")
         if groups is None:
             return x.new_zeros(0, self.out_channels)
         G, M = groups.num_groups, self.num_basis
@@ -638,7 +596,7 @@ class PatchTokenAttention(PatchAttention):
         qkv = tok.to_dense(self.lin_qkv(tokens))
         q, k, v = (split_heads(z, self.heads) for z in qkv.chunk(3, dim=-1))
         log_w, empty = _safe_log_weight(tok.to_dense(measure), tok.mask)
-        out = _attend(q, k, v, log_w, empty)                         # [B, H, P, D/H]
+        out = _attend_rows(q, k, v, log_w, empty)                         # [B, H, P, D/H]
         coeff = self.lin_out(tok.to_flat(merge_heads(out))).view(G, M, self.out_channels)
 
         # back to the points: y_i = sum_m h_m(xi_i) coeff_p[m, :]

@@ -18,28 +18,23 @@ the discretisation of the integral operator of PiT's eq. (7)-(8) on any mesh.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence, Tuple, Union
-
-import warnings
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from meshops._checks import check_pos, checking
 from meshops.nn import functional
 from meshops.nn._flex import (MAX_HEAD_DIM, auto_fallback, auto_rule, flex_available,
                               flex_distance_attention)
-from meshops.nn._utils import as_pair, check_weight, checking, safe_log
-from meshops.nn.base import AttentionBase, batch_points, is_points, reset_linear
+from meshops.nn._utils import as_pair, safe_log
+from meshops.nn.base import (AttentionBase, GlobalAttentionBase, batch_points, dense_geometry,
+                             reset_linear)
 
 __all__ = ["PositionAttention", "position_kernel"]
 
 IMPLS = ("auto", "kernel", "fused", "sdpa", "flex")
-PATHS = IMPLS  # old name
-
-#: Old name of :data:`meshops.nn.functional.KERNEL_LIMIT` (the threshold is read there).
-KERNEL_LIMIT = functional.KERNEL_LIMIT
-
 LAM_PARAMS = ("softplus", "exp")
 
 PairOrTensor = Union[Tensor, Tuple[Optional[Tensor], Optional[Tensor]]]
@@ -56,15 +51,6 @@ def _as_lam(lam: Union[Tensor, float, Sequence[float]], like: Tensor) -> Tensor:
     if checking() and not bool(torch.isfinite(lam).all() & (lam > 0).all()):
         raise ValueError(f"lam must be finite and positive, got {lam.detach().tolist()}")
     return lam
-
-
-def _check_pos(pos: Tensor, name: str, dims: Tuple[int, ...]) -> None:
-    if not isinstance(pos, Tensor) or pos.dim() not in dims:
-        got = tuple(pos.shape) if isinstance(pos, Tensor) else type(pos).__name__
-        want = " or ".join({2: "[N, d]", 3: "[B, N, d]"}[d] for d in dims)
-        raise ValueError(f"{name} must be a {want} tensor, got {got}")
-    if not pos.is_floating_point():
-        raise ValueError(f"{name} must be floating point, got {pos.dtype}")
 
 
 def _sq_dist(pos_src: Tensor, pos_dst: Tensor) -> Tensor:
@@ -88,19 +74,19 @@ def _dense_kernel(pos_src: Tensor, pos_dst: Tensor, weight: Tensor, lam: Tensor)
     return torch.softmax(logits, dim=-1)
 
 
-def _prepare_weight(weight: Tensor, has_dst: Optional[Tensor], checked: bool = True) -> Tensor:
+def _prepare_weight(weight: Tensor, has_dst: Optional[Tensor]) -> Tensor:
     """Reject samples whose source carries no weight (the normalising integral is
-    zero) when they have destination points (``checked`` in eager mode only: the
-    test reads the values); scale each sample's weights by their maximum (the softmax is invariant
-    to it, and ``log w`` near 0 keeps float32 rounding small).  ``weight [(B,) Ns]``,
-    ``has_dst [(B,)]`` or None (= all).  An empty source (``Ns = 0``) is a source
-    without weight."""
+    zero) when they have destination points (when :func:`meshops._checks.checking`:
+    the test reads the values); scale each sample's weights by their maximum (the
+    softmax is invariant to it, and ``log w`` near 0 keeps float32 rounding small).
+    ``weight [(B,) Ns]``, ``has_dst [(B,)]`` or None (= all).  An empty source
+    (``Ns = 0``) is a source without weight."""
     if weight.shape[-1] == 0:
         peak = weight.new_zeros(weight.shape[:-1] + (1,))
     else:
         peak = weight.amax(-1, keepdim=True)
     empty = peak.squeeze(-1) <= 0
-    if checked and checking() and bool(empty.any()):
+    if checking() and bool(empty.any()):
         bad = empty if has_dst is None else empty & has_dst
         if bool(bad.any()):
             i = int(bad.reshape(-1).nonzero()[0]) if bad.dim() else 0
@@ -161,10 +147,8 @@ def position_kernel(pos_src: Tensor, pos_dst: Tensor, weight: Tensor,
     """
     b_src, b_dst = as_pair(batch)
     for name, p in (("pos_src", pos_src), ("pos_dst", pos_dst)):
-        _check_pos(p, name, (2,) if batch is not None else (2, 3))
-    if pos_src.shape[-1] != pos_dst.shape[-1]:
-        raise ValueError(f"pos_src and pos_dst have different dimensions "
-                         f"({pos_src.shape[-1]} and {pos_dst.shape[-1]})")
+        if not isinstance(p, Tensor) or p.dim() not in ((2,) if batch is not None else (2, 3)):
+            check_pos(p, name)      # raises, naming the argument
     lam = _as_lam(lam, pos_src)
     if batch is not None:
         if mask is not None:
@@ -172,58 +156,17 @@ def position_kernel(pos_src: Tensor, pos_dst: Tensor, weight: Tensor,
         src, dst = batch_points((pos_src, pos_dst), weight, (b_src, b_dst))
         w = _prepare_weight(src.to_dense(weight).to(pos_src.dtype), dst.mask.any(-1))
         return _dense_kernel(src.to_dense(pos_src), dst.to_dense(pos_dst), w, lam)
-    pos_src, pos_dst, weight, has_dst = _dense_inputs(pos_src, pos_dst, weight, mask, None, None)
-    return _dense_kernel(pos_src, pos_dst, _prepare_weight(weight, has_dst), lam)
-
-
-def _dense_inputs(pos_src: Tensor, pos_dst: Tensor, weight: Tensor, m_src: Optional[Tensor],
-                  m_dst: Optional[Tensor], batch_size: Optional[int], check: bool = True
-                  ) -> Tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
-    """Validate dense inputs; fold the source mask into the weights.
-
-    Keeps everything unbatched (one shared mesh) when positions and weights are
-    unbatched and there is no source mask; otherwise broadcasts to a batch.
-    Returns ``pos_src, pos_dst, weight (zeros on padding), has_dst``.
-    """
-    if not isinstance(weight, Tensor) or weight.dim() not in (1, 2):
-        got = tuple(weight.shape) if isinstance(weight, Tensor) else type(weight).__name__
-        raise ValueError(f"weight must be [Ns] or [B, Ns], got {got}")
-    ns = pos_src.shape[-2]
-    if weight.shape[-1] != ns:
-        raise ValueError(f"weight has shape {tuple(weight.shape)} but the source has {ns} "
-                         f"points")
-    if check:
-        check_weight(weight.reshape(-1), weight.numel())
-    sizes = {t.shape[0] for t in (pos_src, pos_dst) if t.dim() == 3}
-    if weight.dim() == 2:
-        sizes.add(weight.shape[0])
-    for name, m, n in (("mask_src", m_src, ns), ("mask_dst", m_dst, pos_dst.shape[-2])):
-        if m is not None:
-            if m.dim() != 2 or m.shape[1] != n:
-                raise ValueError(f"{name} has shape {tuple(m.shape)}, expected [B, {n}]")
-            sizes.add(m.shape[0])
-    if batch_size is not None and sizes:  # x's batch; unbatched pos/weight stay shared
-        sizes.add(batch_size)
-    if len(sizes) > 1:
-        raise ValueError(f"inconsistent batch sizes {sorted(sizes)} among x, pos, weight, mask")
-    weight = weight.to(pos_src.dtype)
-    # No destination points: no sample needs a source integral (None means "all do").
-    no_dst = pos_dst.shape[-2] == 0
-    if not sizes:  # one mesh shared by the whole batch
-        return pos_src, pos_dst, weight, (torch.zeros((), dtype=torch.bool) if no_dst else None)
-    B = sizes.pop()
-    pos_src = pos_src.expand(B, *pos_src.shape[-2:])
-    pos_dst = pos_dst.expand(B, *pos_dst.shape[-2:])
-    weight = weight.expand(B, ns)
-    if m_src is not None:
-        m_src = m_src.to(torch.bool)
-        weight = weight.masked_fill(~m_src, 0)
-        pos_src = pos_src.masked_fill(~m_src.unsqueeze(-1), 0)
-    if m_dst is not None:
-        has_dst = m_dst.to(torch.bool).any(-1)
-    else:
-        has_dst = torch.zeros(B, dtype=torch.bool) if no_dst else None
-    return pos_src, pos_dst, weight, has_dst
+    ps, pd, w, m_src, _, B = dense_geometry(pos_src, pos_dst, weight, mask, None,
+                                            pos_src.shape[-2], pos_dst.shape[-2])
+    w = w.to(ps.dtype)
+    has_dst = torch.zeros((), dtype=torch.bool) if pd.shape[-2] == 0 else None
+    if B is not None:  # a batch: broadcast, and the source mask folded into the weights
+        ps, pd = ps.expand(B, *ps.shape[-2:]), pd.expand(B, *pd.shape[-2:])
+        w = w.expand(B, ps.shape[-2])
+        if m_src is not None:
+            w = w.masked_fill(~m_src, 0)
+            ps = ps.masked_fill(~m_src.unsqueeze(-1), 0)
+    return _dense_kernel(ps, pd, _prepare_weight(w, has_dst), lam)
 
 
 # ------------------------------------------------------------------------ kernels
@@ -418,18 +361,14 @@ class PositionParameters(AttentionBase):
         return "" if self.lam_param == "softplus" else f", lam_param={self.lam_param!r}"
 
 
-def _impl_from_path(impl: str, path: Optional[str], impls: Tuple[str, ...]) -> str:
-    """``impl``, or the deprecated ``path=`` keyword it replaced."""
-    if path is not None:
-        warnings.warn("PositionAttention(path=...) is deprecated; use impl=... (the one "
-                      "keyword of every meshops layer)", DeprecationWarning, stacklevel=3)
-        impl = path
+def _check_impl(impl: str, impls: Tuple[str, ...]) -> str:
+    """``impl``, one of ``impls``."""
     if impl not in impls:
         raise ValueError(f"impl must be one of {impls}, got {impl!r}")
     return impl
 
 
-class PositionAttention(PositionParameters):
+class PositionAttention(PositionParameters, GlobalAttentionBase):
     r"""Position attention of PiT (global, self or cross) with quadrature weights.
 
     PiT's eqs. (5) and (9), with the source mesh's quadrature weights :math:`w_j`
@@ -500,7 +439,6 @@ class PositionAttention(PositionParameters):
         bias (bool): bias in :math:`W_V`. (default: ``True``)
         impl (str): ``"auto"``, ``"kernel"``, ``"fused"``, ``"sdpa"`` or ``"flex"``, see
             above.
-            (``path=`` is the deprecated old name.)
         lam_param (str): ``"softplus"`` (default) or ``"exp"``: how :math:`\lambda`
             is made positive from the raw parameter ``lam_raw`` (see :attr:`lam`).
 
@@ -534,24 +472,17 @@ class PositionAttention(PositionParameters):
         >>> y = att.dense(x_lat, pos_lat, w_lat, kernel=K)      # x_lat [B, N, 64]
     """
 
+    needs_x_dst = False     # the kernel depends on the positions only
+    shared_mesh = True      # one mesh shared by a dense batch: one kernel for all samples
+
     def __init__(self, in_channels: int, out_channels: Optional[int] = None, heads: int = 4,
                  lam_init: Union[float, Sequence[float]] = 1.0, bias: bool = True,
-                 impl: str = "auto", lam_param: str = "softplus",
-                 path: Optional[str] = None) -> None:
+                 impl: str = "auto", lam_param: str = "softplus") -> None:
         super().__init__()
         self._init_position_parameters(in_channels, out_channels, heads, lam_init, bias,
                                        lam_param)
-        self.impl = _impl_from_path(impl, path, IMPLS)
+        self.impl = _check_impl(impl, IMPLS)
         self.reset_parameters()
-
-    @property
-    def path(self) -> str:
-        """Old name of :attr:`impl`."""
-        return self.impl
-
-    @path.setter
-    def path(self, value: str) -> None:
-        self.impl = value
 
     def kernel(self, pos: PairOrTensor, weight: Tensor, batch: PairOrTensor = None,
                mask: Optional[Tensor] = None) -> Tensor:
@@ -561,102 +492,39 @@ class PositionAttention(PositionParameters):
         return position_kernel(pos_src, pos_dst, weight, self.lam, batch=batch,
                                mask=as_pair(mask)[0])
 
-    # -------------------------------------------------------------------- flat
-    def forward(self, x: PairOrTensor, pos: Any, weight: Optional[Tensor] = None,
-                batch: PairOrTensor = None, kernel: Optional[Tensor] = None,
+    # ---------------------------------------------------------- the layer contract
+    def _weightless(self, extra: dict) -> bool:
+        return extra.get("kernel") is not None      # a precomputed kernel holds them
+
+    def _attend(self, x_src: Tensor, x_dst: None, pos_src: Optional[Tensor],
+                pos_dst: Optional[Tensor], weight: Optional[Tensor], m_src: Optional[Tensor],
+                m_dst: Optional[Tensor], kernel: Optional[Tensor] = None,
                 lam: Optional[Tensor] = None) -> Tensor:
-        """Flat (PyG) form; see the class docstring for shapes.  With ``kernel`` (a
-        row-stochastic kernel as from :func:`position_kernel` / :meth:`kernel`, for the
-        same ``batch``), ``pos`` and ``weight`` are not used and may be None.  ``pos``
-        may be a :class:`~meshops.nn.base.Points` pair (trusted: no value checks).
-        ``lam`` replaces the layer's own :math:`\\lambda` (e.g. another layer's, to
-        share it)."""
-        x_src = as_pair(x)[0]
-        self._check_x(x_src, self.in_channels, "x")
-        trusted = is_points(pos)
-        v = self._values(x_src)
-        if kernel is not None and not trusted:
-            b_src, b_dst = as_pair(batch)
-            n_dst = kernel.shape[-2] if b_dst is None else b_dst.shape[0]
-            src, dst = batch_points((None, None), None, (b_src, b_dst),
-                                    (x_src.shape[0], n_dst))
-            checked = True
-        else:
-            if not trusted:
-                pos_src, pos_dst = as_pair(pos)
-                _check_pos(pos_src, "pos_src", (2,))
-                _check_pos(pos_dst, "pos_dst", (2,))
-                n_dst = pos_dst.shape[0]
-            else:
-                n_dst = as_pair(pos)[1].num_points
-            src, dst, checked = self._points(pos, weight, batch, x_src.shape[0], n_dst)
-        vd = src.to_dense(v.flatten(1)).unflatten(-1, v.shape[1:])
+        """:class:`~meshops.nn.base.GlobalAttentionBase`'s ``_attend`` (positions and
+        weights unbatched for a mesh shared by a dense batch), plus ``kernel``, a
+        row-stochastic kernel as from :func:`position_kernel` / :meth:`kernel` for the
+        same batch (positions and weights are then not used and may be None), and
+        ``lam``, which replaces the layer's own :math:`\\lambda` (e.g. another layer's)."""
+        v = head_values(self, x_src)                                     # [B, Ns, H, c]
         if kernel is not None:
-            out = self._project(_apply_kernel(kernel, vd))
-            if dst.index is not None and dst.max_points != out.shape[1]:
+            out = _apply_kernel(kernel, v)
+            if m_dst is not None and m_dst.shape[1] != out.shape[1]:
                 raise ValueError(f"kernel has {out.shape[1]} destination rows but batch_dst "
-                                 f"has up to {dst.max_points} points per sample")
-            return dst.to_flat(out)
-        ps = src.to_dense(src.pos)
-        pd = ps if dst.pos is src.pos and dst.index is src.index else dst.to_dense(dst.pos)
-        if dst.mask is not None:
-            has_dst = dst.mask.any(-1)
-        else:
-            has_dst = None if n_dst else torch.zeros(1, dtype=torch.bool)
-        w = _prepare_weight(src.to_dense(src.weight).to(ps.dtype), has_dst, checked)
-        return dst.to_flat(self._attend(vd, ps, pd, w, lam))
-
-    # ------------------------------------------------------------------- dense
-    def dense(self, x: PairOrTensor, pos: PairOrTensor, weight: Optional[Tensor],
-              mask: PairOrTensor = None, kernel: Optional[Tensor] = None,
-              lam: Optional[Tensor] = None, check: bool = True) -> Tensor:
-        """Dense form: ``x [B, Ns, C]`` (or ``(x_src, x_dst or None)``), ``pos [N, d]``
-        (one mesh shared by the batch: the kernel is built once) or ``[B, N, d]`` (or a
-        ``(pos_src, pos_dst)`` pair), ``weight [Ns]`` or ``[B, Ns]``, ``mask [B, N]`` or
-        ``(mask_src, mask_dst)`` (True = real point), ``kernel`` as from
-        :func:`position_kernel`, ``lam`` as in :meth:`forward`; ``check=False`` skips
-        the value checks (weights already validated).  Returns ``[B, Nd, out_channels]``,
-        zeros on padded destination rows."""
-        x_src = as_pair(x)[0]
-        self._check_x(x_src, self.in_channels, "x", 3)
-        m_src, m_dst = as_pair(mask)
-        B, Ns = x_src.shape[:2]
-        if m_src is not None:
-            if m_src.shape != (B, Ns):
-                raise ValueError(f"mask_src has shape {tuple(m_src.shape)}, expected {(B, Ns)}")
-            # garbage (even NaN) in padded slots must not reach real outputs
-            x_src = x_src.masked_fill(~m_src.to(torch.bool).unsqueeze(-1), 0)
-        v = self._values(x_src)
-        if kernel is not None:
-            out = self._project(_apply_kernel(kernel, v))
-        else:
-            pos_src, pos_dst = as_pair(pos)
-            _check_pos(pos_src, "pos_src", (2, 3))
-            _check_pos(pos_dst, "pos_dst", (2, 3))
-            if pos_src.shape[-2] != Ns:
-                raise ValueError(f"pos_src has {pos_src.shape[-2]} points but x_src has {Ns}")
-            if pos_src.shape[-1] != pos_dst.shape[-1]:
-                raise ValueError(f"pos_src and pos_dst have different dimensions "
-                                 f"({pos_src.shape[-1]} and {pos_dst.shape[-1]})")
-            ps, pd, w, has_dst = _dense_inputs(pos_src, pos_dst, weight, m_src, m_dst, B, check)
-            out = self._attend(v, ps, pd, _prepare_weight(w, has_dst, check), lam)
+                                 f"has up to {m_dst.shape[1]} points per sample")
+            return project_heads(self, out)
+        if pos_src is None or pos_dst is None:
+            raise ValueError(f"{type(self).__name__} needs pos (or a precomputed kernel=)")
         if m_dst is not None:
-            if m_dst.shape != out.shape[:2]:
-                raise ValueError(f"mask_dst has shape {tuple(m_dst.shape)}, expected "
-                                 f"{tuple(out.shape[:2])}")
-            out = out.masked_fill(~m_dst.to(torch.bool).unsqueeze(-1), 0)
-        return out
+            has_dst = m_dst.any(-1)
+        else:
+            has_dst = None if pos_dst.shape[-2] else torch.zeros((), dtype=torch.bool)
+        weight = _prepare_weight(weight.to(pos_src.dtype), has_dst)
+        return project_heads(self, self._mix(v, pos_src, pos_dst, weight, lam))
 
-    # ---------------------------------------------------------------- internals
-    def _values(self, x: Tensor) -> Tensor:
-        return head_values(self, x)
-
-    def _project(self, out: Tensor) -> Tensor:
-        return project_heads(self, out)
-
-    def _attend(self, v: Tensor, pos_src: Tensor, pos_dst: Tensor, weight: Tensor,
-                lam: Optional[Tensor] = None) -> Tensor:
-        """``v [B, Ns, H, c]``; positions/weights ``[Ns, ...]`` (shared) or batched."""
+    def _mix(self, v: Tensor, pos_src: Tensor, pos_dst: Tensor, weight: Tensor,
+             lam: Optional[Tensor] = None) -> Tensor:
+        """The kernel applied to ``v [B, Ns, H, c]`` -> ``[B, Nd, H, c]``; positions and
+        prepared weights ``[Ns, ...]`` (shared) or batched."""
         lam = self.lam if lam is None else lam
         shared = pos_src.dim() == 2
         nb = 1 if shared else v.shape[0]
@@ -671,7 +539,8 @@ class PositionAttention(PositionParameters):
         if impl == "kernel":
             kernel = _dense_kernel(pos_src.to(v.dtype), pos_dst.to(v.dtype),
                                    weight.to(v.dtype), lam.to(v.dtype))
-            return self._project(_apply_kernel(kernel, v))
+            return _apply_kernel(kernel, v)
+
         def expanded():
             return _expanded_attention(pos_src, pos_dst, weight, lam, v, impl)
 
@@ -679,7 +548,7 @@ class PositionAttention(PositionParameters):
             return flex_distance_attention(pos_dst, pos_src, lam, safe_log(weight), v)
 
         if impl == "flex":
-            return self._project(flex())
+            return flex()
         if impl == "auto" and _flex_auto(v, nd * ns):
-            return self._project(auto_fallback(flex, expanded))
-        return self._project(expanded())
+            return auto_fallback(flex, expanded)
+        return expanded()

@@ -21,7 +21,8 @@ same names (which need pyg-lib / torch-cluster), built on :func:`knn` / :func:`r
 and returning PyG's orientation (row 0 source = neighbour for
 ``flow="source_to_target"``). :func:`cells_to_edge_index` and :func:`cells_to_face`
 turn mesh cells into PyG's ``edge_index`` and ``face``. :func:`measure_ball_graph` and
-:func:`knn_interpolation_weights` are the models' graphs from positions and weights.
+:func:`knn_interpolation_weights` are the models' graphs from positions and weights;
+:func:`local_graph` (with :func:`quantile_k`) the neighbourhoods of the local layers.
 """
 
 from meshops.search.backends import available_backends, default_backend
@@ -29,8 +30,9 @@ from meshops.search.fps import fps
 from meshops.search.graph import (cells_to_edge_index, cells_to_face, knn_graph,
                                   knn_interpolation_weights, measure_ball_graph, radius_graph)
 from meshops.search.knn import knn, radius
+from meshops.search.neighbourhoods import local_graph, quantile_k
 from meshops.search.partition import partition
 
 __all__ = ["knn", "radius", "fps", "partition", "available_backends", "default_backend",
            "knn_graph", "radius_graph", "cells_to_edge_index", "cells_to_face",
-           "measure_ball_graph", "knn_interpolation_weights"]
+           "measure_ball_graph", "knn_interpolation_weights", "local_graph", "quantile_k"]

@@ -8,8 +8,9 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
 
+from meshops._checks import (check_batch, check_pos, check_real, num_samples,
+                             per_sample_ints, sample_ptr)
 from meshops.errors import MeshError
-from meshops.search import _validate as V
 from meshops.search.backends import get_backend, resolve_backend
 
 #: Products ``ratio * n`` within this relative distance of an integer count as that
@@ -70,22 +71,22 @@ def fps(pos: Tensor, batch: Optional[Tensor] = None, ratio: Optional[float] = No
         - output: ``[S]``, ``S = sum_b ceil(ratio * n_b)`` or ``sum_b num_b``
     """
     fn = "fps"
-    V.check_points(pos, "pos", fn)
-    batch = V.check_batch(batch, pos.shape[0], "batch", fn, pos.device)
-    b = V.num_samples(batch)
-    ptr = V.sample_ptr(batch, pos.shape[0], b)
+    check_pos(pos, "pos", fn, finite=True)
+    batch = check_batch(batch, pos.shape[0], "batch", fn, pos.device)
+    b = num_samples(batch)
+    ptr = sample_ptr(batch, pos.shape[0], b)
     sizes = [ptr[i + 1] - ptr[i] for i in range(b)]
 
     if (ratio is None) == (num is None):
         raise MeshError(f"{fn}: give exactly one of ratio and num, got "
                         f"ratio={ratio!r} and num={num!r}")
     if ratio is not None:
-        ratio = V.check_real(ratio, "ratio", fn)
+        ratio = check_real(ratio, "ratio", fn)
         if not 0.0 < ratio <= 1.0:
             raise MeshError(f"{fn}: ratio must be in (0, 1], got {ratio}")
         counts = [ratio_count(ratio, n) for n in sizes]
     else:
-        counts = list(V.per_sample_ints(num, "num", fn, b))
+        counts = list(per_sample_ints(num, "num", fn, b))
         for i, (c, n) in enumerate(zip(counts, sizes)):
             if c < 1:
                 raise MeshError(f"{fn}: num must be >= 1, got {c} for sample {i}")
@@ -100,7 +101,7 @@ def fps(pos: Tensor, batch: Optional[Tensor] = None, ratio: Optional[float] = No
     elif start is None:
         starts = [0] * b
     else:
-        starts = list(V.per_sample_ints(start, "start", fn, b))
+        starts = list(per_sample_ints(start, "start", fn, b))
         for i, (s, n, c) in enumerate(zip(starts, sizes, counts)):
             if c and not 0 <= s < n:
                 raise MeshError(f"{fn}: start={s} is out of range for sample {i} "

@@ -26,23 +26,20 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import to_undirected
 
+from meshops._checks import (check_batch, check_int, check_pos, check_real, num_samples,
+                             sample_ptr)
 from meshops.errors import MeshError
-from meshops.search import _validate as V
 from meshops.search.knn import knn, radius
+from meshops.search.neighbourhoods import check_flow
 
 __all__ = ["cells_to_edge_index", "cells_to_face", "knn_graph", "knn_interpolation_weights",
            "interpolation_k", "measure_ball_graph", "radius_graph"]
 
-_FLOWS = ("source_to_target", "target_to_source")
-
-
 def _check_common(x: Tensor, batch: Optional[Tensor], flow: str, fn: str) -> list[int]:
-    V.check_points(x, "x", fn)
-    if flow not in _FLOWS:
-        raise MeshError(f"{fn}: flow must be 'source_to_target' or 'target_to_source', "
-                        f"got {flow!r}")
-    b = V.check_batch(batch, x.shape[0], "batch", fn, x.device)
-    return V.sample_ptr(b, x.shape[0], V.num_samples(b))
+    check_pos(x, "x", fn, finite=True)
+    check_flow(flow, fn)
+    b = check_batch(batch, x.shape[0], "batch", fn, x.device)
+    return sample_ptr(b, x.shape[0], num_samples(b))
 
 
 def _keep_first(center: Tensor, n: int, limit: int) -> Tensor:
@@ -99,7 +96,7 @@ def knn_graph(x: Tensor, k: int, batch: Optional[Tensor] = None, loop: bool = Fa
     """
     fn = "knn_graph"
     ptr = _check_common(x, batch, flow, fn)
-    k = V.check_int(k, "k", fn, minimum=1)
+    k = check_int(k, "k", fn, minimum=1)
     need = k if loop else k + 1
     for s in range(len(ptr) - 1):
         n = ptr[s + 1] - ptr[s]
@@ -157,10 +154,10 @@ def radius_graph(x: Tensor, r: float, batch: Optional[Tensor] = None, loop: bool
     """
     fn = "radius_graph"
     _check_common(x, batch, flow, fn)
-    r = V.check_real(r, "r", fn)
+    r = check_real(r, "r", fn)
     if r < 0:
         raise MeshError(f"{fn}: r must be >= 0, got {r}")
-    max_num_neighbors = V.check_int(max_num_neighbors, "max_num_neighbors", fn, minimum=1)
+    max_num_neighbors = check_int(max_num_neighbors, "max_num_neighbors", fn, minimum=1)
     # One more than asked for, so that the point itself does not use up a place.
     edge = radius(x, x, r, batch, batch, max_num_neighbors + (0 if loop else 1),
                   backend=backend)
@@ -243,20 +240,31 @@ def measure_ball_graph(pos_src: Tensor, weight_src: Tensor, batch_src: Optional[
     ``q`` of :math:`|\Omega|` as the mesh is refined, on graded and uniform meshes
     alike, whereas a count quantile shrinks the ball where the mesh is dense. With
     equal weights both coincide (up to the rank rounding of
-    :func:`~meshops.nn.local.quantile_k`). Sums are exact (float64), so a ball never
+    :func:`~meshops.search.neighbourhoods.quantile_k`). Sums are exact (float64), so a ball never
     depends on the other samples of a batch.
 
     The search starts with about ``2 q N`` neighbours and doubles ``k`` until every ball
     is complete.
 
     Returns:
-        LongTensor ``[2, E]``: row 0 destination index, row 1 source index.
+        LongTensor ``[2, E]`` in PyG's orientation: row 0 source index, row 1 destination
+        index (grouped by destination, nearest first).
     """
     if not 0.0 < quantile <= 1.0:
         raise ValueError(f"quantile must be in (0, 1], got {quantile!r}")
     m = pos_dst.shape[0]
     if m == 0:
         return torch.empty(2, 0, dtype=torch.long, device=pos_dst.device)
+    dst, src = _measure_ball(pos_src, weight_src, batch_src, pos_dst, batch_dst, quantile,
+                             k_min)
+    return torch.stack([src, dst])
+
+
+def _measure_ball(pos_src: Tensor, weight_src: Tensor, batch_src: Optional[Tensor],
+                  pos_dst: Tensor, batch_dst: Optional[Tensor], quantile: float,
+                  k_min: int) -> tuple[Tensor, Tensor]:
+    """The search's ``(destination, source)`` rows of :func:`measure_ball_graph`."""
+    m = pos_dst.shape[0]
     w = weight_src.detach().double()
     ps, pd = pos_src.detach(), pos_dst.detach()
     if batch_src is None:
@@ -290,7 +298,7 @@ def measure_ball_graph(pos_src: Tensor, weight_src: Tensor, batch_src: Optional[
     keep = d2 <= d_cut
     edge = edge[:, keep.view(-1)]
     if batch_src is None or bool(complete.all()):
-        return edge
+        return edge[0], edge[1]
     # k was capped by a smaller sample: redo the samples with incomplete balls alone
     redo = torch.unique(bd[~complete])
     parts = [edge[:, ~torch.isin(bd[edge[0]], redo)]]
@@ -300,10 +308,11 @@ def measure_ball_graph(pos_src: Tensor, weight_src: Tensor, batch_src: Optional[
         if int(src.numel()) <= k:     # the whole sample is already in every ball
             parts.append(edge[:, torch.isin(edge[0], dst)])
             continue
-        e = measure_ball_graph(pos_src[src], weight_src[src], None, pos_dst[dst], None,
-                               quantile, k_min)
-        parts.append(torch.stack([dst[e[0]], src[e[1]]]))
-    return torch.cat(parts, 1)
+        e_dst, e_src = _measure_ball(pos_src[src], weight_src[src], None, pos_dst[dst], None,
+                                     quantile, k_min)
+        parts.append(torch.stack([dst[e_dst], src[e_src]]))
+    edge = torch.cat(parts, 1)
+    return edge[0], edge[1]
 
 
 # Local node pairs of the edges of each linear cell type, in VTK / meshio node order.

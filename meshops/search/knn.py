@@ -6,20 +6,21 @@ from typing import Optional
 
 from torch import Tensor
 
+from meshops._checks import (check_batch, check_int, check_pos, check_real, check_same_dim,
+                             num_samples, sample_ptr)
 from meshops.errors import MeshError
-from meshops.search import _validate as V
 from meshops.search.backends import get_backend, resolve_backend
 
 
 def _prepare(x: Tensor, y: Tensor, batch_x: Optional[Tensor], batch_y: Optional[Tensor],
              fn: str) -> tuple[list[int], list[int]]:
-    V.check_points(x, "x", fn)
-    V.check_points(y, "y", fn)
-    V.check_same_dim(x, y, fn)
-    bx = V.check_batch(batch_x, x.shape[0], "batch_x", fn, x.device)
-    by = V.check_batch(batch_y, y.shape[0], "batch_y", fn, y.device)
-    b = V.num_samples(bx, by)
-    return V.sample_ptr(bx, x.shape[0], b), V.sample_ptr(by, y.shape[0], b)
+    check_pos(x, "x", fn, finite=True)
+    check_pos(y, "y", fn, finite=True)
+    check_same_dim(x, y, fn)
+    bx = check_batch(batch_x, x.shape[0], "batch_x", fn, x.device)
+    by = check_batch(batch_y, y.shape[0], "batch_y", fn, y.device)
+    b = num_samples(bx, by)
+    return sample_ptr(bx, x.shape[0], b), sample_ptr(by, y.shape[0], b)
 
 
 def knn(x: Tensor, y: Tensor, k: int, batch_x: Optional[Tensor] = None,
@@ -61,7 +62,7 @@ def knn(x: Tensor, y: Tensor, k: int, batch_x: Optional[Tensor] = None,
     """
     fn = "knn"
     ptr_x, ptr_y = _prepare(x, y, batch_x, batch_y, fn)
-    k = V.check_int(k, "k", fn, minimum=1)
+    k = check_int(k, "k", fn, minimum=1)
     for b in range(len(ptr_y) - 1):
         n_cand = ptr_x[b + 1] - ptr_x[b]
         if ptr_y[b + 1] > ptr_y[b] and k > n_cand:
@@ -106,9 +107,9 @@ def radius(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor] = None,
     """
     fn = "radius"
     ptr_x, ptr_y = _prepare(x, y, batch_x, batch_y, fn)
-    r = V.check_real(r, "r", fn)
+    r = check_real(r, "r", fn)
     if r < 0:
         raise MeshError(f"{fn}: r must be >= 0, got {r}")
-    max_num_neighbors = V.check_int(max_num_neighbors, "max_num_neighbors", fn, minimum=1)
+    max_num_neighbors = check_int(max_num_neighbors, "max_num_neighbors", fn, minimum=1)
     name = resolve_backend("radius", backend, x.device, fn)
     return get_backend(name).radius(x, y, r, max_num_neighbors, ptr_x, ptr_y)

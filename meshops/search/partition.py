@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from meshops._checks import (check_batch, check_int, check_pos, num_samples, sample_ptr)
 from meshops.errors import MeshError
-from meshops.search import _validate as V
 
 METHODS = ("kd", "voxel", "kmeans")
 
@@ -185,14 +185,14 @@ def partition(pos: Tensor, num_parts: int, method: str = "kd",
         - output: ``[N]``, values in ``[0, B * num_parts)``
     """
     fn = "partition"
-    V.check_points(pos, "pos", fn)
-    num_parts = V.check_int(num_parts, "num_parts", fn, minimum=1)
+    check_pos(pos, "pos", fn, finite=True)
+    num_parts = check_int(num_parts, "num_parts", fn, minimum=1)
     if method not in METHODS:
         raise MeshError(f"{fn}: method must be one of {METHODS}, got {method!r}")
-    kmeans_iters = V.check_int(kmeans_iters, "kmeans_iters", fn, minimum=0)
-    batch = V.check_batch(batch, pos.shape[0], "batch", fn, pos.device)
-    b = V.num_samples(batch)
-    ptr = V.sample_ptr(batch, pos.shape[0], b)
+    kmeans_iters = check_int(kmeans_iters, "kmeans_iters", fn, minimum=0)
+    batch = check_batch(batch, pos.shape[0], "batch", fn, pos.device)
+    b = num_samples(batch)
+    ptr = sample_ptr(batch, pos.shape[0], b)
     for i in range(b):
         n = ptr[i + 1] - ptr[i]
         if num_parts > n:

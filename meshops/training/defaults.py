@@ -12,7 +12,8 @@ family of geometries, or one mesh too large for a reduced basis in memory), of t
 elasticity example's size when the inputs are fields.
 :func:`choose_defaults` looks at the samples and says which model it picked and why;
 :func:`epochs_for_budget` times one training step and picks the number of epochs.
-Options the user gives always win: the CLI applies only what was left unset.
+Options the user gives always win: :func:`options_from_data` and :func:`epochs_to_fit`
+take the options given and return the ones to use.
 """
 
 from __future__ import annotations
@@ -176,11 +177,11 @@ def time_training_step(model, samples: Sequence, batch_size: int, repeats: int =
     are not changed; its gradients are cleared."""
     from meshops.training.dataset import make_loader, prepare_batch
     from meshops.training.loss import RelativeLpLoss
-    from meshops.training.trainer import _with_mesh_structures, targets_of
+    from meshops.training.trainer import targets_of, with_mesh_structures
 
     # Structures built (and shared by samples of one mesh) as the Trainer builds them,
     # so that the step timed is the step trained.
-    batch = _with_mesh_structures(model, list(samples[:batch_size]), "timing", False)
+    batch = with_mesh_structures(model, list(samples[:batch_size]), "timing", False)
     data = prepare_batch(next(iter(make_loader(batch, len(batch)))))
     loss_fn = RelativeLpLoss()
     best = math.inf
@@ -198,43 +199,56 @@ def time_training_step(model, samples: Sequence, batch_size: int, repeats: int =
     return best
 
 
-def fill_from_data(cfg: dict, samples: Sequence) -> str:
-    """Fill the options of a ``meshops train`` config that nobody set (``None``) from
-    :func:`choose_defaults`: the model, and the chosen model hyperparameters under the
-    user's ``model_config`` when the model is the chosen one. Returns the reason, or
-    ``""`` when nothing was filled."""
-    name, model_config, train_config, reason = choose_defaults(samples, cfg["model"])
-    before = {k: cfg.get(k) for k in ("model", "model_config", *train_config)}
-    given = [k for k in train_config if cfg.get(k) is not None]
-    if cfg["model"] is None:
-        cfg["model"] = name
-    if cfg["model"] == name:
-        given = [k for k in model_config if k in cfg["model_config"]] + given
-        cfg["model_config"] = {**model_config, **cfg["model_config"]}
-    for key, value in train_config.items():
-        if cfg.get(key) is None:
-            cfg[key] = value
-    # Nothing filled (every option given, e.g. a resumed run): nothing to say.
-    if all(cfg.get(k) == v for k, v in before.items()):
-        return ""
-    return reason + (f" (the options given win: {', '.join(given)})" if given else "")
+def options_from_data(samples: Sequence, model: str | None = None,
+                      model_config: dict[str, Any] | None = None, batch_size: int | None = None,
+                      lr: float | None = None) -> tuple[dict[str, Any], str]:
+    """The options of a training run that nobody gave (``None``), chosen from the data by
+    :func:`choose_defaults`: the model, the chosen model's hyperparameters under the given
+    ``model_config`` (when the model is the chosen one), and the batch size and learning
+    rate.
+
+    Returns:
+        ``(options, reason)``: ``options`` has ``model``, ``model_config``, ``batch_size``
+        and ``lr`` (the given ones kept; the batch size and rate stay ``None`` for a model
+        that is fitted rather than trained by epochs), ``reason`` says what was chosen and
+        why (``""`` when nothing was).
+
+    Raises:
+        ValueError: As :func:`choose_defaults`.
+    """
+    model_config = dict(model_config or {})
+    name, chosen_config, train, reason = choose_defaults(samples, model)
+    out: dict[str, Any] = {"model": name if model is None else model,
+                           "model_config": model_config, "batch_size": batch_size, "lr": lr}
+    before = {"model": model, "model_config": model_config,
+              **{k: out[k] for k in train}}
+    given = [k for k in train if out[k] is not None]
+    if out["model"] == name:
+        given = [k for k in chosen_config if k in model_config] + given
+        out["model_config"] = {**chosen_config, **model_config}
+    for key, value in train.items():
+        if out[key] is None:
+            out[key] = value
+    # Nothing chosen (every option given, e.g. a resumed run): nothing to say.
+    if all(out[k] == v for k, v in before.items()):
+        return out, ""
+    return out, reason + (f" (the options given win: {', '.join(given)})" if given else "")
 
 
-def fill_epochs(cfg: dict, model, samples: Sequence, num_val: int) -> str:
-    """Set ``cfg["epochs"]`` when unset, to fit ``cfg["minutes"]`` by
-    :func:`epochs_for_budget` from one timed step, and ``cfg["threads"]`` when unset,
-    to the faster of one thread and all of torch's (:func:`faster_threads`); returns
-    what was done, or ``""``."""
-    if cfg.get("epochs") is not None:
-        return ""
-    batch = cfg["batch_size"]
-    threads, step, why = faster_threads(model, samples, batch, cfg.get("threads"))
-    cfg["threads"] = threads
-    steps = math.ceil(len(samples) / batch)
-    cfg["epochs"] = epochs_for_budget(step, steps, cfg["minutes"], math.ceil(num_val / batch))
-    return (f"{cfg['epochs']} epochs fit the {cfg['minutes']:g}-minute budget "
-            f"({step:.2f} s per step of {batch} samples{why}, {steps} steps per epoch; "
-            f"--threads {threads} --epochs {cfg['epochs']} repeats this run exactly)")
+def epochs_to_fit(model, samples: Sequence, batch_size: int, minutes: float,
+                  num_val: int, threads: int | None = None) -> tuple[int, int, str]:
+    """The epochs that fit ``minutes`` (:func:`epochs_for_budget` from one timed step of
+    ``model`` on ``batch_size`` of ``samples``, with ``num_val`` validation samples), the
+    thread count (``threads`` when given, else the faster of one thread and all of
+    torch's: :func:`faster_threads`, which leaves torch set to it), and what was done,
+    for the log: ``(epochs, threads, note)``."""
+    threads, step, why = faster_threads(model, samples, batch_size, threads)
+    steps = math.ceil(len(samples) / batch_size)
+    epochs = epochs_for_budget(step, steps, minutes, math.ceil(num_val / batch_size))
+    return epochs, threads, (
+        f"{epochs} epochs fit the {minutes:g}-minute budget "
+        f"({step:.2f} s per step of {batch_size} samples{why}, {steps} steps per epoch; "
+        f"--threads {threads} --epochs {epochs} repeats this run exactly)")
 
 
 def faster_threads(model, samples: Sequence, batch: int, threads: int | None = None

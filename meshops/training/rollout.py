@@ -278,22 +278,32 @@ SERIES_PIT = {"width": 64, "heads": 2, "blocks": 2, "latent": "fps", "num_latent
 SERIES_TRAIN = {"batch_size": 16, "lr": 3e-3}
 
 
-def fill_series_defaults(cfg, series: Sequence[TimeSeries]) -> str:
-    """Fill the options of a ``meshops train --series`` config that nobody set: the
-    operator (PiT) and its size, the batch size and the learning rate. Returns what was
-    chosen, or ``""``."""
-    before = {k: cfg.get(k) for k in ("model", "model_config", *SERIES_TRAIN)}
+def series_options(series: Sequence[TimeSeries], model: str | None = None,
+                   model_config: dict | None = None, batch_size: int | None = None,
+                   lr: float | None = None) -> tuple[dict, str]:
+    """The options of a ``meshops train --series`` run that nobody gave (``None``): the
+    operator (PiT) and its size under the given ``model_config``, the batch size and the
+    learning rate.
+
+    Returns:
+        ``(options, reason)``: ``options`` has ``model``, ``model_config``,
+        ``batch_size`` and ``lr`` (the given ones kept); ``reason`` says what was
+        chosen, or ``""`` when nothing was.
+    """
+    model_config = dict(model_config or {})
+    out = {"model": model, "model_config": model_config, "batch_size": batch_size, "lr": lr}
+    before = dict(out)
     points = min(int(s.mesh.pos.shape[0]) for s in series)
-    if cfg["model"] is None:
-        cfg["model"] = "pit"
-    if cfg["model"] == "pit":
+    if out["model"] is None:
+        out["model"] = "pit"
+    if out["model"] == "pit":
         chosen = dict(SERIES_PIT, num_latent=min(SERIES_PIT["num_latent"], points))
-        cfg["model_config"] = {**chosen, **cfg["model_config"]}
+        out["model_config"] = {**chosen, **model_config}
     for key, value in SERIES_TRAIN.items():
-        if cfg.get(key) is None:
-            cfg[key] = value
-    if all(cfg.get(k) == v for k, v in before.items()):
-        return ""
-    return (f"time series: a small {cfg['model']} "
-            f"({', '.join(f'{k}={v}' for k, v in cfg['model_config'].items())}), batch "
-            f"{cfg['batch_size']}, lr {cfg['lr']:g}")
+        if out[key] is None:
+            out[key] = value
+    if out == before:
+        return out, ""
+    return out, (f"time series: a small {out['model']} "
+                 f"({', '.join(f'{k}={v}' for k, v in out['model_config'].items())}), batch "
+                 f"{out['batch_size']}, lr {out['lr']:g}")

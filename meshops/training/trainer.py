@@ -4,7 +4,6 @@ on one or many devices."""
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import math
 import time
@@ -18,28 +17,23 @@ from torch import Tensor, nn
 from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DistributedSampler
 
-from meshops._atomic import atomic_write
 from meshops._checkpoint import check_weights_fit
 from meshops._progress import progress as progress_bar
 from meshops.models.conditioning import fit_param_normalizer
 from meshops.normalizer import UnitGaussianNormalizer
 from meshops.training import callbacks, distributed, state
-from meshops.training.callbacks import Callback
+from meshops.training.callbacks import LAST, Callback, Checkpoints, EpochLog
 from meshops.training.dataset import fit_normalizers, make_loader, prepare_batch
 from meshops.training.optim import (check_optimizer_arguments, check_scheduler,
                                     is_scheduler_object, make_optimizer, make_scheduler,
                                     name_of)
 from meshops.training.loss import (RelativeLpLoss, lp_errors, summarize_errors, warn_failed,
                                    warn_zero_targets)
-from meshops.training.seed import (MAX_SEED, epoch_seed, get_rng_state, seed_everything,
-                                   set_rng_state)
+from meshops.training.seed import MAX_SEED, epoch_seed, seed_everything, set_rng_state
 
 if TYPE_CHECKING:
     from meshops.models.base import NeuralOperator
 
-LAST = "last.pt"
-BEST = "best.pt"
-HISTORY = "history.json"
 
 
 def targets_of(batch) -> tuple[Tensor, Tensor | None, Tensor]:
@@ -88,7 +82,7 @@ def _mesh_key(sample) -> tuple | None:
     return None if key[0] is None else tuple(key)
 
 
-def _with_mesh_structures(model, data, what: str, progress: bool):
+def with_mesh_structures(model, data, what: str, progress: bool):
     """``data`` with ``model.mesh_transform()`` applied to shallow copies of its samples.
 
     Only lists and tuples are transformed: a lazily loading dataset would rebuild the
@@ -135,6 +129,39 @@ def _with_mesh_structures(model, data, what: str, progress: bool):
     return out
 
 
+def _check_arguments(train_data, val_data, epochs, batch_size, val_batch_size, seed, resume,
+                     out_dir, loss, time_limit, compile, callbacks) -> None:
+    """The Trainer's arguments that can be checked before anything is built."""
+    for name, value in (("epochs", epochs), ("batch_size", batch_size),
+                        ("val_batch_size", val_batch_size)):
+        # 2.5 would be truncated to 2 without a word
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise ValueError(f"Trainer: {name} must be a positive integer, got {value!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"Trainer: seed must be an integer in 0..{MAX_SEED}, got {seed!r}")
+    if len(train_data) == 0:
+        raise ValueError("Trainer: train_data is empty")
+    if val_data is not None and len(val_data) == 0:
+        # it would fail after the first epoch, with nothing to validate on
+        raise ValueError("Trainer: val_data is empty; pass val_data=None to train without "
+                         "validation")
+    if resume and out_dir is None:
+        raise ValueError("Trainer: resume=True needs out_dir")
+    if loss is not None and not callable(loss):
+        raise TypeError(f"loss must be a callable (pred, target, weight, batch) -> "
+                        f"scalar, got {type(loss).__name__}")
+    if time_limit is not None and not time_limit > 0:
+        raise ValueError(f"time_limit must be positive seconds, got {time_limit}")
+    if not isinstance(compile, (bool, dict)):
+        raise TypeError(f"compile must be True, False or a dict of torch.compile "
+                        f"arguments, got {compile!r}")
+    for cb in callbacks:
+        if not isinstance(cb, Callback):
+            raise TypeError(f"callbacks must be meshops.training.callbacks.Callback "
+                            f"objects, got {type(cb).__name__}")
+
+
 class Trainer:
     """Train a neural operator with a relative L2 loss, checkpoints and resumption.
 
@@ -178,9 +205,9 @@ class Trainer:
     weights as an uninterrupted one: the data order of an epoch depends only on
     ``(seed, epoch)`` and the global generators (dropout) are restored. A run
     with a learning-rate schedule resumes only for the ``epochs`` it was started
-    with (the schedule is laid out over them; another count raises
-    ``ValueError``, see :meth:`check_resume_epochs`); with ``scheduler=None`` it
-    may be extended or cut short.
+    with (the schedule is laid out over them; another count raises ``ValueError``,
+    see :func:`meshops.training.state.check_resume_epochs`); with ``scheduler=None``
+    it may be extended or cut short.
 
     Under ``torchrun`` the trainer trains data-parallel (see
     :mod:`meshops.training.distributed`): ``batch_size`` is per process, so the
@@ -288,32 +315,49 @@ class Trainer:
                  find_unused_parameters: bool = False, precompute: bool = True,
                  time_limit: float | None = None, compile: bool | dict = False,
                  checkpoint_blocks: bool = False, callbacks: Sequence = ()) -> None:
-        for name, value in (("epochs", epochs), ("batch_size", batch_size),
-                            ("val_batch_size", val_batch_size)):
-            # 2.5 would be truncated to 2 without a word
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < 1):
-                raise ValueError(f"Trainer: {name} must be a positive integer, got {value!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
-            raise ValueError(f"Trainer: seed must be an integer in 0..{MAX_SEED}, got {seed!r}")
-        if len(train_data) == 0:
-            raise ValueError("Trainer: train_data is empty")
-        if val_data is not None and len(val_data) == 0:
-            # it would fail after the first epoch, with nothing to validate on
-            raise ValueError("Trainer: val_data is empty; pass val_data=None to train without "
-                             "validation")
-        if resume and out_dir is None:
-            raise ValueError("Trainer: resume=True needs out_dir")
-        if loss is not None and not callable(loss):
-            raise TypeError(f"loss must be a callable (pred, target, weight, batch) -> "
-                            f"scalar, got {type(loss).__name__}")
+        # Every argument is checked before a process group exists that an error would
+        # leave behind.
+        _check_arguments(train_data, val_data, epochs, batch_size, val_batch_size, seed,
+                         resume, out_dir, loss, time_limit, compile, callbacks)
+        self._check_optimization(model, optimizer, scheduler, lr, weight_decay)
+        self._check_dtype(train_data[0])
+        if checkpoint_blocks:
+            model.set_block_checkpointing(True)
+        if precompute:
+            train_data = with_mesh_structures(model, train_data, "training", progress)
+            val_data = with_mesh_structures(model, val_data, "validation", progress)
+        self.train_data, self.val_data = train_data, val_data
+        self.epochs, self.batch_size = int(epochs), int(batch_size)
+        self.val_batch_size = int(val_batch_size or batch_size)
+        self.grad_clip, self.seed, self.normalize = grad_clip, int(seed), normalize
+        self.time_limit, self.compile = time_limit, compile
+        self.shuffle, self.progress, self.resume = shuffle, progress, resume
+        self.metadata = dict(metadata or {})
+        self.num_workers, self.find_unused_parameters = num_workers, find_unused_parameters
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.loss_fn = loss if loss is not None else RelativeLpLoss()
+        # The metric that picks best.pt: the one the loss optimises.
+        self.metric = "l2_mean" if getattr(self.loss_fn, "quadrature", True) else "l2_unweighted_mean"
+        self._setup_devices(model, device, log, amp)
+        self._make_loader()
+        self._make_optimization(optimizer, scheduler, lr, weight_decay)
+        # the Trainer's own hooks first (files, then the log line), then the ones given
+        self.callbacks = list(callbacks)
+        self._hooks = ([Checkpoints(self.out_dir)] if self.out_dir is not None else []
+                       ) + [EpochLog(self._log)] + self.callbacks
+        self.history: list[dict[str, Any]] = []
+        self.best: dict[str, Any] = {"value": math.inf, "epoch": None}
+        self.epoch = 0  # completed epochs
+        self._net: nn.Module | None = None  # the (DDP-wrapped) model, built in fit()
+
+    # ------------------------------------------------------------------ set-up
+    def _check_optimization(self, model, optimizer, scheduler, lr, weight_decay) -> None:
+        """A given optimiser (and a scheduler object) is checked now, and the arguments
+        of the others; named ones and factories are built once the model is on its
+        device (fused optimisers check it)."""
         params = list(model.parameters())
         if not params:
             raise ValueError("Trainer: the model has no parameters")
-        # A given optimiser (and a scheduler object) is checked now, and the arguments
-        # of the others: a wrong one is refused before a process group exists that the
-        # error would leave behind. Named ones and factories are built once the model is
-        # on its device (fused optimisers check it).
         if isinstance(optimizer, torch.optim.Optimizer):
             self.optimizer = make_optimizer(model, optimizer, lr, weight_decay)
         else:
@@ -325,61 +369,39 @@ class Trainer:
             raise ValueError(f"scheduler must be 'cosine', 'onecycle', None, a scheduler or "
                              f"a callable, got {scheduler!r}")
         self.dtype = params[0].dtype
-        self._check_dtype(train_data[0])
-        if not isinstance(compile, (bool, dict)):
-            raise TypeError(f"compile must be True, False or a dict of torch.compile "
-                            f"arguments, got {compile!r}")
-        self.compile = compile
-        self.callbacks = list(callbacks)
-        for cb in self.callbacks:
-            if not isinstance(cb, Callback):
-                raise TypeError(f"callbacks must be meshops.training.callbacks.Callback "
-                                f"objects, got {type(cb).__name__}")
-        if checkpoint_blocks:
-            model.set_block_checkpointing(True)
-        if precompute:
-            train_data = _with_mesh_structures(model, train_data, "training", progress)
-            val_data = _with_mesh_structures(model, val_data, "validation", progress)
-        self.train_data, self.val_data = train_data, val_data
-        self.epochs, self.batch_size = int(epochs), int(batch_size)
-        self.val_batch_size = int(val_batch_size or batch_size)
-        self.grad_clip, self.seed, self.normalize = grad_clip, int(seed), normalize
-        if time_limit is not None and not time_limit > 0:
-            raise ValueError(f"time_limit must be positive seconds, got {time_limit}")
-        self.time_limit = time_limit
-        self.shuffle, self.progress, self.resume = shuffle, progress, resume
-        self.metadata = dict(metadata or {})
-        self.num_workers, self.find_unused_parameters = num_workers, find_unused_parameters
-        self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.loss_fn = loss if loss is not None else RelativeLpLoss()
-        # The metric that picks best.pt: the one the loss optimises.
-        self.metric = "l2_mean" if getattr(self.loss_fn, "quadrature", True) else "l2_unweighted_mean"
 
-        # Arguments are checked above, before a process group exists that an error
-        # would leave behind.
+    def _setup_devices(self, model, device, log, amp) -> None:
+        """The process group (under torchrun), the device, the log, the seeds, the model
+        on its device and the mixed precision."""
         self.dist, self.device = distributed.setup(device)
         self._log = _make_logger(log) if self.dist.is_main else (lambda msg: None)
         seed_everything(self.seed + self.dist.rank)
         self.model = model.to(self.device)
-
         self.amp_dtype = self._amp_dtype(amp)
         self.scaler = (torch.amp.GradScaler(self.device.type)
                        if self.amp_dtype == torch.float16 else None)
 
-        # The sampler is a DistributedSampler in a single process too (one replica):
-        # the permutation of an epoch then depends only on (seed, epoch), and a run on
-        # W processes deals out exactly the permutation a single process would use.
+    def _make_loader(self) -> None:
+        """The training sampler and loader.
+
+        The sampler is a DistributedSampler in a single process too (one replica): the
+        permutation of an epoch then depends only on (seed, epoch), and a run on W
+        processes deals out exactly the permutation a single process would use. The
+        loader draws its workers' base seed from its own generator rather than the
+        global one, so iterating it does not shift the dropout stream."""
         self.sampler = DistributedSampler(
-            train_data, num_replicas=self.dist.world_size if self.dist.active else 1,
-            rank=self.dist.rank if self.dist.active else 0, shuffle=shuffle,
+            self.train_data, num_replicas=self.dist.world_size if self.dist.active else 1,
+            rank=self.dist.rank if self.dist.active else 0, shuffle=self.shuffle,
             seed=epoch_seed(self.seed, 0), drop_last=False)
-        # The loader draws its workers' base seed from this generator rather than the
-        # global one, so iterating it does not shift the dropout stream.
         self._loader_gen = torch.Generator()
-        self.train_loader = make_loader(train_data, self.batch_size, sampler=self.sampler,
-                                        generator=self._loader_gen, num_workers=num_workers)
+        self.train_loader = make_loader(self.train_data, self.batch_size, sampler=self.sampler,
+                                        generator=self._loader_gen,
+                                        num_workers=self.num_workers)
         self.steps_per_epoch = len(self.train_loader)
 
+    def _make_optimization(self, optimizer, scheduler, lr, weight_decay) -> None:
+        """The optimiser (unless given) and the learning-rate schedule, on the model on
+        its device; an error leaves no process group behind."""
         try:
             if self.optimizer is None:
                 self.optimizer = make_optimizer(self.model, optimizer, lr, weight_decay)
@@ -388,12 +410,7 @@ class Trainer:
         except Exception:
             distributed.cleanup(self.dist)
             raise
-        self.history: list[dict[str, Any]] = []
-        self.best: dict[str, Any] = {"value": math.inf, "epoch": None}
-        self.epoch = 0  # completed epochs
-        self._net: nn.Module | None = None  # the (DDP-wrapped) model, built in fit()
 
-    # ------------------------------------------------------------------ set-up
     def _check_dtype(self, sample) -> None:
         for key in ("x", "pos"):
             t = getattr(sample, key, None)
@@ -620,7 +637,7 @@ class Trainer:
             raise ValueError("fit: resume=True needs out_dir")
         try:
             self._prepare(resume)
-            callbacks.call(self.callbacks, "on_fit_start", self)
+            callbacks.call(self._hooks, "on_fit_start", self)
             if self.epoch >= self.epochs:
                 self._log(f"already trained {self.epoch}/{self.epochs} epochs")
             start, first = time.perf_counter(), self.epoch
@@ -636,7 +653,7 @@ class Trainer:
                         break
         finally:
             try:
-                callbacks.call(self.callbacks, "on_fit_end", self)
+                callbacks.call(self._hooks, "on_fit_end", self)
             finally:
                 distributed.cleanup(self.dist)
         return self.history
@@ -651,57 +668,20 @@ class Trainer:
                  "time_s": time.perf_counter() - t0}
         self.history.append(entry)
         self.epoch = epoch + 1
-        improved = val is not None and val[self.metric] < self.best["value"]
-        if improved:
+        if val is not None and val[self.metric] < self.best["value"]:
             self.best = {"value": val[self.metric], "epoch": epoch + 1}
-        if self.out_dir is not None and self.dist.is_main:
-            if improved:
-                self.model.save(self.out_dir / BEST, **{
-                    **self.metadata, "epoch": epoch + 1, "metric": self.metric, "val": val})
-            atomic_write(self.out_dir / HISTORY, lambda tmp: Path(tmp).write_text(
-                json.dumps(self.history, indent=1)))
-        # Every rank takes part (its RNG state is gathered); rank 0 writes.
-        self._save_state()
-        msg = f"epoch {epoch + 1}/{self.epochs}  train {train_loss:.4e}"
-        if val is not None:
-            msg += (f"  val l2 {val['l2_mean']:.4e} (median {val['l2_median']:.4e}, "
-                    f"max {val['l2_max']:.4e}; unweighted {val['l2_unweighted_mean']:.4e})")
-            if val.get("failed"):
-                msg += f"  non-finite prediction on {val['failed']} of {val['n']}"
-        msg += f"  lr {entry['lr']:.2e}  {entry['time_s']:.1f}s" + ("  *best*" if improved else "")
-        self._log(msg)
-        callbacks.call(self.callbacks, "on_epoch_end", self, entry)
+        # the checkpoints and the log line, then the callbacks given
+        callbacks.call(self._hooks, "on_epoch_end", self, entry)
 
     # ------------------------------------------------------------------ state
-    def _save_state(self) -> None:
-        if self.out_dir is None:
-            return
-        rng = distributed.all_gather_objects(get_rng_state(), self.dist)
-        if not self.dist.is_main:
-            return
-        training = state.training_entry(
-            epoch=self.epoch, epochs=self.epochs, seed=self.seed,
-            world_size=self.dist.world_size if self.dist.active else 1,
-            optimizer=self.optimizer, scheduler=self.scheduler, scaler=self.scaler,
-            rng=rng, history=self.history, best=self.best)
-        saved = dict(self.model.checkpoint_state(**self.metadata, epoch=self.epoch),
-                     training=training)
-        atomic_write(self.out_dir / LAST, lambda tmp: torch.save(saved, tmp))
-
-    # The checks of a last.pt, under their old names (the CLI checks a run before
-    # building its trainer).
-    read_state = staticmethod(state.read_training_state)
-    check_resume_epochs = staticmethod(state.check_resume_epochs)
-    _check_training_state = staticmethod(state.check_training_entry)
-
     def _load_state(self, path: Path) -> None:
-        saved = self.read_state(path)
+        saved = state.read_training_state(path)
         tr = saved["training"]
         m = self.model
         if saved["model"] != m.model_name or saved["config"] != dict(m.config):
             raise ValueError(f"{path}: saved for {saved['model']} {saved['config']}, "
                              f"cannot resume {m.model_name} {dict(m.config)}")
-        self.check_resume_epochs(path, tr, self.epochs, self.scheduler is not None)
+        state.check_resume_epochs(path, tr, self.epochs, self.scheduler is not None)
         norms = saved.get("normalizers", {})
         self._attach_normalizers(
             UnitGaussianNormalizer(norms["input"]) if "input" in norms else None,

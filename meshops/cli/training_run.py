@@ -1,0 +1,213 @@
+"""The parts of ``meshops train`` shared by its two kinds of data, mesh folders
+(:mod:`meshops.cli.train`) and time series (:mod:`meshops.cli.series`): the model
+built from the data's channels, the split of the files, the run folder's write check,
+the epochs fitted to the time budget, and the training itself with its report."""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import os
+import sys
+from pathlib import Path
+
+from meshops.cli import train_extras
+from meshops.cli._common import CLIError, is_main_rank, os_reason
+from meshops.cli.config import RUN_CONFIG, TrainConfig
+from meshops.errors import CheckpointError
+from meshops.inference import RUN_CHECKPOINT
+
+__all__ = ["INFERRED", "build_model", "check_writable_folder", "epochs_to_fit",
+           "run_training", "split_files"]
+
+# Set from the data, never by model_config.
+INFERRED = ("in_channels", "out_channels", "pos_dim", "param_channels")
+
+
+def build_model(name: str, model_config: dict, in_channels: int, out_channels: int,
+                pos_dim: int, param_channels: int = 0, dtype=None, device=None):
+    """A registered model (:data:`meshops.models.MODELS`) with ``model_config`` and the
+    channels, dimension and parameter count of the data; a key the model does not take
+    is refused, as are parameters for a model that takes none, and a model whose
+    training would not fit in the memory of ``device`` (checked on the meta device,
+    before anything is allocated; ``dtype``: the training dtype)."""
+    from meshops._memory import module_bytes, skeleton, too_big
+    from meshops.models import MODELS, count_parameters
+
+    if name not in MODELS:
+        raise CLIError(f"unknown model {name!r}; available: {', '.join(sorted(MODELS))}")
+    cls = MODELS[name]
+    params = inspect.signature(cls.__init__).parameters
+    accepted = {k for k, p in params.items() if k != "self"
+                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    open_kw = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    inferred = {"in_channels": in_channels, "out_channels": out_channels, "pos_dim": pos_dim,
+                "param_channels": param_channels}
+    if param_channels and "param_channels" not in accepted and not open_kw:
+        raise CLIError(f"model {name!r} does not take parameter vectors (--params): it has no "
+                       f"param_channels argument")
+    for key, value in model_config.items():
+        if key in inferred:
+            if value != inferred[key]:
+                raise CLIError(f"model_config: {key} = {value!r} but the data has "
+                               f"{inferred[key]} (it is set from the data; leave it out)")
+        elif key not in accepted and not open_kw:
+            close = difflib.get_close_matches(key, sorted(accepted - set(INFERRED)), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise CLIError(f"model_config: unknown key {key!r} for model {name!r}{hint}; "
+                           f"valid keys: {', '.join(sorted(accepted - set(INFERRED)))}")
+    kwargs = dict(model_config)
+    kwargs.update({k: v for k, v in inferred.items() if k in accepted or open_kw})
+    described = f"model {name!r} with {model_config or 'the default config'}"
+    try:
+        shapes = skeleton(lambda: cls(**kwargs))
+        # weights, gradients and the two moments of AdamW
+        why = too_big(4 * module_bytes(shapes, dtype), device,
+                      f"training it ({count_parameters(shapes):,} parameters, 4 copies: "
+                      f"weights, gradients, 2 optimiser moments)")
+        if why:
+            raise CLIError(f"{described}: {why}; choose a smaller model_config")
+        del shapes
+        return cls(**kwargs)
+    except (TypeError, ValueError) as e:
+        raise CLIError(f"{described}: {e}") from None
+
+
+def split_files(n: int, val_fraction: float | None, seed: int, data: str
+                ) -> tuple[list[int], list[int]]:
+    """Deterministic train/validation indices of ``n`` files from the seed (``data``: the
+    folder, named in the error when the split leaves nothing to train on)."""
+    from meshops.training.splits import validation_split
+
+    try:
+        return validation_split(n, val_fraction or 0.0, seed)
+    except ValueError as e:
+        raise CLIError(f"{data}: {e}; add files, pass --val-data DIR or "
+                       f"--val-fraction 0") from None
+
+
+def check_writable_folder(out: Path) -> None:
+    """Create the run folder and a file in it, so that an ``--out`` that cannot be
+    written (read-only, under a file, under ``/proc``) fails with one line before
+    training rather than with a traceback after the first epoch. Called once the
+    data has been read and checked: bad data leaves no run folder behind."""
+    import tempfile
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".meshops-write-check.", dir=out)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise CLIError(f"{out}: cannot write the run folder ({os_reason(e)})") from None
+
+
+def epochs_to_fit(cfg: TrainConfig, model, samples, num_val: float) -> tuple[TrainConfig, str]:
+    """``epochs`` (and ``threads``) when nobody set them: as many epochs as fit
+    ``--minutes`` from one timed step on ``samples`` (``num_val``: the validation work in
+    training samples' forwards), on the faster of one thread and all
+    (:func:`meshops.training.defaults.epochs_to_fit`); returns the config and what was
+    done (``""``: nothing)."""
+    from meshops.training import defaults
+
+    if cfg.epochs is not None:
+        return cfg, ""
+    epochs, threads, reason = defaults.epochs_to_fit(model, samples, cfg.batch_size,
+                                                     cfg.minutes, num_val, cfg.threads)
+    return cfg.with_options("defaults", epochs=epochs, threads=threads), reason
+
+
+def run_training(args, cfg, model, train_samples, val_samples, resolved: str, chosen: str,
+                 summary: str, begin, **trainer_options) -> bool:
+    """The end of ``meshops train`` for a built model and its samples (mesh folders in
+    :func:`meshops.cli.train.cmd_train`, time series in :mod:`meshops.cli.series`):
+    ``--dry-run`` prints the resolved config and returns False; otherwise ``begin()``
+    records the run's data and prepares its folder (returning the checkpoint metadata),
+    ``config.yaml`` is written, the :class:`~meshops.training.Trainer` trains
+    (``trainer_options``: the loss, ...) and ``best.pt`` is left; returns True."""
+    main_rank = is_main_rank()
+    out = Path(cfg.out)
+    if args.dry_run:
+        if main_rank:
+            print(resolved, end="")
+            if chosen:
+                print(f"# defaults from the data: {chosen}", file=sys.stderr)
+            print(f"# {summary}", file=sys.stderr)
+        return False
+    metadata = begin()
+    _start_run(out, resolved, chosen, summary, main_rank)
+    trainer = _trainer(args, cfg, model, train_samples, val_samples, metadata, main_rank,
+                       trainer_options)
+    history = _fit(trainer, args)
+    if trainer.dist.is_main:
+        _report(trainer, history, model, metadata, out, val_samples is None)
+    return True
+
+
+def _start_run(out: Path, resolved: str, chosen: str, summary: str, main_rank: bool) -> None:
+    """The run's config.yaml written and what it trains said (main rank)."""
+    from meshops._atomic import atomic_write
+
+    if main_rank:
+        atomic_write(out / RUN_CONFIG, lambda tmp: Path(tmp).write_text(resolved))
+        if chosen:
+            print(f"defaults from the data: {chosen}")
+        print(f"training {summary}; writing {out}/")
+
+
+def _trainer(args, cfg, model, train_samples, val_samples, metadata: dict, main_rank: bool,
+             options: dict):
+    """The :class:`~meshops.training.Trainer` of the run, with the loggers it asks for
+    (``options``: the Trainer's other arguments; ``callbacks`` there replaces them)."""
+    from meshops.training import Trainer
+
+    out = Path(cfg.out)
+    loggers = (train_extras.callbacks(cfg, out, {**cfg.to_dict(),
+                                                 "model_config": dict(model.config)})
+               if main_rank else [])
+    options = {"callbacks": loggers, **options}
+    return Trainer(
+        model, train_samples, val_samples, epochs=cfg.epochs, batch_size=cfg.batch_size,
+        lr=cfg.lr, weight_decay=cfg.weight_decay, scheduler=cfg.scheduler,
+        grad_clip=cfg.grad_clip, seed=cfg.seed, device=cfg.device, out_dir=out,
+        resume=args.resume, metadata=metadata, progress=sys.stderr.isatty(), log=print,
+        amp=cfg.amp or False, **options)
+
+
+def _fit(trainer, args) -> list:
+    """``trainer.fit()``, its failures as one line."""
+    try:
+        return trainer.fit()
+    except FloatingPointError as e:
+        raise CLIError(str(e)) from None
+    except CheckpointError as e:  # a damaged, truncated or malicious RUN/last.pt
+        raise CLIError(str(e)) from None
+    except ValueError as e:
+        if not args.resume:
+            raise
+        # e.g. RUN/last.pt was saved for another model config
+        raise CLIError(str(e)) from None
+
+
+def _report(trainer, history: list, model, metadata: dict, out: Path,
+            no_validation: bool) -> None:
+    """Where the run's model is: best.pt, or why there is none."""
+    if no_validation:
+        # No validation data: best.pt is the final model, so that predict/evaluate
+        # find it in the usual place.
+        model.save(out / RUN_CHECKPOINT, **metadata, epoch=trainer.epoch,
+                   metric=None, val=None, selected="last epoch (no validation data)")
+        print(f"no validation data: {out / RUN_CHECKPOINT} is the model after epoch "
+              f"{trainer.epoch}")
+    elif history and trainer.best["epoch"] is None:
+        last = history[-1]["val"] or {}
+        why = (f"the model predicts non-finite values on {last['failed']} of "
+               f"{last['n']} validation meshes" if last.get("failed") else
+               f"{trainer.metric} is {last.get(trainer.metric)}")
+        raise CLIError(f"no epoch had a finite validation error ({why}), so there is no "
+                       f"best model: {out / RUN_CHECKPOINT} was not written; "
+                       f"{out / 'last.pt'} holds the model after epoch {trainer.epoch}")
+    elif history:
+        best = trainer.best
+        print(f"best validation {trainer.metric} {best['value']:.4e} at epoch "
+              f"{best['epoch']}: {out / RUN_CHECKPOINT}")

@@ -1,0 +1,153 @@
+"""The import graph of the package (issue 23): every module imports, no import cycle
+inside ``meshops``, and no module imports another's private names.
+
+The graph is read from the sources (every import statement, also those inside
+functions, which run later but still tie the modules together; not those under
+``if TYPE_CHECKING:``, which never run). ``from meshops.search import knn_module``
+counts as an import of ``meshops.search.knn_module`` where that is a module, and of
+the package otherwise (a name its ``__init__`` defines or re-exports)."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import meshops
+from test_package_layout import package_modules
+
+ROOT = Path(meshops.__file__).resolve().parent
+PROJECT = ROOT.parent
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+
+
+def _imports(tree: ast.AST):
+    """The import statements of a module, not those under ``if TYPE_CHECKING:``."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if _is_type_checking(node):
+            todo += node.orelse
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        todo += list(ast.iter_child_nodes(node))
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the modules of ``modules`` it imports."""
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges = set()
+        for node in _imports(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names if a.name in modules}
+                continue
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            subs = {f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules}
+            edges |= subs
+            if base in modules and len(subs) < len(node.names):
+                edges.add(base)
+        edges.discard(name)
+        graph[name] = edges
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle (``[a, b, ..., a]``), or ``[]`` when there is none."""
+    state: dict[str, int] = {}        # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        state[node] = 2
+        path.pop()
+        return []
+
+    for start in sorted(graph):
+        if start not in state:
+            found = visit(start)
+            if found:
+                return found
+    return []
+
+
+def test_every_module_imports():
+    """Every module but the command's entry points (``__main__``, which run it); a
+    backend of an optional package that is not installed (torch-cluster) may fail for
+    that package only."""
+    names = sorted(n for n in package_modules(ROOT) if not n.endswith("__main__"))
+    assert len(names) > 100
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if (e.name or "").split(".")[0] in ("meshops", "torch", "torch_geometric"):
+                raise
+
+
+def test_no_import_cycle_inside_meshops():
+    assert find_cycle(import_graph(package_modules(ROOT))) == []
+
+
+def test_the_scan_finds_a_cycle_through_a_lazy_import_and_skips_type_checking(tmp_path):
+    """Control: a cycle closed by an import inside a function (as nn/base.py ->
+    nn/local.py -> nn/position.py -> nn/base.py was) is found; one closed only under
+    ``if TYPE_CHECKING:`` is not a cycle."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from pkg.b import g\n")
+    (pkg / "b.py").write_text("from pkg import c\n")
+    (pkg / "c.py").write_text("import pkg.a\n")
+    (pkg / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                              "    from pkg.e import E\n")
+    (pkg / "e.py").write_text("from pkg.d import x\n")
+    graph = import_graph(package_modules(pkg))
+    assert find_cycle(graph) == ["pkg.a", "pkg.b", "pkg.c", "pkg.a"]
+    assert graph["pkg.d"] == set() and graph["pkg.e"] == {"pkg.d"}
+
+
+def private_imports(paths) -> list[str]:
+    """``file:line: name`` of every ``from meshops... import _name`` in ``paths``."""
+    out = []
+    for path in paths:
+        for node in _imports(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("meshops"):
+                out += [f"{path}:{node.lineno}: {node.module}.{a.name}"
+                        for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    return out
+
+
+def test_no_module_imports_another_modules_private_names():
+    """The library, its benchmarks, examples and data adapters import only public names
+    of meshops' modules (a module's own private names stay its own)."""
+    files = [p for d in ("meshops", "benchmarks", "examples", "data_adapters")
+             for p in sorted((PROJECT / d).rglob("*.py"))]
+    assert len(files) > 150
+    assert private_imports(files) == []
+
+
+def test_the_private_import_scan_sees_one_inside_a_function(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("def g():\n    from meshops.training.trainer import Trainer, _make_logger\n")
+    assert private_imports([f]) == [f"{f}:2: meshops.training.trainer._make_logger"]
