@@ -148,8 +148,13 @@ def _decoders() -> dict:
 
 def can_chunk(model, data=None) -> bool:
     """Whether :func:`predict_chunked` splits ``model``'s prediction of ``data`` (one
-    sample with only ``x``, ``pos``, ``weight`` and optionally ``query_pos`` as inputs)."""
+    sample with only ``x``, ``pos``, ``weight`` and optionally ``query_pos`` as inputs,
+    and a model without parameter conditioning)."""
     if not any(type(model) is cls for cls in _decoders()):
+        return False
+    # The chunked path runs the layers without the FiLM conditioning (per-sample
+    # parameters, or the input means of PiT(condition_on_inputs=True)).
+    if getattr(model, "conditioning", None) is not None:
         return False
     if data is None:
         return True

@@ -95,6 +95,20 @@ def test_other_inputs_or_batches_are_predicted_in_one_piece():
         predict_chunked(model, _data(False), chunk_size=0)
 
 
+def test_conditioned_models_are_predicted_in_one_piece():
+    """A PiT conditioned on its input means (the default for parametric maps) gives
+    ``predict`` exactly: the chunked path would run it unconditioned."""
+    torch.manual_seed(0)
+    model = PiT(1, 2, width=16, heads=2, blocks=1, num_latent=40, quantile_in=0.1,
+                quantile_out=0.1, condition_on_inputs=True).double()
+    torch.nn.init.normal_(model.conditioning.film.weight, std=0.5)  # away from identity
+    model.conditioning.params_normalizer.fitted.fill_(True)
+    data = _data(False)
+    assert not can_chunk(model) and not can_chunk(model, data)
+    torch.testing.assert_close(predict_chunked(model, data, chunk_size=17),
+                               model.predict(data), rtol=0, atol=0)
+
+
 def test_predict_command_in_chunks_writes_the_one_piece_prediction(tmp_path, capsys):
     from meshops import cli
     from meshops.io import mesh_from_arrays, read_mesh, write_mesh
