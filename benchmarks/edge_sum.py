@@ -27,7 +27,6 @@ gives the median over repetitions and the backward/forward ratio.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import platform
 import statistics
@@ -36,7 +35,6 @@ import sys
 import time
 
 import torch
-from torch import Tensor
 
 from meshops.models.latent import grid_latent
 from meshops.nn._edge_sum import edge_sum

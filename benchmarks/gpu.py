@@ -163,7 +163,6 @@ def probe_backends(device: str, dtype, n: int = 4096) -> dict[str, str]:
 
 def profile_kernels(device: str, dtype, n: int = 65536) -> list[str]:
     """Names of the attention kernels of one default forward+backward."""
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     att, x, w = _layer(n, device, dtype)

@@ -44,7 +44,6 @@ import platform
 import resource
 import statistics
 import subprocess
-import sys
 import time
 import traceback
 from dataclasses import dataclass, field

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 import types
-from typing import Any
 
 import torch
 import torch.nn.functional as F

@@ -34,8 +34,12 @@ DATA = ("elasticity", "airfoil")
 def load_samples(data: str, n: int, data_dir: Path | None, seed: int = 0) -> list:
     """``n`` training samples of ``data``: Geo-FNO files from ``data_dir``, else the
     stand-in."""
-    from data_adapters import (load_elasticity, load_naca, make_airfoil_standin,
-                               make_elasticity_standin)
+    from data_adapters import (
+        load_elasticity,
+        load_naca,
+        make_airfoil_standin,
+        make_elasticity_standin,
+    )
     if data_dir is not None:
         if data == "elasticity":
             return load_elasticity(data_dir, "train", n_train=n)

@@ -96,9 +96,9 @@ def _memory_child(case: str, checkpoint: bool, reps: int, device: str) -> dict:
     from benchmarks.harness import hwm_bytes, malloc_trim, reset_hwm, rss_bytes
     from meshops.data import MeshData
     from meshops.models import get_model
+    from meshops.training.dataset import prepare_batch
     from meshops.training.loss import RelativeLpLoss
     from meshops.training.trainer import targets_of, with_mesh_structures
-    from meshops.training.dataset import prepare_batch
 
     spec = _MEMORY_CASES[case]
     torch.manual_seed(0)

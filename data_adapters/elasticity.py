@@ -43,14 +43,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from data_adapters._geometry import periodic_radius, polygon_distance, star_polygon
+from data_adapters._npy import check_finite, check_shape, open_npy
+from data_adapters.splits import split_indices
 from meshops.data import MeshData
 from meshops.datasets import add_inputs_targets, as_float_dtype
 from meshops.errors import MeshError
 from meshops.pointcloud import point_cloud_weights
-
-from data_adapters._geometry import periodic_radius, polygon_distance, star_polygon
-from data_adapters._npy import check_finite, check_shape, open_npy
-from data_adapters.splits import split_indices
 
 XY_FILE = "Random_UnitCell_XY_10.npy"
 SIGMA_FILE = "Random_UnitCell_sigma_10.npy"

@@ -38,11 +38,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from data_adapters.parametric import (
+    ParametricSet,
+    parametric_sample,
+    permutation_split,
+    write_parametric_folders,
+)
 from meshops.datasets import as_float_dtype
 from meshops.errors import MeshError
-
-from data_adapters.parametric import (ParametricSet, parametric_sample, permutation_split,
-                                      write_parametric_folders)
 
 #: Where the archives are looked for: ``$MESHOPS_DEV_DATA``, else ``shared/data`` beside
 #: the repository (the layout of this project's work machines).

@@ -5,7 +5,6 @@ moved to :mod:`meshops.datasets` (the core package does not import
 ``data_adapters``); these names stay so that existing imports keep working.
 """
 
-from meshops.datasets import (DEFAULT_SUFFIXES, MeshFolderDataset, export_to_folder,
-                              list_mesh_files)
+from meshops.datasets import DEFAULT_SUFFIXES, MeshFolderDataset, export_to_folder, list_mesh_files
 
 __all__ = ["DEFAULT_SUFFIXES", "MeshFolderDataset", "export_to_folder", "list_mesh_files"]

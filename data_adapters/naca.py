@@ -46,14 +46,13 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from data_adapters._npy import check_finite, check_shape, open_npy
+from data_adapters.splits import split_indices
 from meshops.data import MeshData
 from meshops.datasets import add_inputs_targets, as_float_dtype
 from meshops.errors import MeshError
 from meshops.io import mesh_from_arrays
 from meshops.quadrature import cell_basis, cube_corners, gauss_cube, structured_grid_cells
-
-from data_adapters._npy import check_finite, check_shape, open_npy
-from data_adapters.splits import split_indices
 
 X_FILE = "NACA_Cylinder_X.npy"
 Y_FILE = "NACA_Cylinder_Y.npy"

@@ -28,10 +28,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from meshops.errors import MeshError
-
 from data_adapters.fem_npz import FILES, _load, data_dir
 from data_adapters.parametric import permutation_split
+from meshops.errors import MeshError
 
 FIELD = "u"
 

@@ -24,9 +24,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from common import parser, run, sizes, split_blocks  # noqa: E402
 
-from meshops.training.seed import seed_everything  # noqa: E402
-
 from data_adapters import NacaDataset, make_airfoil_standin  # noqa: E402
+from meshops.training.seed import seed_everything  # noqa: E402
 
 # The published NACA split: train [:1000], test [1000:1200].
 PUBLISHED_TEST_START = 1000

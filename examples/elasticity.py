@@ -27,9 +27,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from common import parser, run, sizes, split_blocks  # noqa: E402
 
-from meshops.training.seed import seed_everything  # noqa: E402
-
 from data_adapters import ElasticityDataset, make_elasticity_standin  # noqa: E402
+from meshops.training.seed import seed_everything  # noqa: E402
 
 # Model sizes for ~1000-point samples, small enough for a 2-core CPU by default
 # (PiT: a 256-point farthest-point latent mesh; the reference model's latent mesh

@@ -87,7 +87,7 @@ def check_mesh_file(path: Path, formats: Sequence[str]) -> None:
     Raises:
         MeshError: naming the file and what it begins with.
     """
-    from meshops._memory import format_bytes, available_bytes
+    from meshops._memory import available_bytes, format_bytes
 
     size = os.path.getsize(path)
     if size == 0:

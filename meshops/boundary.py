@@ -226,7 +226,7 @@ def _owners(tagged: np.ndarray, cell_rows: np.ndarray, cell_owner: np.ndarray):
 def _facet_normals(x: np.ndarray) -> np.ndarray:
     """Unnormalised normals of facets ``x [F, s, d]`` (a vertex, a line in 2-D, a
     triangle or a quad in 3-D)."""
-    s, d = x.shape[1], x.shape[2]
+    s = x.shape[1]
     if s == 1:
         return np.ones((len(x), 1))
     if s == 2:

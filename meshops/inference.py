@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from meshops.chunked import DEFAULT_CHUNK
 from meshops.errors import CheckpointError, MeshError
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["RUN_CHECKPOINT", "RunSpec", "available_fields", "field_channels", "field_shape",
            "format_shape", "load_run", "mesh_sample", "predict_mesh"]

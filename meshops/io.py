@@ -16,9 +16,13 @@ from meshops._atomic import atomic_write
 from meshops.data import MeshData
 from meshops.errors import MeshError
 from meshops.pointcloud import point_cloud_weights
-from meshops.quadrature import (CELL_DIMS, check_points, check_weight_range, quadrature_weights,
-                                top_dimension)
-
+from meshops.quadrature import (
+    CELL_DIMS,
+    check_points,
+    check_weight_range,
+    quadrature_weights,
+    top_dimension,
+)
 
 # Formats whose meshio writer keeps point and cell data of every name we write
 # (checked by a write/read round trip: STL, OBJ, OFF, Abaqus, Nastran, Medit,

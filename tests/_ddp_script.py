@@ -13,10 +13,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from test_training import DDP_KW, ddp_data, ddp_model  # noqa: E402
+
 import meshops.models.base as base_mod  # noqa: E402
 from meshops.training import callbacks as callbacks_mod  # noqa: E402
 from meshops.training.trainer import Trainer  # noqa: E402
-from test_training import DDP_KW, ddp_data, ddp_model  # noqa: E402
 
 
 def main(out: Path) -> None:

@@ -16,7 +16,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-
 from _meshes import square_mesh
 
 
@@ -48,9 +47,8 @@ def write_heat_series(root, params: np.ndarray, steps: int = 11, dt: float = 0.0
     import meshio
 
     from meshops.io import mesh_from_arrays, write_mesh
-    from meshops.series import write_series
-
     from meshops.params import write_param_table
+    from meshops.series import write_series
 
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)

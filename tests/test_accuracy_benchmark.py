@@ -115,8 +115,7 @@ def test_nearest_sample_picks_by_standardised_parameters_and_moves_between_meshe
 
 # ----------------------------------------------------- folders and one data set
 def _write_set(root, n=12, n_test=4):
-    from data_adapters.parametric import ParametricSet, parametric_sample, \
-        write_parametric_folders
+    from data_adapters.parametric import ParametricSet, parametric_sample, write_parametric_folders
 
     pts, tri = _grid(5)
     rng = np.random.default_rng(3)

@@ -10,17 +10,28 @@ import numpy as np
 import pytest
 import torch
 
-from meshops.errors import MeshError
-from meshops.io import read_mesh
-
-from data_adapters import (ElasticityDataset, MeshFolderDataset, NacaDataset, export_to_folder,
-                           load_elasticity, load_naca, split_indices)
-from data_adapters.elasticity import (RR_FILE, SIGMA_FILE, XY_FILE, void_area_from_points,
-                                      void_area_from_rr)
+from data_adapters import (
+    ElasticityDataset,
+    MeshFolderDataset,
+    NacaDataset,
+    export_to_folder,
+    load_elasticity,
+    load_naca,
+    split_indices,
+)
+from data_adapters.elasticity import (
+    RR_FILE,
+    SIGMA_FILE,
+    XY_FILE,
+    void_area_from_points,
+    void_area_from_rr,
+)
 from data_adapters.folder import list_mesh_files
 from data_adapters.naca import CHANNELS, Q_FILE, X_FILE, Y_FILE
 from data_adapters.standins.cgrid import c_grid
 from data_adapters.standins.naca4 import naca4
+from meshops.errors import MeshError
+from meshops.io import read_mesh
 
 F64 = torch.float64
 

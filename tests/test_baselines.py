@@ -9,17 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _meshes import square_mesh
 
 from meshops import cli
 from meshops.data import MeshData
 from meshops.io import mesh_from_arrays, write_mesh
 from meshops.models import NeuralOperator, get_model
 from meshops.training import Trainer
-from meshops.training.baselines import (correspondence, mean_field_baseline,
-                                        nearest_sample_baseline)
+from meshops.training.baselines import correspondence, mean_field_baseline, nearest_sample_baseline
 from meshops.training.splits import validation_split
-
-from _meshes import square_mesh
 
 F64 = torch.float64
 

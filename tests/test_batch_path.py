@@ -87,7 +87,7 @@ def test_the_tracer_sees_a_bounce():
             return data
 
     model = Model()
-    from meshops.training.seed import seed_everything   # a meshops frame on the stack
+    from meshops.training.seed import seed_everything  # a meshops frame on the stack
 
     bounces, entered = follow(lambda: model.run_block(lambda: seed_everything(0)))
     assert bounces == []     # models/base.py -> (test lambda) -> training/seed.py

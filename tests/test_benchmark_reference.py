@@ -8,13 +8,23 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.reference import (CASES, Case, meshops_kwargs, patch_script,
-                                  reference_settings, step_body)
-from benchmarks.reference.files import (SHAPE_FILE, elasticity_arrays_from_standin,
-                                        isentropic_state, naca_arrays_from_standin,
-                                        write_elasticity_files, write_naca_files)
-from data_adapters import (load_elasticity, load_naca, make_airfoil_standin,
-                           make_elasticity_standin)
+from benchmarks.reference import (
+    CASES,
+    Case,
+    meshops_kwargs,
+    patch_script,
+    reference_settings,
+    step_body,
+)
+from benchmarks.reference.files import (
+    SHAPE_FILE,
+    elasticity_arrays_from_standin,
+    isentropic_state,
+    naca_arrays_from_standin,
+    write_elasticity_files,
+    write_naca_files,
+)
+from data_adapters import load_elasticity, load_naca, make_airfoil_standin, make_elasticity_standin
 from data_adapters.naca import CHANNELS, Q_FILE, X_FILE, Y_FILE
 from data_adapters.standins import void_radius
 
@@ -259,6 +269,7 @@ def test_reference_commit_is_the_checkouts_own(tmp_path):
     """An exported snapshot inside another git checkout must not report that
     checkout's HEAD as the reference commit."""
     import subprocess
+
     from benchmarks.reference.__main__ import _reference_commit
     outer = tmp_path / "outer"
     (outer / "ref").mkdir(parents=True)

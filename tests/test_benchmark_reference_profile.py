@@ -6,12 +6,12 @@ import math
 
 import pytest
 import torch
+from test_benchmark_reference import FAKE
 
 from benchmarks.reference import CASES, PAPER_TRAIN, patch_script
 from benchmarks.reference.__main__ import main, summarize, table
-from benchmarks.reference.profiling import Event, profile_steps, summarize as profile_summary
-
-from test_benchmark_reference import FAKE
+from benchmarks.reference.profiling import Event, profile_steps
+from benchmarks.reference.profiling import summarize as profile_summary
 
 
 def test_batch_size_replaces_the_scripts_only():

@@ -10,6 +10,8 @@ import meshio
 import numpy as np
 import pytest
 import torch
+from _meshes import annulus_quads, cube_mesh, square_mesh, tetra_cube
+from _tiny_run import one_line_error
 
 from meshops import cli
 from meshops.boundary import NORMAL_FIELD, boundary, tag_channels
@@ -17,9 +19,6 @@ from meshops.cells import cell_points
 from meshops.errors import MeshError
 from meshops.io import mesh_from_arrays, read_mesh
 from meshops.layout import SampleLayout
-
-from _meshes import annulus_quads, cube_mesh, square_mesh, tetra_cube
-from _tiny_run import one_line_error
 
 NAMES = {"left": 1, "right": 2, "bottom": 3, "top": 4, "inner": 5}
 
@@ -80,7 +79,7 @@ def test_linear_fields_integrate_exactly_over_tagged_edges(kind):
 def test_divergence_theorem_on_the_square():
     # int x n ds = (|Omega|, 0) and int (x, y) . n ds = 2 |Omega| over the closed boundary
     mesh = gmsh_square(4, "mixed", amount=0.3, seed=1)
-    x, y = mesh.pos[:, 0], mesh.pos[:, 1]
+    x = mesh.pos[:, 0]
     force = sum(boundary(mesh, s).integrate(x, mode="normal") for s in
                 ("left", "right", "bottom", "top"))
     flux = sum(float(boundary(mesh, s).integrate(mesh.pos, mode="flux")) for s in
@@ -309,8 +308,7 @@ def test_evaluate_reports_boundary_integrals(tag_run, capsys):
         assert abs(s["true"][0] - 1.5) < 1e-12        # int_0^1 (1 + y) dy on x = 0
         assert s["abs_error"] == pytest.approx(abs(s["pred"][0] - s["true"][0]), abs=1e-12)
     for k, s in enumerate(wall["samples"]):
-        a = 1 + 0.1 * k
-        # y = 0: -(int (1 + a x) dx) e_y, y = 1: +(int (2 + a x) dx) e_y
+        # with a = 1 + 0.1 k, y = 0: -(int (1 + a x) dx) e_y, y = 1: +(int (2 + a x) dx) e_y
         assert np.allclose(s["true"], [0.0, 1.0], atol=1e-12)
         assert s["rel_error"] == pytest.approx(np.linalg.norm(np.subtract(s["pred"], s["true"])),
                                                abs=1e-12)

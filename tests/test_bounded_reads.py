@@ -10,13 +10,12 @@ import os
 
 import pytest
 import torch
+from _folders import run_cli, train, write_folder
+from _tiny_run import one_line_error
 from torch.overrides import TorchFunctionMode
 
 from meshops import CheckpointError
 from meshops.models import NeuralOperator, get_model
-
-from _folders import run_cli, train, write_folder
-from _tiny_run import one_line_error
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

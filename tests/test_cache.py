@@ -11,16 +11,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _meshes import square_mesh
 
 from meshops import cli
-from meshops.cache import (CACHE_VERSION, SAMPLE, STRUCTURED, CacheError, CachedMeshDataset,
-                           MeshCache)
+from meshops.cache import (
+    CACHE_VERSION,
+    SAMPLE,
+    STRUCTURED,
+    CachedMeshDataset,
+    CacheError,
+    MeshCache,
+)
 from meshops.cli.lazy import FolderReader
 from meshops.io import mesh_from_arrays, write_mesh
 from meshops.training.dataset import fit_normalizers
 from meshops.training.defaults import data_facts
-
-from _meshes import square_mesh
 
 SETTINGS = {"test": 1}
 SMALL_PIT = ["--model", "pit", "--model-config", "width=16", "blocks=1", "num_latent=16"]

@@ -9,6 +9,8 @@ import meshio
 import numpy as np
 import pytest
 import torch
+from _meshes import annulus_quads, cube_mesh, square_mesh, tetra_cube
+from _tiny_run import one_line_error
 
 from meshops import cli
 from meshops.cells import cell_field, cell_points, cells_to_blocks, point_to_cells
@@ -17,9 +19,6 @@ from meshops.errors import MeshError
 from meshops.io import mesh_from_arrays, read_mesh, write_mesh
 from meshops.layout import SampleLayout
 from meshops.models import NeuralOperator
-
-from _meshes import annulus_quads, cube_mesh, square_mesh, tetra_cube
-from _tiny_run import one_line_error
 
 MESHES_2D = [("quad", 0.25), ("triangle", 0.25), ("mixed", 0.25)]
 

@@ -7,13 +7,13 @@ import re
 
 import pytest
 import torch
+from test_training import ToyOperator, make_samples
 from torch import nn
 
 import meshops
 from meshops.models import NeuralOperator, register_model
 from meshops.training.dataset import fit_normalizers
 from meshops.training.trainer import Trainer
-from test_training import ToyOperator, make_samples
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # see conftest.py
 

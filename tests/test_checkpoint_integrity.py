@@ -17,15 +17,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from _tiny_run import one_line_error, tiny_args
+from test_cli import _write_dataset
+from test_training import ToyOperator, make_samples
 
 from meshops import CheckpointError, cli
 from meshops.models import NeuralOperator
 from meshops.training.dataset import fit_normalizers
 from meshops.training.trainer import Trainer
-
-from _tiny_run import one_line_error, tiny_args
-from test_cli import _write_dataset
-from test_training import ToyOperator, make_samples
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # see conftest.py
 

@@ -110,10 +110,10 @@ def test_conditioned_models_are_predicted_in_one_piece():
 
 
 def test_predict_command_in_chunks_writes_the_one_piece_prediction(tmp_path, capsys):
+    from _meshes import square_mesh
+
     from meshops import cli
     from meshops.io import mesh_from_arrays, read_mesh, write_mesh
-
-    from _meshes import square_mesh
 
     data = tmp_path / "data"
     data.mkdir()

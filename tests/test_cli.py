@@ -12,12 +12,11 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from _meshes import cube_mesh, square_mesh
 
 from meshops import cli
 from meshops.io import mesh_from_arrays, read_mesh, write_mesh
 from meshops.models import NeuralOperator
-
-from _meshes import cube_mesh, square_mesh
 
 # A small transformer: the tests check the pipeline, not the accuracy.
 SMALL = ["--model", "transformer_no", "--model-config", "width=16", "layers=1", "heads=2"]

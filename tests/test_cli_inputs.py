@@ -10,13 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _meshes import square_mesh
 
 import meshops.inference
 from meshops import cli
 from meshops.io import mesh_from_arrays, read_mesh, write_mesh
 from meshops.models import NeuralOperator
-
-from _meshes import square_mesh
 
 SMALL = ["--model", "transformer_no", "--model-config", "width=8", "layers=1", "heads=2"]
 

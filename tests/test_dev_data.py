@@ -9,8 +9,13 @@ import numpy as np
 import pytest
 
 from data_adapters import fem_npz
-from data_adapters.parametric import (DATASET_FILE, PARAMS_FILE, permutation_split,
-                                      prepare_parametric_folders, write_parametric_folders)
+from data_adapters.parametric import (
+    DATASET_FILE,
+    PARAMS_FILE,
+    permutation_split,
+    prepare_parametric_folders,
+    write_parametric_folders,
+)
 from meshops.errors import MeshError
 from meshops.io import read_mesh
 

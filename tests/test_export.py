@@ -8,15 +8,14 @@ import zipfile
 
 import pytest
 import torch
+from _tiny_run import one_line_error, tiny_args
+from test_cli import _write_dataset
 
 from meshops import cli
 from meshops.data import MeshData
 from meshops.export import ExportError, export_model, load_exported, read_info
 from meshops.models import get_model
 from meshops.normalizer import UnitGaussianNormalizer
-
-from _tiny_run import one_line_error, tiny_args
-from test_cli import _write_dataset
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,11 +10,9 @@ import math
 
 import pytest
 import torch
+from _folders import data, run, run_cli, tiny_model, tiny_samples, train, write_folder  # noqa: F401
 
 from meshops.training import Trainer, lp_errors, summarize_errors
-
-from _folders import (data, run, run_cli, tiny_model, tiny_samples, train,  # noqa: F401
-                      write_folder)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -11,14 +11,20 @@ import math
 import numpy as np
 import pytest
 import torch
+from _meshes import square_mesh
 from torch import nn
 
-from _meshes import square_mesh
 from meshops import MeshError
 from meshops.io import mesh_from_arrays
 from meshops.models import NeuralOperator, register_model
-from meshops.training import (RelativeLpLoss, Trainer, assemble, lp_errors, relative_lp,
-                              summarize_errors)
+from meshops.training import (
+    RelativeLpLoss,
+    Trainer,
+    assemble,
+    lp_errors,
+    relative_lp,
+    summarize_errors,
+)
 from meshops.training.dataset import check_finite_fields
 from meshops.training.loss import zero_target
 

@@ -13,12 +13,11 @@ from pathlib import Path
 import meshio
 import numpy as np
 import pytest
+from _folders import run_cli
+from _meshes import square_mesh
 
 from meshops.errors import MeshError
 from meshops.io import FIELD_FORMATS, mesh_from_arrays, read_mesh, write_mesh
-
-from _folders import run_cli
-from _meshes import square_mesh
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -13,8 +13,9 @@ import ast
 import importlib
 from pathlib import Path
 
-import meshops
 from test_package_layout import package_modules
+
+import meshops
 
 ROOT = Path(meshops.__file__).resolve().parent
 PROJECT = ROOT.parent

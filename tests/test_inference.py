@@ -4,13 +4,12 @@ output into named fields, as library calls (the CLI's predict/evaluate use them)
 import numpy as np
 import pytest
 import torch
+from _meshes import square_mesh
 
 import meshops
 from meshops import CheckpointError, MeshError, RunSpec, load_run, predict_mesh
 from meshops.data import MeshData
 from meshops.models import get_model
-
-from _meshes import square_mesh
 
 
 @pytest.fixture

@@ -11,14 +11,13 @@ import meshio
 import numpy as np
 import pytest
 import torch
+from _meshes import cube_mesh, cube_sphere, square_mesh
 from scipy.spatial import ConvexHull
 from torch_geometric.loader import DataLoader
 
 from meshops import MeshData, MeshError
 from meshops.cli import main as cli_main
 from meshops.io import mesh_from_arrays, read_mesh, write_mesh
-
-from _meshes import cube_mesh, cube_sphere, square_mesh
 
 ANNULUS = Path(__file__).parents[1] / "examples" / "meshes" / "annulus.vtu"
 

@@ -13,10 +13,9 @@ import pytest
 import torch
 
 import meshops.kernels.attention as kernel_module
-from meshops.kernels import attention_extension, attention_kernel, kernels_enabled
-from meshops.kernels import build
-from meshops.kernels.build import Extension, KernelBuildError, KernelBuildTimeout
+from meshops.kernels import attention_extension, attention_kernel, build, kernels_enabled
 from meshops.kernels.attention import fused_attention, fused_attention_supported
+from meshops.kernels.build import Extension, KernelBuildError, KernelBuildTimeout
 
 
 def _reference(q, k, v, bias, scale):

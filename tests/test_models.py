@@ -9,20 +9,20 @@ import math
 import numpy as np
 import pytest
 import torch
-from torch_geometric.data import Batch
-
 from _devices import BF16_MODEL_RTOL
 from _meshes import square_mesh
+from torch_geometric.data import Batch
+
 from meshops import MeshData
 from meshops.models import MODELS, NeuralOperator, PiT, get_model
 from meshops.models.base import count_parameters
 from meshops.models.inputs import read_inputs
 from meshops.models.latent import fps_latent, grid_latent, voronoi_weights
 from meshops.nn import knn_interpolate
-from meshops.search.graph import measure_ball_graph
-from meshops.quadrature import quadrature_weights
-from meshops.training.loss import relative_lp
 from meshops.normalizer import UnitGaussianNormalizer
+from meshops.quadrature import quadrature_weights
+from meshops.search.graph import measure_ball_graph
+from meshops.training.loss import relative_lp
 
 NAMES = ["transformer_no", "galerkin_transformer", "pit", "patched_transformer"]
 VARIANTS = NAMES + ["pit_fps"]   # PiT with a farthest-point-sampled latent mesh

@@ -8,10 +8,20 @@ import math
 import pytest
 import torch
 
-from meshops.nn import (ContinuumAttention, FourierAttention, GalerkinAttention,
-                        LocalAttention, LocalPositionAttention,
-                        PatchTokenAttention, PositionAttention, TransformerBlock,
-                        WindowAttention, batch_points, patch_attention, weighted_attention)
+from meshops.nn import (
+    ContinuumAttention,
+    FourierAttention,
+    GalerkinAttention,
+    LocalAttention,
+    LocalPositionAttention,
+    PatchTokenAttention,
+    PositionAttention,
+    TransformerBlock,
+    WindowAttention,
+    batch_points,
+    patch_attention,
+    weighted_attention,
+)
 from meshops.nn.functional import choose_impl
 
 DT = torch.float64

@@ -13,9 +13,17 @@ Inductor code for every layer.
 import pytest
 import torch
 
-from meshops.nn import (ContinuumAttention, FourierAttention, GalerkinAttention,
-                        LocalAttention, LocalPositionAttention, PatchTokenAttention,
-                        PositionAttention, WindowAttention, batch_points)
+from meshops.nn import (
+    ContinuumAttention,
+    FourierAttention,
+    GalerkinAttention,
+    LocalAttention,
+    LocalPositionAttention,
+    PatchTokenAttention,
+    PositionAttention,
+    WindowAttention,
+    batch_points,
+)
 
 DT = torch.float64
 SIZES = [7, 5]

@@ -58,9 +58,15 @@ def probe_rows(pts: np.ndarray, probes: np.ndarray) -> np.ndarray:
 
 def _layers():
     """name -> (factory, convergence order, GRADED_RATIO bound)."""
-    from meshops.nn import (ContinuumAttention, FourierAttention, GalerkinAttention,
-                            LocalAttention, LocalPositionAttention, patch_attention,
-                            PositionAttention)
+    from meshops.nn import (
+        ContinuumAttention,
+        FourierAttention,
+        GalerkinAttention,
+        LocalAttention,
+        LocalPositionAttention,
+        PositionAttention,
+        patch_attention,
+    )
 
     # Smooth kernels converge at the order of the nodal quadrature (2). A hard
     # cut-off (a ball, a patch border) is integrated to first order, because the

@@ -12,10 +12,13 @@ import math
 import pytest
 import torch
 
-from meshops.nn import PositionAttention, functional
-from meshops.nn import _flex
-from meshops.nn._flex import (FLEX_MIN_SCORES, auto_rule, flex_distance_attention,
-                              flex_weighted_attention)
+from meshops.nn import PositionAttention, _flex, functional
+from meshops.nn._flex import (
+    FLEX_MIN_SCORES,
+    auto_rule,
+    flex_distance_attention,
+    flex_weighted_attention,
+)
 from meshops.nn.functional import choose_impl, weighted_attention
 
 CUDA = torch.cuda.is_available()

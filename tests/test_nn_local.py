@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch.func import functional_call
 
-from meshops.errors import MeshError
 import meshops
+from meshops.errors import MeshError
 from meshops.nn.local import LocalAttention, LocalPositionAttention, local_graph, quantile_k
 from meshops.nn.position import PositionAttention
 

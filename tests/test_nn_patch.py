@@ -7,8 +7,13 @@ import torch
 from torch.autograd import gradcheck
 
 import meshops.nn.patch as patch_mod
-from meshops.nn.patch import (PatchAttention, PatchTokenAttention, WindowAttention,
-                              patch_attention, rotate_positions)
+from meshops.nn.patch import (
+    PatchAttention,
+    PatchTokenAttention,
+    WindowAttention,
+    patch_attention,
+    rotate_positions,
+)
 
 DT = torch.float64
 

@@ -9,12 +9,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from _folders import data, folder_bytes, run, run_cli, sample, train  # noqa: F401 (fixtures)
+from _tiny_run import one_line_error
 
 from meshops.io import read_mesh, write_mesh
 from meshops.models import NeuralOperator
-
-from _folders import data, folder_bytes, run, run_cli, sample, train  # noqa: F401 (fixtures)
-from _tiny_run import one_line_error
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

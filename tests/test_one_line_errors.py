@@ -13,15 +13,13 @@ import meshio
 import numpy as np
 import pytest
 import torch
+from _folders import SMALL, data, run, run_cli, tiny_model, tiny_samples, train  # noqa: F401
+from _meshes import square_mesh, tetra_cube
+from _tiny_run import one_line_error
 
 from meshops import MeshError
 from meshops.io import mesh_from_arrays, read_mesh
 from meshops.training import Trainer
-
-from _folders import (SMALL, data, run, run_cli, tiny_model, tiny_samples,  # noqa: F401
-                      train)
-from _meshes import square_mesh, tetra_cube
-from _tiny_run import one_line_error
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _meshes import square_mesh
+from _tiny_run import one_line_error
 from torch_geometric.loader import DataLoader
 
 from benchmarks.your_data import CONFIGS, family, fit_family
@@ -21,9 +23,6 @@ from meshops.models import NeuralOperator, get_model
 from meshops.models.conditioning import fit_param_normalizer, read_params
 from meshops.params import read_param_table, sample_params
 from meshops.training import Trainer
-
-from _meshes import square_mesh
-from _tiny_run import one_line_error
 
 
 def write_field_data(path: Path, mesh, values: dict) -> Path:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch_geometric.transforms as T
+from _meshes import grid_points, square_mesh
 from torch_geometric.data import Batch
 from torch_geometric.loader import DataLoader
 
@@ -20,8 +21,6 @@ import meshops
 from meshops import MeshData, MeshError, cells_to_edge_index, knn_graph, radius_graph
 from meshops.data import MissingFieldError
 from meshops.search import available_backends, cells_to_face
-
-from _meshes import grid_points, square_mesh
 
 BACKENDS = [b for b in ("scipy", "torch") if available_backends()[b]]
 

@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from _meshes import square_mesh
 
 from meshops import cli
 from meshops.datasets import add_inputs_targets
@@ -19,11 +20,9 @@ from meshops.models import NeuralOperator, ReducedBasis
 from meshops.reduced import fit as fit_module
 from meshops.reduced.ensemble import MLPEnsemble, train_ensemble
 from meshops.reduced.fit import fit_reduced_basis
-from meshops.reduced.parameters import batch_parameters
 from meshops.reduced.gp import GaussianProcess, matern52
+from meshops.reduced.parameters import batch_parameters
 from meshops.reduced.transfer import mls_weights, transfer
-
-from _meshes import square_mesh
 
 F64 = torch.float64
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _tiny_run import tiny_args
+from test_cli import _write_dataset
 
 from meshops import cli
 from meshops.training import callbacks
-
-from _tiny_run import tiny_args
-from test_cli import _write_dataset
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # see conftest.py
 

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from meshops.models import NeuralOperator
-
 from _folders import folder_bytes, run_cli, train, write_folder
 from _tiny_run import one_line_error
+
+from meshops.models import NeuralOperator
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

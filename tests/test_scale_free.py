@@ -10,12 +10,11 @@ import json
 
 import pytest
 import torch
+from _folders import run_cli, tiny_model, tiny_samples, train, write_folder
 
+from meshops.data import MeshData
 from meshops.normalizer import UnitGaussianNormalizer
 from meshops.training import Trainer, relative_lp
-from meshops.data import MeshData
-
-from _folders import run_cli, tiny_model, tiny_samples, train, write_folder
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -18,8 +18,7 @@ import torch
 import meshops.search._layout as layout
 import meshops.search._scipy_backend as scipy_backend
 from meshops.errors import MeshError
-from meshops.search import (available_backends, default_backend, fps, knn, partition,
-                            radius)
+from meshops.search import available_backends, default_backend, fps, knn, partition, radius
 from meshops.search.partition import voxel_grid_shape
 
 AVAILABLE = available_backends()

@@ -13,14 +13,20 @@ import sys
 import numpy as np
 import pytest
 import torch
-
 from _meshes import square_mesh
 from _series import heat_states, series_params, write_heat_series
 from _tiny_run import one_line_error
+
 from meshops.cli import main as cli_main
 from meshops.io import mesh_from_arrays, write_mesh
-from meshops.series import (SeriesError, list_series, read_series, read_series_folder,
-                            read_state, write_series)
+from meshops.series import (
+    SeriesError,
+    list_series,
+    read_series,
+    read_series_folder,
+    read_state,
+    write_series,
+)
 
 
 @pytest.mark.parametrize("fmt", ["folder", "pvd", "xdmf"])

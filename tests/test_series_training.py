@@ -10,15 +10,20 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from _series import heat_states, series_params, write_heat_series
 from _tiny_run import one_line_error
+
 from meshops.cli import main as cli_main
 from meshops.models import NeuralOperator, NextStep
 from meshops.series import read_series, read_series_folder
 from meshops.training.loss import relative_lp
-from meshops.training.rollout import (RolloutLoss, rollout, rollout_sample, rollout_windows,
-                                      series_statistics)
+from meshops.training.rollout import (
+    RolloutLoss,
+    rollout,
+    rollout_sample,
+    rollout_windows,
+    series_statistics,
+)
 
 TINY = {"width": 8, "layers": 1, "heads": 2}
 DT = 0.02

@@ -8,8 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from data_adapters.standins.convdiff import (INPUTS, make_convection_diffusion_standin,
-                                            sample_params, solve_convection_diffusion)
+from data_adapters.standins.convdiff import (
+    INPUTS,
+    make_convection_diffusion_standin,
+    sample_params,
+    solve_convection_diffusion,
+)
 
 
 def test_solution_scalings_and_wind():

@@ -11,8 +11,14 @@ import yaml
 
 from meshops import cli
 from meshops.data import MeshData
-from meshops.training.defaults import (GENERAL_PIT, GENERAL_TRAIN, PARAMETRIC_PIT,
-                                       PARAMETRIC_TRAIN, choose_defaults, epochs_for_budget)
+from meshops.training.defaults import (
+    GENERAL_PIT,
+    GENERAL_TRAIN,
+    PARAMETRIC_PIT,
+    PARAMETRIC_TRAIN,
+    choose_defaults,
+    epochs_for_budget,
+)
 
 
 def _samples(n: int, points: int, one_mesh: bool, constant: bool, seed: int = 0):

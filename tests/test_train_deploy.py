@@ -9,6 +9,9 @@ import json
 import numpy as np
 import pytest
 import torch
+from _tiny_run import one_line_error
+from test_cli import SMALL, _write_dataset
+from test_training import ToyOperator, make_samples
 from torch_geometric.data import Batch
 
 from meshops import cli
@@ -18,10 +21,6 @@ from meshops.training import Trainer
 from meshops.training.baselines import baselines
 from meshops.training.callbacks import Callback
 from meshops.training.seed import seed_everything
-
-from _tiny_run import one_line_error
-from test_cli import SMALL, _write_dataset
-from test_training import ToyOperator, make_samples
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

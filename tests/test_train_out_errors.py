@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from meshops import cli
-
 from _tiny_run import one_line_error, tiny_args
 from test_cli import _write_dataset
+
+from meshops import cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # see conftest.py
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _meshes import square_mesh
 from torch import nn
 
-from _meshes import square_mesh
 from meshops.io import mesh_from_arrays
 from meshops.models import NeuralOperator, register_model
 from meshops.training import RelativeLpLoss, Trainer, assemble, prepare_batch

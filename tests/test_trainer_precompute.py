@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_pit_structures import _forbid_searches
 
 from meshops.data import MeshData
 from meshops.models.pit import PiT
 from meshops.models.structures import MeshStructures
 from meshops.training import Trainer
-
-from test_pit_structures import _forbid_searches
 
 F64 = torch.float64
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _meshes import square_mesh
 from torch import nn
 from torch_geometric.utils import scatter
 
-from _meshes import square_mesh
 from meshops import MeshData, MeshError
 from meshops.io import mesh_from_arrays
 from meshops.models import NeuralOperator, register_model

@@ -12,7 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _meshes import cube_mesh, grid_points, perturb_interior, square_mesh
+from _tiny_run import tiny_args
 from scipy.spatial import Delaunay
+from test_cli import _sample, _write_dataset
 
 from meshops import MeshError, cli
 from meshops.data import MeshData
@@ -21,10 +24,6 @@ from meshops.io import mesh_from_arrays, read_mesh, write_mesh
 from meshops.models import NeuralOperator, register_model
 from meshops.refine import coarsen_points, mesh_independence, refine_mesh
 from meshops.trust import TrainingSet, describe
-
-from _meshes import cube_mesh, grid_points, perturb_interior, square_mesh
-from _tiny_run import tiny_args
-from test_cli import _sample, _write_dataset
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -16,12 +16,14 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-
 from benchmarks.reference import CASES, PAPER_TRAIN, meshops_kwargs, patch_script, step_body
+from benchmarks.reference.files import (
+    elasticity_arrays_from_standin,
+    naca_arrays_from_standin,
+    write_elasticity_files,
+    write_naca_files,
+)
 from benchmarks.reference.profiling import format_summary
-from benchmarks.reference.files import (elasticity_arrays_from_standin,
-                                        naca_arrays_from_standin, write_elasticity_files,
-                                        write_naca_files)
 
 TARGET = 1.5
 # The airfoil stand-in in the benchmark's 221 x 51 layout, at angle 0 (geometry only).

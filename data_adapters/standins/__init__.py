@@ -24,8 +24,8 @@ solver runs.
 """
 
 from data_adapters.standins.airfoil import local_mach, make_airfoil_standin
-from data_adapters.standins.cgrid import c_grid
 from data_adapters.standins.boundary_layer import make_boundary_layer_standin
+from data_adapters.standins.cgrid import c_grid
 from data_adapters.standins.convdiff import make_convection_diffusion_standin
 from data_adapters.standins.elasticity import make_elasticity_standin, mesh_unit_cell, void_radius
 from data_adapters.standins.hole import make_hole_standin

@@ -35,17 +35,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from data_adapters.standins._cache import describe, generate_or_load
+from data_adapters.standins.cgrid import c_grid
+from data_adapters.standins.naca4 import naca4, naca4_name
+from data_adapters.standins.panel import solve_panels
 from meshops._progress import progress as progress_bar
 from meshops.data import MeshData
 from meshops.datasets import add_inputs_targets, as_float_dtype
 from meshops.errors import MeshError
 from meshops.io import mesh_from_arrays
 from meshops.quadrature import structured_grid_cells
-
-from data_adapters.standins._cache import describe, generate_or_load
-from data_adapters.standins.cgrid import c_grid
-from data_adapters.standins.naca4 import naca4, naca4_name
-from data_adapters.standins.panel import solve_panels
 
 GENERATOR = "airfoil"
 VERSION = 1

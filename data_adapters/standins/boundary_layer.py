@@ -35,11 +35,10 @@ import math
 import numpy as np
 import torch
 
-from meshops.datasets import as_float_dtype
-from meshops.errors import MeshError
-
 from data_adapters.parametric import parametric_sample
 from data_adapters.standins._cache import describe, generate_or_load
+from meshops.datasets import as_float_dtype
+from meshops.errors import MeshError
 
 GENERATOR = "boundary_layer"
 VERSION = 1

@@ -28,7 +28,6 @@ import torch
 from meshops.datasets import add_inputs_targets, as_float_dtype
 from meshops.io import mesh_from_arrays
 
-
 INPUTS = ("kappa", "wind_x", "wind_y")
 TARGET = "u"
 

@@ -38,12 +38,11 @@ import math
 import numpy as np
 import torch
 
-from meshops.datasets import as_float_dtype
-from meshops.errors import MeshError
-
 from data_adapters.parametric import parametric_sample
 from data_adapters.standins._cache import describe, generate_or_load
 from data_adapters.standins.fem import lame
+from meshops.datasets import as_float_dtype
+from meshops.errors import MeshError
 
 GENERATOR = "materials"
 VERSION = 2

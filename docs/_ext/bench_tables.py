@@ -55,7 +55,8 @@ def targets_md(doc: dict, name: str) -> str:
 
 def layer_md(doc: dict, name: str, suite: str) -> str:
     """Library against the dense reference of the same formula, per case and N."""
-    from benchmarks.reporting import _cell_time as t, fmt_mem, fmt_ratio
+    from benchmarks.reporting import _cell_time as t
+    from benchmarks.reporting import fmt_mem, fmt_ratio
 
     by: dict[tuple, dict] = {}
     for r in doc["results"]:

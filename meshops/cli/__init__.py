@@ -20,8 +20,13 @@ import warnings
 
 from meshops.cli import evaluate, export, info, kernels, plot, predict, train
 from meshops.cli._common import CLIError, os_reason
-from meshops.cli.config import (RUN_CONFIG, TRAIN_DEFAULTS, TrainConfig, load_config_file,
-                                resolve_train_config)
+from meshops.cli.config import (
+    RUN_CONFIG,
+    TRAIN_DEFAULTS,
+    TrainConfig,
+    load_config_file,
+    resolve_train_config,
+)
 from meshops.cli.folder import load_folder
 from meshops.cli.info import mesh_summary
 from meshops.cli.training_run import build_model, split_files

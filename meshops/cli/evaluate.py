@@ -18,8 +18,12 @@ from meshops import inference  # predict_mesh through its module: tests replace 
 from meshops.cli import trust_reports
 from meshops.cli._common import RAW, device_or_error, optional_names, progress, wrap
 from meshops.cli.folder import folder_dataset, training_samples
-from meshops.cli.integrals import (boundary_integrals, integral_report, parse_integral,
-                                   print_integrals)
+from meshops.cli.integrals import (
+    boundary_integrals,
+    integral_report,
+    parse_integral,
+    print_integrals,
+)
 from meshops.inference import RunSpec, load_run, mesh_sample
 from meshops.io import read_mesh
 from meshops.layout import SampleLayout

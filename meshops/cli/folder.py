@@ -109,9 +109,8 @@ def training_samples(meta: dict, inputs: Sequence[str], targets: Sequence[str], 
     (``meta["data_files"]``, see :mod:`.provenance`)."""
     import torch
 
-    from meshops.errors import MeshError
-
     from meshops.cli.provenance import changes, listing
+    from meshops.errors import MeshError
 
     root, train = meta.get("data"), (meta.get("split") or {}).get("train")
     if not root or not train:

@@ -9,8 +9,12 @@ from meshops.cli._common import CLIError, wrap
 
 def cmd_build_kernels(args) -> int:
     """Compile the fused CPU attention kernel into its cache now, not at a first forward."""
-    from meshops.kernels import (KernelBuildError, attention_kernel, build_attention_kernel,
-                                 kernels_enabled)
+    from meshops.kernels import (
+        KernelBuildError,
+        attention_kernel,
+        build_attention_kernel,
+        kernels_enabled,
+    )
     from meshops.kernels.build import load_module
 
     try:

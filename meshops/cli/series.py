@@ -79,13 +79,23 @@ def train_series(cfg, args, dtype, resumed: dict | None) -> int:
     import yaml
 
     from meshops.cli.run_folder import clear_run_files
-    from meshops.cli.training_run import (build_model, check_writable_folder, epochs_to_fit,
-                                          run_training, split_files)
+    from meshops.cli.training_run import (
+        build_model,
+        check_writable_folder,
+        epochs_to_fit,
+        run_training,
+        split_files,
+    )
     from meshops.inference import field_channels
-    from meshops.training.distributed import check_device
     from meshops.models.next_step import NextStep, condition_channels
-    from meshops.training.rollout import (RolloutLoss, rollout_sample, rollout_windows,
-                                          series_options, series_statistics)
+    from meshops.training.distributed import check_device
+    from meshops.training.rollout import (
+        RolloutLoss,
+        rollout_sample,
+        rollout_windows,
+        series_options,
+        series_statistics,
+    )
 
     given = [k for k, default in _NOT_FOR_SERIES.items() if getattr(cfg, k) != default]
     if given:
@@ -305,11 +315,14 @@ def evaluate_series(args, model, ckpt, meta) -> int:
     import numpy as np
 
     from meshops.cli._common import progress
-    from meshops.training.horizon import (horizon_statistics, nearest_trajectory,
-                                          persistence, step_errors)
-    from meshops.training.rollout import rollout, rollout_sample
-
     from meshops.inference import RunSpec
+    from meshops.training.horizon import (
+        horizon_statistics,
+        nearest_trajectory,
+        persistence,
+        step_errors,
+    )
+    from meshops.training.rollout import rollout, rollout_sample
 
     _check_series_run(ckpt, meta, "--horizon/--start")
     if (args.horizon is not None and args.horizon < 1) or args.start < 0:

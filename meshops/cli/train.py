@@ -13,10 +13,19 @@ from meshops.cli._common import RAW, CLIError, device_or_error, is_main_rank, pl
 from meshops.cli.config import TrainConfig
 from meshops.cli.lazy import data_loader, take, with_structures
 from meshops.cli.provenance import changes, fingerprint, listing, same_content
-from meshops.cli.run_folder import (check_out_folder, check_resume_options, clear_run_files,
-                                    recorded_config)
-from meshops.cli.training_run import (build_model, check_writable_folder, epochs_to_fit,
-                                      run_training, split_files)
+from meshops.cli.run_folder import (
+    check_out_folder,
+    check_resume_options,
+    clear_run_files,
+    recorded_config,
+)
+from meshops.cli.training_run import (
+    build_model,
+    check_writable_folder,
+    epochs_to_fit,
+    run_training,
+    split_files,
+)
 from meshops.errors import CheckpointError, MeshError
 from meshops.inference import field_channels, format_shape
 from meshops.layout import SampleLayout

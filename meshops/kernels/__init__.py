@@ -21,8 +21,12 @@ without the kernel.  ``MESHOPS_KERNELS=0`` in the environment turns the kernels
 off.
 """
 
-from meshops.kernels.attention import (attention_extension, attention_kernel,
-                                       build_attention_kernel, kernels_enabled)
+from meshops.kernels.attention import (
+                                       attention_extension,
+                                       attention_kernel,
+                                       build_attention_kernel,
+                                       kernels_enabled,
+)
 from meshops.kernels.build import KernelBuildError
 
 __all__ = ["KernelBuildError", "attention_extension", "attention_kernel",

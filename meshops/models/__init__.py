@@ -3,8 +3,7 @@
 Importing this package registers every model with :func:`get_model`.
 """
 
-from meshops.models.base import (MODELS, NeuralOperator, count_parameters, get_model,
-                                 register_model)
+from meshops.models.base import MODELS, NeuralOperator, count_parameters, get_model, register_model
 from meshops.models.galerkin_transformer import GalerkinTransformer
 from meshops.models.next_step import NextStep
 from meshops.models.patched import PatchedTransformer

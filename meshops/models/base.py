@@ -13,9 +13,15 @@ import torch
 from torch import Tensor, nn
 
 from meshops._atomic import atomic_write
+from meshops._checkpoint import (
+    check_finite,
+    check_model_keys,
+    check_normalizer_scales,
+    check_weights_fit,
+    first_line,
+    read_checkpoint,
+)
 from meshops._memory import module_bytes, skeleton, too_big
-from meshops._checkpoint import (check_finite, check_model_keys, check_normalizer_scales,
-                                 check_weights_fit, first_line, read_checkpoint)
 from meshops.errors import CheckpointError
 from meshops.normalizer import UnitGaussianNormalizer
 from meshops.version import __version__

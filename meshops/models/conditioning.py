@@ -31,8 +31,8 @@ import torch
 from torch import Tensor, nn
 
 from meshops._checks import checking
-from meshops.normalizer import UnitGaussianNormalizer
 from meshops.nn.mlp import MLP
+from meshops.normalizer import UnitGaussianNormalizer
 
 __all__ = ["ParamConditioning", "fit_param_normalizer", "input_means", "read_params",
            "sample_conditions"]

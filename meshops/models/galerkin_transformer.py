@@ -7,8 +7,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
-                                 register_model)
+from meshops.models.base import (
+    NeuralOperator,
+    check_model_sizes,
+    check_positive_int,
+    register_model,
+)
 from meshops.models.conditioning import ParamConditioning, read_params
 from meshops.models.inputs import read_inputs
 from meshops.models.structures import MeshStructures, interpolation_structures, read_stored

@@ -46,8 +46,13 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from meshops.models.base import (MODELS, NeuralOperator, check_positive_int, get_model,
-                                 register_model)
+from meshops.models.base import (
+    MODELS,
+    NeuralOperator,
+    check_positive_int,
+    get_model,
+    register_model,
+)
 from meshops.nn.fourier_features import FourierFeatures
 from meshops.nn.mlp import MLP
 from meshops.normalizer import UnitGaussianNormalizer

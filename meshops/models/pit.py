@@ -11,8 +11,12 @@ from torch.nn.functional import gelu
 
 from meshops._checks import checking
 from meshops.models import latent as latents  # called through it: tests replace them there
-from meshops.models.base import (NeuralOperator, check_model_sizes, check_positive_int,
-                                 register_model)
+from meshops.models.base import (
+    NeuralOperator,
+    check_model_sizes,
+    check_positive_int,
+    register_model,
+)
 from meshops.models.conditioning import ParamConditioning, sample_conditions
 from meshops.models.digest import mesh_digest, same_digest
 from meshops.models.inputs import read_inputs

@@ -13,15 +13,15 @@ from meshops.nn.base import AttentionBase, GlobalAttentionBase, LocalAttentionBa
 from meshops.nn.block import TransformerBlock
 from meshops.nn.continuum import ContinuumAttention
 from meshops.nn.fourier_features import FourierFeatures
+from meshops.nn.functional import weighted_attention
 from meshops.nn.galerkin import FourierAttention, GalerkinAttention
 from meshops.nn.interpolate import knn_interpolate
 from meshops.nn.local import LocalAttention, LocalPositionAttention
-from meshops.nn.functional import weighted_attention
 from meshops.nn.mlp import MLP
-from meshops.nn.patch import (PatchAttention, PatchTokenAttention, WindowAttention,
-                              patch_attention)
+from meshops.nn.patch import PatchAttention, PatchTokenAttention, WindowAttention, patch_attention
 from meshops.nn.points import Points, batch_points
 from meshops.nn.position import PositionAttention, position_kernel
+
 # the neighbourhoods of the local layers (built by the search)
 from meshops.search.neighbourhoods import local_graph, quantile_k
 

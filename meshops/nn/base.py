@@ -39,6 +39,7 @@ from torch_geometric.nn.inits import glorot, zeros
 from meshops._checks import check_pos, check_weight, checking
 from meshops.nn._utils import as_pair, check_channels
 from meshops.nn.points import Points, batch_points, is_pair, is_points
+
 # called through the module: a test replaces the search there (its owner)
 from meshops.search import neighbourhoods
 

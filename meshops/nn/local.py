@@ -31,6 +31,7 @@ from meshops.nn._edge_sum import edge_sum
 from meshops.nn._utils import safe_log
 from meshops.nn.base import Channels, LocalAttentionBase, reset_linear
 from meshops.nn.position import PositionParameters, head_values, project_heads
+
 # the graph building is the search's (meshops.search.neighbourhoods); its names are
 # part of this module's public face, as before
 from meshops.search.neighbourhoods import check_flow, local_graph, quantile_k

@@ -26,11 +26,21 @@ from torch import Tensor
 
 from meshops._checks import check_pos, checking
 from meshops.nn import functional
-from meshops.nn._flex import (MAX_HEAD_DIM, auto_fallback, auto_rule, flex_available,
-                              flex_distance_attention)
+from meshops.nn._flex import (
+    MAX_HEAD_DIM,
+    auto_fallback,
+    auto_rule,
+    flex_available,
+    flex_distance_attention,
+)
 from meshops.nn._utils import as_pair, safe_log
-from meshops.nn.base import (AttentionBase, GlobalAttentionBase, batch_points, dense_geometry,
-                             reset_linear)
+from meshops.nn.base import (
+    AttentionBase,
+    GlobalAttentionBase,
+    batch_points,
+    dense_geometry,
+    reset_linear,
+)
 
 __all__ = ["PositionAttention", "position_kernel"]
 

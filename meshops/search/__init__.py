@@ -27,8 +27,14 @@ turn mesh cells into PyG's ``edge_index`` and ``face``. :func:`measure_ball_grap
 
 from meshops.search.backends import available_backends, default_backend
 from meshops.search.fps import fps
-from meshops.search.graph import (cells_to_edge_index, cells_to_face, knn_graph,
-                                  knn_interpolation_weights, measure_ball_graph, radius_graph)
+from meshops.search.graph import (
+                                  cells_to_edge_index,
+                                  cells_to_face,
+                                  knn_graph,
+                                  knn_interpolation_weights,
+                                  measure_ball_graph,
+                                  radius_graph,
+)
 from meshops.search.knn import knn, radius
 from meshops.search.neighbourhoods import local_graph, quantile_k
 from meshops.search.partition import partition

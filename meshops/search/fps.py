@@ -8,8 +8,14 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from meshops._checks import (check_batch, check_pos, check_real, num_samples,
-                             per_sample_ints, sample_ptr)
+from meshops._checks import (
+    check_batch,
+    check_pos,
+    check_real,
+    num_samples,
+    per_sample_ints,
+    sample_ptr,
+)
 from meshops.errors import MeshError
 from meshops.search.backends import get_backend, resolve_backend
 

@@ -26,8 +26,7 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import to_undirected
 
-from meshops._checks import (check_batch, check_int, check_pos, check_real, num_samples,
-                             sample_ptr)
+from meshops._checks import check_batch, check_int, check_pos, check_real, num_samples, sample_ptr
 from meshops.errors import MeshError
 from meshops.search.knn import knn, radius
 from meshops.search.neighbourhoods import check_flow

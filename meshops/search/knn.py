@@ -6,8 +6,15 @@ from typing import Optional
 
 from torch import Tensor
 
-from meshops._checks import (check_batch, check_int, check_pos, check_real, check_same_dim,
-                             num_samples, sample_ptr)
+from meshops._checks import (
+    check_batch,
+    check_int,
+    check_pos,
+    check_real,
+    check_same_dim,
+    num_samples,
+    sample_ptr,
+)
 from meshops.errors import MeshError
 from meshops.search.backends import get_backend, resolve_backend
 

@@ -19,7 +19,8 @@ from torch import Tensor
 
 from meshops._checks import num_samples
 from meshops.errors import MeshError
-from meshops.search.knn import knn, radius as radius_search
+from meshops.search.knn import knn
+from meshops.search.knn import radius as radius_search
 
 __all__ = ["FLOWS", "check_flow", "local_graph", "quantile_k"]
 

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from meshops._checks import (check_batch, check_int, check_pos, num_samples, sample_ptr)
+from meshops._checks import check_batch, check_int, check_pos, num_samples, sample_ptr
 from meshops.errors import MeshError
 
 METHODS = ("kd", "voxel", "kmeans")

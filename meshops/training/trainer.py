@@ -24,11 +24,21 @@ from meshops.normalizer import UnitGaussianNormalizer
 from meshops.training import callbacks, distributed, state
 from meshops.training.callbacks import LAST, Callback, Checkpoints, EpochLog
 from meshops.training.dataset import fit_normalizers, make_loader, prepare_batch
-from meshops.training.optim import (check_optimizer_arguments, check_scheduler,
-                                    is_scheduler_object, make_optimizer, make_scheduler,
-                                    name_of)
-from meshops.training.loss import (RelativeLpLoss, lp_errors, summarize_errors, warn_failed,
-                                   warn_zero_targets)
+from meshops.training.loss import (
+    RelativeLpLoss,
+    lp_errors,
+    summarize_errors,
+    warn_failed,
+    warn_zero_targets,
+)
+from meshops.training.optim import (
+    check_optimizer_arguments,
+    check_scheduler,
+    is_scheduler_object,
+    make_optimizer,
+    make_scheduler,
+    name_of,
+)
 from meshops.training.seed import MAX_SEED, epoch_seed, seed_everything, set_rng_state
 
 if TYPE_CHECKING:
