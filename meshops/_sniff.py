@@ -56,7 +56,9 @@ _SIGNATURES: dict[str, Callable[[bytes, int], bool]] = {
     "vtu": lambda h, n: h.startswith(b"<") and b"<VTKFile" in h,
     "xdmf": lambda h, n: h.startswith(b"<") and b"<Xdmf" in h,
     "vtk": lambda h, n: h[:14].lower() == b"# vtk datafile",
-    "gmsh": lambda h, n: h.startswith(b"$"),
+    # every Gmsh format meshio reads (2.2, 4.0, 4.1) begins with its $MeshFormat
+    # section; "$" alone let one random binary file in 256 through
+    "gmsh": lambda h, n: h.startswith(b"$MeshFormat"),
     "ansys": lambda h, n: h.startswith(b"(") and _text(h),
     "ply": lambda h, n: h.startswith(b"ply"),
     "off": lambda h, n: h.split(b"\n", 1)[0].strip().endswith(b"OFF"),
