@@ -43,6 +43,8 @@ import torch
 from torch import Tensor
 from torch.nn.functional import gelu
 
+from meshops.normalizer import decode_outputs, encode_inputs
+
 __all__ = ["DEFAULT_CHUNK", "can_chunk", "predict_chunked"]
 
 #: Output points per chunk when a mesh is predicted in chunks (meshes with fewer points
@@ -196,11 +198,10 @@ def predict_chunked(model, data, chunk_size: int = DEFAULT_CHUNK, progress: bool
     was_training = model.training
     model.eval()
     try:
-        norm_in = getattr(model, "input_normalizer", None)
-        norm_out = getattr(model, "output_normalizer", None)
-        if norm_in is not None and data.x.shape[-1]:
+        x = encode_inputs(model, data.x)
+        if x is not data.x:
             data = data.clone()
-            data.x = norm_in.encode(data.x)
+            data.x = x
         p = next(model.parameters())
         inp = read_inputs(data, model.in_channels, model.pos_dim, p.dtype, p.device)
         context, decode = _decoders()[type(model)]
@@ -214,7 +215,7 @@ def predict_chunked(model, data, chunk_size: int = DEFAULT_CHUNK, progress: bool
                 y = rows(ctx, s, s + chunk_size)
             else:
                 y = decode(model, ctx, inp.query_pos[s:s + chunk_size])
-            out.append(norm_out.decode(y) if norm_out is not None else y)
+            out.append(decode_outputs(model, y))
         return torch.cat(out)
     finally:
         model.train(was_training)

@@ -40,6 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from meshops._atomic import atomic_write
+from meshops.normalizer import decode_outputs, encode_inputs
 
 __all__ = ["FORMATS", "ExportError", "export_model", "load_exported", "read_info"]
 
@@ -90,16 +91,12 @@ class _Program(nn.Module):
         from meshops.data import MeshData
 
         m = self.model
-        norm_in = getattr(m, "input_normalizer", None)
-        norm_out = getattr(m, "output_normalizer", None)
-        if norm_in is not None and x.shape[-1]:
-            x = norm_in.encode(x)
+        x = encode_inputs(m, x)
         if self.fixed is not None:
             data = MeshData(x=x, **self.fixed)
         else:
             data = MeshData(x=x, pos=pos, weight=weight)
-        out = m(data)
-        return norm_out.decode(out) if norm_out is not None else out
+        return decode_outputs(m, m(data))
 
 
 def _info(model, fixed: bool, dynamic: bool, n: int, meta: dict) -> dict[str, Any]:

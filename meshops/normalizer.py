@@ -81,3 +81,17 @@ class UnitGaussianNormalizer(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.channels}, fitted={bool(self.fitted)}"
+
+
+def encode_inputs(model: nn.Module, x: Tensor) -> Tensor:
+    """``x [N, C_in]`` in the units ``model`` computes in: its ``input_normalizer``
+    applied, or ``x`` itself when it has none or there are no input channels."""
+    norm = getattr(model, "input_normalizer", None)
+    return norm.encode(x) if norm is not None and x.shape[-1] else x
+
+
+def decode_outputs(model: nn.Module, y: Tensor) -> Tensor:
+    """``model``'s outputs ``[M, C_out]`` in physical units: its ``output_normalizer``
+    inverted, or ``y`` itself when it has none."""
+    norm = getattr(model, "output_normalizer", None)
+    return norm.decode(y) if norm is not None else y

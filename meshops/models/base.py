@@ -23,7 +23,7 @@ from meshops._checkpoint import (
 )
 from meshops._memory import module_bytes, skeleton, too_big
 from meshops.errors import CheckpointError
-from meshops.normalizer import UnitGaussianNormalizer
+from meshops.normalizer import UnitGaussianNormalizer, decode_outputs, encode_inputs
 from meshops.version import __version__
 
 CHECKPOINT_FORMAT = "meshops-checkpoint-1"
@@ -174,13 +174,11 @@ class NeuralOperator(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            norm_in = getattr(self, "input_normalizer", None)
-            norm_out = getattr(self, "output_normalizer", None)
-            if norm_in is not None and data.x.shape[-1]:
+            x = encode_inputs(self, data.x)
+            if x is not data.x:
                 data = data.clone()
-                data.x = norm_in.encode(data.x)
-            out = self(data)
-            return norm_out.decode(out) if norm_out is not None else out
+                data.x = x
+            return decode_outputs(self, self(data))
         finally:
             self.train(was_training)
 

@@ -20,7 +20,7 @@ from torch.utils.data import DistributedSampler
 from meshops._checkpoint import check_weights_fit
 from meshops._progress import progress as progress_bar
 from meshops.models.conditioning import fit_param_normalizer
-from meshops.normalizer import UnitGaussianNormalizer
+from meshops.normalizer import UnitGaussianNormalizer, decode_outputs, encode_inputs
 from meshops.training import callbacks, distributed, state
 from meshops.training.callbacks import LAST, Callback, Checkpoints, EpochLog
 from meshops.training.dataset import fit_normalizers, make_loader, prepare_batch
@@ -492,10 +492,8 @@ class Trainer:
     # ------------------------------------------------------------------ forward
     def _forward(self, net: nn.Module, batch) -> Tensor:
         """Decoded predictions (physical units) of ``net`` on a prepared batch."""
-        norm_in = getattr(self.model, "input_normalizer", None)
-        norm_out = getattr(self.model, "output_normalizer", None)
-        if norm_in is not None and batch.x.shape[-1]:
-            batch.x = norm_in.encode(batch.x)  # the batch is a fresh collation: safe to edit
+        # the batch is a fresh collation: safe to edit
+        batch.x = encode_inputs(self.model, batch.x)
         if self.amp_dtype is not None:
             with torch.autocast(device_type=self.device.type, dtype=self.amp_dtype):
                 out = net(batch)
@@ -503,7 +501,7 @@ class Trainer:
             out = out.to(self.dtype)
         else:
             out = net(batch)
-        return norm_out.decode(out) if norm_out is not None else out
+        return decode_outputs(self.model, out)
 
     # ------------------------------------------------------------------ training
     def _train_epoch(self, epoch: int) -> float:
