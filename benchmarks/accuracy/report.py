@@ -47,7 +47,7 @@ def _models(doc: dict) -> list[str]:
     return [m for m in MODELS if m in seen]
 
 
-def _cell(r: dict | None, best: bool, markdown: bool) -> str:
+def _cell(r: dict | None, best: bool, markdown: bool, spread: bool = True) -> str:
     if r is None:
         return "not run"
     if r.get("mean") is None:
@@ -56,6 +56,8 @@ def _cell(r: dict | None, best: bool, markdown: bool) -> str:
     text = f"{r['mean']:.4g}"
     if markdown and best:
         text = f"**{text}**"
+    if not spread:
+        return text
     return f"{text} (median {r['median']:.3g}, worst {r['worst']:.3g})"
 
 
@@ -153,11 +155,7 @@ def readme_table(doc: dict, source: str) -> str:
            "|" + "---|" * (len(models) + 1)]
     for name, d in doc["datasets"].items():
         best = _best(d)
-        cells = []
-        for m in models:
-            r = d["models"].get(m)
-            cell = _cell(r, m == best, True)
-            cells.append(cell.split(" (median")[0])
+        cells = [_cell(d["models"].get(m), m == best, True, spread=False) for m in models]
         out.append(f"| {name} | " + " | ".join(cells) + " |")
     out += ["", *[f"- {name}: {verdict(d)}" for name, d in doc["datasets"].items()], "",
             f"Mean relative L2 error on the test samples, {doc['minutes']:g} minutes per "
