@@ -202,6 +202,23 @@ class RunSpec:
             raise CheckpointError(f"{ckpt}: inputs {self.inputs} / targets {self.targets} give "
                                   f"{c_in}/{c_out} channels but the model has "
                                   f"{self.in_channels}/{self.out_channels}")
+        self.fields = self._fields(meta.get("fields"))
+
+    def _fields(self, saved):
+        """The run's target fields (:mod:`meshops.training.fields`): as saved, or (runs
+        saved before fields were recorded) every target its own field."""
+        from meshops.training.fields import TargetFields
+
+        if saved is None:
+            return TargetFields.from_specs(self.targets, {k: field_channels(self.shapes[k])
+                                                          for k in self.targets})
+        try:
+            fields = TargetFields.from_dict(saved)
+            fields.check_channels(self.out_channels)
+        except (KeyError, TypeError, ValueError) as e:
+            raise CheckpointError(f"{self.ckpt}: malformed target fields in the metadata "
+                                  f"({e})") from None
+        return fields
 
     def describe(self) -> str:
         return (f"inputs {', '.join(self.inputs) or '(none)'} -> targets "

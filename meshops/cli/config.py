@@ -121,6 +121,25 @@ def _val_fraction(key, v):
     return v
 
 
+def _field_weights(key, v):
+    """``{field: weight}`` from a mapping or ``"u+v=1,p=0.5"``."""
+    if v is None:
+        return {}
+    if isinstance(v, str):
+        pairs = [t.strip() for t in v.split(",") if t.strip()]
+        v = {}
+        for pair in pairs:
+            name, sep, w = pair.partition("=")
+            if not sep or not name.strip():
+                raise CLIError(f"{key}: expected FIELD=WEIGHT pairs (u+v=1,p=0.5), got {pair!r}")
+            if name.strip() in v:
+                raise CLIError(f"{key}: field {name.strip()!r} given twice")
+            v[name.strip()] = w
+    if not isinstance(v, dict):
+        raise CLIError(f"{key}: expected a mapping of field weights, got {v!r}")
+    return {str(f).strip(): _to_float(f"{key}: {f}", w, positive=True) for f, w in v.items()}
+
+
 def _scheduler(key, v):
     v = None if v is None or str(v).lower() in ("none", "constant") else str(v)
     if v not in (None, "cosine", "onecycle"):
@@ -177,6 +196,11 @@ class TrainConfig:
     data: str | None = _option(None, _opt_str)
     inputs: list[str] | None = _option(None, lambda k, v: names(v, k))
     targets: list[str] | None = _option(None, lambda k, v: names(v, k))
+    # The target fields, each its own relative error (meshops.training.fields): scalar
+    # targets joined by "+" (u+v); None: every target array its own field. Set by
+    # "--targets u+v,p", which also sets targets to u,v,p.
+    fields: list[str] | None = _option(None, _unset_or(lambda k, v: names(v, k)))
+    field_weights: dict = _option({}, _field_weights)
     params: list[str] = _option([], lambda k, v: names(v, k))
     tags: list[str] = _option([], lambda k, v: names(v, k))
     model: str | None = _option(None, _model_name)
@@ -235,7 +259,8 @@ class TrainConfig:
                 raise CLIError(f"{source}: unknown key {key!r}{hint}; valid keys: "
                                f"{', '.join(specs)}")
             out[k] = v
-        return {k: specs[k](f"{source}: {k}", v) for k, v in out.items()}
+        out = {k: specs[k](f"{source}: {k}", v) for k, v in out.items()}
+        return _split_field_specs(out, source)
 
     @classmethod
     def from_options(cls, options: Mapping, source: str = "options") -> "TrainConfig":
@@ -319,6 +344,7 @@ class TrainConfig:
         both = sorted(set(self.inputs) & set(self.targets))
         if both:
             raise CLIError(f"train: field(s) {both} are both inputs and targets")
+        self._check_fields()
         if not self.series:
             given = [f"--{k.replace('_', '-')}" for k, v in (
                 ("rollout_train", self.rollout_train != 2),
@@ -327,6 +353,30 @@ class TrainConfig:
                 ("no_time_input", not self.time_input)) if v]
             if given:
                 raise CLIError(f"train: {', '.join(given)} apply to time series: add --series")
+
+    def _check_fields(self) -> None:
+        """``fields`` join the targets, each once and in their order; ``field_weights``
+        name fields."""
+        from meshops.training.fields import target_names
+
+        specs = self.fields if self.fields is not None else self.targets
+        if self.fields is not None:
+            try:
+                flat = target_names(self.fields)
+            except ValueError as e:
+                raise CLIError(f"train: fields: {e}") from None
+            if flat != list(self.targets):
+                raise CLIError(f"train: fields {','.join(self.fields)} must join the targets "
+                               f"{','.join(self.targets)}, each once and in their order")
+        unknown = sorted(set(self.field_weights) - set(specs))
+        if unknown:
+            raise CLIError(f"train: field_weights: {unknown} are not target fields (the "
+                           f"fields are {','.join(specs)})")
+
+    @property
+    def field_specs(self) -> list[str]:
+        """The target fields: ``fields``, or every target its own."""
+        return list(self.fields if self.fields is not None else self.targets)
 
     # ------------------------------------------------------ changes, rendering
     def with_options(self, source: str = "defaults", **options: Any) -> "TrainConfig":
@@ -386,6 +436,24 @@ def _model_config_from_pairs(pairs: Sequence[str]) -> dict:
             raise CLIError(f"--model-config: expected key=value, got {pair!r}")
         out[key] = _parse_value(value.strip())
     return out
+
+
+def _split_field_specs(options: dict, source: str) -> dict:
+    """``targets`` given as field specs (``u+v, p``) become the target arrays
+    (``u, v, p``) and the ``fields`` (``u+v, p``)."""
+    from meshops.training.fields import target_names
+
+    targets = options.get("targets")
+    if not targets or not any("+" in t for t in targets):
+        return options
+    if options.get("fields") is not None:
+        raise CLIError(f"{source}: targets {','.join(targets)} join fields with '+' and "
+                       f"fields is given too: give one of them")
+    try:
+        flat = target_names(targets)
+    except ValueError as e:
+        raise CLIError(f"{source}: targets: {e}") from None
+    return {**options, "targets": flat, "fields": list(targets)}
 
 
 # The defaults as a plain mapping, and the functional entry points.

@@ -4,7 +4,8 @@ baselines that need no training.
 The per-sample errors are :func:`meshops.training.loss.sample_errors` and their
 statistics :func:`meshops.training.loss.summarize_errors`, the functions behind
 :meth:`meshops.training.Trainer.evaluate`, so the numbers are those of training's
-validation; here they are also reported per target field and per file.
+validation: per target field (:mod:`meshops.training.fields`) and, with several,
+their mean; here they are also reported per file.
 """
 
 from __future__ import annotations
@@ -47,15 +48,31 @@ def _json_stats(stats):
     return _json_number(stats)
 
 
-def _errors_by_field(pred, truth, weight, slices: dict) -> dict:
-    """``{field: sample_errors}`` of one sample, the fields given as output channel
-    ``slices``; all in float64."""
+#: The key of the mean over the target fields (the error training minimises) when
+#: there is more than one field.
+MEAN = "fields mean"
+
+
+def _keys(fields) -> list[str]:
+    """The rows of the report: each target field, then their mean when there are
+    several."""
+    return list(fields.names) + ([MEAN] if len(fields) > 1 else [])
+
+
+def _errors_by_field(pred, truth, weight, fields) -> dict:
+    """``{field: sample_errors}`` of one sample for each target field (``fields``, a
+    :class:`~meshops.training.fields.TargetFields`) and, with several, their weighted
+    mean (:data:`MEAN`, the error training minimises); all in float64."""
     import torch
 
     from meshops.training.loss import sample_errors
 
     pred, truth, weight = (t.to(torch.float64) for t in (pred, truth, weight))
-    return {key: sample_errors(pred[:, sl], truth[:, sl], weight) for key, sl in slices.items()}
+    out = {key: sample_errors(pred[:, sl], truth[:, sl], weight)
+           for key, sl in fields.slices().items()}
+    if len(fields) > 1:
+        out[MEAN] = sample_errors(pred, truth, weight, fields)
+    return out
 
 
 def _statistics(per_sample: list, names: list, keys) -> dict:
@@ -66,9 +83,9 @@ def _statistics(per_sample: list, names: list, keys) -> dict:
             for k in keys}
 
 
-def _baseline_report(train, note: str, tests: list, names: list, slices: dict) -> dict:
+def _baseline_report(train, note: str, tests: list, names: list, fields) -> dict:
     """The baselines of :mod:`meshops.training.baselines` on the evaluated samples, per
-    target field (``slices``) and metric, as ``{name: {"note", field: {metric: stats}}}``."""
+    target field (``fields``) and metric, as ``{name: {"note", field: {metric: stats}}}``."""
     from meshops.training.baselines import BASELINE_NAMES, baselines
 
     if train is None:
@@ -78,8 +95,8 @@ def _baseline_report(train, note: str, tests: list, names: list, slices: dict) -
         out[b.name] = entry = {"note": b.note}
         if not b.available:
             continue
-        per = [_errors_by_field(p, t.y, t.weight, slices) for p, t in zip(b.predictions, tests)]
-        entry.update(_statistics(per, names, slices))
+        per = [_errors_by_field(p, t.y, t.weight, fields) for p, t in zip(b.predictions, tests)]
+        entry.update(_statistics(per, names, _keys(fields)))
     return out
 
 
@@ -122,10 +139,7 @@ def cmd_evaluate(args) -> int:
     integrals = [parse_integral(t, spec.targets, spec.shapes) for t in args.integral or []]
     ds = folder_dataset(args.data, layout.inputs, spec.targets, torch.float64, layout)
     names = [Path(f).name for f in ds.files]
-    slices = spec.target_slices()
-    if len(spec.targets) > 1:
-        slices["all"] = slice(0, sum(sl.stop - sl.start for sl in slices.values()))
-    keys = list(slices)
+    keys = _keys(spec.fields)
     errors, per_sample, tests, integral_rows = [], [], [], []
     train_set, why = trust_reports.training_set_of(meta, spec.inputs, spec.targets)
     distances, independence = [], []
@@ -138,7 +152,7 @@ def cmd_evaluate(args) -> int:
             integral_rows.append(boundary_integrals(
                 read_mesh(ds.files[i]), integrals, spec.split(pred.to(torch.float64)),
                 spec.split(s.y.to(torch.float64)), layout.location))
-        values = _errors_by_field(pred, s.y, s.weight, slices)
+        values = _errors_by_field(pred, s.y, s.weight, spec.fields)
         errors.append(values)
         bad = (~torch.isfinite(pred)).nonzero()
         if bad.numel():  # the inputs are finite (checked above): the model is at fault
@@ -172,7 +186,7 @@ def cmd_evaluate(args) -> int:
     note = _training_overlap(meta, args.data, ds.files)
     if note:
         result["note"] = note
-    main_key = "all" if "all" in keys else spec.targets[0]
+    main_key = keys[-1]  # the mean over the fields, or the only field
     if distances:
         result["distance"] = trust_reports.distance_report(
             distances, [e[main_key]["l2"] for e in errors])
@@ -184,14 +198,13 @@ def cmd_evaluate(args) -> int:
         result["integrals"] = integral_report(integrals, integral_rows, names)
     if not args.no_baselines and tests:
         train, note = training_samples(meta, spec.inputs, spec.targets, layout)
-        result["baselines"] = _baseline_report(train, note, tests, names, slices)
+        result["baselines"] = _baseline_report(train, note, tests, names, spec.fields)
     if args.plot:
         from meshops.plot import plot_comparisons
 
-        main = "all" if "all" in keys else spec.targets[0]
-        stats = result["fields"][main]["l2"]
+        stats = result["fields"][main_key]["l2"]
         if stats["worst_sample"] is None:  # no defined relative error: rank by absolute
-            stats = result["fields"][main]["abs_l2"]
+            stats = result["fields"][main_key]["abs_l2"]
         picks = [("median", names.index(stats["median_sample"])),
                  ("worst", names.index(stats["worst_sample"]))]
         items = []
@@ -270,7 +283,9 @@ Each mesh needs the input and target fields the model was trained with, with
 finite values. The relative L2 error of a sample is ||pred - truth|| / ||truth||
 over the mesh, with the norms integrated with the mesh's quadrature weights
 ("quad") or summed over the points ("plain", the convention of published
-benchmarks); the absolute L2 error is sqrt(sum_i w_i |pred_i - truth_i|^2). A
+benchmarks), for each target field (a vector's components together; the fields
+of training's --targets, e.g. u+v,p) and, with several fields, their mean ("fields
+mean", the error training minimises and validation picks by); the absolute L2 error is sqrt(sum_i w_i |pred_i - truth_i|^2). A
 sample whose target is zero everywhere has no relative error: it is named in a
 warning and left out of the relative statistics (its absolute error counts; in
 the JSON output its relative errors are null). A mesh on which the model

@@ -49,7 +49,7 @@ def fit_reduced_run(args, cfg, chosen: str, train_samples, val_samples, run) -> 
     try:
         model, report = fit_reduced_basis(train_samples, val_samples, minutes=cfg.minutes,
                                           seed=cfg.seed, regressors=regressors,
-                                          members=members, log=print)
+                                          members=members, log=print, fields=run.fields)
     except ValueError as e:
         raise CLIError(str(e)) from None
     lines = report.lines()
@@ -73,7 +73,7 @@ def fit_reduced_run(args, cfg, chosen: str, train_samples, val_samples, run) -> 
     atomic_write(out / "history.json",
                  lambda tmp: Path(tmp).write_text(json.dumps(history, indent=1)))
     print(validation_table(train_samples, val_samples, f"reduced_basis ({report.chosen})",
-                           best.errors))
+                           best.errors, run.fields))
     print(f"wrote {out / RUN_CHECKPOINT} ({report.seconds / 60:.1f} min)")
     return 0
 
@@ -102,14 +102,16 @@ def _options(model_config: dict) -> tuple[list[str], int | None]:
     return regressors, members
 
 
-def validation_table(train_samples, val_samples, name: str, errors) -> str:
+def validation_table(train_samples, val_samples, name: str, errors, fields=None) -> str:
     """The model's validation errors next to the baselines fitted on the training split
-    (the text table of :func:`meshops.training.baselines.format_table`)."""
+    (the text table of :func:`meshops.training.baselines.format_table`), the mean over
+    the target ``fields``."""
     from meshops.training.baselines import baselines, error_stats, format_table
 
     rows = [(name, error_stats(errors), "")]
     rows += [(b.name, error_stats(b.errors["l2"]) if b.available else None, b.note)
-             for b in baselines(train_samples, val_samples)]
+             for b in baselines(train_samples, val_samples, fields)]
+    what = "rel. L2, quadrature-weighted" + (
+        f", mean of the fields {', '.join(fields.names)}" if fields and len(fields) > 1 else "")
     return (f"validation ({len(val_samples)} samples) against the baselines fitted on the "
-            f"same {len(train_samples)} training samples:\n"
-            + format_table(rows, "rel. L2, quadrature-weighted"))
+            f"same {len(train_samples)} training samples:\n" + format_table(rows, what))

@@ -29,6 +29,7 @@ from meshops.cli.training_run import (
 from meshops.errors import CheckpointError, MeshError
 from meshops.inference import field_channels, format_shape
 from meshops.layout import SampleLayout
+from meshops.training.fields import TargetFields
 
 
 def _same_folder(a: str, b: str) -> bool:
@@ -80,7 +81,7 @@ class _RunFiles:
         self.cfg, self.files, self.train_idx = cfg, data.files, data.train_idx
         self.val_files, self.shapes, self.sizes = data.val_files, data.shapes, data.sizes
         self.resumed, self.out, self.main_rank = resumed, out, main_rank
-        self.layout = data.layout
+        self.layout, self.fields = data.layout, data.fields
 
     def metadata(self, resolved: str, train_samples) -> dict:
         """The checkpoint metadata; ``resolved`` is the rendered config. Refuses to
@@ -104,6 +105,7 @@ class _RunFiles:
         c_in, c_out, dim = self.sizes
         meta = {
             "inputs": self.layout.input_fields, "targets": list(cfg.targets),
+            "fields": self.fields.to_dict(),
             "params": list(cfg.params), "tags": list(cfg.tags),
             "location": self.layout.location,
             "field_shapes": self.shapes, "in_channels": c_in, "out_channels": c_out,
@@ -140,6 +142,7 @@ class _TrainData:
     sizes: tuple[int, int, int]       # in_channels, out_channels, pos_dim
     layout: SampleLayout
     workers: int
+    fields: TargetFields
 
 
 def cmd_train(args) -> int:
@@ -193,7 +196,8 @@ def cmd_train(args) -> int:
 
     if not run_training(args, cfg, model, data.train, data.val, resolved, chosen,
                         _summary(cfg, model, data), begin,
-                        loss=RelativeLpLoss(quadrature=cfg.quadrature_loss),
+                        loss=RelativeLpLoss(quadrature=cfg.quadrature_loss,
+                                            fields=data.fields),
                         compile=cfg.compile, checkpoint_blocks=cfg.checkpoint_blocks,
                         num_workers=data.workers):
         return 0
@@ -250,7 +254,18 @@ def _read_data(cfg: TrainConfig, main_rank: bool, dry_run: bool) -> _TrainData:
     c_in = sum(field_channels(shapes[k]) for k in layout.input_fields)
     c_out = sum(field_channels(shapes[k]) for k in cfg.targets)
     return _TrainData(files, shapes, train_idx, train_samples, val_samples, val_files,
-                      (c_in, c_out, dim), layout, workers)
+                      (c_in, c_out, dim), layout, workers, target_fields(cfg, shapes))
+
+
+def target_fields(cfg: TrainConfig, shapes: dict) -> TargetFields:
+    """The run's target fields (:mod:`meshops.training.fields`) from its config and the
+    target arrays' shapes."""
+    try:
+        return TargetFields.from_specs(cfg.field_specs, {k: field_channels(shapes[k])
+                                                         for k in cfg.targets},
+                                       cfg.field_weights)
+    except ValueError as e:
+        raise CLIError(f"train: {e}") from None
 
 
 def _options_from_data(cfg: TrainConfig, samples) -> tuple[TrainConfig, str]:
@@ -291,7 +306,9 @@ def _summary(cfg: TrainConfig, model, data: _TrainData) -> str:
             f"({plural(c_out, 'channel')}), "
             f"{dim}-D"
             + (", on the cells (midpoint rule)" if data.layout.location == "cells" else "")
-            + (f"; parameters {', '.join(cfg.params)}" if cfg.params else ""))
+            + (f"; parameters {', '.join(cfg.params)}" if cfg.params else "")
+            + (f"; the loss is the mean relative error of the fields {data.fields.describe()}"
+               if len(data.fields) > 1 else ""))
 
 
 TRAIN_EPILOG = """\
@@ -351,8 +368,14 @@ def add_parser(sub) -> None:
     g.add_argument("--data", metavar="DIR", help="folder of training meshes")
     g.add_argument("--inputs", metavar="A,B",
                    help='input point fields, comma-separated; "" for geometry-only problems')
-    g.add_argument("--targets", metavar="U,V", help="target fields, comma-separated: all "
-                   "point data, or all cell data (then the model trains on the cells)")
+    g.add_argument("--targets", metavar="U+V,P", help="target fields, comma-separated: all "
+                   "point data, or all cell data (then the model trains on the cells). Each "
+                   "field has its own relative error and the loss is their mean, so a small "
+                   "field counts as much as a large one; join scalar arrays that form one "
+                   "vector field with + (u+v,p: velocity and pressure)")
+    g.add_argument("--field-weights", dest="field_weights", metavar="F=W,...",
+                   help="weights of the target fields in the loss and the validation error "
+                   "(default 1 each), e.g. u+v=1,p=0.5")
     g.add_argument("--params", metavar="A,B", help="per-sample parameters, comma-separated, "
                    "from each file's field_data or a params.csv / params.json beside the "
                    "files (keyed by file name; with --series, by the series' name); they "

@@ -5,7 +5,8 @@ lowest validation error kept, then refitted on every training sample.
    (:func:`~meshops.reduced.pod_basis`) and modal coefficients.
 2. Each regression from the standardised parameters to the coefficients is fitted on
    the training split and scored on the validation split with the metric of every
-   meshops run (per-sample relative L2 error, quadrature-weighted, channels pooled):
+   meshops run (per-sample relative L2 error, quadrature-weighted, the mean over the
+   target fields):
    the thin-plate spline (POD + RBF, the classical model), Gaussian processes, an
    ensemble of MLPs whose size fills its share of the time budget, and the mean of
    the last two.
@@ -29,6 +30,7 @@ from torch import Tensor
 from meshops.reduced.ensemble import MLPEnsemble, train_ensemble
 from meshops.reduced.parameters import sample_parameters
 from meshops.reduced.pod import pod_basis
+from meshops.training.fields import TargetFields
 
 #: MLP ensemble settings: epochs per member (fewer only when even one member would
 #: not fit the time left), the most members, and the fewest epochs worth running.
@@ -93,11 +95,17 @@ def _arrays(samples: Sequence) -> tuple[Tensor, Tensor, Tensor, str]:
     return params, y, weight, source
 
 
-def _relative_errors(pred: Tensor, y: Tensor, weight: Tensor) -> np.ndarray:
-    w = weight[None, :, None]
-    num = (w * (pred - y).square()).sum((1, 2))
-    den = (w * y.square()).sum((1, 2))
-    return (num / den).sqrt().numpy()
+def _relative_errors(pred: Tensor, y: Tensor, weight: Tensor,
+                     fields: TargetFields | None) -> np.ndarray:
+    """Per-sample relative L2 errors ``[S]`` of ``pred, y [S, M, C]``, the mean over the
+    target ``fields`` (:func:`meshops.training.loss.relative_lp`)."""
+    from meshops.training.loss import field_mean, field_norms
+
+    S, M, C = y.shape
+    batch = torch.arange(S).repeat_interleave(M)
+    num, den = field_norms(pred.reshape(S * M, C), y.reshape(S * M, C), weight.repeat(S),
+                           batch, 2, fields)
+    return field_mean(num / den, fields).numpy()
 
 
 def _standardiser(params: Tensor) -> tuple[list[int], Tensor, Tensor]:
@@ -178,7 +186,8 @@ def _mlp_settings(seconds: float, num: int, rank: int, params: int) -> dict | No
 
 def fit_reduced_basis(train: Sequence, val: Sequence, *, minutes: float = 10.0, seed: int = 0,
                       regressors: Sequence[str] = ("rbf", "gp", "mlp"),
-                      members: int | None = None, log: Callable[[str], None] | None = None):
+                      members: int | None = None, log: Callable[[str], None] | None = None,
+                      fields: TargetFields | None = None):
     """Fit a :class:`~meshops.models.ReducedBasis` (see the module docstring).
 
     Args:
@@ -193,6 +202,8 @@ def fit_reduced_basis(train: Sequence, val: Sequence, *, minutes: float = 10.0, 
         members: The MLP ensemble's size instead of the budget's: with the same seed
             the fit is then repeated exactly on one machine.
         log: Called with a line per finished candidate.
+        fields: The target fields whose mean relative error scores the candidates
+            (:mod:`meshops.training.fields`; ``None``: all channels pooled).
 
     Returns:
         ``(model, report)``: the chosen regression refitted on ``train + val``, and a
@@ -237,7 +248,7 @@ def fit_reduced_basis(train: Sequence, val: Sequence, *, minutes: float = 10.0, 
         with torch.no_grad():
             pred = basis.expand(model.coefficients(p_val))
         predictions[name] = pred
-        candidates.append(Candidate(name, _relative_errors(pred, y_val, w),
+        candidates.append(Candidate(name, _relative_errors(pred, y_val, w, fields),
                                     time.perf_counter() - t0, settings))
         if log:
             log(FitReport(candidates[-1:], "", 0, 0, "", 0, 0, 0).lines()[1])
@@ -246,7 +257,7 @@ def fit_reduced_basis(train: Sequence, val: Sequence, *, minutes: float = 10.0, 
         # fitted network), so averaging often beats both; it costs no new fit here.
         blend = (predictions["gp"] + predictions["mlp"]) / 2
         settings = next(c.settings for c in candidates if c.name == "mlp")
-        candidates.append(Candidate("gp+mlp", _relative_errors(blend, y_val, w), 0.0,
+        candidates.append(Candidate("gp+mlp", _relative_errors(blend, y_val, w, fields), 0.0,
                                     settings))
         if log:
             log(FitReport(candidates[-1:], "", 0, 0, "", 0, 0, 0).lines()[1])

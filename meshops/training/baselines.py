@@ -49,6 +49,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from meshops.training.fields import TargetFields
 from meshops.training.loss import sample_errors, summarize_errors
 
 #: The baselines' names, in the order :func:`baselines` returns them.
@@ -116,23 +117,31 @@ def target_points(sample) -> tuple[Tensor, Tensor]:
     return q, (w if w is not None else torch.ones(q.shape[0], dtype=q.dtype))
 
 
-def per_sample_errors(predictions: Sequence[Tensor], samples: Sequence) -> dict[str, np.ndarray]:
+def per_sample_errors(predictions: Sequence[Tensor], samples: Sequence,
+                      fields: TargetFields | None = None) -> dict[str, np.ndarray]:
     """Relative L2 error of each prediction against its sample's ``y``, in float64,
     quadrature-weighted (``"l2"``) and unweighted (``"l2_unweighted"``), exactly
-    as :meth:`~meshops.training.Trainer.evaluate` computes them: NaN where the target
-    is zero everywhere (the relative error is undefined there, see
-    :func:`~meshops.training.loss.lp_errors`).
+    as :meth:`~meshops.training.Trainer.evaluate` computes them: the mean over the
+    target ``fields`` (``None``: all channels pooled), NaN where the target is zero
+    everywhere (the relative error is undefined there, see
+    :func:`~meshops.training.loss.lp_errors`); with several fields also each field's
+    quadrature-weighted error (``"l2:<field>"``).
 
     Shapes:
         predictions: ``T`` tensors ``[M_t, C_out]`` -> ``{metric: [T]}``
     """
     out: dict[str, list[float]] = {"l2": [], "l2_unweighted": []}
+    per_field = fields is not None and len(fields) > 1
     for pred, s in zip(predictions, samples):
-        y = s.y.to(torch.float64)
-        _, w = target_points(s)
-        e = sample_errors(pred.to(torch.float64), y, w.to(torch.float64))
+        y, pred = s.y.to(torch.float64), pred.to(torch.float64)
+        w = target_points(s)[1].to(torch.float64)
+        e = sample_errors(pred, y, w, fields)
         out["l2"].append(e["l2"])
         out["l2_unweighted"].append(e["l2_unweighted"])
+        if per_field:
+            for name, sl in fields.slices().items():
+                out.setdefault(f"l2:{name}", []).append(
+                    sample_errors(pred[:, sl], y[:, sl], w)["l2"])
     return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
 
 
@@ -175,7 +184,8 @@ def _not_available(name: str, train: Sequence, test: Sequence, why: str) -> Base
     return BaselineResult(name, None, note=f"n/a: {why}")
 
 
-def mean_field_baseline(train: Sequence, test: Sequence) -> BaselineResult:
+def mean_field_baseline(train: Sequence, test: Sequence,
+                        fields: TargetFields | None = None) -> BaselineResult:
     """Predict the point-wise mean of the training targets on every test sample.
 
     Args:
@@ -195,7 +205,7 @@ def mean_field_baseline(train: Sequence, test: Sequence) -> BaselineResult:
         return _not_available(name, train, test, why)
     mean = torch.stack([s.y.to(torch.float64) for s in train]).mean(0)
     preds = [mean.clone() for _ in test]
-    return BaselineResult(name, preds, per_sample_errors(preds, test),
+    return BaselineResult(name, preds, per_sample_errors(preds, test, fields),
                           note=f"mean of {len(train)} training samples ({why})")
 
 
@@ -232,7 +242,8 @@ def _geometry_distances(train: Sequence, test: Sequence, how: str | None) -> np.
                      for a, ta in zip(p_te, t_te)])
 
 
-def nearest_sample_baseline(train: Sequence, test: Sequence) -> BaselineResult:
+def nearest_sample_baseline(train: Sequence, test: Sequence,
+                            fields: TargetFields | None = None) -> BaselineResult:
     """Predict, on each test sample, the targets of the nearest training sample.
 
     Args:
@@ -275,11 +286,12 @@ def nearest_sample_baseline(train: Sequence, test: Sequence) -> BaselineResult:
         preds.append(y)
     transfer = f"; {why}, values moved to the test points by nearest point" if how is None \
         else ""
-    return BaselineResult(name, preds, per_sample_errors(preds, test),
+    return BaselineResult(name, preds, per_sample_errors(preds, test, fields),
                           note=f"{metric}{transfer}", nearest=nearest)
 
 
-def pod_rbf_baseline(train: Sequence, test: Sequence) -> BaselineResult:
+def pod_rbf_baseline(train: Sequence, test: Sequence,
+                     fields: TargetFields | None = None) -> BaselineResult:
     """Predict with POD + RBF fitted on ``train`` (see the module docstring).
 
     Args:
@@ -322,16 +334,17 @@ def pod_rbf_baseline(train: Sequence, test: Sequence) -> BaselineResult:
     except ValueError as e:
         return BaselineResult(name, None, note=f"n/a: {e}")
     preds = list(basis.expand(spline(x_te)))
-    return BaselineResult(name, preds, per_sample_errors(preds, test),
+    return BaselineResult(name, preds, per_sample_errors(preds, test, fields),
                           note=f"{basis.describe()}; thin-plate RBF on "
                                f"{int(keep.sum())} standardised parameter(s) ({source})")
 
 
-def baselines(train: Sequence, test: Sequence) -> list[BaselineResult]:
+def baselines(train: Sequence, test: Sequence,
+              fields: TargetFields | None = None) -> list[BaselineResult]:
     """The three baselines: ``[mean_field_baseline, nearest_sample_baseline,
-    pod_rbf_baseline]``."""
-    return [mean_field_baseline(train, test), nearest_sample_baseline(train, test),
-            pod_rbf_baseline(train, test)]
+    pod_rbf_baseline]``, scored over the target ``fields`` (``None``: pooled)."""
+    return [mean_field_baseline(train, test, fields), nearest_sample_baseline(train, test, fields),
+            pod_rbf_baseline(train, test, fields)]
 
 
 def format_table(rows: Sequence[tuple[str, dict | None, str]], metric: str) -> str:

@@ -122,6 +122,10 @@ class EpochLog(Callback):
         if val is not None:
             msg += (f"  val l2 {val['l2_mean']:.4e} (median {val['l2_median']:.4e}, "
                     f"max {val['l2_max']:.4e}; unweighted {val['l2_unweighted_mean']:.4e})")
+            fields = val.get("fields") or {}
+            if fields:
+                msg += " [" + ", ".join(f"{f} {v['l2_mean']:.4e}" for f, v in fields.items()) \
+                    + "]"
             if val.get("failed"):
                 msg += f"  non-finite prediction on {val['failed']} of {val['n']}"
         msg += (f"  lr {entry['lr']:.2e}  {entry['time_s']:.1f}s"

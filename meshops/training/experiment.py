@@ -6,7 +6,8 @@ Both log the same things, with the epoch (1-based) as the step:
 
 * ``loss/train``: the epoch's mean training loss;
 * ``val/<metric>``: every validation statistic of :meth:`Trainer.evaluate`
-  (``l2_mean``, ``l2_median``, ``l2_max``, their unweighted and absolute forms);
+  (``l2_mean``, ``l2_median``, ``l2_max``, their unweighted and absolute forms) and,
+  with several target fields, each field's (``val/<field>/l2_mean``, ...);
 * ``lr`` and ``time/epoch_s``;
 * ``baseline/<name>/l2_mean`` (and ``l2_unweighted_mean``): the two baselines that need
   no training (:mod:`meshops.training.baselines`: training mean field, nearest
@@ -129,9 +130,14 @@ class ExperimentLogger(Callback):
         step = int(entry["epoch"])
         values = {"loss/train": entry["train_loss"], "lr": entry["lr"],
                   "time/epoch_s": entry["time_s"]}
-        for k, v in (entry.get("val") or {}).items():
+        val = entry.get("val") or {}
+        for k, v in val.items():
             if isinstance(v, (int, float)) and math.isfinite(v):
                 values[f"val/{k}"] = float(v)
+        for f, stats in (val.get("fields") or {}).items():  # several target fields
+            for k, v in stats.items():
+                if math.isfinite(v):
+                    values[f"val/{f}/{k}"] = float(v)
         values.update(self._baseline_values)
         self._scalars(values, step)
         if self.figure_every is not None and step % self.figure_every == 0:
@@ -155,7 +161,7 @@ class ExperimentLogger(Callback):
         if not trainer.val_data:
             return {}
         out = {}
-        for b in baselines(list(trainer.train_data), list(trainer.val_data)):
+        for b in baselines(list(trainer.train_data), list(trainer.val_data), trainer.fields):
             if not b.available:
                 continue
             for metric, errs in b.errors.items():

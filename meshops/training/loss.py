@@ -1,5 +1,9 @@
 """Relative Lp losses between fields on meshes, with or without quadrature weights,
-and per-sample error reports that say where the relative error is undefined."""
+and per-sample error reports that say where the relative error is undefined.
+
+With several target fields (:class:`~meshops.training.fields.TargetFields`) every
+relative error is taken per field and averaged over the fields with their weights, so
+that a field of small magnitude counts as much as a large one."""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.utils import scatter
+
+from meshops.training.fields import TargetFields
 
 
 def lp_norms(pred: Tensor, target: Tensor, weight: Tensor | None = None,
@@ -54,6 +60,44 @@ def lp_norms(pred: Tensor, target: Tensor, weight: Tensor | None = None,
     return num, den
 
 
+def field_norms(pred: Tensor, target: Tensor, weight: Tensor | None = None,
+                batch: Tensor | None = None, p: int = 2,
+                fields: TargetFields | None = None) -> tuple[Tensor, Tensor]:
+    """:func:`lp_norms` of every target field: ``||pred_f - target_f||_p`` and
+    ``||target_f||_p`` per sample and field, each over the field's channels
+    (``fields=None``: all channels, one field).
+
+    Shapes:
+        pred ``[N, C]`` or ``[N]``, target like pred, weight ``[N]``, batch ``[N]``
+        -> ``([B, F], [B, F])``
+    """
+    if fields is None:
+        num, den = lp_norms(pred, target, weight, batch, p)
+        return num[:, None], den[:, None]
+    if pred.dim() == 1:
+        pred, target = pred[:, None], target[:, None]
+    fields.check_channels(pred.shape[-1])
+    norms = [lp_norms(pred[:, sl], target[:, sl], weight, batch, p)
+             for sl in fields.slices().values()]
+    return torch.stack([n for n, _ in norms], 1), torch.stack([d for _, d in norms], 1)
+
+
+def field_mean(values: Tensor, fields: TargetFields | None) -> Tensor:
+    """The weighted mean over the fields of per-field values ``[B, F]``, over the
+    fields where a value is defined (not NaN): NaN where none is.
+
+    Shapes:
+        values ``[B, F]`` -> ``[B]``
+    """
+    if fields is None:
+        return values[:, 0]
+    w = torch.tensor(fields.weights, dtype=values.dtype, device=values.device)
+    defined = ~torch.isnan(values)
+    w = torch.where(defined, w, torch.zeros_like(values))
+    total = (w * torch.where(defined, values, torch.zeros_like(values))).sum(-1)
+    return total / w.sum(-1)  # 0 / 0 = NaN where no field is defined
+
+
 def failed_samples(pred: Tensor, batch: Tensor | None = None,
                    num_samples: int | None = None) -> Tensor:
     """Which samples have a non-finite predicted value (NaN or inf) anywhere.
@@ -84,16 +128,19 @@ def zero_target(ref_norm: Tensor, eps: float | None = None) -> Tensor:
 
 def relative_lp(pred: Tensor, target: Tensor, weight: Tensor | None = None,
                 batch: Tensor | None = None, p: int = 2, reduction: str = "mean",
-                eps: float | None = None) -> Tensor:
-    """Per-sample relative Lp error ``||pred - target||_p / ||target||_p``.
+                eps: float | None = None, fields: TargetFields | None = None) -> Tensor:
+    """Per-sample relative Lp error ``||pred - target||_p / ||target||_p``, per target
+    field and averaged over the fields (``fields``; ``None``: all channels pooled).
 
     With ``weight`` the norms are quadrature integrals over the domain,
     ``(sum_i w_i |e_i|^p)^(1/p)``, so the loss is the same number on any mesh of the
     same fields; without it (``weight=None``) it is the plain vector norm used by
     the published benchmarks (Geo-FNO, PiT, Transolver), for comparison.
-    All channels of a sample are pooled into one norm.
+    With ``fields`` each field's channels make one norm, and a sample's error is the
+    weighted mean of its fields' relative errors
+    (:mod:`meshops.training.fields`); without, all channels are pooled into one norm.
 
-    A sample whose target is zero everywhere (see :func:`zero_target`) has no
+    A sample whose target (or one of whose fields) is zero everywhere (see :func:`zero_target`) has no
     relative error: it is refused with a ``ValueError`` rather than divided by a
     tiny number (which gave errors of 1e5-1e12 and gradients to match). To report
     errors over data that holds such samples use :func:`lp_errors`.
@@ -105,25 +152,27 @@ def relative_lp(pred: Tensor, target: Tensor, weight: Tensor | None = None,
         p: Norm order.
         reduction: ``"mean"`` or ``"sum"`` over samples, or ``"none"`` for ``[B]``.
         eps: Target norms up to ``eps`` count as zero (see :func:`zero_target`).
+        fields: The target fields, or ``None`` for one field of all channels.
 
     Raises:
-        ValueError: a sample with an all-zero target (the message gives its index in
-            the batch), or an unknown ``reduction``.
+        ValueError: a sample with an all-zero target field (the message gives its index
+            in the batch and the field), or an unknown ``reduction``.
 
     Shapes:
         pred ``[N, C]``, target ``[N, C]``, weight ``[N]``, batch ``[N]`` -> ``[]`` or ``[B]``
     """
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-    num, den = lp_norms(pred, target, weight, batch, p)
+    num, den = field_norms(pred, target, weight, batch, p, fields)
     zero = zero_target(den, eps)
     if bool(zero.any()):
-        i = int(zero.nonzero()[0])
-        raise ValueError(f"relative_lp: the target of sample {i} of the batch is zero "
-                         f"everywhere ({int(zero.sum())} such samples); its relative L{p} "
-                         f"error is undefined. Drop such samples from a relative loss, or "
+        i, f = (int(v) for v in zero.nonzero()[0])
+        what = "target" if fields is None else f"target field {fields.names[f]!r}"
+        raise ValueError(f"relative_lp: the {what} of sample {i} of the batch is zero "
+                         f"everywhere ({int(zero.any(-1).sum())} such samples); its relative "
+                         f"L{p} error is undefined. Drop such samples from a relative loss, or "
                          f"report them with lp_errors()")
-    per_sample = num / den
+    per_sample = field_mean(num / den, fields)
     if reduction == "none":
         return per_sample
     if reduction == "sum":
@@ -132,39 +181,47 @@ def relative_lp(pred: Tensor, target: Tensor, weight: Tensor | None = None,
 
 
 def lp_errors(pred: Tensor, target: Tensor, weight: Tensor | None = None,
-              batch: Tensor | None = None, p: int = 2, eps: float | None = None
-              ) -> dict[str, Tensor]:
+              batch: Tensor | None = None, p: int = 2, eps: float | None = None,
+              fields: TargetFields | None = None) -> dict[str, Tensor]:
     """Per-sample relative and absolute Lp errors, for reports.
 
-    Returns ``{"relative": [B], "absolute": [B], "zero_target": [B] bool, "failed":
-    [B] bool}``: the absolute error is ``||pred - target||_p`` (quadrature-weighted
-    with ``weight``: ``(sum_i w_i |e_i|^p)^(1/p)``); the relative error is NaN where
-    the target is zero everywhere (:func:`zero_target`), since it is undefined there.
-    A sample with a non-finite prediction (:func:`failed_samples`) has both errors
-    ``inf``, whatever its target: the model failed on it, and a mean over the
-    samples must say so rather than leave it out.
+    Returns ``{"relative": [B], "fields": [B, F], "absolute": [B], "zero_target": [B]
+    bool, "failed": [B] bool}``: ``"fields"`` holds the relative error of every target
+    field (``fields``; ``None``: one field of all channels), NaN where the field's
+    target is zero everywhere (:func:`zero_target`), since it is undefined there;
+    ``"relative"`` is their weighted mean over the defined fields (NaN, and
+    ``zero_target``, where no field is defined); the absolute error is
+    ``||pred - target||_p`` over all channels (quadrature-weighted with ``weight``:
+    ``(sum_i w_i |e_i|^p)^(1/p)``). A sample with a non-finite prediction
+    (:func:`failed_samples`) has every error ``inf``, whatever its target: the model
+    failed on it, and a mean over the samples must say so rather than leave it out.
     """
-    num, den = lp_norms(pred, target, weight, batch, p)
+    num, den = field_norms(pred, target, weight, batch, p, fields)
     zero = zero_target(den, eps)
     failed = failed_samples(pred, batch, num.shape[0])
     rel = torch.where(zero, torch.full_like(num, float("nan")),
                       num / torch.where(zero, torch.ones_like(den), den))
-    inf = torch.full_like(num, float("inf"))
-    return {"relative": torch.where(failed, inf, rel), "absolute": torch.where(failed, inf, num),
-            "zero_target": zero & ~failed, "failed": failed}
+    rel = torch.where(failed[:, None], torch.full_like(rel, float("inf")), rel)
+    absolute = num[:, 0] if fields is None else lp_norms(pred, target, weight, batch, p)[0]
+    mean = field_mean(rel, fields)
+    return {"relative": mean, "fields": rel,
+            "absolute": torch.where(failed, torch.full_like(absolute, float("inf")), absolute),
+            "zero_target": torch.isnan(mean) & ~failed, "failed": failed}
 
 
-def sample_errors(pred: Tensor, target: Tensor, weight: Tensor | None) -> dict[str, float]:
+def sample_errors(pred: Tensor, target: Tensor, weight: Tensor | None,
+                  fields: TargetFields | None = None) -> dict[str, float]:
     """The errors reported for one sample: relative L2 quadrature-weighted (``"l2"``)
-    and plain (``"l2_unweighted"``), NaN where the target is zero everywhere, and the
+    and plain (``"l2_unweighted"``), the mean over the target ``fields`` (``None``: all
+    channels pooled), NaN where the target is zero everywhere, and the
     quadrature-weighted absolute L2 error (``"abs_l2"``); all three ``inf`` where the
     prediction is not finite (a failure of the model); see :func:`lp_errors`.
 
     Shapes:
         pred, target: ``[N, C]``; weight: ``[N]`` or ``None`` (plain sums only)
     """
-    weighted = lp_errors(pred, target, weight)
-    plain = lp_errors(pred, target, None)
+    weighted = lp_errors(pred, target, weight, fields=fields)
+    plain = lp_errors(pred, target, None, fields=fields)
     return {"l2": float(weighted["relative"]), "l2_unweighted": float(plain["relative"]),
             "abs_l2": float(weighted["absolute"])}
 
@@ -219,23 +276,31 @@ def warn_failed(names: Sequence, stacklevel: int = 2) -> None:
 class RelativeLpLoss(torch.nn.Module):
     """Module form of :func:`relative_lp`: ``loss(pred, target, weight, batch)``.
 
-    A batch with an all-zero target raises ``ValueError`` (see :func:`relative_lp`).
+    A batch with an all-zero target field raises ``ValueError`` (see
+    :func:`relative_lp`).
 
     Args:
         p: Norm order.
         quadrature: Weight the norms with the mesh's quadrature weights (default);
             ``False`` gives the unweighted per-point loss of the published recipes.
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
+        fields: The target fields (:class:`~meshops.training.fields.TargetFields`):
+            the loss is the weighted mean of their relative errors; ``None`` pools all
+            channels into one norm.
     """
 
-    def __init__(self, p: int = 2, quadrature: bool = True, reduction: str = "mean") -> None:
+    def __init__(self, p: int = 2, quadrature: bool = True, reduction: str = "mean",
+                 fields: TargetFields | None = None) -> None:
         super().__init__()
         self.p, self.quadrature, self.reduction = p, quadrature, reduction
+        self.fields = fields
 
     def forward(self, pred: Tensor, target: Tensor, weight: Tensor | None = None,
                 batch: Tensor | None = None) -> Tensor:
         return relative_lp(pred, target, weight if self.quadrature else None, batch,
-                           self.p, self.reduction)
+                           self.p, self.reduction, fields=self.fields)
 
     def extra_repr(self) -> str:
-        return f"p={self.p}, quadrature={self.quadrature}, reduction={self.reduction!r}"
+        fields = "" if self.fields is None else f", fields={self.fields.describe()!r}"
+        return (f"p={self.p}, quadrature={self.quadrature}, reduction={self.reduction!r}"
+                f"{fields}")

@@ -24,6 +24,7 @@ from meshops.normalizer import UnitGaussianNormalizer, decode_outputs, encode_in
 from meshops.training import callbacks, distributed, state
 from meshops.training.callbacks import LAST, Callback, Checkpoints, EpochLog
 from meshops.training.dataset import fit_normalizers, make_loader, prepare_batch
+from meshops.training.fields import TargetFields
 from meshops.training.loss import (
     RelativeLpLoss,
     lp_errors,
@@ -172,6 +173,14 @@ def _check_arguments(train_data, val_data, epochs, batch_size, val_batch_size, s
                             f"objects, got {type(cb).__name__}")
 
 
+def _statistics(values: np.ndarray, name: str) -> dict[str, float]:
+    """``{name_mean, name_median, name_max}`` of per-sample errors (NaN when none is
+    defined), from :func:`~meshops.training.loss.summarize_errors`."""
+    st = summarize_errors(values)
+    return {f"{name}_{k}": math.nan if st[k] is None else st[k]
+            for k in ("mean", "median", "max")}
+
+
 class Trainer:
     """Train a neural operator with a relative L2 loss, checkpoints and resumption.
 
@@ -309,6 +318,11 @@ class Trainer:
         callbacks: :class:`~meshops.training.callbacks.Callback` objects whose hooks
             run at the start and end of :meth:`fit` and after every epoch (e.g.
             :class:`~meshops.training.experiment.TensorBoardLogger`).
+        fields: The target fields (:class:`~meshops.training.fields.TargetFields`):
+            every relative error (the default loss, the validation metric that picks
+            ``best.pt``) is the weighted mean of the fields' relative errors, and
+            :meth:`evaluate` reports each field. Default: the ``fields`` of ``loss``
+            when it has them, else all channels pooled into one field.
     """
 
     def __init__(self, model: "NeuralOperator", train_data: Sequence, val_data: Sequence | None = None,
@@ -324,7 +338,8 @@ class Trainer:
                  resume: bool = False, metadata: dict | None = None, num_workers: int = 0,
                  find_unused_parameters: bool = False, precompute: bool = True,
                  time_limit: float | None = None, compile: bool | dict = False,
-                 checkpoint_blocks: bool = False, callbacks: Sequence = ()) -> None:
+                 checkpoint_blocks: bool = False, callbacks: Sequence = (),
+                 fields: TargetFields | None = None) -> None:
         # Every argument is checked before a process group exists that an error would
         # leave behind.
         _check_arguments(train_data, val_data, epochs, batch_size, val_batch_size, seed,
@@ -345,7 +360,9 @@ class Trainer:
         self.metadata = dict(metadata or {})
         self.num_workers, self.find_unused_parameters = num_workers, find_unused_parameters
         self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.loss_fn = loss if loss is not None else RelativeLpLoss()
+        # The target fields of the validation errors: given, or the loss's.
+        self.fields = fields if fields is not None else getattr(loss, "fields", None)
+        self.loss_fn = loss if loss is not None else RelativeLpLoss(fields=self.fields)
         # The metric that picks best.pt: the one the loss optimises.
         self.metric = "l2_mean" if getattr(self.loss_fn, "quadrature", True) else "l2_unweighted_mean"
         self._setup_devices(model, device, log, amp)
@@ -569,13 +586,17 @@ class Trainer:
         so the means and maxima are ``inf``; it is counted in ``failed`` and named in
         a warning.
 
+        With several target fields (``fields``) a sample's relative error is the
+        weighted mean of its fields' relative errors, and ``fields`` reports each.
+
         Returns:
             ``l2_mean``, ``l2_median``, ``l2_max`` (quadrature-weighted),
             ``l2_unweighted_mean``, ``..._median``, ``..._max`` (NaN when no sample
             has a defined relative error), ``abs_l2_mean``, ``..._median``, ``..._max``
             (quadrature-weighted absolute error ``sqrt(sum_i w_i |pred_i - y_i|^2)``),
             ``l2_undefined`` (samples with an all-zero target), ``failed`` (samples with
-            a non-finite prediction) and ``n`` (samples).
+            a non-finite prediction), ``n`` (samples) and, with more than one target
+            field, ``fields``: ``{field: {"l2_mean", "l2_median", "l2_max"}}``.
         """
         data = self.val_data if data is None else data
         if data is None or len(data) == 0:
@@ -602,23 +623,27 @@ class Trainer:
                 pred = self._forward(net, batch).to(torch.float64)
                 y, w, b = targets_of(batch)
                 y = y.to(torch.float64)
-                weighted, plain = lp_errors(pred, y, w, b), lp_errors(pred, y, None, b)
-                errs.append(torch.stack([weighted["relative"], plain["relative"],
-                                         weighted["absolute"]], 1))
+                weighted = lp_errors(pred, y, w, b, fields=self.fields)
+                plain = lp_errors(pred, y, None, b, fields=self.fields)
+                errs.append(torch.cat([torch.stack([weighted["relative"], plain["relative"],
+                                                    weighted["absolute"]], 1),
+                                       weighted["fields"]], 1))
         finally:
             model.train(was_training)
-        local = torch.cat(errs).cpu() if errs else torch.zeros(0, 3, dtype=torch.float64)
+        width = 3 + (1 if self.fields is None else len(self.fields))
+        local = torch.cat(errs).cpu() if errs else torch.zeros(0, width, dtype=torch.float64)
         gathered = distributed.all_gather_objects((idx, local), self.dist)
         order = np.concatenate([np.asarray(i, dtype=np.int64) for i, _ in gathered])
         values = torch.cat([e for _, e in gathered]).numpy()[np.argsort(order, kind="stable")]
         # Per sample, for callbacks (the median sample's figure): columns l2,
-        # l2_unweighted, abs_l2 in the order of ``data``.
+        # l2_unweighted, abs_l2, then each field's l2, in the order of ``data``.
         self.last_errors = values
         out: dict[str, float] = {"n": int(values.shape[0])}
         for j, name in enumerate(("l2", "l2_unweighted", "abs_l2")):
-            st = summarize_errors(values[:, j])
-            for k in ("mean", "median", "max"):
-                out[f"{name}_{k}"] = math.nan if st[k] is None else st[k]
+            out.update(_statistics(values[:, j], name))
+        if self.fields is not None and len(self.fields) > 1:
+            out["fields"] = {f: _statistics(values[:, 3 + j], "l2")
+                             for j, f in enumerate(self.fields.names)}
         undefined = np.flatnonzero(np.isnan(values[:, 0]))
         out["l2_undefined"] = int(undefined.size)
         failed = np.flatnonzero(np.isinf(values[:, 0]))
