@@ -65,6 +65,13 @@ class ParametricSet:
             ``range(len(samples))``.
         description: One paragraph: the problem, where the data come from, the split.
         info: More JSON-able facts written to ``dataset.json`` (source file, seed, ...).
+        inputs: The input fields when they are not the parameters (a family of
+            geometries: e.g. the distance to a body); the parameters then go to the
+            ``params.json`` sidecars only (the nearest-sample baseline reads them).
+        fields: The target fields (``["u+v", "p"]``, :mod:`meshops.training.fields`);
+            default every target its own.
+        extra: More splits of other samples, ``{name: samples}`` (e.g. ``"test_fine"``:
+            the test shapes on finer meshes), written as ``ROOT/<name>/``.
     """
 
     name: str
@@ -76,6 +83,9 @@ class ParametricSet:
     description: str = ""
     ids: list[int] | None = None
     info: dict = field(default_factory=dict)
+    inputs: list[str] | None = None
+    fields: list[str] | None = None
+    extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.ids is None:
@@ -97,12 +107,27 @@ class ParametricSet:
 
     def describe(self) -> dict:
         """The JSON written to ``dataset.json`` (also the key for reuse)."""
-        return {"layout_version": LAYOUT_VERSION, "name": self.name,
-                "description": self.description, "inputs": list(self.param_names),
-                "targets": list(self.targets),
-                "train": [self.file_name(k) for k in self.train],
-                "test": [self.file_name(k) for k in self.test],
-                "info": json.loads(json.dumps(self.info))}
+        out = {"layout_version": LAYOUT_VERSION, "name": self.name,
+               "description": self.description, "inputs": self.input_names,
+               "params": list(self.param_names), "targets": list(self.targets),
+               "fields": list(self.fields or self.targets),
+               "train": [self.file_name(k) for k in self.train],
+               "test": [self.file_name(k) for k in self.test],
+               "info": json.loads(json.dumps(self.info))}
+        for name, samples in self.extra.items():
+            out[name] = [self.extra_file_name(s) for s in samples]
+        out["extra_splits"] = list(self.extra)
+        return out
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.param_names if self.inputs is None else self.inputs)
+
+    def extra_file_name(self, sample) -> str:
+        """File name of a sample of an ``extra`` split: that of the sample of the same
+        ``sample_id`` (the same shape), so the two can be paired."""
+        width = max(4, len(str(max(self.ids, default=0))))
+        return f"sample_{int(sample.sample_id):0{width}d}.vtu"
 
 
 def permutation_split(num: int, n_train: int, seed: int = 0) -> tuple[list[int], list[int]]:
@@ -184,22 +209,23 @@ def write_parametric_folders(dataset: ParametricSet, root, overwrite: bool = Fal
         raise MeshError(f"{root}: already exists; pass overwrite=True or choose another folder")
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
+    splits = [("train", [(dataset.file_name(k), dataset.samples[k]) for k in dataset.train]),
+              ("test", [(dataset.file_name(k), dataset.samples[k]) for k in dataset.test])]
+    splits += [(name, [(dataset.extra_file_name(s), s) for s in samples])
+               for name, samples in dataset.extra.items()]
     try:
-        for split, idx in (("train", dataset.train), ("test", dataset.test)):
+        for split, items in splits:
             folder = tmp / split
             folder.mkdir()
             sidecar = {}
-            for k in progress_bar(idx, desc=f"writing {dataset.name} {split}", enabled=progress,
-                                  leave=False):
-                s = dataset.samples[k]
-                name = dataset.file_name(k)
-                missing = [f for f in list(dataset.param_names) + list(dataset.targets)
+            for name, s in progress_bar(items, desc=f"writing {dataset.name} {split}",
+                                        enabled=progress, leave=False):
+                where = f"{dataset.name} {split}/{name}"
+                missing = [f for f in dataset.input_names + list(dataset.targets)
                            if f not in (s.fields or {})]
                 if missing:
-                    raise MeshError(f"{dataset.name} sample {dataset.ids[k]}: no field(s) "
-                                    f"{missing}")
-                sidecar[name] = _params_of(s, dataset.param_names,
-                                           f"{dataset.name} sample {dataset.ids[k]}")
+                    raise MeshError(f"{where}: no field(s) {missing}")
+                sidecar[name] = _params_of(s, dataset.param_names, where)
                 write_mesh(folder / name, s)
             (folder / PARAMS_FILE).write_text(json.dumps(sidecar, indent=1, sort_keys=True)
                                               + "\n")
@@ -235,7 +261,8 @@ def prepare_parametric_folders(root, build: Callable[[], ParametricSet], key: di
     key = json.loads(json.dumps(key))
     if desc is not None and desc.get("layout_version") == LAYOUT_VERSION \
             and desc.get("info", {}).get("key") == key \
-            and all((root / split / f).is_file() for split in ("train", "test")
+            and all((root / split / f).is_file()
+                    for split in ("train", "test", *desc.get("extra_splits", []))
                     for f in desc[split]):
         return root
     dataset = build()

@@ -205,9 +205,9 @@ class RunSpec:
         self.fields = self._fields(meta.get("fields"))
 
     def _fields(self, saved):
-        """The run's target fields (:mod:`meshops.training.fields`): as saved, or (runs
+        """The run's target fields (:mod:`meshops.fields`): as saved, or (runs
         saved before fields were recorded) every target its own field."""
-        from meshops.training.fields import TargetFields
+        from meshops.fields import TargetFields
 
         if saved is None:
             return TargetFields.from_specs(self.targets, {k: field_channels(self.shapes[k])

@@ -16,9 +16,9 @@ from _folders import run_cli
 from _meshes import square_mesh
 from _tiny_run import one_line_error
 
+from meshops.fields import TargetFields, target_names
 from meshops.io import mesh_from_arrays, write_mesh
 from meshops.training import Trainer, assemble, lp_errors, relative_lp
-from meshops.training.fields import TargetFields, target_names
 
 # ----------------------------------------------------------------- TargetFields
 

@@ -24,7 +24,8 @@ from meshops.quadrature import quadrature_weights
 from meshops.search.graph import measure_ball_graph
 from meshops.training.loss import relative_lp
 
-NAMES = ["transformer_no", "galerkin_transformer", "pit", "patched_transformer"]
+NAMES = ["transformer_no", "galerkin_transformer", "pit", "patched_transformer",
+         "slice_transformer"]
 VARIANTS = NAMES + ["pit_fps"]   # PiT with a farthest-point-sampled latent mesh
 
 # Small configurations for the tests (the defaults are benchmark-sized).
@@ -35,6 +36,7 @@ SMALL = {
     "pit_fps": dict(width=32, heads=2, num_latent=40, quantile_in=0.05, quantile_out=0.05),
     "patched_transformer": dict(width=32, layers=4, heads=2, num_patches=4,
                                 pattern="alternate", pos_encoding=2),
+    "slice_transformer": dict(width=32, layers=2, heads=2, slices=8, pos_encoding=2),
 }
 
 
@@ -84,7 +86,7 @@ def batch_of(samples):
 
 # ------------------------------------------------------------------ overfitting
 OVERFIT_LR = {"transformer_no": 1e-2, "galerkin_transformer": 1e-2, "pit": 5e-3,
-              "patched_transformer": 5e-3}
+              "patched_transformer": 5e-3, "slice_transformer": 1e-2}
 
 
 # PiT's run takes 32 s on 2 shared cores (pytest --durations), the others 10-16 s:

@@ -67,6 +67,7 @@ def _layers():
         PositionAttention,
         patch_attention,
     )
+    from meshops.nn.slice import SliceAttention
 
     # Smooth kernels converge at the order of the nodal quadrature (2). A hard
     # cut-off (a ball, a patch border) is integrated to first order, because the
@@ -81,7 +82,8 @@ def _layers():
     # (1519), galerkin 695 (562), fourier 538 (538), position 62 (56: its lambda = 20
     # Gaussian is ~3 cells wide, so the h^2 constant is large), local_position_radius
     # 29 (26), local_radius 25 (21), patch_window_voxel 277 (248), patch_token_voxel
-    # 72 (58). Each bound is about 2/3 of the smallest seen: a lost order (O(h)
+    # 72 (58), slice 1481 (its tokens are ratios of smooth integrals; convergence
+    # ratios 4.00). Each bound is about 2/3 of the smallest seen: a lost order (O(h)
     # instead of O(h^2): 16x) or an unweighted sum anywhere fails it.
     layers = {
         "continuum": (lambda: ContinuumAttention(IN_CHANNELS, 8, heads=2), 2, 1000),
@@ -99,6 +101,7 @@ def _layers():
         "patch_token_voxel": (lambda: patch_attention(
             IN_CHANNELS, 8, heads=2, num_patches=4, method="voxel", mode="token", pos_dim=2),
             1, 40),
+        "slice": (lambda: SliceAttention(IN_CHANNELS, 8, heads=2, slices=4), 2, 900),
     }
     return layers
 

@@ -94,6 +94,73 @@ _standin_set("boundary_layer", "boundary_layer", "make_boundary_layer_standin", 
              "mesh, parameters eps and wind angle theta (data_adapters.standins.boundary_layer).")
 
 
+def _family_set(name: str, description: str, build, inputs, targets, fields, params,
+                sizes=(300, 60), version: int = 1) -> None:
+    """Register a family of geometries ``name``: ``build(samples, seed)`` returns the
+    samples (each its own mesh, with ``params [1, K]`` named ``params``) and optionally
+    ``{split: samples}`` of more splits; the first ``samples - test`` train."""
+
+    def make(key):
+        samples, extra = build(key["samples"], key["seed"], key["test"])
+        n, n_test = len(samples), key["test"]
+        return ParametricSet(name, samples, list(params), list(targets),
+                             list(range(n - n_test)), list(range(n - n_test, n)),
+                             description=description, info={"key": key, "standin": True,
+                                                            "family": True},
+                             inputs=list(inputs), fields=list(fields), extra=extra)
+
+    FAMILIES.append(name)
+    _register(name, {"version": version, "samples": sizes[0], "test": sizes[1],
+                     "seed": 0})(make)
+
+
+#: The families of geometries (each sample its own mesh): the suite of issue 27.
+FAMILIES: list[str] = ["hole"]
+
+
+def _elasticity(n, seed, n_test):
+    from data_adapters.standins.elasticity import make_elasticity_standin
+
+    return make_elasticity_standin(n, seed=seed, dtype=torch.float64, void_distance=True,
+                                   progress=False), {}
+
+
+def _airfoil(n, seed, n_test):
+    from data_adapters.standins.airfoil import make_airfoil_standin
+
+    return make_airfoil_standin(n, seed=seed, dtype=torch.float64, target=("u", "v", "cp"),
+                                n_side=31, n_wake=15, n1=25, progress=False), {}
+
+
+def _obstacle(n, seed, n_test):
+    from data_adapters.standins.obstacle import make_obstacle_standin
+
+    samples = make_obstacle_standin(n, seed=seed, dtype=torch.float64, progress=False)
+    fine = make_obstacle_standin(n, seed=seed, dtype=torch.float64, refine=2,
+                                 first=n - n_test, progress=False)
+    return samples, {"test_fine": fine}
+
+
+_family_set("elasticity", "STAND-IN: plane-strain unit cell with a random star-shaped void "
+            "(one mesh per sample, about 1,000 nodes), input the distance to the void, "
+            "target the von Mises stress (data_adapters.standins.elasticity).",
+            _elasticity, ["void_distance"], ["sigma"], ["sigma"],
+            ["r0", *(f"a{k}" for k in range(1, 6)), *(f"b{k}" for k in range(1, 6))])
+_family_set("airfoil", "STAND-IN: potential flow past NACA 4-digit airfoils at -5 to 10 "
+            "degrees on their own C-grids (2,275 nodes), inputs the free-stream direction, "
+            "targets the velocity (u, v) and the pressure coefficient cp "
+            "(data_adapters.standins.airfoil).",
+            _airfoil, ["u_inf", "v_inf"], ["u", "v", "cp"], ["u+v", "cp"],
+            ["m", "p", "t", "alpha"])
+_family_set("obstacle", "STAND-IN: steady viscous flow (Re 20-40) past a star-shaped "
+            "obstacle whose shape and place vary, in a 4 m x 1 m channel, one mesh per sample "
+            "(1,600 nodes), input the distance to the obstacle, targets the velocity (u, v) "
+            "in m/s and the pressure p in Pa, about 100 times larger "
+            "(data_adapters.standins.obstacle); test_fine: the test shapes on 4x the nodes.",
+            _obstacle, ["sdf"], ["u", "v", "p"], ["u+v", "p"],
+            ["cx", "cy", "r0", "a1", "a2", "a3", "b1", "b2", "b3"])
+
+
 NAMES = tuple(_SPECS)
 
 

@@ -71,9 +71,12 @@ def read_sample(path, inputs: Sequence[str], targets: Sequence[str],
 
     path = Path(path)
     mesh = meshio.read(path)
+    # quads (a structured grid) as two triangles each: P1 weights and interpolation
     tri = [c.data for c in mesh.cells if c.type == "triangle"]
+    tri += [np.asarray(c.data)[:, idx] for c in mesh.cells if c.type == "quad"
+            for idx in ([0, 1, 2], [0, 2, 3])]
     if not tri:
-        raise ValueError(f"{path}: no triangle cells")
+        raise ValueError(f"{path}: no triangle or quad cells")
     points = np.asarray(mesh.points, np.float64)[:, :2]
     triangles = np.concatenate(tri).astype(np.int64)
     cols = [_field(mesh, k, path) for k in inputs]

@@ -4,7 +4,7 @@ baselines that need no training.
 The per-sample errors are :func:`meshops.training.loss.sample_errors` and their
 statistics :func:`meshops.training.loss.summarize_errors`, the functions behind
 :meth:`meshops.training.Trainer.evaluate`, so the numbers are those of training's
-validation: per target field (:mod:`meshops.training.fields`) and, with several,
+validation: per target field (:mod:`meshops.fields`) and, with several,
 their mean; here they are also reported per file.
 """
 
@@ -61,7 +61,7 @@ def _keys(fields) -> list[str]:
 
 def _errors_by_field(pred, truth, weight, fields) -> dict:
     """``{field: sample_errors}`` of one sample for each target field (``fields``, a
-    :class:`~meshops.training.fields.TargetFields`) and, with several, their weighted
+    :class:`~meshops.fields.TargetFields`) and, with several, their weighted
     mean (:data:`MEAN`, the error training minimises); all in float64."""
     import torch
 

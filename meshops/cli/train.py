@@ -27,9 +27,9 @@ from meshops.cli.training_run import (
     split_files,
 )
 from meshops.errors import CheckpointError, MeshError
+from meshops.fields import TargetFields
 from meshops.inference import field_channels, format_shape
 from meshops.layout import SampleLayout
-from meshops.training.fields import TargetFields
 
 
 def _same_folder(a: str, b: str) -> bool:
@@ -258,7 +258,7 @@ def _read_data(cfg: TrainConfig, main_rank: bool, dry_run: bool) -> _TrainData:
 
 
 def target_fields(cfg: TrainConfig, shapes: dict) -> TargetFields:
-    """The run's target fields (:mod:`meshops.training.fields`) from its config and the
+    """The run's target fields (:mod:`meshops.fields`) from its config and the
     target arrays' shapes."""
     try:
         return TargetFields.from_specs(cfg.field_specs, {k: field_channels(shapes[k])

@@ -21,6 +21,7 @@ from meshops.nn.mlp import MLP
 from meshops.nn.patch import PatchAttention, PatchTokenAttention, WindowAttention, patch_attention
 from meshops.nn.points import Points, batch_points
 from meshops.nn.position import PositionAttention, position_kernel
+from meshops.nn.slice import SliceAttention
 
 # the neighbourhoods of the local layers (built by the search)
 from meshops.search.neighbourhoods import local_graph, quantile_k
@@ -29,7 +30,7 @@ __all__ = [
     "AttentionBase", "ContinuumAttention", "FourierAttention", "FourierFeatures",
     "GalerkinAttention", "GlobalAttentionBase", "LocalAttention", "LocalAttentionBase",
     "LocalPositionAttention", "MLP", "PatchAttention", "PatchTokenAttention", "Points",
-    "PositionAttention", "TransformerBlock", "WindowAttention", "batch_points", "functional",
+    "PositionAttention", "SliceAttention", "TransformerBlock", "WindowAttention", "batch_points", "functional",
     "knn_interpolate", "local_graph", "patch_attention", "position_kernel", "quantile_k",
     "weighted_attention",
 ]

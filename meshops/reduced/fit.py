@@ -27,10 +27,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from meshops.fields import TargetFields, field_mean
 from meshops.reduced.ensemble import MLPEnsemble, train_ensemble
 from meshops.reduced.parameters import sample_parameters
 from meshops.reduced.pod import pod_basis
-from meshops.training.fields import TargetFields
 
 #: MLP ensemble settings: epochs per member (fewer only when even one member would
 #: not fit the time left), the most members, and the fewest epochs worth running.
@@ -97,15 +97,14 @@ def _arrays(samples: Sequence) -> tuple[Tensor, Tensor, Tensor, str]:
 
 def _relative_errors(pred: Tensor, y: Tensor, weight: Tensor,
                      fields: TargetFields | None) -> np.ndarray:
-    """Per-sample relative L2 errors ``[S]`` of ``pred, y [S, M, C]``, the mean over the
-    target ``fields`` (:func:`meshops.training.loss.relative_lp`)."""
-    from meshops.training.loss import field_mean, field_norms
-
-    S, M, C = y.shape
-    batch = torch.arange(S).repeat_interleave(M)
-    num, den = field_norms(pred.reshape(S * M, C), y.reshape(S * M, C), weight.repeat(S),
-                           batch, 2, fields)
-    return field_mean(num / den, fields).numpy()
+    """Per-sample relative L2 errors ``[S]`` of ``pred, y [S, M, C]`` with the weights
+    ``[M]``: each field's, averaged over the target ``fields`` (``None``: all channels
+    pooled), as :func:`meshops.training.loss.relative_lp` computes them."""
+    w = weight[None, :, None]
+    parts = [slice(None)] if fields is None else list(fields.slices().values())
+    rel = torch.stack([((w * (pred[..., sl] - y[..., sl]).square()).sum((1, 2))
+                        / (w * y[..., sl].square()).sum((1, 2))).sqrt() for sl in parts], 1)
+    return field_mean(rel, fields).numpy()
 
 
 def _standardiser(params: Tensor) -> tuple[list[int], Tensor, Tensor]:
@@ -203,7 +202,7 @@ def fit_reduced_basis(train: Sequence, val: Sequence, *, minutes: float = 10.0, 
             the fit is then repeated exactly on one machine.
         log: Called with a line per finished candidate.
         fields: The target fields whose mean relative error scores the candidates
-            (:mod:`meshops.training.fields`; ``None``: all channels pooled).
+            (:mod:`meshops.fields`; ``None``: all channels pooled).
 
     Returns:
         ``(model, report)``: the chosen regression refitted on ``train + val``, and a

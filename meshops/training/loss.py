@@ -1,7 +1,7 @@
 """Relative Lp losses between fields on meshes, with or without quadrature weights,
 and per-sample error reports that say where the relative error is undefined.
 
-With several target fields (:class:`~meshops.training.fields.TargetFields`) every
+With several target fields (:class:`~meshops.fields.TargetFields`) every
 relative error is taken per field and averaged over the fields with their weights, so
 that a field of small magnitude counts as much as a large one."""
 
@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import scatter
 
-from meshops.training.fields import TargetFields
+from meshops.fields import TargetFields, field_mean
 
 
 def lp_norms(pred: Tensor, target: Tensor, weight: Tensor | None = None,
@@ -82,22 +82,6 @@ def field_norms(pred: Tensor, target: Tensor, weight: Tensor | None = None,
     return torch.stack([n for n, _ in norms], 1), torch.stack([d for _, d in norms], 1)
 
 
-def field_mean(values: Tensor, fields: TargetFields | None) -> Tensor:
-    """The weighted mean over the fields of per-field values ``[B, F]``, over the
-    fields where a value is defined (not NaN): NaN where none is.
-
-    Shapes:
-        values ``[B, F]`` -> ``[B]``
-    """
-    if fields is None:
-        return values[:, 0]
-    w = torch.tensor(fields.weights, dtype=values.dtype, device=values.device)
-    defined = ~torch.isnan(values)
-    w = torch.where(defined, w, torch.zeros_like(values))
-    total = (w * torch.where(defined, values, torch.zeros_like(values))).sum(-1)
-    return total / w.sum(-1)  # 0 / 0 = NaN where no field is defined
-
-
 def failed_samples(pred: Tensor, batch: Tensor | None = None,
                    num_samples: int | None = None) -> Tensor:
     """Which samples have a non-finite predicted value (NaN or inf) anywhere.
@@ -138,7 +122,7 @@ def relative_lp(pred: Tensor, target: Tensor, weight: Tensor | None = None,
     the published benchmarks (Geo-FNO, PiT, Transolver), for comparison.
     With ``fields`` each field's channels make one norm, and a sample's error is the
     weighted mean of its fields' relative errors
-    (:mod:`meshops.training.fields`); without, all channels are pooled into one norm.
+    (:mod:`meshops.fields`); without, all channels are pooled into one norm.
 
     A sample whose target (or one of whose fields) is zero everywhere (see :func:`zero_target`) has no
     relative error: it is refused with a ``ValueError`` rather than divided by a
@@ -284,7 +268,7 @@ class RelativeLpLoss(torch.nn.Module):
         quadrature: Weight the norms with the mesh's quadrature weights (default);
             ``False`` gives the unweighted per-point loss of the published recipes.
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
-        fields: The target fields (:class:`~meshops.training.fields.TargetFields`):
+        fields: The target fields (:class:`~meshops.fields.TargetFields`):
             the loss is the weighted mean of their relative errors; ``None`` pools all
             channels into one norm.
     """

@@ -19,12 +19,12 @@ from torch.utils.data import DistributedSampler
 
 from meshops._checkpoint import check_weights_fit
 from meshops._progress import progress as progress_bar
+from meshops.fields import TargetFields
 from meshops.models.conditioning import fit_param_normalizer
 from meshops.normalizer import UnitGaussianNormalizer, decode_outputs, encode_inputs
 from meshops.training import callbacks, distributed, state
 from meshops.training.callbacks import LAST, Callback, Checkpoints, EpochLog
 from meshops.training.dataset import fit_normalizers, make_loader, prepare_batch
-from meshops.training.fields import TargetFields
 from meshops.training.loss import (
     RelativeLpLoss,
     lp_errors,
@@ -318,7 +318,7 @@ class Trainer:
         callbacks: :class:`~meshops.training.callbacks.Callback` objects whose hooks
             run at the start and end of :meth:`fit` and after every epoch (e.g.
             :class:`~meshops.training.experiment.TensorBoardLogger`).
-        fields: The target fields (:class:`~meshops.training.fields.TargetFields`):
+        fields: The target fields (:class:`~meshops.fields.TargetFields`):
             every relative error (the default loss, the validation metric that picks
             ``best.pt``) is the weighted mean of the fields' relative errors, and
             :meth:`evaluate` reports each field. Default: the ``fields`` of ``loss``

@@ -24,7 +24,10 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-__all__ = ["JOIN", "TargetFields", "split_field", "target_names"]
+import torch
+from torch import Tensor
+
+__all__ = ["JOIN", "TargetFields", "field_mean", "split_field", "target_names"]
 
 #: Joins the scalar arrays of one field: ``u+v``.
 JOIN = "+"
@@ -164,3 +167,19 @@ class TargetFields:
             size = f"{b - a} channel{'s' if b - a > 1 else ''}"
             parts.append(f"{n} ({size}{'' if w == 1 else f', weight {w:g}'})")
         return ", ".join(parts)
+
+
+def field_mean(values: Tensor, fields: TargetFields | None) -> Tensor:
+    """The weighted mean over the fields of per-field values ``[B, F]``, over the
+    fields where a value is defined (not NaN): NaN where none is.
+
+    Shapes:
+        values ``[B, F]`` -> ``[B]``
+    """
+    if fields is None:
+        return values[:, 0]
+    w = torch.tensor(fields.weights, dtype=values.dtype, device=values.device)
+    defined = ~torch.isnan(values)
+    w = torch.where(defined, w, torch.zeros_like(values))
+    total = (w * torch.where(defined, values, torch.zeros_like(values))).sum(-1)
+    return total / w.sum(-1)  # 0 / 0 = NaN where no field is defined

@@ -1,0 +1,159 @@
+"""Slice transformer: Transolver's architecture on meshes, every slice a quadrature
+integral."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from meshops.models.base import (
+    NeuralOperator,
+    check_model_sizes,
+    check_positive_int,
+    register_model,
+)
+from meshops.models.conditioning import ParamConditioning, sample_conditions
+from meshops.models.inputs import read_inputs
+from meshops.models.structures import MeshStructures, interpolation_structures, read_stored
+from meshops.nn.block import TransformerBlock
+from meshops.nn.fourier_features import FourierFeatures
+from meshops.nn.interpolate import knn_interpolate
+from meshops.nn.mlp import MLP
+from meshops.nn.slice import SliceAttention
+
+__all__ = ["SliceTransformer"]
+
+
+@register_model("slice_transformer")
+class SliceTransformer(NeuralOperator):
+    r"""Transolver-style neural operator with quadrature-weighted slice attention.
+
+    Transolver (Wu et al., ICML 2024) learns soft partitions of the domain into a few
+    *slices*, attends among their tokens and reads the result back at every point;
+    here every slice token is a quadrature integral over the domain
+    (:class:`~meshops.nn.slice.SliceAttention`), so the same parameters define (nearly)
+    the same operator on any mesh of a geometry. With ``N`` points, ``C = width``:
+
+    1. **Lifting**: ``[x, gamma(pos)] [N, in_channels + P] -> [N, C]`` by a 2-layer MLP
+       (hidden ``2 C``), ``gamma`` the coordinates with ``pos_encoding`` octaves of
+       sinusoids (:class:`~meshops.nn.FourierFeatures`; ``0``: the coordinates).
+    2. **Processor**: ``layers`` pre-norm :class:`~meshops.nn.block.TransformerBlock` s
+       of slice attention (``heads`` heads of ``slices`` slices) and a GELU
+       feed-forward network of hidden width ``ffn_ratio * C``, ``[N, C] -> [N, C]``;
+       linear in ``N``.
+    3. **Decoder**: a layer norm and a linear map, ``[N, C] -> [N, out_channels]``
+       (Transolver's). At other query points (``query_pos``) the processor's output is
+       first interpolated from the ``interp_k`` nearest input points by inverse-distance
+       weighting (:func:`~meshops.nn.knn_interpolate`, exact at coincident points), so
+       querying the input points reproduces the default output.
+
+    Conditioning (optional): ``param_channels`` parameters per sample
+    (``data.params [B, K]``) and, with ``condition_on_inputs``, the quadrature-weighted
+    mean of each input channel modulate the lifted features and the features after
+    every block by FiLM (:class:`~meshops.models.conditioning.ParamConditioning`).
+
+    Args:
+        in_channels (int): input channels (``0``: geometry only).
+        out_channels (int): output channels.
+        pos_dim (int): spatial dimension. (default: ``2``)
+        width (int): feature width ``C``. (default: ``64``)
+        layers (int): processor blocks. (default: ``4``)
+        heads (int): heads of every slice attention (``width`` divisible by it).
+            (default: ``4``)
+        slices (int): slices per head. (default: ``32``)
+        ffn_ratio (float): hidden width of the feed-forward networks / ``width``.
+            (default: ``1``, Transolver's)
+        pos_encoding (int): octaves of sinusoidal position features. (default: ``0``)
+        interp_k (int): neighbours for the query-point interpolation. (default: ``4``)
+        param_channels (int): parameters per sample that condition the model.
+            (default: ``0``)
+        condition_on_inputs (bool): also condition on the mean of each input channel.
+            (default: ``False``)
+
+    Shapes:
+        - **input:** ``x [N, in_channels]``, ``pos [N, pos_dim]``, ``weight [N]``,
+          ``batch [N]`` (optional), ``query_pos [M, pos_dim]`` / ``query_batch [M]``
+          (optional).
+        - **output:** ``[M, out_channels]`` (``M = N`` without ``query_pos``).
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, pos_dim: int = 2, width: int = 64,
+                 layers: int = 4, heads: int = 4, slices: int = 32, ffn_ratio: float = 1,
+                 pos_encoding: int = 0, interp_k: int = 4, param_channels: int = 0,
+                 condition_on_inputs: bool = False) -> None:
+        super().__init__()
+        check_model_sizes(in_channels, out_channels, pos_dim, width)
+        check_positive_int(layers, "layers", minimum=1)
+        check_positive_int(param_channels, "param_channels", minimum=0)
+        check_positive_int(interp_k, "interp_k")
+        if condition_on_inputs and not in_channels:
+            raise ValueError("condition_on_inputs needs input channels (in_channels > 0)")
+        self.in_channels, self.out_channels, self.pos_dim = in_channels, out_channels, pos_dim
+        self.width, self.interp_k = width, interp_k
+        self.pos_enc = FourierFeatures(pos_dim, pos_encoding)
+        self.lift = MLP(in_channels + self.pos_enc.out_channels, 2 * width, width, layers=2,
+                        activation="gelu")
+        self.blocks = nn.ModuleList([
+            TransformerBlock(SliceAttention(width, width, heads=heads, slices=slices), width,
+                             ffn_ratio=ffn_ratio)
+            for _ in range(layers)])
+        self.norm_out = nn.LayerNorm(width)
+        self.head = nn.Linear(width, out_channels)
+        # built last: the other layers' initial weights do not depend on it
+        self.param_channels = param_channels
+        self.condition_on_inputs = bool(condition_on_inputs)
+        conditions = param_channels + (in_channels if condition_on_inputs else 0)
+        self.conditioning = (ParamConditioning(conditions, width, layers + 2,
+                                               given=param_channels)
+                             if conditions else None)
+
+    def reset_parameters(self) -> None:
+        self.lift.reset_parameters()
+        for blk in self.blocks:
+            blk.reset_parameters()
+        self.norm_out.reset_parameters()
+        self.head.reset_parameters()
+        if self.conditioning is not None:
+            self.conditioning.reset_parameters()
+
+    # ------------------------------------------------------ mesh-only structures
+    def mesh_transform(self) -> MeshStructures:
+        """The interpolation to the query points of samples with ``query_pos``, the only
+        structure this model derives from a mesh alone (see
+        :meth:`~meshops.models.NeuralOperator.mesh_transform`)."""
+        return MeshStructures(self)
+
+    def structure_key(self, dtype: torch.dtype, query: bool) -> str:
+        """What the mesh-only structures of a sample depend on (besides the sample)."""
+        return (f"SliceTransformer interp_k={self.interp_k} pos_dim={self.pos_dim} "
+                f"dtype={dtype} query_pos={query}")
+
+    def build_structures(self, inp) -> dict[str, Tensor]:
+        """One sample's query interpolation (``interp``, ``interp_weight``;
+        :func:`~meshops.models.structures.interpolation_structures`)."""
+        return interpolation_structures(inp, self.interp_k)
+
+    def forward(self, data) -> Tensor:
+        inp = read_inputs(data, self.in_channels, self.pos_dim, self.head.weight.dtype,
+                          self.head.weight.device)
+        # 1. lifting (and FiLM site 0)                                  [N, C]
+        h = self.lift(torch.cat([inp.x, self.pos_enc(inp.pos)], dim=-1))
+        film: Optional[Tensor] = None
+        if self.conditioning is not None:
+            film = self.conditioning.embed(sample_conditions(
+                data, inp, self.param_channels, self.condition_on_inputs))
+            h = self.conditioning(h, film, inp.batch, 0)
+        # 2. slice-attention blocks (FiLM after each)                    [N, C]
+        for site, blk in enumerate(self.blocks, 1):
+            h = self.run_block(blk, h, inp.points)
+            if film is not None:
+                h = self.conditioning(h, film, inp.batch, site)
+        # 3. to the query points, if any, and the head                     [M, out]
+        if inp.has_query:
+            key = self.structure_key(inp.pos.dtype, inp.has_query)
+            _, weights = read_stored(data, inp, key, "SliceTransformer", self.interp_k)
+            h = knn_interpolate(h, inp.pos, inp.query_pos, inp.batch, inp.query_batch,
+                                self.interp_k, weights=weights)
+        return self.head(self.norm_out(h))

@@ -1,0 +1,154 @@
+"""Slice attention: learned soft partitions of the domain into a few tokens, attention
+among the tokens, and back to the points; every token a quadrature integral."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from meshops._checks import checking
+from meshops.nn._utils import merge_heads, split_heads
+from meshops.nn.base import Channels, GlobalAttentionBase, reset_linear
+
+__all__ = ["SliceAttention"]
+
+
+class SliceAttention(GlobalAttentionBase):
+    r"""Multi-head slice attention with quadrature weights.
+
+    Transolver (Wu et al., "Transolver: A Fast Transformer Solver for PDEs on General
+    Geometries", ICML 2024, §3.1) attends among ``M`` learned *slices* of the domain
+    rather than among its ``N`` points: each point belongs softly to every slice, a
+    slice's token is the mean of the features of its points, the tokens attend to each
+    other, and each point reads back the tokens of its slices. Written as integrals over
+    the domain with the mesh's quadrature rule :math:`\{(x_i, w_i)\}`, per head, with
+    :math:`f_i = W_F u(x_i)` and the head dimension :math:`d`:
+
+    .. math::
+        s_{ij} = \mathrm{softmax}_j\big(W_S W_X u(x_i) / \tau\big), \qquad
+        z_j = \frac{\sum_i w_i\, s_{ij}\, f_i}{\sum_i w_i\, s_{ij}}
+            \approx \frac{\int s_j(x) f(x)\,dx}{\int s_j(x)\,dx},
+
+    .. math::
+        z' = \mathrm{softmax}\big(Q K^\top / \sqrt{d}\big) V
+             \quad (Q, K, V = W_{Q,K,V}\, z), \qquad
+        A(u)(y_i) = W_O \big[\textstyle\sum_j s_{ij}(y_i)\, z'_j\big]_{\text{heads}} .
+
+    The slice weights :math:`s_{ij}` are a partition of unity at every point (softmax
+    over the slices) with a learned temperature :math:`\tau > 0` per head. Transolver
+    averages each slice over the *points* (:math:`w_i = 1`), so a region meshed more
+    finely weighs more in its token; with quadrature weights the tokens are integrals
+    over the domain, independent of how it is meshed, and the layer is a
+    discretisation-consistent operator like the others of :mod:`meshops.nn` (tested
+    under refinement). Cost: ``O(N M d)`` per head, linear in ``N``.
+
+    Cross form: queries ``y`` with features of their own read the tokens of the
+    source through their own slice weights :math:`s_{ij}(y_i)` (the same projections),
+    so the output can be evaluated at other points than the inputs.
+
+    Args:
+        in_channels (int or tuple): input channels, or ``(src, dst)`` channels.
+        out_channels (int, optional): output channels and the width of the per-head
+            projections (divisible by ``heads``). Defaults to the destination's
+            ``in_channels``.
+        heads (int): heads. (default: ``4``)
+        slices (int): slices ``M`` per head. (default: ``32``)
+        temperature (float): initial :math:`\tau` (Transolver: 0.5). (default: ``0.5``)
+        bias (bool): biases in the projections. (default: ``True``)
+
+    Shapes:
+        - **input (flat):** ``x [N, C]`` or ``(x_src [Ns, Cs], x_dst [Nd, Cd])``,
+          ``pos`` ignored (may be ``None``), ``weight [Ns]``, ``batch [N]`` (or a pair)
+        - **output (flat):** ``[Nd, out_channels]``
+        - **input/output (dense, :meth:`dense`):** a leading batch dimension, ``weight
+          [B, Ns]``, ``mask [B, N]``; output ``[B, Nd, out_channels]`` (zeros on
+          padding)
+
+    Raises:
+        ValueError: invalid sizes; weights that are negative, non-finite or of the
+            wrong length; a sample with destination points but no source weight.
+    """
+
+    #: the smallest mass a slice is divided by, relative to the sample's measure
+    EPS = 1e-6
+    #: the smallest temperature (Transolver clamps it to [0.5, 5]; lower lets slices sharpen)
+    MIN_TEMPERATURE = 0.05
+
+    def __init__(self, in_channels: Channels, out_channels: Optional[int] = None,
+                 heads: int = 4, slices: int = 32, temperature: float = 0.5,
+                 bias: bool = True) -> None:
+        super().__init__()
+        self._init_channels(in_channels, out_channels, heads)
+        if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
+            raise ValueError(f"slices must be a positive integer, got {slices!r}")
+        if not temperature > 0:
+            raise ValueError(f"temperature must be positive, got {temperature}")
+        self.slices, self.init_temperature = slices, float(temperature)
+        self.head_channels = self.out_channels // heads
+        d = self.head_channels
+        # per head: the features read into the tokens (W_F) and those that choose the
+        # slices (W_X, then W_S), from the source; the destination's choose its slices
+        self.lin_f = torch.nn.Linear(self.in_src, self.out_channels, bias=bias)
+        self.lin_x = torch.nn.Linear(self.in_src, self.out_channels, bias=bias)
+        self.lin_x_dst = (torch.nn.Linear(self.in_dst, self.out_channels, bias=bias)
+                          if self.in_dst != self.in_src else None)
+        self.lin_slice = torch.nn.Linear(d, slices, bias=bias)
+        self.lin_qkv = torch.nn.Linear(d, 3 * d, bias=False)
+        self.lin_out = torch.nn.Linear(self.out_channels, self.out_channels, bias=bias)
+        self.log_temperature = torch.nn.Parameter(torch.empty(heads))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        reset_linear(*(m for m in (self.lin_f, self.lin_x, self.lin_x_dst, self.lin_qkv,
+                                   self.lin_out) if m is not None))
+        # orthogonal slice projections (Transolver's choice): distinct initial slices
+        torch.nn.init.orthogonal_(self.lin_slice.weight)
+        if self.lin_slice.bias is not None:
+            torch.nn.init.zeros_(self.lin_slice.bias)
+        with torch.no_grad():
+            self.log_temperature.fill_(math.log(self.init_temperature))
+
+    def slice_weights(self, x: Tensor, lin_x: torch.nn.Linear) -> Tensor:
+        """``s [B, H, N, M]``: each point's soft membership of the ``M`` slices of every
+        head (sums to 1 over the slices), from its features ``x [B, N, C]``."""
+        tau = self.log_temperature.exp().clamp(min=self.MIN_TEMPERATURE)
+        logits = self.lin_slice(split_heads(lin_x(x), self.heads))   # [B, H, N, M]
+        return torch.softmax(logits / tau.to(logits.dtype)[None, :, None, None], dim=-1)
+
+    def _attend(self, x_src, x_dst, pos_src, pos_dst, weight, m_src, m_dst):
+        # 0. Weights as fractions of each sample's measure: the tokens are ratios of
+        #    integrals, unchanged by the scale; EPS is then relative to the measure.
+        weight = weight.to(x_src.dtype)
+        total = weight.sum(-1, keepdim=True)
+        if checking():
+            has_dst = (torch.full_like(total[:, 0], x_dst.shape[1] > 0, dtype=torch.bool)
+                       if m_dst is None else m_dst.any(-1))
+            bad = (has_dst & ~(total[:, 0] > 0)).nonzero()
+            if bad.numel():
+                raise ValueError(f"sample {int(bad[0])} has destination points but no source "
+                                 f"point with positive weight; slice attention integrates "
+                                 f"over the source and is undefined")
+        weight = weight / torch.where(total > 0, total, torch.ones_like(total))
+        # 1. Slice weights of the source points and their features      [B, H, N, M], [B, H, N, d]
+        s_src = self.slice_weights(x_src, self.lin_x)
+        f = split_heads(self.lin_f(x_src), self.heads)
+        # 2. Tokens: quadrature integrals over each slice                [B, H, M, d]
+        ws = weight[:, None, :, None] * s_src
+        mass = ws.sum(2)                                                  # [B, H, M]
+        z = torch.einsum("bhnm,bhnd->bhmd", ws, f) / (mass + self.EPS)[..., None]
+        # 3. Attention among the M tokens                                [B, H, M, d]
+        q, k, v = self.lin_qkv(z).chunk(3, dim=-1)
+        z = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        # 4. Back to the destination points through their slice weights  [B, Nd, H d]
+        if x_dst is x_src:
+            s_dst = s_src
+        else:
+            s_dst = self.slice_weights(x_dst, self.lin_x_dst or self.lin_x)
+        out = merge_heads(torch.einsum("bhnm,bhmd->bhnd", s_dst, z))
+        return self.lin_out(out)
+
+    def _repr_extra(self) -> str:
+        return f", slices={self.slices}"

@@ -1,0 +1,144 @@
+"""SliceAttention (issue 27, item 3): Transolver's slice attention with quadrature
+weights, in float64 against a plain reference written here; batched, padded and cross
+forms; weight-scale invariance. Convergence under refinement and the graded-mesh test
+are in tests/test_nn_consistency.py."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from meshops.nn.slice import SliceAttention
+
+
+@torch.no_grad()
+def reference(layer: SliceAttention, x_src, weight, x_dst=None):
+    """The formula of the docstring with loops over heads, slices and points."""
+    x_dst = x_src if x_dst is None else x_dst
+    H, M, d = layer.heads, layer.slices, layer.head_channels
+    f = layer.lin_f(x_src)
+    xs = layer.lin_x(x_src)
+    xd = (layer.lin_x_dst or layer.lin_x)(x_dst)
+    w = weight / weight.sum()
+    heads = []
+    for h in range(H):
+        cols = slice(h * d, (h + 1) * d)
+        taus = math.exp(float(layer.log_temperature[h].detach()))
+        s_src = torch.softmax(layer.lin_slice(xs[:, cols]) / taus, dim=-1)   # [N, M]
+        s_dst = torch.softmax(layer.lin_slice(xd[:, cols]) / taus, dim=-1)
+        tokens = []
+        for j in range(M):
+            num = sum(w[i] * s_src[i, j] * f[i, cols] for i in range(len(w)))
+            den = sum(w[i] * s_src[i, j] for i in range(len(w)))
+            tokens.append(num / (den + layer.EPS))
+        z = torch.stack(tokens)                                  # [M, d]
+        q, k, v = layer.lin_qkv(z).chunk(3, dim=-1)
+        att = torch.softmax(q @ k.T / math.sqrt(d), dim=-1) @ v   # [M, d]
+        heads.append(s_dst @ att)
+    return layer.lin_out(torch.cat(heads, dim=-1))
+
+
+def _layer(c_in=5, out=8, heads=2, slices=3, **kw):
+    torch.manual_seed(0)
+    layer = SliceAttention(c_in, out, heads=heads, slices=slices, **kw).double()
+    with torch.no_grad():
+        layer.log_temperature.copy_(torch.tensor([-0.3, 0.4], dtype=torch.float64)[:heads])
+    return layer
+
+
+def test_matches_the_reference_in_float64():
+    layer = _layer()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(30, 5, generator=g, dtype=torch.float64)
+    w = torch.rand(30, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(layer(x, None, w), reference(layer, x, w), rtol=1e-12,
+                               atol=1e-12)
+
+
+def test_cross_form_matches_the_reference():
+    layer = _layer(c_in=(5, 3))
+    g = torch.Generator().manual_seed(2)
+    xs = torch.randn(20, 5, generator=g, dtype=torch.float64)
+    xd = torch.randn(7, 3, generator=g, dtype=torch.float64)
+    w = torch.rand(20, generator=g, dtype=torch.float64)
+    got = layer((xs, xd), (None, None), w, (torch.zeros(20, dtype=torch.long),
+                                            torch.zeros(7, dtype=torch.long)))
+    torch.testing.assert_close(got, reference(layer, xs, w, xd), rtol=1e-12, atol=1e-12)
+
+
+def test_batch_padding_and_dense_form_agree_with_one_sample_at_a_time():
+    layer = _layer()
+    g = torch.Generator().manual_seed(3)
+    sizes = (11, 17, 5)
+    xs = [torch.randn(n, 5, generator=g, dtype=torch.float64) for n in sizes]
+    ws = [torch.rand(n, generator=g, dtype=torch.float64) for n in sizes]
+    one = [layer(x, None, w) for x, w in zip(xs, ws)]
+    batch = torch.cat([torch.full((n,), i) for i, n in enumerate(sizes)])
+    flat = layer(torch.cat(xs), None, torch.cat(ws), batch)
+    torch.testing.assert_close(flat, torch.cat(one), rtol=1e-12, atol=1e-12)
+    n = max(sizes)
+    X = torch.zeros(3, n, 5, dtype=torch.float64)
+    W = torch.zeros(3, n, dtype=torch.float64)
+    mask = torch.zeros(3, n, dtype=torch.bool)
+    for i, (x, w) in enumerate(zip(xs, ws)):
+        X[i, :len(x)], W[i, :len(x)], mask[i, :len(x)] = x, w, True
+    X[~mask] = float("nan")  # garbage on padding must not reach real rows
+    dense = layer.dense(X, None, W, mask)
+    torch.testing.assert_close(dense[mask], torch.cat(one), rtol=1e-12, atol=1e-12)
+    assert bool((dense[~mask] == 0).all())
+
+
+def test_invariant_to_the_scale_of_the_weights_and_the_order_of_the_points():
+    layer = _layer()
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(25, 5, generator=g, dtype=torch.float64)
+    w = torch.rand(25, generator=g, dtype=torch.float64)
+    out = layer(x, None, w)
+    torch.testing.assert_close(layer(x, None, 1e6 * w), out, rtol=1e-12, atol=1e-12)
+    perm = torch.randperm(25, generator=g)
+    torch.testing.assert_close(layer(x[perm], None, w[perm]), out[perm], rtol=1e-12,
+                               atol=1e-12)
+
+
+def test_a_zero_weight_point_is_not_in_any_token():
+    """A point of weight 0 changes no token: its own output is the read-back of the
+    others' tokens, and everyone else's output is that without it."""
+    layer = _layer()
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(12, 5, generator=g, dtype=torch.float64)
+    w = torch.rand(12, generator=g, dtype=torch.float64)
+    w0 = w.clone()
+    w0[3] = 0.0
+    x2 = x.clone()
+    x2[3] = 100.0  # any value
+    drop = torch.arange(12) != 3
+    torch.testing.assert_close(layer(x2, None, w0)[drop], layer(x[drop], None, w[drop]),
+                               rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"slices": 0}, "slices must be a positive integer"),
+    ({"temperature": 0.0}, "temperature must be positive"),
+    ({"out": 7}, "not divisible by heads"),
+])
+def test_bad_sizes_are_refused(kw, message):
+    out = kw.pop("out", 8)
+    with pytest.raises(ValueError, match=message):
+        SliceAttention(4, out, heads=2, **kw)
+
+
+def test_a_sample_without_weight_is_refused():
+    layer = _layer()
+    with pytest.raises(ValueError, match="no source point with positive weight"):
+        layer(torch.randn(4, 5, dtype=torch.float64), None, torch.zeros(4, dtype=torch.float64))
+
+
+def test_repr_and_reset():
+    layer = _layer()
+    assert repr(layer) == "SliceAttention(5, 8, heads=2, slices=3)"
+    before = layer.lin_f.weight.clone()
+    layer.reset_parameters()
+    assert not torch.equal(before, layer.lin_f.weight)
+    assert float(layer.log_temperature.detach().exp()[0]) == pytest.approx(0.5)
