@@ -109,8 +109,10 @@ def test_nearest_sample_picks_by_standardised_parameters_and_moves_between_meshe
                                2 * (2 * p2[:, :1] - p2[:, 1:]), atol=1e-12)
     with pytest.raises(classical.NotApplicable, match="meshes differ: 25 to 64 points"):
         classical.pod_rbf(train, test)
-    with pytest.raises(classical.NotApplicable, match="one mesh per sample"):
-        classical.training_mean(train, test)
+    # the mean of the training fields, each carried over to the test mesh: exact for
+    # linear fields, (1 + 2 + 3) / 3 = 2 times the field
+    np.testing.assert_allclose(classical.training_mean(train, test)[0],
+                               2 * (2 * p2[:, :1] - p2[:, 1:]), atol=1e-12)
 
 
 # ----------------------------------------------------- folders and one data set
@@ -147,11 +149,19 @@ def test_run_dataset_scores_every_model_with_the_metric(tmp_path):
     test = read_split(root, "test", ["a", "b"], ["u", "v"])
     train = read_split(root, "train", ["a", "b"], ["u", "v"])
     mean = np.mean([s.targets for s in train], axis=0)
-    expect = [metric.relative_l2(mean, s.targets, s.weight) for s in test]
+    # every target field its own relative error (u, v), the sample's the mean of them
+    per_field = np.array([[metric.relative_l2(mean[:, [c]], s.targets[:, [c]], s.weight)
+                           for c in (0, 1)] for s in test])
+    expect = per_field.mean(1)
     r = res["models"]["mean"]
     np.testing.assert_allclose(r["errors"], expect, rtol=1e-6)
     assert r["mean"] == pytest.approx(np.mean(expect), rel=1e-6)
     assert r["worst"] == pytest.approx(max(expect), rel=1e-6)
+    for c, f in enumerate(("u", "v")):
+        np.testing.assert_allclose(r["fields"][f]["errors"], per_field[:, c], rtol=1e-6)
+    # pooled, the larger field would hide the other: the two fields' errors differ
+    pooled = [metric.relative_l2(mean, s.targets, s.weight) for s in test]
+    assert not np.allclose(pooled, expect, rtol=1e-3)
     # the family is linear in the parameters: POD + RBF nails it, the others do not
     assert res["models"]["pod_rbf"]["worst"] < 1e-6 < res["models"]["nearest"]["mean"]
     assert res["train"] == 8 and res["test"] == 4 and res["nodes"] == 25

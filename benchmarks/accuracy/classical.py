@@ -1,11 +1,12 @@
 """The predictors that need no neural network, on the benchmark's arrays.
 
-* **training mean**: the node-wise mean of the training targets (one shared mesh
-  only).
+* **training mean**: the node-wise mean of the training targets; on meshes that
+  differ, the mean of the training fields carried over to the test mesh by P1
+  interpolation on each training mesh's triangles (nearest node outside them).
 * **nearest training sample**: the targets of the training sample whose parameters
-  (the input fields' node means, standardised by their spread over the training
-  set) are closest; on another mesh its field is carried over by P1 interpolation
-  on the training mesh's triangles (nearest node outside them).
+  (those of ``params.json``, e.g. a family's shape parameters, else the input
+  fields' node means; standardised by their spread over the training set) are
+  closest; on another mesh its field is carried over by P1 interpolation.
 * **POD + RBF**: the classical reduced-order model of a parametric study, as
   meshops itself reports it; see :func:`pod_rbf`.
 
@@ -35,32 +36,48 @@ def _standardised_params(train: Sequence[Sample], test: Sequence[Sample]):
 
 
 def training_mean(train: Sequence[Sample], test: Sequence[Sample]) -> list[np.ndarray]:
-    """Node-wise mean of the training targets, for every test sample."""
-    if not same_mesh(list(train) + list(test)):
-        raise NotApplicable("one mesh per sample")
-    mean = np.mean([s.targets for s in train], axis=0)
-    return [mean.copy() for _ in test]
+    """Node-wise mean of the training targets, for every test sample; on meshes that
+    differ, the mean of the training fields interpolated to each test mesh
+    (:func:`_transfer`)."""
+    if same_mesh(list(train) + list(test)):
+        mean = np.mean([s.targets for s in train], axis=0)
+        return [mean.copy() for _ in test]
+    # every training field once onto all test nodes together
+    points = np.concatenate([t.points for t in test])
+    total = sum(_values_at(s, points) for s in train) / len(train)
+    ends = np.cumsum([0] + [len(t.points) for t in test])
+    return [total[a:b] for a, b in zip(ends[:-1], ends[1:])]
 
 
-def _transfer(src: Sample, dst: Sample) -> np.ndarray:
-    """``src.targets`` at ``dst``'s nodes: P1 interpolation, nearest node outside."""
-    if src.points.shape == dst.points.shape and np.array_equal(src.points, dst.points):
-        return src.targets.copy()
+def _values_at(src: Sample, points: np.ndarray) -> np.ndarray:
+    """``src.targets`` at ``points [P, 2]``: P1 interpolation on ``src``'s triangles, the
+    nearest node's value outside them."""
     import matplotlib.tri as mtri
     from scipy.spatial import cKDTree
 
     tri = mtri.Triangulation(src.points[:, 0], src.points[:, 1], src.triangles)
-    out = np.empty((len(dst.points), src.targets.shape[1]))
-    nearest = cKDTree(src.points).query(dst.points)[1]
+    finder = tri.get_trifinder()
+    out = np.empty((len(points), src.targets.shape[1]))
+    nearest = cKDTree(src.points).query(points)[1]
     for c in range(src.targets.shape[1]):
-        v = mtri.LinearTriInterpolator(tri, src.targets[:, c])(dst.points[:, 0], dst.points[:, 1])
+        v = mtri.LinearTriInterpolator(tri, src.targets[:, c], trifinder=finder)(
+            points[:, 0], points[:, 1])
         out[:, c] = np.where(np.ma.getmaskarray(v), src.targets[nearest, c], np.ma.getdata(v))
     return out
 
 
+def _transfer(src: Sample, dst: Sample) -> np.ndarray:
+    """``src.targets`` at ``dst``'s nodes (:func:`_values_at`; a copy on the same mesh)."""
+    if src.points.shape == dst.points.shape and np.array_equal(src.points, dst.points):
+        return src.targets.copy()
+    return _values_at(src, dst.points)
+
+
 def nearest_sample(train: Sequence[Sample], test: Sequence[Sample]) -> list[np.ndarray]:
-    """The nearest training sample in standardised parameter space, per test sample."""
-    if train[0].inputs.shape[1] == 0:
+    """The nearest training sample in standardised parameter space (the shape
+    parameters of ``params.json`` for a family of geometries), per test sample,
+    interpolated to its mesh."""
+    if train[0].given_params is None and train[0].inputs.shape[1] == 0:
         raise NotApplicable("no input parameters")
     p_tr, p_te = _standardised_params(train, test)
     idx = np.argmin(((p_te[:, None] - p_tr[None]) ** 2).sum(-1), axis=1)

@@ -25,6 +25,7 @@ class Sample:
     """One mesh file as arrays.
 
     Attributes:
+        given_params: ``[K]`` the parameters of ``params.json`` beside the file, if any.
         name: File name.
         points: ``[N, 2]`` node coordinates.
         triangles: ``[M, 3]`` P1 triangles.
@@ -39,11 +40,14 @@ class Sample:
     inputs: np.ndarray
     targets: np.ndarray
     weight: np.ndarray
+    given_params: np.ndarray | None = None
 
     @property
     def params(self) -> np.ndarray:
-        """``[K]``: the inputs' mean over the nodes (the parameters of a parametric set)."""
-        return self.inputs.mean(0)
+        """``[K]``: the sample's parameters from the folder's ``params.json`` (a family of
+        geometries: its shape parameters), else the inputs' mean over the nodes (the
+        parameters of a parametric set)."""
+        return self.inputs.mean(0) if self.given_params is None else self.given_params
 
 
 def natural_key(name: str):
@@ -93,7 +97,15 @@ def read_split(root, split: str, inputs: Sequence[str], targets: Sequence[str],
     names = list_files(folder) if names is None else list(names)
     if not names:
         raise FileNotFoundError(f"{folder}: no .vtu files")
-    return [read_sample(folder / n, inputs, targets) for n in names]
+    sidecar = folder / "params.json"
+    params = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
+    out = []
+    for n in names:
+        s = read_sample(folder / n, inputs, targets)
+        if n in params:  # sorted by name: the order is the same for every sample
+            s.given_params = np.asarray([params[n][k] for k in sorted(params[n])], np.float64)
+        out.append(s)
+    return out
 
 
 def description(root) -> dict:

@@ -64,18 +64,23 @@ def run_subprocess(cmd: Sequence[str], env: dict, log: Callable[[str], None],
     return rc, time.perf_counter() - t0, stopped
 
 
-def run_meshops(data: Path, inputs: Sequence[str], targets: Sequence[str], minutes: float,
-                work: Path, env: dict, log: Callable[[str], None], grace: float) -> dict:
-    """Train with the CLI's defaults and predict on ``data/test``.
+def run_meshops(data: Path, inputs: Sequence[str], fields: Sequence[str], minutes: float,
+                work: Path, env: dict, log: Callable[[str], None], grace: float,
+                fine: bool = False) -> dict:
+    """Train with the CLI's defaults (``--targets`` the target ``fields``: ``u+v,p``) and
+    predict on ``data/test`` (and ``data/test_fine`` with ``fine``).
 
     Returns:
-        ``{"predictions": {file name: [N, C]}, "commands": [...], "train_wall_s",
-        "stopped", "note"}``; ``predictions`` is missing when a step failed.
+        ``{"predictions": {file name: [N, C]}, "fine_predictions", "commands": [...],
+        "train_wall_s", "stopped", "note", "history"}``; ``predictions`` is missing when a
+        step failed; ``history`` lists the validation error of every epoch against the
+        training time so far (``s``).
     """
     run, pred = work / "run", work / "pred"
+    targets = [t for f in fields for t in f.split("+")]
     py = [sys.executable, "-m", "meshops"]
     train = py + ["train", "--data", str(data / "train"), "--inputs", ",".join(inputs),
-                  "--targets", ",".join(targets), "--minutes", f"{minutes:g}", "--out", str(run)]
+                  "--targets", ",".join(fields), "--minutes", f"{minutes:g}", "--out", str(run)]
     predict = py + ["predict", str(run), str(data / "test"), "-o", str(pred)]
     out: dict = {"commands": [" ".join(train[1:]), " ".join(predict[1:])]}
     log("  $ " + out["commands"][0])
@@ -93,14 +98,44 @@ def run_meshops(data: Path, inputs: Sequence[str], targets: Sequence[str], minut
     if rc != 0:
         out["note"] = f"meshops predict exited {rc}"
         return out
-    out["predictions"] = {}
-    for f in sorted(pred.glob("*.vtu")):
-        s = read_sample(f, [], [f"{t}_pred" for t in targets])
-        out["predictions"][f.name] = s.targets
+    out["predictions"] = _read_predictions(pred, targets)
+    if fine:
+        predict_fine = py + ["predict", str(run), str(data / "test_fine"), "-o",
+                             str(work / "pred_fine")]
+        out["commands"].append(" ".join(predict_fine[1:]))
+        log("  $ " + out["commands"][-1])
+        if run_subprocess(predict_fine, env, log)[0] == 0:
+            out["fine_predictions"] = _read_predictions(work / "pred_fine", targets)
+    out["history"] = _history(run)
     out["note"] = ("stopped at the budget; best.pt = best validated epoch so far" if stopped
                    else "")
     out["run_config"] = (run / "config.yaml").read_text() if (run / "config.yaml").is_file() \
         else None
+    return out
+
+
+def _read_predictions(folder: Path, targets: Sequence[str]) -> dict:
+    """``{file name: [N, C]}`` of the ``<target>_pred`` fields ``meshops predict`` wrote."""
+    return {f.name: read_sample(f, [], [f"{t}_pred" for t in targets]).targets
+            for f in sorted(folder.glob("*.vtu"))}
+
+
+def _history(run: Path) -> list[dict]:
+    """The run's validation error after every epoch against its training time so far:
+    ``[{"epoch", "s", "val"}]`` (empty for a fitted model, which has no epochs)."""
+    import json
+
+    try:
+        hist = json.loads((run / "history.json").read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(hist, list):
+        return []
+    out, t = [], 0.0
+    for e in hist:
+        t += float(e.get("time_s") or 0.0)
+        val = (e.get("val") or {}).get("l2_mean")
+        out.append({"epoch": e.get("epoch"), "s": round(t, 1), "val": val})
     return out
 
 

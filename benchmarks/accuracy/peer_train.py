@@ -13,7 +13,8 @@ the seed and the output file. The recipe, the same for both peers:
 * positions scaled to the training meshes' bounding box ``[0, 1]^2``; inputs and
   targets standardised per channel over the training nodes;
 * the loss is the benchmark's metric: per-sample relative L2 with the P1 lumped-mass
-  weights, in physical units, over all target channels;
+  weights, in physical units, of each target field (the job's ``fields``), averaged
+  over the fields;
 * the number of steps that fit the budget is estimated from the first steps and a
   timed validation pass, and sets the schedule's length (one-cycle for Transolver,
   cosine for GINO, as in their examples); training stops at the budget in any case;
@@ -178,14 +179,19 @@ class Peer:
         return out * self.y_sd + self.y_mu
 
 
-def rel_l2(pred, y, w):
-    """Per-sample weighted relative L2 over all channels: ``[B]``."""
-    num = (w[..., None] * (pred - y) ** 2).sum((1, 2))
-    den = (w[..., None] * y ** 2).sum((1, 2)).clamp(min=1e-30)
-    return (num / den).sqrt()
+def rel_l2(pred, y, w, columns: list):
+    """Per-sample weighted relative L2 of each field (``columns``: the channels of each),
+    averaged over the fields: ``[B]``, the benchmark's metric
+    (:func:`benchmarks.accuracy.metric.field_errors`)."""
+    per = []
+    for cols in columns:
+        num = (w[..., None] * (pred[..., cols] - y[..., cols]) ** 2).sum((1, 2))
+        den = (w[..., None] * y[..., cols] ** 2).sum((1, 2)).clamp(min=1e-30)
+        per.append((num / den).sqrt())
+    return sum(per) / len(per)
 
 
-def evaluate(torch, peer, data: Data, chunk: int = 16) -> tuple[float, list]:
+def evaluate(torch, peer, data: Data, columns: list, chunk: int = 16) -> tuple[float, list]:
     """Mean error and ``[N, C]`` predictions of every sample (``chunk`` samples per
     forward on a shared mesh, one at a time otherwise)."""
     errs, preds = [], []
@@ -194,7 +200,7 @@ def evaluate(torch, peer, data: Data, chunk: int = 16) -> tuple[float, list]:
         for start in range(0, len(data), step):
             pos, x, y, w = data.batch(list(range(start, min(start + step, len(data)))))
             p = peer(pos, x)
-            errs += rel_l2(p, y, w).tolist()
+            errs += rel_l2(p, y, w, columns).tolist()
             preds += [q.double().numpy() for q in p]
     return float(np.mean(errs)), preds
 
@@ -216,6 +222,8 @@ def run(job: dict) -> dict:
     test_s = read_split(*args[:1], "test", *args[1:], names=job["test"])
     stats = statistics(train_s)
     train, val, test = (Data(torch, s, stats) for s in (train_s, val_s, test_s))
+    columns = list((job.get("fields") or {"all": list(range(train_s[0].targets.shape[1]))})
+                   .values())
     read_s = time.perf_counter() - t_read
     print(f"{name}: read {len(train_s)} + {len(val_s)} + {len(test_s)} files in {read_s:.0f} s",
           flush=True)
@@ -239,7 +247,7 @@ def run(job: dict) -> dict:
         total = 0.0
         for idx in groups:
             pos, x, y, w = train.batch(list(idx))
-            loss = rel_l2(peer(pos, x), y, w).mean() / len(groups)
+            loss = rel_l2(peer(pos, x), y, w, columns).mean() / len(groups)
             loss.backward()
             total += loss.item()
         opt.step()
@@ -257,7 +265,7 @@ def run(job: dict) -> dict:
     losses += [step(next(it)) for _ in range(probe - 1)]
     t_step = (time.perf_counter() - t0) / (probe - 1)
     t1 = time.perf_counter()
-    best_val, _ = evaluate(torch, peer, val)
+    best_val, _ = evaluate(torch, peer, val, columns)
     t_val = time.perf_counter() - t1
     best_state, best_at = copy.deepcopy(peer.net.state_dict()), probe
     left = budget - (time.perf_counter() - t_start)
@@ -285,7 +293,7 @@ def run(job: dict) -> dict:
             if time.perf_counter() - t_start > budget:
                 stopped = True
                 break
-            v, _ = evaluate(torch, peer, val)
+            v, _ = evaluate(torch, peer, val, columns)
             history.append({"step": probe + done, "train": float(np.mean(losses[-val_every:])),
                             "val": v, "s": round(time.perf_counter() - t_start, 1)})
             print(f"{name}: step {probe + done}/{probe + total} train {history[-1]['train']:.4f} "
@@ -298,7 +306,7 @@ def run(job: dict) -> dict:
             break
     train_s_wall = time.perf_counter() - t_start
     peer.net.load_state_dict(best_state)
-    _, preds = evaluate(torch, peer, test)
+    _, preds = evaluate(torch, peer, test, columns)
     out = Path(job["out"])
     np.savez(out.with_suffix(".npz"), **dict(zip(test.names, preds)))
     summary = {"model": name, "config": cfg, "parameters": int(n_params),

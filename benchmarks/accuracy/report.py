@@ -61,8 +61,22 @@ def _cell(r: dict | None, best: bool, markdown: bool, spread: bool = True) -> st
     return f"{text} (median {r['median']:.3g}, worst {r['worst']:.3g})"
 
 
+def rows(name: str, d: dict) -> list[tuple[str, dict]]:
+    """The table rows of one data set: ``(label, {model: result})``, one per target field
+    and the mean over the fields when there are several (each model's ``fields`` entry),
+    else one row of the data set."""
+    fields = [f for f in d.get("fields") or [] if any(
+        f in (r.get("fields") or {}) for r in d["models"].values())]
+    if len(fields) < 2:
+        return [(name, d["models"])]
+    out = [(f"{name}: {f}", {m: (r.get("fields") or {}).get(f, {"note": r.get("note", "")})
+                             for m, r in d["models"].items()}) for f in fields]
+    return out + [(f"{name}: mean of fields", d["models"])]
+
+
 def verdict(d: dict) -> str:
-    """Where meshops stands on one data set: the models whose mean error beats its."""
+    """Where meshops stands on one row (``{"models": {model: result}}``): the models whose
+    mean error beats its."""
     ours = d["models"].get("meshops")
     if not ours or ours.get("mean") is None:
         return "meshops: no result"
@@ -86,24 +100,54 @@ def _best(d: dict) -> str | None:
 
 
 def console_table(doc: dict) -> str:
-    """Plain-text table: one block per data set, one line per model."""
+    """Plain-text table: one block per data set and target field, one line per model."""
     lines = []
     for name, d in doc["datasets"].items():
         lines.append(f"{name}: {d['train']} train / {d['test']} test, {d['nodes']} nodes, "
-                     f"inputs {','.join(d['inputs'])} -> {','.join(d['targets'])}")
-        lines.append(f"  {'model':<24} {'mean':>10} {'median':>10} {'worst':>10} {'wall s':>7}")
-        for m in _models(doc):
-            r = d["models"].get(m)
-            if r is None:
-                continue
-            if r.get("mean") is None:
-                lines.append(f"  {LABELS[m]:<24} {r.get('note', 'no result')}")
-            else:
-                lines.append(f"  {LABELS[m]:<24} {r['mean']:>10.4g} {r['median']:>10.4g} "
-                             f"{r['worst']:>10.4g} {r.get('wall_s', 0):>7.0f}"
-                             + (f"   {r['note']}" if r.get("note") else ""))
-        lines.append(f"  -> {verdict(d)}")
+                     f"inputs {','.join(d['inputs'])} -> "
+                     f"{','.join(d.get('fields') or d['targets'])}")
+        for label, models in rows(name, d):
+            lines.append(f"  {label:<24} {'mean':>10} {'median':>10} {'worst':>10} "
+                         f"{'wall s':>7}")
+            for m in _models(doc):
+                r = models.get(m)
+                if r is None:
+                    continue
+                wall = d["models"][m].get("wall_s", 0)
+                if r.get("mean") is None:
+                    lines.append(f"  {LABELS[m]:<24} {r.get('note', 'no result')}")
+                else:
+                    note = d["models"][m].get("note")
+                    lines.append(f"  {LABELS[m]:<24} {r['mean']:>10.4g} {r['median']:>10.4g} "
+                                 f"{r['worst']:>10.4g} {wall:>7.0f}"
+                                 + (f"   {note}" if note else ""))
+            lines.append(f"  -> {verdict({'models': models})}")
+        lines += [f"  {line}" for line in time_to_accuracy(d)]
     return "\n".join(lines)
+
+
+def time_to_accuracy(d: dict) -> list[str]:
+    """When meshops' validation error first reached the best one of each peer, and the
+    zero-shot error on the finer test meshes: lines for the reports (none when the
+    histories are not there)."""
+    ours = d["models"].get("meshops") or {}
+    hist = [h for h in ours.get("history") or [] if h.get("val") is not None]
+    out = []
+    for m in ("transolver", "gino"):
+        peer = d["models"].get(m) or {}
+        best = (peer.get("run") or {}).get("best_val")
+        if not hist or best is None:
+            continue
+        when = next((h["s"] for h in hist if h["val"] <= best), None)
+        out.append(f"time to accuracy: {LABELS[m]}'s best validation error {best:.4g} "
+                   + (f"reached by meshops after {when / 60:.1f} min of training"
+                      if when is not None else
+                      f"not reached by meshops (its best {min(h['val'] for h in hist):.4g})"))
+    fine = ours.get("fine") or {}
+    if fine.get("mean") is not None and ours.get("mean"):
+        out.append(f"zero-shot on the test shapes meshed about 4x finer: {fine['mean']:.4g} "
+                   f"against {ours['mean']:.4g} ({fine['mean'] / ours['mean']:.2f}x)")
+    return out
 
 
 def markdown_table(doc: dict) -> str:
@@ -112,21 +156,30 @@ def markdown_table(doc: dict) -> str:
     head = ["data"] + [LABELS[m] for m in models]
     runs = doc.get("runs") or [doc]
     loads = "; ".join(f"{r['load']['start']} to {r['load']['end']}" for r in runs)
-    out = [f"Mean relative L2 error over the test samples (P1 lumped-mass weights, all target "
-           f"channels together; median and worst in brackets; lower is better, best in bold). "
+    out = [f"Mean relative L2 error over the test samples (P1 lumped-mass weights; per target "
+           f"field, a vector's components together, and the mean over the fields; median and "
+           f"worst in brackets; lower is better, best in bold). "
            f"Budget {doc['minutes']:g} min per trained model, {_n(doc['threads'], 'thread')} "
            f"each; "
            f"{doc['machine']['cpu']}, load average {loads} (start to end of each run).", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, d in doc["datasets"].items():
-        best = _best(d)
         nodes = d["nodes"] if isinstance(d["nodes"], int) else f"{d['nodes'][0]}-{d['nodes'][1]}"
-        label = (f"{name} ({d['train']} train / {d['test']} test, {nodes} nodes, "
-                 f"{_n(len(d['inputs']), 'parameter')} -> {', '.join(d['targets'])})")
-        out.append("| " + " | ".join([label] + [_cell(d["models"].get(m), m == best, True)
-                                               for m in models]) + " |")
+        about = (f" ({d['train']} train / {d['test']} test, {nodes} nodes, "
+                 f"{_n(len(d['inputs']), 'input')} -> "
+                 f"{', '.join(d.get('fields') or d['targets'])})")
+        for i, (label, row) in enumerate(rows(name, d)):
+            best = _best({"models": row})
+            out.append("| " + " | ".join([label + (about if i == 0 else "")]
+                                         + [_cell(row.get(m), m == best, True)
+                                            for m in models]) + " |")
     out += ["", "Where meshops stands:", ""]
-    out += [f"- {name}: {verdict(d)}" for name, d in doc["datasets"].items()]
+    out += [f"- {label}: {verdict({'models': row})}" for name, d in doc["datasets"].items()
+            for label, row in rows(name, d)]
+    extra = [f"- {name}: {line}" for name, d in doc["datasets"].items()
+             for line in time_to_accuracy(d)]
+    if extra:
+        out += ["", "Time to accuracy and mesh independence:", "", *extra]
     peers = {m: r for d in doc["datasets"].values() for m, r in d["models"].items()
              if m in ("transolver", "gino") and r.get("config")}
     if peers:
@@ -138,7 +191,7 @@ def markdown_table(doc: dict) -> str:
                        f"{r['parameters']:,} parameters): {arch}; {c['optimizer']} "
                        f"lr {c['lr']:g}, weight decay {c['weight_decay']:g}, {c['schedule']} "
                        f"schedule, batch {c['batch']}; relative L2 loss with the lumped-mass "
-                       f"weights; best validation checkpoint.")
+                       f"weights, per target field and averaged; best validation checkpoint.")
     out += ["", "Commands (a later run's result replaces an earlier one's for the same data set "
             "and model):" if len(runs) > 1 else "Command:", ""]
     out += [f"- `{r['command']}` ({r['started']} to {r['finished']}; meshops "
@@ -153,11 +206,14 @@ def readme_table(doc: dict, source: str) -> str:
     models = _models(doc)
     out = ["| data | " + " | ".join(LABELS[m] for m in models) + " |",
            "|" + "---|" * (len(models) + 1)]
+    verdicts = []
     for name, d in doc["datasets"].items():
-        best = _best(d)
-        cells = [_cell(d["models"].get(m), m == best, True, spread=False) for m in models]
-        out.append(f"| {name} | " + " | ".join(cells) + " |")
-    out += ["", *[f"- {name}: {verdict(d)}" for name, d in doc["datasets"].items()], "",
+        for label, row in rows(name, d):
+            best = _best({"models": row})
+            cells = [_cell(row.get(m), m == best, True, spread=False) for m in models]
+            out.append(f"| {label} | " + " | ".join(cells) + " |")
+            verdicts.append(f"- {label}: {verdict({'models': row})}")
+    out += ["", *verdicts, "",
             f"Mean relative L2 error on the test samples, {doc['minutes']:g} minutes per "
             f"trained model ({_n(doc['threads'], 'thread')}), from `{source}` "
             f"(`python -m benchmarks.accuracy --table {source}` gives the full table; "

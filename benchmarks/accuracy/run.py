@@ -15,7 +15,7 @@ import numpy as np
 from benchmarks.accuracy import classical
 from benchmarks.accuracy.folder import description, list_files, read_split, same_mesh
 from benchmarks.accuracy.meshops_cli import run_meshops, run_subprocess, split_of_run, thread_env
-from benchmarks.accuracy.metric import relative_l2, summarize
+from benchmarks.accuracy.metric import field_columns, field_errors, summarize
 
 #: Every model, in the order they run and are shown.
 MODELS = ("meshops", "mean", "nearest", "pod_rbf", "transolver", "gino")
@@ -26,16 +26,23 @@ PEERS = ("transolver", "gino")
 REPO = Path(__file__).resolve().parents[2]
 
 
-def score(predictions: dict, test) -> dict:
-    """Summary and per-sample errors of ``{file name: [N, C]}`` on the test samples."""
+def score(predictions: dict, test, columns: dict) -> dict:
+    """Summary and per-sample errors of ``{file name: [N, C]}`` on the test samples:
+    the mean over the target fields (``columns``, :func:`metric.field_columns`) and,
+    with several fields, each field's (``"fields"``)."""
     missing = [s.name for s in test if s.name not in predictions]
     if missing:
         return {"note": f"no prediction for {len(missing)} test file(s), e.g. {missing[0]}"}
-    errors = [relative_l2(predictions[s.name], s.targets, s.weight) for s in test]
-    return {**summarize(errors), "errors": [round(e, 8) for e in errors]}
+    per = [field_errors(predictions[s.name], s.targets, s.weight, columns) for s in test]
+    out = {**summarize([e["mean"] for e in per]),
+           "errors": [round(e["mean"], 8) for e in per]}
+    if len(columns) > 1:
+        out["fields"] = {f: {**summarize([e[f] for e in per]),
+                             "errors": [round(e[f], 8) for e in per]} for f in columns}
+    return out
 
 
-def _classical(model: str, train, test) -> dict:
+def _classical(model: str, train, test, columns: dict) -> dict:
     fn = {"mean": classical.training_mean, "nearest": classical.nearest_sample,
           "pod_rbf": classical.pod_rbf}[model]
     t0 = time.perf_counter()
@@ -43,7 +50,7 @@ def _classical(model: str, train, test) -> dict:
         preds = fn(train, test)
     except classical.NotApplicable as e:
         return {"note": f"n/a: {e}"}
-    out = score(dict(zip((s.name for s in test), preds)), test)
+    out = score(dict(zip((s.name for s in test), preds)), test, columns)
     out["wall_s"] = round(time.perf_counter() - t0, 2)
     if model == "pod_rbf":
         out["note"] = classical.LAST_NOTE[0]
@@ -51,11 +58,11 @@ def _classical(model: str, train, test) -> dict:
 
 
 def _peer(model: str, data: Path, desc: dict, train_names, val_names, test, args,
-          work: Path, log: Callable[[str], None]) -> dict:
+          work: Path, log: Callable[[str], None], columns: dict) -> dict:
     job = {"model": model, "data": str(data), "inputs": desc["inputs"],
-           "targets": desc["targets"], "train": train_names, "val": val_names,
-           "test": [s.name for s in test], "minutes": args.minutes, "threads": args.threads,
-           "seed": args.seed, "out": str(work / model)}
+           "targets": desc["targets"], "fields": columns, "train": train_names,
+           "val": val_names, "test": [s.name for s in test], "minutes": args.minutes,
+           "threads": args.threads, "seed": args.seed, "out": str(work / model)}
     work.mkdir(parents=True, exist_ok=True)
     (work / f"{model}-job.json").write_text(json.dumps(job))
     env = thread_env(args.threads)
@@ -71,7 +78,7 @@ def _peer(model: str, data: Path, desc: dict, train_names, val_names, test, args
                 "wall_s": round(wall, 1)}
     with np.load(work / f"{model}.npz") as z:
         preds = {k: z[k] for k in z.files}
-    out = score(preds, test)
+    out = score(preds, test, columns)
     info = json.loads((work / f"{model}.json").read_text())
     out.update(wall_s=round(wall, 1), train_wall_s=info["train_wall_s"],
                parameters=info["parameters"], config=info["config"],
@@ -89,37 +96,46 @@ def run_dataset(name: str, data: Path, models: Sequence[str], args, work: Path,
     ``note`` saying why it has none."""
     desc = description(data)
     inputs, targets = desc["inputs"], desc["targets"]
+    fields = desc.get("fields") or list(targets)
     train = read_split(data, "train", inputs, targets)
     test = read_split(data, "test", inputs, targets)
+    columns = field_columns(targets, fields)
+    fine = read_split(data, "test_fine", inputs, targets) if desc.get("test_fine") else None
     names = list_files(data / "train")
     nodes = sorted({len(s.points) for s in train + test})
     res = {"description": desc["description"], "inputs": inputs, "targets": targets,
-           "train": len(train), "test": len(test),
+           "fields": fields, "train": len(train), "test": len(test),
            "nodes": nodes[0] if len(nodes) == 1 else [nodes[0], nodes[-1]],
            "one_mesh": same_mesh(train + test), "models": {}}
     log(f"[{name}] {desc['description']}")
     log(f"[{name}] {len(train)} training / {len(test)} test files; inputs {','.join(inputs)}; "
-        f"targets {','.join(targets)}")
+        f"target fields {','.join(fields)}")
     run_config = None
     for model in models:
         t0 = time.perf_counter()
         if model == "meshops":
-            r = run_meshops(data, inputs, targets, args.minutes, work / "meshops",
-                            thread_env(args.threads), log, args.grace)
+            r = run_meshops(data, inputs, fields, args.minutes, work / "meshops",
+                            thread_env(args.threads), log, args.grace,
+                            fine=fine is not None)
             run_config = r.get("run_config")
-            out = score(r["predictions"], test) if "predictions" in r else {}
-            out.update({k: v for k, v in r.items() if k not in ("predictions",)})
+            out = score(r["predictions"], test, columns) if "predictions" in r else {}
+            if "fine_predictions" in r:
+                out["fine"] = score(r["fine_predictions"], fine, columns)
+            out.update({k: v for k, v in r.items()
+                        if k not in ("predictions", "fine_predictions")})
         elif model in PEERS:
             tr, va = split_of_run(run_config, len(names))
             out = _peer(model, data, desc, [names[i] for i in tr], [names[i] for i in va],
-                        test, args, work, log)
+                        test, args, work, log, columns)
         else:
-            out = _classical(model, train, test)
+            out = _classical(model, train, test, columns)
         out.setdefault("wall_s", round(time.perf_counter() - t0, 1))
         res["models"][model] = out
+        per_field = "".join(f"; {f} {v['mean']:.4g}" for f, v in out.get("fields", {}).items()
+                            if v.get("mean") is not None)
         log(f"[{name}] {LABELS[model]}: " + (
             f"mean {out['mean']:.4g}, median {out['median']:.4g}, worst {out['worst']:.4g}"
-            if out.get("mean") is not None else out.get("note", "no result"))
+            f"{per_field}" if out.get("mean") is not None else out.get("note", "no result"))
             + f" ({out['wall_s']:.0f} s)")
         sys.stdout.flush()
     if run_config is None and any(m in PEERS for m in models):
