@@ -23,8 +23,9 @@ What the context is, and so what the memory is, depends on the model:
   input point (global self-attention over the whole input mesh: ``O(N^2)`` time, so the
   encoder itself cannot be split); the cross-attention decoder (or the pointwise head)
   runs in chunks.
-* :class:`~meshops.models.GalerkinTransformer` and
-  :class:`~meshops.models.PatchedTransformer`: the processor output ``[N, width]`` at
+* :class:`~meshops.models.GalerkinTransformer`,
+  :class:`~meshops.models.PatchedTransformer` and
+  :class:`~meshops.models.SliceTransformer`: the processor output ``[N, width]`` at
   every input point (each layer updates every point from global or patch-wise
   integrals; the patched model's shifted partitions carry information across the
   whole mesh); the query interpolation and the head run in chunks.
@@ -132,6 +133,21 @@ def _patched_context(model, data, inp, chunk: int):
     return model.norm_out(h), inp
 
 
+def _slice_context(model, data, inp, chunk: int):
+    h = model.lift(torch.cat([inp.x, model.pos_enc(inp.pos)], dim=-1))
+    for blk in model.blocks:
+        h = blk(h, inp.pos, inp.weight, None)
+    return h, inp
+
+
+def _slice_decode(model, ctx, q: Tensor) -> Tensor:
+    from meshops.nn.interpolate import knn_interpolate
+
+    h, inp = ctx
+    return model.head(model.norm_out(knn_interpolate(h, inp.pos, q, None, None,
+                                                     model.interp_k)))
+
+
 def _interpolating_decode(model, ctx, q: Tensor) -> Tensor:
     from meshops.nn.interpolate import knn_interpolate
 
@@ -140,12 +156,19 @@ def _interpolating_decode(model, ctx, q: Tensor) -> Tensor:
 
 
 def _decoders() -> dict:
-    from meshops.models import GalerkinTransformer, PatchedTransformer, PiT, TransformerNO
+    from meshops.models import (
+        GalerkinTransformer,
+        PatchedTransformer,
+        PiT,
+        SliceTransformer,
+        TransformerNO,
+    )
 
     return {PiT: (_pit_context, _pit_decode),
             TransformerNO: (_tno_context, _tno_decode),
             GalerkinTransformer: (_galerkin_context, _interpolating_decode),
-            PatchedTransformer: (_patched_context, _interpolating_decode)}
+            PatchedTransformer: (_patched_context, _interpolating_decode),
+            SliceTransformer: (_slice_context, _slice_decode)}
 
 
 def can_chunk(model, data=None) -> bool:
@@ -224,7 +247,12 @@ def predict_chunked(model, data, chunk_size: int = DEFAULT_CHUNK, progress: bool
 def _rows(model, inp) -> Optional[Callable]:
     """The decoder of models whose output at the input points is a pointwise head of
     the context (no query points, or TransformerNO's pointwise decoder): rows of it."""
-    from meshops.models import GalerkinTransformer, PatchedTransformer, TransformerNO
+    from meshops.models import (
+        GalerkinTransformer,
+        PatchedTransformer,
+        SliceTransformer,
+        TransformerNO,
+    )
 
     if isinstance(model, TransformerNO) and model.decoder == "pointwise":
         if inp.has_query and not (inp.query_pos.shape == inp.pos.shape
@@ -234,4 +262,6 @@ def _rows(model, inp) -> Optional[Callable]:
         return lambda ctx, a, b: model.head(model.norm_out(ctx[0][a:b]))
     if isinstance(model, (GalerkinTransformer, PatchedTransformer)) and not inp.has_query:
         return lambda ctx, a, b: model.head(ctx[0][a:b])
+    if isinstance(model, SliceTransformer) and not inp.has_query:
+        return lambda ctx, a, b: model.head(model.norm_out(ctx[0][a:b]))
     return None

@@ -8,7 +8,13 @@ import torch
 
 from meshops.chunked import can_chunk, predict_chunked
 from meshops.data import MeshData
-from meshops.models import GalerkinTransformer, PatchedTransformer, PiT, TransformerNO
+from meshops.models import (
+    GalerkinTransformer,
+    PatchedTransformer,
+    PiT,
+    SliceTransformer,
+    TransformerNO,
+)
 from meshops.normalizer import UnitGaussianNormalizer
 
 N, M = 300, 140
@@ -40,6 +46,7 @@ def _model(name: str):
         "galerkin": lambda: GalerkinTransformer(1, 2, width=16, layers=2, heads=2),
         "patched": lambda: PatchedTransformer(1, 2, width=16, layers=4, heads=2,
                                               num_patches=6, method="kd", pattern="alternate"),
+        "slice": lambda: SliceTransformer(1, 2, width=16, layers=2, heads=2, slices=4),
     }
     model = models[name]().double()
     # normalisers, as a trained model has: predict_chunked applies them like predict
@@ -51,7 +58,8 @@ def _model(name: str):
 
 CASES = [("pit", False), ("pit", True), ("pit_count", False), ("pit_input", True),
          ("tno", False), ("tno", True), ("tno_pointwise", False), ("galerkin", False),
-         ("galerkin", True), ("patched", False), ("patched", True)]
+         ("galerkin", True), ("patched", False), ("patched", True), ("slice", False),
+         ("slice", True)]
 
 
 @pytest.mark.parametrize("name,query", CASES)

@@ -15,18 +15,17 @@ from meshops.models.base import (
 )
 from meshops.models.conditioning import ParamConditioning, read_params
 from meshops.models.inputs import read_inputs
-from meshops.models.structures import MeshStructures, interpolation_structures, read_stored
+from meshops.models.structures import InterpolatedQueries
 from meshops.nn.block import TransformerBlock
 from meshops.nn.fourier_features import FourierFeatures
 from meshops.nn.galerkin import FourierAttention, GalerkinAttention
-from meshops.nn.interpolate import knn_interpolate
 from meshops.nn.mlp import MLP
 
 __all__ = ["GalerkinTransformer"]
 
 
 @register_model("galerkin_transformer")
-class GalerkinTransformer(NeuralOperator):
+class GalerkinTransformer(InterpolatedQueries, NeuralOperator):
     r"""Galerkin transformer: softmax-free linear attention with quadrature weights.
 
     Cao's operator learner (§4) with the ``1/n`` of the attention replaced by the
@@ -136,24 +135,6 @@ class GalerkinTransformer(NeuralOperator):
         if self.conditioning is not None:
             self.conditioning.reset_parameters()
 
-    # ------------------------------------------------------ mesh-only structures
-    def mesh_transform(self) -> MeshStructures:
-        """:class:`~meshops.models.structures.MeshStructures` for this model: the
-        interpolation to the query points of samples with ``query_pos`` (the only
-        structure it derives from the mesh; see
-        :meth:`~meshops.models.NeuralOperator.mesh_transform`)."""
-        return MeshStructures(self)
-
-    def structure_key(self, dtype: torch.dtype, query: bool) -> str:
-        """What the mesh-only structures of a sample depend on (besides the sample)."""
-        return (f"GalerkinTransformer interp_k={self.interp_k} pos_dim={self.pos_dim} "
-                f"dtype={dtype} query_pos={query}")
-
-    def build_structures(self, inp) -> dict[str, Tensor]:
-        """One sample's query interpolation (``interp``, ``interp_weight``;
-        :func:`~meshops.models.structures.interpolation_structures`)."""
-        return interpolation_structures(inp, self.interp_k)
-
     def forward(self, data) -> Tensor:
         p = next(self.head.parameters())
         inp = read_inputs(data, self.in_channels, self.pos_dim, p.dtype, p.device)
@@ -167,9 +148,4 @@ class GalerkinTransformer(NeuralOperator):
             h = self.run_block(blk, h, inp.points)
             if film is not None:
                 h = self.conditioning(h, film, inp.batch, site)
-        if inp.has_query:
-            key = self.structure_key(inp.pos.dtype, inp.has_query)
-            _, weights = read_stored(data, inp, key, "GalerkinTransformer", self.interp_k)
-            h = knn_interpolate(h, inp.pos, inp.query_pos, inp.batch, inp.query_batch,
-                                self.interp_k, weights=weights)
-        return self.head(h)
+        return self.head(self.to_queries(h, data, inp))

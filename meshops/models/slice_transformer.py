@@ -16,10 +16,9 @@ from meshops.models.base import (
 )
 from meshops.models.conditioning import ParamConditioning, sample_conditions
 from meshops.models.inputs import read_inputs
-from meshops.models.structures import MeshStructures, interpolation_structures, read_stored
+from meshops.models.structures import InterpolatedQueries
 from meshops.nn.block import TransformerBlock
 from meshops.nn.fourier_features import FourierFeatures
-from meshops.nn.interpolate import knn_interpolate
 from meshops.nn.mlp import MLP
 from meshops.nn.slice import SliceAttention
 
@@ -27,7 +26,7 @@ __all__ = ["SliceTransformer"]
 
 
 @register_model("slice_transformer")
-class SliceTransformer(NeuralOperator):
+class SliceTransformer(InterpolatedQueries, NeuralOperator):
     r"""Transolver-style neural operator with quadrature-weighted slice attention.
 
     Transolver (Wu et al., ICML 2024) learns soft partitions of the domain into a few
@@ -118,23 +117,6 @@ class SliceTransformer(NeuralOperator):
         if self.conditioning is not None:
             self.conditioning.reset_parameters()
 
-    # ------------------------------------------------------ mesh-only structures
-    def mesh_transform(self) -> MeshStructures:
-        """The interpolation to the query points of samples with ``query_pos``, the only
-        structure this model derives from a mesh alone (see
-        :meth:`~meshops.models.NeuralOperator.mesh_transform`)."""
-        return MeshStructures(self)
-
-    def structure_key(self, dtype: torch.dtype, query: bool) -> str:
-        """What the mesh-only structures of a sample depend on (besides the sample)."""
-        return (f"SliceTransformer interp_k={self.interp_k} pos_dim={self.pos_dim} "
-                f"dtype={dtype} query_pos={query}")
-
-    def build_structures(self, inp) -> dict[str, Tensor]:
-        """One sample's query interpolation (``interp``, ``interp_weight``;
-        :func:`~meshops.models.structures.interpolation_structures`)."""
-        return interpolation_structures(inp, self.interp_k)
-
     def forward(self, data) -> Tensor:
         inp = read_inputs(data, self.in_channels, self.pos_dim, self.head.weight.dtype,
                           self.head.weight.device)
@@ -151,9 +133,4 @@ class SliceTransformer(NeuralOperator):
             if film is not None:
                 h = self.conditioning(h, film, inp.batch, site)
         # 3. to the query points, if any, and the head                     [M, out]
-        if inp.has_query:
-            key = self.structure_key(inp.pos.dtype, inp.has_query)
-            _, weights = read_stored(data, inp, key, "SliceTransformer", self.interp_k)
-            h = knn_interpolate(h, inp.pos, inp.query_pos, inp.batch, inp.query_batch,
-                                self.interp_k, weights=weights)
-        return self.head(self.norm_out(h))
+        return self.head(self.norm_out(self.to_queries(h, data, inp)))

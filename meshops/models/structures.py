@@ -32,8 +32,9 @@ from meshops.models.digest import MESH_ID, sample_mesh_digest
 from meshops.models.inputs import read_inputs
 from meshops.search import graph  # called through it: tests replace the search there
 
-__all__ = ["MeshDigest", "MeshStructures", "has_structures", "interpolation_structures",
-           "read_stored", "sample_offsets", "stored_interpolation"]
+__all__ = ["InterpolatedQueries", "MeshDigest", "MeshStructures", "has_structures",
+           "interpolation_structures", "read_stored", "sample_offsets",
+           "stored_interpolation"]
 
 #: Key of the attribute that records what the stored structures were built for.
 KEY = "mesh_key"
@@ -152,6 +153,45 @@ def read_stored(data, inp, key: str, what: str, interp_k: int
     if not has_structures(data, key, inp.num_graphs, what):
         return False, None
     return True, (stored_interpolation(data, inp, interp_k) if inp.has_query else None)
+
+
+class InterpolatedQueries:
+    """Mixin of the models whose output at query points is their processor's output
+    interpolated from the ``interp_k`` nearest input points
+    (:func:`~meshops.nn.knn_interpolate`, exact at coincident points, so that querying
+    the input points reproduces the default output): the interpolation weights are
+    their only mesh structure. The model sets ``interp_k`` and ``pos_dim``."""
+
+    interp_k: int
+    pos_dim: int
+
+    def mesh_transform(self) -> MeshStructures:
+        """:class:`MeshStructures` for this model: the interpolation to the query points
+        of samples with ``query_pos`` (see
+        :meth:`~meshops.models.NeuralOperator.mesh_transform`)."""
+        return MeshStructures(self)
+
+    def structure_key(self, dtype: torch.dtype, query: bool) -> str:
+        """What the mesh-only structures of a sample depend on (besides the sample)."""
+        return (f"{type(self).__name__} interp_k={self.interp_k} pos_dim={self.pos_dim} "
+                f"dtype={dtype} query_pos={query}")
+
+    def build_structures(self, inp) -> dict[str, Tensor]:
+        """One sample's query interpolation (:func:`interpolation_structures`)."""
+        return interpolation_structures(inp, self.interp_k)
+
+    def to_queries(self, h: Tensor, data, inp) -> Tensor:
+        """Features ``h [N, C]`` at the input points carried to the query points
+        ``[M, C]`` (``h`` itself without query points), with the stored weights when the
+        batch carries them."""
+        if not inp.has_query:
+            return h
+        from meshops.nn.interpolate import knn_interpolate
+
+        key = self.structure_key(inp.pos.dtype, inp.has_query)
+        _, weights = read_stored(data, inp, key, type(self).__name__, self.interp_k)
+        return knn_interpolate(h, inp.pos, inp.query_pos, inp.batch, inp.query_batch,
+                               self.interp_k, weights=weights)
 
 
 class MeshDigest:
