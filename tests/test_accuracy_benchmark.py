@@ -209,6 +209,38 @@ def test_markdown_table_bolds_the_best_and_says_where_meshops_loses():
     assert verdict(tie) == "meshops is best; level with POD + RBF (2.068e-05 vs 2.068e-05)"
 
 
+def test_several_fields_get_a_row_each_and_a_verdict_each():
+    """A family with velocity and pressure: a row per field and one for their mean, each
+    with its own best and verdict (meshops may win the pressure and lose the velocity)."""
+    def r(uv, p):
+        m = (uv + p) / 2
+        return {"mean": m, "median": m, "worst": m, "errors": [m],
+                "fields": {"u+v": {"mean": uv, "median": uv, "worst": uv},
+                           "p": {"mean": p, "median": p, "worst": p}}}
+    doc = _doc()
+    doc["datasets"] = {"flow": {
+        "train": 4, "test": 2, "nodes": [9, 12], "inputs": ["sdf"], "targets": ["u", "v", "p"],
+        "fields": ["u+v", "p"],
+        "models": {"meshops": r(0.4, 0.03), "nearest": r(0.125, 0.086),
+                   "transolver": {**r(0.024, 0.016),
+                                  "run": {"best_val": 0.03}},
+                   "pod_rbf": {"note": "n/a: one mesh per sample"}}}}
+    doc["datasets"]["flow"]["models"]["meshops"]["history"] = [
+        {"s": 60.0, "val": 0.5}, {"s": 240.0, "val": 0.2}]
+    md = markdown_table(doc)
+    lines = md.splitlines()
+    row = {k: next(x for x in lines if x.startswith(f"| flow: {k}"))
+           for k in ("u+v", "p", "mean of fields")}
+    assert "**0.024**" in row["u+v"] and "| 0.4 (median" in row["u+v"]
+    assert "**0.016**" in row["p"] and "| n/a |" in row["p"]
+    assert "- flow: u+v: meshops loses to Transolver (0.024 vs 0.4, 16.7x), nearest" in md
+    assert "- flow: p: meshops loses to Transolver (0.016 vs 0.03, 1.9x)" in md
+    # meshops never reached Transolver's best validation error: said, with its own best
+    assert "not reached by meshops (its best 0.2)" in md
+    doc["datasets"]["flow"]["models"]["meshops"]["history"].append({"s": 300.0, "val": 0.029})
+    assert "reached by meshops after 5.0 min of training" in markdown_table(doc)
+
+
 def test_table_option_reads_a_stored_result_or_fails_in_one_line(tmp_path, capsys):
     from benchmarks.accuracy.__main__ import main
 
