@@ -40,6 +40,7 @@ def parse_args(argv=None):
     p.add_argument("--model-config", nargs="*", default=[], metavar="KEY=VALUE")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--scheduler", default="cosine", choices=["cosine", "onecycle"])
     p.add_argument("--cpu-minutes", type=float, default=3.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, required=True, help="JSON lines file to append to")
@@ -70,7 +71,8 @@ def _fit(model_fn, train, val, fields, epochs, args):
     model = model_fn()
     # the Trainer builds the mesh structures (PiT's graphs) once: set-up, not epochs
     trainer = Trainer(model, train, val, epochs=epochs, batch_size=args.batch_size, lr=args.lr,
-                      seed=args.seed, progress=False, log=None, fields=fields)
+                      scheduler=args.scheduler, seed=args.seed, progress=False, log=None,
+                      fields=fields)
     t1 = time.process_time()
     trainer.fit()
     return trainer, model, t1 - t0, time.process_time() - t1
@@ -80,7 +82,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
 
-    from meshops.cli.config import _model_config_from_pairs
+    from meshops.cli.config import TrainConfig
     from meshops.cli.training_run import build_model
     from meshops.fields import TargetFields
     from meshops.inference import field_channels
@@ -90,7 +92,11 @@ def main(argv=None) -> int:
     fields = TargetFields.from_specs(specs, {k: field_channels(shapes[k])
                                              for k in desc["targets"]})
     c_in = sum(field_channels(shapes[k]) for k in desc["inputs"])
-    config = _model_config_from_pairs(args.model_config)
+    # key=value pairs read as --model-config reads them (a throwaway parser)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model-config", nargs="*", default=[])
+    config = TrainConfig.from_args(parser.parse_args(
+        ["--model-config", *args.model_config])).get("model_config", {})
 
     def model_fn():
         return build_model(args.model, config, c_in, fields.num_channels, dim)
@@ -104,7 +110,8 @@ def main(argv=None) -> int:
     val_fields = {f: v["l2_mean"] for f, v in (best["val"].get("fields") or {}).items()}
     record = {
         "data": desc["name"], "model": args.model, "model_config": dict(model.config),
-        "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed,
+        "batch_size": args.batch_size, "lr": args.lr, "scheduler": args.scheduler,
+        "seed": args.seed,
         "parameters": sum(p.numel() for p in model.parameters()),
         "cpu_minutes": args.cpu_minutes, "cpu_s_per_epoch": round(one, 2), "epochs": epochs,
         "cpu_s": round(spent, 1), "best_epoch": best["epoch"], "val": best["val_l2"],
@@ -116,7 +123,8 @@ def main(argv=None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "a") as f:
         f.write(json.dumps(record) + "\n")
-    print(f"{desc['name']} {args.model} {config} bs {args.batch_size} lr {args.lr:g}: "
+    print(f"{desc['name']} {args.model} {config} bs {args.batch_size} lr {args.lr:g} "
+          f"{args.scheduler}: "
           f"{epochs} epochs ({one:.1f} CPU s each), best val {best['val_l2']:.4e} at epoch "
           f"{best['epoch']} {val_fields}")
     return 0

@@ -40,12 +40,14 @@ def _register(name: str, key: dict):
     return deco
 
 
-@_register("navier_stokes", {"version": 1, "n_train": 400, "seed": 0})
+# version 2: the target fields velocity (vx, vy) and pressure, each its own error
+@_register("navier_stokes", {"version": 2, "n_train": 400, "seed": 0})
 def _navier_stokes(key):
     from data_adapters.fem_npz import navier_stokes_set
 
     ds = navier_stokes_set(n_train=key["n_train"], seed=key["seed"])
     ds.info["key"] = key
+    ds.fields = ["vx+vy", "p"]
     return ds
 
 
@@ -59,7 +61,7 @@ def _heat(key):
 
 
 def _standin_set(name: str, module: str, factory: str, inputs: str, targets,
-                 description: str, version: int = 1) -> None:
+                 description: str, version: int = 1, fields=None) -> None:
     """Register stand-in ``name``: ``factory(samples, seed=...)`` of
     ``data_adapters.standins.<module>``, first ``samples - test`` for training."""
 
@@ -72,7 +74,8 @@ def _standin_set(name: str, module: str, factory: str, inputs: str, targets,
         n, n_test = len(samples), key["test"]
         return ParametricSet(name, samples, list(getattr(mod, inputs)), list(target_names),
                              list(range(n - n_test)), list(range(n - n_test, n)),
-                             description=description, info={"key": key, "standin": True})
+                             description=description, info={"key": key, "standin": True},
+                             fields=fields)
 
     sizes = {"convdiff": (200, 40), "materials": (500, 100)}.get(name, (300, 60))
     _register(name, {"version": version, "samples": sizes[0], "test": sizes[1], "seed": 0})(build)
@@ -84,7 +87,8 @@ _standin_set("convdiff", "convdiff", "make_convection_diffusion_standin", "INPUT
 _standin_set("materials", "materials", "make_materials_standin", "INPUTS", "TARGETS",
              "STAND-IN: clamped multi-material plate in plane-strain elasticity, 11 parameters "
              "(8 Young's moduli, edge load and angle, top pressure), displacement (u1, u2) "
-             "(data_adapters.standins.materials).", version=2)  # 2: angle in [-pi/2, pi/2]
+             "(data_adapters.standins.materials).", version=3,  # 2: angle in [-pi/2, pi/2]
+             fields=["u1+u2"])  # 3: the displacement is one vector field
 _standin_set("hole", "hole", "make_hole_standin", "INPUTS", ["u"],
              "STAND-IN: heated plate with a cooled hole whose centre and radius are "
              "parameters (one mesh per sample), Biot number on the sides "
