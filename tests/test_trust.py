@@ -129,6 +129,69 @@ def test_mesh_independence_of_a_pointwise_and_a_mesh_counting_model():
     assert rep["coarsened"]["change"] == pytest.approx((n - nc) / n, rel=1e-6)
 
 
+@register_model("_test_times_params")
+class _TimesParams(NeuralOperator):
+    """``x * params[0]``: pointwise (mesh independent) and conditioned on a parameter."""
+
+    def __init__(self, in_channels: int = 1, out_channels: int = 1):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(()))
+
+    def forward(self, data):
+        return data.x * self.scale * data.params.reshape(-1)[0]
+
+
+def test_refined_and_coarsened_copies_keep_the_parameters():
+    # issue 28: `evaluate --refine` on a --params run: the copies lost the parameters
+    pts, cells = square_mesh(4, "triangle")
+    mesh = mesh_from_arrays(pts, cells, {"f": _linear(pts), "u": 2.5 * _linear(pts)})
+    mesh.params = torch.tensor([[2.5]], dtype=torch.float64)
+    assert torch.equal(refine_mesh(mesh).params, mesh.params)
+    assert torch.equal(coarsen_points(mesh)[0].params, mesh.params)
+    model = _TimesParams().double()
+    rep = mesh_independence(model, _spec(model), mesh)
+    assert rep["error"] == pytest.approx(0, abs=1e-15)
+    assert rep["refined"]["change"] == 0 and rep["coarsened"]["change"] == 0
+    assert rep["refined"]["error"] == pytest.approx(0, abs=1e-7)
+
+
+def test_refine_refuses_a_point_cloud_stored_with_vertex_cells():
+    # issue 28: a cloud read from a file has one vertex cell per point; "refining" it
+    # changed nothing and reported change 0, perfect mesh independence
+    pts = np.random.default_rng(0).random((12, 2))
+    cloud = mesh_from_arrays(pts, [("vertex", np.arange(12)[:, None])],
+                             {"meshops:weight": np.full(12, 1 / 12)}, source="c.vtu")
+    with pytest.raises(MeshError, match=r"c\.vtu: no cells to refine \(a point cloud"):
+        refine_mesh(cloud)
+
+
+def test_evaluate_refine_refuses_point_clouds_and_cell_runs(tmp_path, capsys):
+    from _tiny_run import one_line_error
+    from test_cells import _write_cell_folder
+
+    clouds = tmp_path / "clouds"
+    clouds.mkdir()
+    rng = np.random.default_rng(1)
+    for k in range(3):
+        pts = rng.random((30, 2))
+        write_mesh(clouds / f"p{k}.vtu", mesh_from_arrays(
+            pts, [], {"f": _linear(pts), "u": k + _linear(pts),
+                      "meshops:weight": np.full(30, 1 / 30)}))
+    cells = _write_cell_folder(tmp_path / "cells", n=3)
+    for data, targets, message in (
+            (clouds, "u", f"{clouds / 'p0.vtu'}: no cells to refine (a point cloud"),
+            (cells, "p", "--refine: the targets of this run are cell data")):
+        out = tmp_path / f"run_{data.name}"
+        assert cli.main(["train", "--data", str(data), "--inputs", "f", "--targets", targets,
+                         *tiny_args(1)[4:], "--logger", "none", "--out", str(out)]) == 0
+        capsys.readouterr()
+        code = cli.main(["evaluate", str(out), "--data", str(data), "--refine",
+                         "--no-baselines"])
+        err = capsys.readouterr().err
+        assert code == 2 and one_line_error(err) and message in err, err
+        assert "point cloud" not in err or data is clouds
+
+
 # ---------------------------------------------------------- distance to training
 def _param_samples(values):
     pts, cells = square_mesh(3, "triangle")
