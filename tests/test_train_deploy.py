@@ -207,6 +207,26 @@ def test_tensorboard_logs_history_baselines_and_the_median_sample(tmp_path):
     assert errs[logger.median_sample(trainer)] == sorted(errs)[1]
 
 
+def test_tensorboard_logs_the_baselines_of_one_training_sample(tmp_path):
+    # issue 28: the POD + RBF baseline of one training sample raised inside the logger
+    pytest.importorskip("tensorboard")
+    from test_baselines import _fixed_mesh_set  # one mesh, parameters: POD + RBF applies
+
+    from meshops.training.experiment import TensorBoardLogger
+
+    data = _fixed_mesh_set(3, seed=1)
+    seed_everything(0)
+    trainer = Trainer(ToyOperator(2, 2).double(), data[:1], data[1:], epochs=1,
+                      batch_size=1, progress=False, log=None,
+                      callbacks=[TensorBoardLogger(tmp_path / "tb")])
+    trainer.fit()
+    scalars, _ = _tb_scalars(tmp_path / "tb")
+    expected = _expected_baselines(trainer)
+    assert "baseline/nearest_training_sample/l2_mean" in expected
+    for tag, value in expected.items():
+        assert [v for _, v in scalars[tag]] == pytest.approx([value], rel=1e-6)
+
+
 def test_a_figure_that_cannot_be_drawn_only_warns(tmp_path, monkeypatch):
     pytest.importorskip("tensorboard")
     import meshops.plot
