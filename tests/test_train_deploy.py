@@ -267,6 +267,26 @@ def test_mlflow_logs_metrics_params_and_the_figure(tmp_path):
     assert (tmp_path / "art").is_dir()
 
 
+def test_an_mlflow_store_that_cannot_be_used_is_one_error(tmp_path, monkeypatch, capsys):
+    # issue 28: a tracking database that is not one ended `meshops train` in a
+    # sqlalchemy traceback
+    pytest.importorskip("mlflow")
+    from meshops.training.experiment import LoggerError, MLflowLogger
+
+    bad = tmp_path / "bad.db"
+    bad.write_text("not a database")
+    with pytest.raises(LoggerError, match=rf"MLflow: cannot use the tracking store "
+                                          rf"sqlite:///{bad} \(DatabaseError: "):
+        _fit(epochs=1, callbacks=[MLflowLogger(f"sqlite:///{bad}")])
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{bad}")
+    data = _write_dataset(tmp_path / "data", n=4)
+    assert _train(data, tmp_path / "r", "--logger", "mlflow") == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) and f"--logger mlflow: MLflow: cannot use the tracking store " \
+        f"sqlite:///{bad}" in err, err
+    assert bad.read_text() == "not a database"
+
+
 # ----------------------------------------------------------------------- the CLI
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
