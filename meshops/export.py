@@ -51,8 +51,8 @@ from torch import Tensor, nn
 from meshops._atomic import atomic_write
 from meshops.normalizer import decode_outputs, encode_inputs
 
-__all__ = ["FIXED_MESH", "FORMATS", "REFUSED", "ExportError", "check_path", "export_model",
-           "load_exported", "read_info"]
+__all__ = ["FIXED_MESH", "FORMATS", "REFUSED", "ExportError", "check_exportable", "check_path",
+           "export_model", "load_exported", "read_info"]
 
 FORMATS = (".pt2", ".onnx")
 INFO = "meshops.json"
@@ -61,13 +61,16 @@ ONNX_OPSET = 18
 #: Models whose program holds the example mesh, and what of it (their size is fixed).
 FIXED_MESH = {
     "pit": "latent mesh and neighbour graphs (built by searches no exporter traces)",
-    "reduced_basis": "points, with the basis's mean and modes evaluated there",
+    "reduced_basis": "points and the basis's mean and modes at them",
 }
 #: Models that cannot be exported, and why.
 REFUSED = {
     "patched_transformer": "its patch grouping reads the partition's values on the host, "
                            "which torch.export does not trace; transformer_no, "
                            "galerkin_transformer, pit and reduced_basis export",
+    "next_step": "a time-series model is rolled out step by step from a state and its "
+                 "time (meshops predict --rollout); a program of one step is not exported "
+                 "yet",
 }
 
 
@@ -197,6 +200,12 @@ def check_path(path) -> Path:
     return path
 
 
+def check_exportable(model) -> None:
+    """Raise :class:`ExportError` for a model of :data:`REFUSED`, saying why."""
+    if model.model_name in REFUSED:
+        raise ExportError(f"{model.model_name} cannot be exported: {REFUSED[model.model_name]}")
+
+
 def _program(model, sample, dynamic: bool):
     """``(program, args, input names, fixed)`` of ``model`` (an SDPA copy) on ``sample``."""
     from meshops.data import MeshData
@@ -251,8 +260,7 @@ def export_model(model, mesh, path, *, dynamic: bool = False,
     from meshops.inference import model_tensor
 
     path = check_path(path)
-    if model.model_name in REFUSED:
-        raise ExportError(f"{model.model_name} cannot be exported: {REFUSED[model.model_name]}")
+    check_exportable(model)
     dtype = model_tensor(model).dtype
     sample = copy.copy(mesh)
     for k in ("x", "pos", "weight", "params"):

@@ -307,3 +307,22 @@ def test_cli_export_to_onnx_prints_no_warning_of_torch(run, tmp_path, capsys):
     assert cli.main(["export", str(out), "-o", str(tmp_path / "m.onnx")]) == 0
     err = capsys.readouterr().err
     assert "meshops: warning" not in err and "deprecated" not in err, err
+
+
+def test_cli_export_of_a_time_series_run_is_refused_by_name(tmp_path, capsys):
+    # issue 28 (the export capability table): a series run's export failed asking for
+    # --mesh; its next-step model is refused up front, naming why
+    from _series import series_params, write_heat_series
+
+    write_heat_series(tmp_path / "d", series_params(3, seed=2), steps=4, dt=0.02, fmt="pvd")
+    out = tmp_path / "run"
+    assert cli.main(["train", "--series", "--data", str(tmp_path / "d"), "--inputs", "",
+                     "--targets", "u", "--params", "kappa,a", "--model", "transformer_no",
+                     "--model-config", "width=8", "layers=1", "heads=2", "--epochs", "1",
+                     "--logger", "none", "--out", str(out)]) == 0
+    capsys.readouterr()
+    code = cli.main(["export", str(out), "-o", str(tmp_path / "s.pt2")])
+    err = capsys.readouterr().err
+    assert code == 2 and one_line_error(err), err
+    assert "next_step cannot be exported: " in err and "predict --rollout" in err
+    assert not (tmp_path / "s.pt2").exists()

@@ -90,7 +90,13 @@ def cmd_export(args) -> int:
 
     path = Path(args.output)
     _check_output(path, args.overwrite)
+    from meshops.export import ExportError, check_exportable
+
     model, ckpt, meta = load_run(args.run, "cpu")
+    try:
+        check_exportable(model)
+    except ExportError as e:
+        raise CLIError(f"{ckpt}: {e}") from None
     spec = RunSpec(model, ckpt, meta, optional_names(args.inputs), None)
     mesh_path, sample = _example_sample(args, model, spec, meta, ckpt)
     # Written beside path and renamed over it only once checked: a file that fails the
