@@ -326,3 +326,20 @@ def test_cli_export_of_a_time_series_run_is_refused_by_name(tmp_path, capsys):
     assert code == 2 and one_line_error(err), err
     assert "next_step cannot be exported: " in err and "predict --rollout" in err
     assert not (tmp_path / "s.pt2").exists()
+
+
+def test_cli_export_of_a_parametric_study_run(tmp_path, capsys):
+    # issue 28: the default model of a parametric study (a reduced basis) raised
+    # StopIteration in `meshops export`
+    from test_reduced_basis import _folder, _params
+
+    data = _folder(tmp_path / "data", _params(12, 0))
+    out = tmp_path / "run"
+    assert cli.main(["train", "--data", str(data), "--inputs", "a,b", "--targets", "u",
+                     "--model-config", "regressors=rbf", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert cli.main(["export", str(out), "-o", str(tmp_path / "rb.pt2")]) == 0
+    printed = capsys.readouterr().out
+    assert "wrote " in printed and "reduced_basis, inputs x [N, 2] -> y [N, 1]" in printed
+    _, y, info = _program_matches_predict(tmp_path / "rb.pt2", out, data / "s003.vtu")
+    assert info["fixed_mesh"] and y.shape == (81, 1)
