@@ -305,8 +305,9 @@ def export_model(model, mesh, path, *, dynamic: bool = False,
 @contextmanager
 def _exporters_quiet():
     """The exporters' notices to their own developers (deprecations inside torch, the
-    ONNX registry's missing torchvision operators, onnx_ir's attribute types) are not
-    the user's concern: silenced while they run. Their errors still raise."""
+    ONNX exporter's naming of dynamic axes, its registry's missing torchvision
+    operators, onnx_ir's attribute types) are not the user's concern: silenced while
+    they run. Their errors still raise."""
     import logging
 
     loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "onnx_ir",
@@ -315,6 +316,8 @@ def _exporters_quiet():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
+        # e.g. "The axis name: points will not be used" (x, pos and weight share it)
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.onnx")
         for lg in loggers:
             lg.setLevel(logging.ERROR)
         try:

@@ -304,9 +304,10 @@ def test_cli_export_to_onnx_prints_no_warning_of_torch(run, tmp_path, capsys):
     # the ONNX exporter) was printed as "meshops: warning: ...": not the user's concern
     pytest.importorskip("onnxruntime")
     out, _ = run
-    assert cli.main(["export", str(out), "-o", str(tmp_path / "m.onnx")]) == 0
-    err = capsys.readouterr().err
-    assert "meshops: warning" not in err and "deprecated" not in err, err
+    for name, extra in (("m.onnx", []), ("d.onnx", ["--dynamic"])):
+        assert cli.main(["export", str(out), "-o", str(tmp_path / name), *extra]) == 0
+        err = capsys.readouterr().err
+        assert "meshops: warning" not in err and "deprecated" not in err, err
 
 
 def test_cli_export_of_a_time_series_run_is_refused_by_name(tmp_path, capsys):
