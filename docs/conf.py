@@ -9,9 +9,9 @@ examples execute)::
 
 Pages are Markdown (MyST). Pages with a ``jupytext`` header (the tutorials) are
 executed while they are read, and their outputs and figures are what the reader sees;
-a failing cell fails the build. The API reference (``api/``) and the benchmark tables
-(``_generated/``) are written from the code and from ``benchmarks/results/`` before the
-pages are read (``_ext/``).
+a failing cell fails the build. The API reference (``api/``), the benchmark tables and
+the tables of what options and models do (``_generated/``) are written from the code
+and from ``benchmarks/results/`` before the pages are read (``_ext/``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ sys.path[:0] = [str(ROOT), str(DOCS / "_ext")]
 
 import bench_tables  # noqa: E402  (docs/_ext)
 import api_pages  # noqa: E402
+import option_tables  # noqa: E402
 
 import meshops  # noqa: E402
 
@@ -130,6 +131,7 @@ def _generate(app) -> None:
     gen = DOCS / "_generated"
     gen.mkdir(exist_ok=True)
     bench_tables.generate(gen / "tables")
+    option_tables.generate(gen / "tables")
     api_pages.generate(DOCS / "api")
     path = gen / "topics-toctree.md"
     text = _topics_toctree()

@@ -122,7 +122,8 @@ class Boundary:
         facets: ``[(cell type, conn [F_b, s_b])]`` per facet type (vertex ids).
         node: ``[F_b, s_b]`` per block: integral over each facet of its vertices' basis
             functions (for a vertex facet of a 1-D mesh, 1).
-        normal: ``[F, d]`` outward unit normals, the blocks concatenated.
+        normal: ``[F, d]`` outward unit normals, the blocks concatenated (0 for a
+            facet of zero measure, which has none).
         measure: ``[F]`` facet measures (length, area; 1 for a vertex).
         owner: ``[F]`` the cell each facet bounds, numbered as the top-dimensional
             cells of :func:`meshops.cells.cell_points`.
@@ -237,6 +238,21 @@ def _facet_normals(x: np.ndarray) -> np.ndarray:
     return np.cross(x[:, 2] - x[:, 0], x[:, 3] - x[:, 1])
 
 
+def _outward_normals(x: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    """Outward unit normals ``[F, d]`` of facets ``x [F, s, d]`` whose cells have the
+    vertex means ``centres [F, d]``. A facet of zero measure (a collapsed edge or face:
+    two of its vertices coincide) has no normal: it gets 0, which its zero measure
+    would multiply anyway, instead of the 0/0 that would turn every vertex's averaged
+    normal into NaN."""
+    n = _facet_normals(x)
+    length = np.linalg.norm(n, axis=1, keepdims=True)
+    n = np.divide(n, length, out=np.zeros_like(n),
+                  where=length > 1e-12 * (length.max() if length.size else 1.0))
+    outward = np.einsum("fd,fd->f", n, x.mean(1) - centres)
+    n[outward < 0] *= -1
+    return n
+
+
 def boundary(mesh, tag: str, source: str | None = None) -> Boundary:
     """The facets of ``tag`` with outward normals and the boundary's quadrature.
 
@@ -292,11 +308,7 @@ def boundary(mesh, tag: str, source: str | None = None) -> Boundary:
             raise MeshError(f"{source}: tag {tag!r}: {ctype} facet {k} with vertices "
                             f"{conn[k].tolist()} {where}; boundary tags mark facets on the "
                             f"boundary")
-        x = pos[conn]
-        n = _facet_normals(x)
-        n = n / np.linalg.norm(n, axis=1, keepdims=True)
-        outward = np.einsum("fd,fd->f", n, x.mean(1) - centres[owner])
-        n[outward < 0] *= -1
+        n = _outward_normals(pos[conn], centres[owner])
         if ctype == "vertex":
             measure, node = np.ones(len(conn)), np.ones((len(conn), 1))
         else:

@@ -45,6 +45,7 @@ otherwise. A cache folder of another layout version is refused with a
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
@@ -238,7 +239,21 @@ class MeshCache:
                   "kind": kind, "key": key, "source": source, "meta": meta,
                   "tensors": index, "values": values}
         entry = {"header": json.dumps(header), "data": data}
-        return atomic_write(self.path(kind, key), lambda tmp: torch.save(entry, tmp))
+        # Serialised in memory, written with Python's file I/O: a full disk is then an
+        # OSError naming its reason, not torch.save's "basic_ios::clear: iostream error".
+        buf = io.BytesIO()
+        torch.save(entry, buf)
+        return self._write(self.path(kind, key), buf.getvalue(), f"the cache entry of {source}")
+
+    def _write(self, path: Path, data: bytes, what: str) -> Path:
+        """``data`` to ``path`` atomically; a failed write (a full disk, a file-size limit)
+        is a :class:`CacheError` naming the cache, and leaves no part of the file."""
+        try:
+            return atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
+        except OSError as e:
+            raise CacheError(f"{self.root}: cannot write {what} ({e.strerror or e}); nothing "
+                             f"half-written is kept: free space there or choose another "
+                             f"cache folder") from None
 
     def read(self, kind: str, key: str) -> dict:
         """Entry ``key``: ``{"attrs", "meta", "source"}``, after checking the whole file.
@@ -298,7 +313,7 @@ class MeshCache:
         path = self._manifest_path(folder, settings)
         data = {"format": FORMAT, "cache_version": CACHE_VERSION,
                 "folder": str(folder.resolve()), "settings": settings, "files": files}
-        atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(data)))
+        self._write(path, json.dumps(data).encode(), f"the memo of {folder}")
 
     # ---------------------------------------------------------------- building
     def dataset(self, files: Sequence[str | os.PathLike], read: Callable, settings: dict, *,

@@ -8,11 +8,19 @@ on one sample, normalisers included, so it takes and returns physical units:
   forward depends on a precomputed mesh structure) take ``(x [N, C_in], pos [N, d],
   weight [N])`` and return ``[N, C_out]``; with ``dynamic=True`` ``N`` may vary
   (``N >= 2``), otherwise it is the example mesh's.
-* **fixed-mesh models** (PiT: its latent mesh and neighbour graphs come from
-  farthest-point sampling and k-d tree searches, which no exporter traces) have the
+* **fixed-mesh models** (:data:`FIXED_MESH`: PiT, whose latent mesh and neighbour
+  graphs come from farthest-point sampling and k-d tree searches, which no exporter
+  traces; the reduced basis, whose modes are evaluated at the mesh's points) have the
   example mesh -- positions, quadrature weights and those structures -- built into
   the program and take only ``x [N, C_in]``: new input fields on that mesh (the
-  parametric-study case). For another mesh, export again.
+  parametric-study case). For another mesh, export again. A reduced basis of
+  parameter vectors alone takes ``params`` only.
+* a run with **parameters** (``--params``) takes ``params [1, K]`` as well, last.
+
+``N`` counts the sample's points where the run's targets live: the mesh's vertices,
+or for cell-data targets its cells (``pos`` their centroids, ``weight`` their
+measures; :mod:`meshops.cells`). The input channels of boundary tags
+(:func:`meshops.boundary.tag_channels`) are part of ``x``.
 
 Attention runs through PyTorch's ``scaled_dot_product_attention`` (the SDPA path of
 :func:`meshops.nn.functional.weighted_attention`), not meshops' fused CPU kernel, so
@@ -21,18 +29,19 @@ the file needs no meshops operator. What a file needs at load time:
 * ``.pt2``: ``torch`` (the version that wrote it, or a later one that reads its
   format): ``torch.export.load(path).module()(x, pos, weight)``.
 * ``.onnx``: any ONNX runtime (opset 18): ``onnxruntime.InferenceSession(path).run(
-  None, {"x": x, "pos": pos, "weight": weight})`` with float32 arrays.
+  None, {"x": x, "pos": pos, "weight": weight})`` with arrays of the file's dtype.
 
 Both files carry the field names, shapes and the signature (``.pt2``: the extra file
 ``meshops.json``; ``.onnx``: metadata property ``meshops``), see :func:`read_info`.
-The patched transformer cannot be exported: its patch grouping reads the partition's
-values on the host, which neither exporter traces (:class:`ExportError` says so).
+The models of :data:`REFUSED` cannot be exported (:class:`ExportError` says why).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +51,27 @@ from torch import Tensor, nn
 from meshops._atomic import atomic_write
 from meshops.normalizer import decode_outputs, encode_inputs
 
-__all__ = ["FORMATS", "ExportError", "export_model", "load_exported", "read_info"]
+__all__ = ["FIXED_MESH", "FORMATS", "REFUSED", "ExportError", "check_exportable", "check_path",
+           "export_model", "load_exported", "read_info"]
 
 FORMATS = (".pt2", ".onnx")
 INFO = "meshops.json"
 ONNX_OPSET = 18
+
+#: Models whose program holds the example mesh, and what of it (their size is fixed).
+FIXED_MESH = {
+    "pit": "latent mesh and neighbour graphs (built by searches no exporter traces)",
+    "reduced_basis": "points and the basis's mean and modes at them",
+}
+#: Models that cannot be exported, and why.
+REFUSED = {
+    "patched_transformer": "its patch grouping reads the partition's values on the host, "
+                           "which torch.export does not trace; transformer_no, "
+                           "galerkin_transformer, pit and reduced_basis export",
+    "next_step": "a time-series model is rolled out step by step from a state and its "
+                 "time (meshops predict --rollout); a program of one step is not exported "
+                 "yet",
+}
 
 
 class ExportError(ValueError):
@@ -80,38 +105,127 @@ def _added_structures(model, sample) -> dict[str, Tensor]:
 
 
 class _Program(nn.Module):
-    """``model.predict`` on one sample as a function of tensors (what is exported)."""
+    """``model.predict`` on one sample as a function of tensors (what is exported): the
+    tensors named ``names`` (``x``, ``pos``, ``weight``, ``params``), in that order."""
 
-    def __init__(self, model, fixed: dict[str, Tensor] | None) -> None:
+    def __init__(self, model, fixed: dict[str, Tensor] | None, names: list[str]) -> None:
         super().__init__()
-        self.model = model
+        self.model, self.names = model, names
         self.fixed = fixed  # pos, weight and the mesh structures of a fixed-mesh program
 
-    def forward(self, x: Tensor, pos: Tensor | None = None, weight: Tensor | None = None):
+    def forward(self, *inputs: Tensor) -> Tensor:
         from meshops.data import MeshData
 
         m = self.model
-        x = encode_inputs(m, x)
-        if self.fixed is not None:
-            data = MeshData(x=x, **self.fixed)
-        else:
-            data = MeshData(x=x, pos=pos, weight=weight)
-        return decode_outputs(m, m(data))
+        given = dict(zip(self.names, inputs))
+        given["x"] = encode_inputs(m, given["x"])
+        return decode_outputs(m, m(MeshData(**(self.fixed or {}), **given)))
 
 
-def _info(model, fixed: bool, dynamic: bool, n: int, meta: dict) -> dict[str, Any]:
+class _ReducedProgram(nn.Module):
+    """A :class:`~meshops.models.ReducedBasis` on the example mesh: its mean and modes at
+    the mesh's points are computed once, before tracing (on another mesh they come from
+    moving least squares, whose neighbour search no exporter traces); the program maps
+    the parameters (``x``: the constant input fields, ``params [1, K]``) to the fields."""
+
+    def __init__(self, model, sample, names: list[str]) -> None:
+        super().__init__()
+        self.model, self.names = model, names
+        mean, modes = model.basis_at(sample.pos.to(torch.float64))
+        self.register_buffer("mean", mean)    # [N, C]
+        self.register_buffer("modes", modes)  # [r, N, C]
+        self.register_buffer("weight", sample.weight)
+        self.dtype = sample.pos.dtype
+
+    def forward(self, *inputs: Tensor) -> Tensor:
+        from meshops.data import MeshData
+        from meshops.reduced.parameters import batch_parameters
+
+        m = self.model
+        given = dict(zip(self.names, inputs))
+        x = encode_inputs(m, given.get("x", self.weight.new_zeros(self.weight.shape[0], 0)))
+        extra = {"params": given["params"]} if "params" in given else {}
+        # 1. the parameter vector [1, K] -> the modal coefficients [1, r]
+        coef = m.coefficients(batch_parameters(MeshData(x=x, weight=self.weight, **extra), 1))
+        # 2. the fields at the built-in points [N, C]
+        out = self.mean + torch.einsum("r,rmc->mc", coef[0], self.modes)
+        return decode_outputs(m, out.to(self.dtype))
+
+
+def _input_names(model, sample, fixed: bool) -> list[str]:
+    """The program's inputs: ``x`` (not for a reduced basis of parameter vectors alone),
+    ``pos`` and ``weight`` (mesh-input programs) and ``params`` (runs with parameters)."""
+    reduced = model.model_name == "reduced_basis"
+    k = int((getattr(model, "config", None) or {}).get("param_channels", 0) or 0)
+    has_params = getattr(sample, "params", None) is not None
+    if k and not has_params:
+        raise ExportError(f"{model.model_name}: the model takes {k} parameter(s) per sample; "
+                          f"give the example sample its params [1, {k}] (meshops export reads "
+                          f"them as training did: the mesh's field_data or params.csv / "
+                          f"params.json beside it)")
+    names = [] if reduced and sample.x.shape[1] == 0 else ["x"]
+    names += [] if fixed else ["pos", "weight"]
+    return names + (["params"] if has_params and (k or reduced) else [])
+
+
+def _info(model, fixed: bool, dynamic: bool, n: int, names: list[str],
+          meta: dict) -> dict[str, Any]:
+    from meshops.inference import model_tensor
+
     cfg = dict(getattr(model, "config", {}) or {})
-    inputs = ["x"] if fixed else ["x", "pos", "weight"]
     return {
         "format": "meshops-export-1", "model": model.model_name,
-        "inputs": inputs, "outputs": ["y"],
+        "inputs": names, "outputs": ["y"],
         "points": None if dynamic else n, "fixed_mesh": fixed,
+        "location": meta.get("location", "points"),
         "in_channels": cfg.get("in_channels"), "out_channels": cfg.get("out_channels"),
         "pos_dim": cfg.get("pos_dim"),
         "input_fields": meta.get("inputs"), "target_fields": meta.get("targets"),
+        "param_fields": meta.get("params") or [],
         "field_shapes": meta.get("field_shapes"),
-        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+        "dtype": str(model_tensor(model).dtype).replace("torch.", ""),
     }
+
+
+def check_path(path) -> Path:
+    """``path`` as a :class:`~pathlib.Path` whose suffix is an export format.
+
+    Raises:
+        ExportError: another suffix.
+    """
+    path = Path(path)
+    if path.suffix not in FORMATS:
+        raise ExportError(f"{path}: unknown export format {path.suffix!r}; use .pt2 "
+                          f"(torch.export) or .onnx")
+    return path
+
+
+def check_exportable(model) -> None:
+    """Raise :class:`ExportError` for a model of :data:`REFUSED`, saying why."""
+    if model.model_name in REFUSED:
+        raise ExportError(f"{model.model_name} cannot be exported: {REFUSED[model.model_name]}")
+
+
+def _program(model, sample, dynamic: bool):
+    """``(program, args, input names, fixed)`` of ``model`` (an SDPA copy) on ``sample``."""
+    from meshops.data import MeshData
+
+    reduced = model.model_name == "reduced_basis"
+    structures = {} if reduced else _added_structures(
+        model, MeshData(x=sample.x, pos=sample.pos, weight=sample.weight))
+    fixed = reduced or bool(structures)
+    if fixed and dynamic:
+        why = FIXED_MESH.get(model.model_name, "structures")
+        raise ExportError(f"{model.model_name}: the exported program holds this mesh's "
+                          f"{why}, so its size is fixed; export without --dynamic, once per "
+                          f"mesh")
+    names = _input_names(model, sample, fixed)
+    if reduced:
+        program = _ReducedProgram(model, sample, names)
+    else:
+        program = _Program(model, {"pos": sample.pos, "weight": sample.weight, **structures}
+                           if fixed else None, names)
+    return program, tuple(getattr(sample, k) for k in names), names, fixed
 
 
 def export_model(model, mesh, path, *, dynamic: bool = False,
@@ -120,13 +234,16 @@ def export_model(model, mesh, path, *, dynamic: bool = False,
 
     Args:
         model: A :class:`~meshops.models.NeuralOperator` (its normalisers are included).
-        mesh: The example sample: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]`` (e.g.
-            from :func:`meshops.inference.predict_mesh`'s inputs); for fixed-mesh
-            models (see the module) the mesh built into the program.
+        mesh: The example sample: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]`` and,
+            for a run with parameters, ``params [1, K]`` (e.g. from
+            :func:`meshops.inference.mesh_sample` of :meth:`meshops.SampleLayout.view`:
+            at the cell centroids for a run whose targets are cell data, with the tag
+            channels in ``x``); for fixed-mesh models (see the module) the mesh built
+            into the program.
         path: Output file; its suffix picks the format. Written atomically.
         dynamic: Let the number of points vary (mesh-input models only).
         metadata: The run's field metadata (``inputs``, ``targets``,
-            ``field_shapes``), stored in the file.
+            ``field_shapes``, ``location``, ``params``), stored in the file.
 
     Returns:
         The information stored with the file (inputs, sizes, fields; see
@@ -137,32 +254,19 @@ def export_model(model, mesh, path, *, dynamic: bool = False,
             the exporter cannot trace (the exporter's reason is in the message).
 
     Shapes:
-        mesh ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]`` -> program ``[N, C_out]``
+        mesh ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``params [1, K]`` ->
+        program ``[N, C_out]``
     """
-    path = Path(path)
-    if path.suffix not in FORMATS:
-        raise ExportError(f"{path}: unknown export format {path.suffix!r}; use .pt2 "
-                          f"(torch.export) or .onnx")
-    if model.model_name == "patched_transformer":
-        raise ExportError("patched_transformer cannot be exported: its patch grouping reads "
-                          "the partition's values on the host, which torch.export does not "
-                          "trace; transformer_no, galerkin_transformer and pit export")
-    param = next(model.parameters())
-    x = mesh.x.to(param.dtype).cpu()
-    pos, weight = mesh.pos.to(param.dtype).cpu(), mesh.weight.to(param.dtype).cpu()
-    n = int(pos.shape[0])
-    net = _sdpa(model).cpu()
-    from meshops.data import MeshData
+    from meshops.inference import model_tensor
 
-    structures = _added_structures(net, MeshData(x=x, pos=pos, weight=weight))
-    fixed = bool(structures)
-    if fixed and dynamic:
-        raise ExportError(f"{model.model_name}: the exported program holds this mesh's "
-                          f"latent mesh and neighbour graphs (built by searches no exporter "
-                          f"traces), so its size is fixed; export without --dynamic, once per "
-                          f"mesh")
-    program = _Program(net, {"pos": pos, "weight": weight, **structures} if fixed else None)
-    args = (x,) if fixed else (x, pos, weight)
+    path = check_path(path)
+    check_exportable(model)
+    dtype = model_tensor(model).dtype
+    sample = copy.copy(mesh)
+    for k in ("x", "pos", "weight", "params"):
+        if getattr(mesh, k, None) is not None:
+            setattr(sample, k, getattr(mesh, k).to(dtype).cpu())
+    program, args, names, fixed = _program(_sdpa(model).cpu(), sample, dynamic)
     shapes = None
     if dynamic:
         # the Galerkin layers switch to row blocks above BLOCK_ABOVE points
@@ -170,19 +274,20 @@ def export_model(model, mesh, path, *, dynamic: bool = False,
 
         top = BLOCK_ABOVE if model.model_name == "galerkin_transformer" else None
         pts = torch.export.Dim("points", min=2, max=top)
-        shapes = {"x": {0: pts}, "pos": {0: pts}, "weight": {0: pts}}
-    info = _info(model, fixed, dynamic, n, dict(metadata or {}))
+        # forward(*inputs): the inputs are one (variadic) argument
+        shapes = (tuple(None if k == "params" else {0: pts} for k in names),)
+    info = _info(model, fixed, dynamic, int(sample.pos.shape[0]), names, dict(metadata or {}))
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _exporters_quiet():
             ep = torch.export.export(program, args, dynamic_shapes=shapes)
             _check_no_meshops_ops(ep)
             if path.suffix == ".pt2":
                 atomic_write(path, lambda tmp: torch.export.save(
                     ep, tmp, extra_files={INFO: json.dumps(info)}))
             else:
-                _drop_output_size(ep)
+                ep = _for_onnx(ep)
                 onnx_program = torch.onnx.export(
-                    ep, args, input_names=info["inputs"], output_names=["y"],
+                    ep, args, input_names=names, output_names=["y"],
                     dynamo=True, dynamic_shapes=shapes, opset_version=ONNX_OPSET,
                     verbose=False)
                 onnx_program.model.metadata_props["meshops"] = json.dumps(info)
@@ -197,6 +302,31 @@ def export_model(model, mesh, path, *, dynamic: bool = False,
     return info
 
 
+@contextmanager
+def _exporters_quiet():
+    """The exporters' notices to their own developers (deprecations inside torch, the
+    ONNX exporter's naming of dynamic axes, its registry's missing torchvision
+    operators, onnx_ir's attribute types) are not the user's concern: silenced while
+    they run. Their errors still raise."""
+    import logging
+
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "onnx_ir",
+                                              "onnxscript")]
+    levels = [lg.level for lg in loggers]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        # e.g. "The axis name: points will not be used" (x, pos and weight share it)
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.onnx")
+        for lg in loggers:
+            lg.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for lg, level in zip(loggers, levels):
+                lg.setLevel(level)
+
+
 def _check_no_meshops_ops(ep) -> None:
     ops = sorted({str(node.target) for node in ep.graph.nodes
                   if node.op == "call_function" and "meshops" in str(node.target)})
@@ -205,9 +335,30 @@ def _check_no_meshops_ops(ep) -> None:
                           f"plain torch cannot load")
 
 
+def _euclidean_cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode=None) -> Tensor:
+    """``torch.cdist`` for ``p = 2`` in elementary operations (the reduced basis's
+    kernels), for which the ONNX exporter has no translation. The differences are
+    formed directly (``cdist`` may expand the square instead): the same distances, or
+    closer ones."""
+    if p != 2.0:
+        raise ExportError(f"the exported program computes a p = {p} distance (torch.cdist), "
+                          f"which has no ONNX translation; export to .pt2")
+    return (x1[..., :, None, :] - x2[..., None, :, :]).square().sum(-1).sqrt()
+
+
+def _for_onnx(ep):
+    """``ep`` in operations the ONNX translation of onnxscript 0.7 accepts: distances
+    (``cdist``) decomposed, and no ``output_size`` on ``repeat_interleave`` (a size
+    hint that changes nothing)."""
+    cdist = (torch.ops.aten.cdist.default, torch.ops.aten._cdist_forward.default)
+    if any(node.target in cdist for node in ep.graph.nodes):
+        ep = ep.run_decompositions({op: _euclidean_cdist for op in cdist})
+    _drop_output_size(ep)
+    return ep
+
+
 def _drop_output_size(ep) -> None:
-    """Remove ``output_size`` from ``repeat_interleave`` calls: a size hint that changes
-    nothing, which the ONNX translation of onnxscript 0.7 does not accept."""
+    """Remove ``output_size`` from ``repeat_interleave`` calls (see :func:`_for_onnx`)."""
     changed = False
     for node in ep.graph.nodes:
         if node.op == "call_function" and "repeat_interleave" in str(node.target) \

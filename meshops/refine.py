@@ -86,6 +86,17 @@ def _orient(points: np.ndarray, cell_type: str, conn: np.ndarray) -> np.ndarray:
     return conn
 
 
+def _check_not_a_cloud(mesh) -> None:
+    """Refuse a point cloud: no cells, or (as a cloud read from a file has) one vertex
+    cell per point; there is nothing to split."""
+    cells = getattr(mesh, "cells", None) or []
+    if all(cell_type == "vertex" for cell_type, _ in cells):
+        source = str(getattr(mesh, "source", None) or "mesh")
+        raise MeshError(f"{source}: no cells to refine (a point cloud, "
+                        f"{'vertex cells only' if cells else 'no cells'}); the refinement "
+                        f"check needs a mesh with lines, faces or volumes")
+
+
 def refine_mesh(mesh):
     """Uniform refinement of a mesh's cells, point fields interpolated linearly.
 
@@ -95,11 +106,12 @@ def refine_mesh(mesh):
 
     Returns:
         A new :class:`~meshops.MeshData` whose first ``N`` points are the original
-        ones, with every field interpolated at the new points and the quadrature
-        weights of the refined cells.
+        ones, with every field interpolated at the new points, the quadrature
+        weights of the refined cells and the mesh's ``params``.
 
     Raises:
-        MeshError: a mesh without cells, or with a cell type not listed above.
+        MeshError: a mesh without cells other than vertices (a point cloud), or with
+            a cell type not listed above.
 
     Shapes:
         ``pos [N, d]`` -> ``pos [N + E (+ F + C), d]`` (E edges, F quad faces, C cells
@@ -108,10 +120,8 @@ def refine_mesh(mesh):
     from meshops.io import mesh_from_arrays
 
     source = str(getattr(mesh, "source", None) or "mesh")
-    cells = getattr(mesh, "cells", None)
-    if not cells:
-        raise MeshError(f"{source}: no cells to refine (a point cloud); refinement needs "
-                        f"a mesh")
+    _check_not_a_cloud(mesh)
+    cells = mesh.cells
     pos = mesh.pos.to(torch.float64).numpy()
     n = pos.shape[0]
     fields = {k: v.to(torch.float64).numpy().reshape(n, -1) for k, v in mesh.fields.items()}
@@ -147,7 +157,17 @@ def refine_mesh(mesh):
     points = extend(pos)
     blocks = [(t, _orient(points, t, c)) for t, c in blocks]
     data = {k: extend(v).reshape(-1, *mesh.fields[k].shape[1:]) for k, v in fields.items()}
-    return mesh_from_arrays(points, blocks, data, source=f"{source} (refined)")
+    return _keep_params(mesh, mesh_from_arrays(points, blocks, data,
+                                               source=f"{source} (refined)"))
+
+
+def _keep_params(mesh, copy):
+    """``copy`` with the parameters of ``mesh`` (``params [1, K]``, a property of the
+    sample, not of its mesh), when it has them."""
+    params = getattr(mesh, "params", None)
+    if params is not None:
+        copy.params = params
+    return copy
 
 
 def coarsen_points(mesh, factor: int | None = None):
@@ -177,7 +197,7 @@ def coarsen_points(mesh, factor: int | None = None):
     coarse = MeshData(pos=pos[idx], weight=weight,
                       fields={k: v[idx] for k, v in mesh.fields.items()})
     coarse.source = f"{getattr(mesh, 'source', None) or 'mesh'} (coarsened)"
-    return coarse, idx
+    return _keep_params(mesh, coarse), idx
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor, w: torch.Tensor) -> float:
@@ -203,10 +223,18 @@ def mesh_independence(model, spec, mesh) -> dict:
         each copy has ``points``, ``change`` (relative L2 distance of its prediction
         from the original one at their shared points) and ``error`` (its relative L2
         error against the targets there; ``None`` without targets). ``e0`` is the
-        original mesh's error. A copy that cannot be made has ``{"note": why}``.
+        original mesh's error. Parameters (``params``) are the sample's, on every copy.
+        A mesh with a cell type that has no uniform split (wedges, pyramids) has
+        ``{"note": why}`` for its refined copy.
+
+    Raises:
+        MeshError: a point cloud (no cells, or vertex cells only), naming it: nothing
+            can be refined, and a refined copy equal to the mesh would report a change
+            of 0, perfect mesh independence, for a check that was never made.
     """
     from meshops.inference import predict_mesh
 
+    _check_not_a_cloud(mesh)
     n = int(mesh.pos.shape[0])
     base = predict_mesh(model, spec, mesh)
     has_y = all(k in mesh.fields for k in spec.targets)
@@ -227,7 +255,7 @@ def mesh_independence(model, spec, mesh) -> dict:
         out["refined"] = {"points": int(fine.pos.shape[0]),
                           "change": _rel(pred[:n], base, mesh.weight),
                           "error": None if yf is None else _rel(pred, yf, fine.weight)}
-    except MeshError as e:
+    except MeshError as e:  # a cell type without a uniform split: the coarsened copy runs
         out["refined"] = {"note": str(e)}
     coarse, idx = coarsen_points(mesh)
     pred = predict_mesh(model, spec, coarse)

@@ -2,14 +2,18 @@
 extrapolates (``meshops predict`` writes it beside ``<target>_pred``; ``meshops
 evaluate`` shows how the error grows with it).
 
-Every sample is described by two short vectors, both mesh-independent (quadrature
-integrals, so refining a mesh does not move them):
+Every sample is described by two short vectors, both mesh-independent up to the
+quadrature's error (integrals over the domain):
 
 * **parameters**: ``sample.params`` (``[1, K]``) when the samples carry them, else the
   quadrature mean of each input channel (a parametric study's constant inputs are
   exactly their parameters);
 * **geometry**: the domain's measure, centroid, extent (max - min per axis) and RMS
-  radius about the centroid per axis, from the points and quadrature weights.
+  radius about the centroid per axis, from the points and quadrature weights. The
+  RMS radius integrates a quadratic, which the quadrature gets right to ``O(h^2)``
+  only: each mesh carries a bound of that error (:func:`geometry_tolerance`), and a
+  difference within the two meshes' bounds counts as none, so that the same shapes
+  meshed finer are not "outside the training range".
 
 Each component is standardised by its spread over the training samples (standard
 deviation), so distances are in *units of the training spread*. The distance of a
@@ -17,7 +21,7 @@ sample is the Euclidean distance to its nearest training sample, for the paramet
 the geometry and both together. A sample **extrapolates** when
 
 * a component lies outside the training range ``[min, max]`` (beyond 1e-6 of the
-  spread), or differs by more than 1 % from a component that is the same for every
+  spread and the discretisation bounds), or differs by more than 1 % from a component that is the same for every
   training sample (e.g. another geometry than the one fixed mesh trained on), or
 * its distance exceeds the largest nearest-neighbour distance among the training
   samples themselves (leave-one-out): it is farther from the data than any training
@@ -33,7 +37,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-__all__ = ["ENSEMBLE", "TrainingSet", "describe", "ensemble_members", "predict_ensemble"]
+__all__ = ["ENSEMBLE", "TrainingSet", "describe", "ensemble_members", "geometry_tolerance",
+           "predict_ensemble"]
 
 #: Relative tolerance (of the spread) for the ends of the training range, and for "no
 #: spread" (a component constant over the training samples).
@@ -65,6 +70,54 @@ def _geometry(sample) -> np.ndarray:
     return torch.cat([measure[None], centroid, extent, rms]).numpy()
 
 
+def geometry_tolerance(sample) -> np.ndarray:
+    """``[1 + 3d]``: how far the discretisation may move each geometry component of
+    :func:`describe` from the exact value of the sample's domain (see below).
+
+    The measure and the centroid integrate constants and linear functions, which the
+    nodal (vertex) quadrature of linear and multilinear cells and the midpoint rule
+    integrate exactly; the extent is the points' own. They get 0. The RMS radius
+    integrates a quadratic, ``M_a = sum_i w_i (x_ia - c_a)^2``, which these rules do
+    not: on a cell ``K`` the vertex rule of a simplex overestimates it by
+    ``|K| sum_edges dx_a^2 / ((d + 1)(d + 2))`` (the interpolant of a convex function
+    lies above it), the trapezoidal rule of a quad or hexahedron by ``|K| h_a^2 / 6``
+    (``h_a`` its side along axis ``a``) and the midpoint rule underestimates it by
+    half that. On uniform meshes of intervals, right triangles, rectangles and boxes
+    the error is ``|Omega| h_a^2 / 6 = sum_i w_i h_ia^2 / 6``, ``h_ia`` the spacing
+    along axis ``a`` at point ``i`` (here: the largest offset along ``a`` to its
+    ``3^d`` nearest points, its cells' corners on a grid, so stretched cells count
+    along each axis). Twice that, ``E_a = sum_i w_i h_ia^2 / 3``, covers irregular
+    cells (``tests/test_trust.py`` checks it against the exact error on perturbed
+    meshes: at least the error, at most 8x it). The RMS radius
+    ``r_a = sqrt(M_a / |Omega|)`` then moves by at most
+    ``min(E_a / (2 |Omega| r_a), sqrt(E_a / |Omega|))``.
+
+    A finer mesh of the same shape lies between this one's value and the exact one,
+    so two meshes of one shape differ by at most the sum of their bounds. Curved
+    boundaries are not covered: their polygonal approximation moves the measure too.
+
+    Shapes:
+        sample ``pos [N, d]``, ``weight [N]`` -> ``[1 + 3d]``
+    """
+    from meshops.search import knn
+
+    pos, w = sample.pos.to(torch.float64), sample.weight.to(torch.float64)
+    n, d = pos.shape
+    measure = float(w.sum())
+    rms = _geometry(sample)[1 + 2 * d:]
+    tol = np.zeros(1 + 3 * d)
+    if n < 2:
+        return tol
+    # h_ia: the spacing along axis a around point i, the largest offset to its 3^d
+    # nearest points (its own cell's corners on a grid: the axis and diagonal neighbours)
+    k = min(3 ** d, n)
+    near = knn(pos, pos, k)[1].reshape(n, k)
+    h = (pos[near] - pos[:, None]).abs().amax(1)                         # [N, d]
+    e = ((w[:, None] * h ** 2).sum(0) / 3.0 / max(measure, 1e-300)).numpy()  # E_a / |Omega|
+    tol[1 + 2 * d:] = np.minimum(e / (2 * np.maximum(rms, 1e-300)), np.sqrt(e))
+    return tol
+
+
 def describe(sample) -> tuple[np.ndarray, np.ndarray]:
     """``(parameters [K], geometry [1 + 3d])`` of one sample (see the module).
 
@@ -93,11 +146,18 @@ class TrainingSet:
         params: ``[S, K]`` parameter descriptors of the ``S`` training samples.
         geometry: ``[S, G]`` geometry descriptors.
         names: The ``K + G`` component names (parameter names when known).
+        tolerance: ``[S, G]`` discretisation bounds of the geometry descriptors
+            (:func:`geometry_tolerance`; zeros for a set stored before they were).
     """
 
     params: np.ndarray
     geometry: np.ndarray
     names: list[str] = field(default_factory=list)
+    tolerance: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.tolerance is None:
+            self.tolerance = np.zeros_like(self.geometry)
 
     @classmethod
     def from_samples(cls, samples: Sequence, param_names: Sequence[str] | None = None
@@ -108,22 +168,30 @@ class TrainingSet:
         params = np.stack([p for p, _ in desc])
         geometry = np.stack([g for _, g in desc])
         d = int(samples[0].pos.shape[1])
-        return cls(params, geometry, _names(params.shape[1], d, param_names))
+        return cls(params, geometry, _names(params.shape[1], d, param_names),
+                   np.stack([geometry_tolerance(s) for s in samples]))
 
     def to_dict(self) -> dict:
         return {"params": self.params.tolist(), "geometry": self.geometry.tolist(),
-                "names": list(self.names)}
+                "names": list(self.names), "geometry_tolerance": self.tolerance.tolist()}
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainingSet":
         s = len(d["geometry"])
         params = np.asarray(d["params"], dtype=np.float64).reshape(s, -1)
-        return cls(params, np.asarray(d["geometry"], dtype=np.float64), list(d["names"]))
+        tol = d.get("geometry_tolerance")
+        return cls(params, np.asarray(d["geometry"], dtype=np.float64), list(d["names"]),
+                   None if tol is None else np.asarray(tol, dtype=np.float64))
 
     # ------------------------------------------------------------------ distances
     @property
     def _all(self) -> np.ndarray:
         return np.concatenate([self.params, self.geometry], 1)
+
+    def _tol(self, sample_tol: np.ndarray) -> np.ndarray:
+        """``[S, D]``: the difference each training sample's components may have from a
+        sample of geometry bounds ``sample_tol [G]`` for discretisation alone."""
+        return np.concatenate([np.zeros_like(self.params), self.tolerance + sample_tol], 1)
 
     def _scale(self) -> tuple[np.ndarray, np.ndarray]:
         """Per component: the training spread, and whether it is constant in training."""
@@ -133,12 +201,10 @@ class TrainingSet:
         const = std <= RTOL * ref
         return np.where(const, 1.0, std), const
 
-    def _standardise(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Standardised ``v [.., D]`` and the constant-component mismatches ``[.., D]``."""
-        std, const = self._scale()
+    def _mismatch(self, v: np.ndarray) -> np.ndarray:
+        """``[D]``: components constant in training that ``v`` does not share."""
+        _, const = self._scale()
         a = self._all
-        mean = a.mean(0)
-        z = (v - mean) / std
         size = np.abs(a).max(0)
         # lengths (centroid, extent, RMS radius) are compared at the domain's size: a
         # centroid at 0 is not "0 give or take nothing"
@@ -146,29 +212,36 @@ class TrainingSet:
         length = float(self.geometry[:, 1 + d:1 + 2 * d].max()) if d else 0.0
         k = self.params.shape[1]
         size[k + 1:] = np.maximum(size[k + 1:], length)
-        mismatch = const & (np.abs(v - a[0]) > SAME * (size + 1e-300))
-        return np.where(const, 0.0, z), mismatch
+        return const & (np.abs(v - a[0]) > SAME * (size + 1e-300))
 
-    def _nearest(self, z: np.ndarray, train: np.ndarray, cols: slice,
-                 exclude: int | None = None) -> tuple[float, int]:
-        d = np.linalg.norm(train[:, cols] - z[cols], axis=1) if train.shape[1] else \
-            np.zeros(len(train))
-        if exclude is not None:
-            d[exclude] = np.inf
-        i = int(np.argmin(d))
-        return float(d[i]), i
+    def _gaps(self, v: np.ndarray, tol: np.ndarray) -> np.ndarray:
+        """``[S, D]``: ``v``'s differences from each training sample in training spreads,
+        each first reduced by what discretisation may explain (``tol [S, D]``), and 0
+        for components constant in training."""
+        std, const = self._scale()
+        diff = v - self._all
+        diff = np.sign(diff) * np.maximum(np.abs(diff) - tol, 0.0)
+        return np.where(const, 0.0, diff / std)
 
     def reference_distance(self) -> float:
         """The largest distance of a training sample to its nearest other training
         sample (standardised, all components): the threshold of extrapolation."""
         if getattr(self, "_reference", None) is None:
-            zt, _ = self._standardise(self._all)
-            self._reference = 0.0 if len(zt) < 2 else max(
-                self._nearest(zt[i], zt, slice(None), exclude=i)[0] for i in range(len(zt)))
+            a, n = self._all, len(self._all)
+            near = []
+            for i in range(n):
+                d = np.linalg.norm(self._gaps(a[i], self._tol(self.tolerance[i])), axis=1)
+                d[i] = np.inf
+                near.append(float(d.min()))
+            self._reference = max(near) if n > 1 else 0.0
         return self._reference
 
     def distance(self, sample) -> dict:
         """Distance of ``sample`` to the training set, and why it extrapolates (if so).
+
+        Differences that the discretisation of the two meshes may explain (their
+        :func:`geometry_tolerance` bounds added) do not count: the same shape meshed
+        finer is at distance 0 from it, and inside the training range of a family.
 
         Returns:
             ``distance``, ``params_distance``, ``geometry_distance`` (nearest training
@@ -183,29 +256,20 @@ class TrainingSet:
                              f"geometry components, the training set "
                              f"{self.params.shape[1]} and {self.geometry.shape[1]}")
         v = np.concatenate([p, g])
-        z, mismatch = self._standardise(v)
-        zt, _ = self._standardise(self._all)
+        mismatch = self._mismatch(v)
+        tol = self._tol(geometry_tolerance(sample))
+        gaps = self._gaps(v, tol)
         k = self.params.shape[1]
         parts = {"params": slice(0, k), "geometry": slice(k, None), "": slice(None)}
         out: dict = {}
         for key, cols in parts.items():
-            d, i = self._nearest(z, zt, cols)
-            if mismatch[cols].any():
-                d = math.inf
-            out[f"{key}_distance" if key else "distance"] = d
+            dist = np.linalg.norm(gaps[:, cols], axis=1)
+            i = int(np.argmin(dist))
+            out[f"{key}_distance" if key else "distance"] = \
+                math.inf if mismatch[cols].any() else float(dist[i])
             if not key:
                 out["nearest"] = i
-        reasons = []
-        a = self._all
-        lo, hi = a.min(0), a.max(0)
-        std, const = self._scale()
-        for j, name in enumerate(self.names):
-            if mismatch[j]:
-                reasons.append(f"{name} is {v[j]:.6g} but {a[0, j]:.6g} in every training "
-                               f"sample")
-            elif not const[j] and (v[j] < lo[j] - RTOL * std[j] or v[j] > hi[j] + RTOL * std[j]):
-                reasons.append(f"{name} = {v[j]:.6g} is outside the training range "
-                               f"[{lo[j]:.6g}, {hi[j]:.6g}]")
+        reasons = self._range_reasons(v, mismatch, tol)
         ref = self.reference_distance()
         if math.isfinite(out["distance"]) and out["distance"] > ref:
             reasons.append(f"{out['distance']:.3g} training spreads from the nearest training "
@@ -213,6 +277,25 @@ class TrainingSet:
                            f"({ref:.3g})")
         out.update(reference=ref, extrapolates=bool(reasons), reasons=reasons)
         return out
+
+    def _range_reasons(self, v: np.ndarray, mismatch: np.ndarray, tol: np.ndarray) -> list:
+        """A line per component that differs from a constant one, or lies outside the
+        training range widened by the discretisation bounds ``tol [S, D]``."""
+        a = self._all
+        std, const = self._scale()
+        lo, hi = (a - tol).min(0) - RTOL * std, (a + tol).max(0) + RTOL * std
+        reasons = []
+        for j, name in enumerate(self.names):
+            if mismatch[j]:
+                reasons.append(f"{name} is {v[j]:.6g} but {a[0, j]:.6g} in every training "
+                               f"sample")
+            elif not const[j] and not lo[j] <= v[j] <= hi[j]:
+                widened = tol[:, j].max()
+                reasons.append(f"{name} = {v[j]:.6g} is outside the training range "
+                               f"[{a[:, j].min():.6g}, {a[:, j].max():.6g}]"
+                               + (f" (widened by its discretisation bound, up to "
+                                  f"{widened:.2g})" if widened > 0 else ""))
+        return reasons
 
 
 # ---------------------------------------------------------------------- ensembles

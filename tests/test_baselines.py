@@ -267,3 +267,17 @@ def test_baseline_errors_leave_zero_targets_out_instead_of_raising():
     assert st["undefined"] == 1
     assert abs(st["mean"] - expected) < 1e-14 and abs(st["worst"] - expected) < 1e-14
     assert "1 samples with a zero target left out" in format_table([("m", st, "")], "l2")
+
+
+def test_pod_rbf_with_one_training_sample_is_not_available():
+    # issue 28: one training sample (e.g. the TensorBoard logger's baselines of a tiny
+    # run) raised "pod_basis: need snapshots [S >= 2, M, C]"
+    from meshops.training.baselines import baselines
+
+    train, test = _fixed_mesh_set(1, seed=1), _fixed_mesh_set(3, seed=1)[1:]
+    mean, nearest, pod = baselines(train, test)
+    assert not pod.available
+    assert pod.note == "n/a: a POD needs at least 2 training samples, got 1"
+    # the other two need no more than one: the training sample itself
+    for b in (mean, nearest):
+        assert b.available and torch.equal(b.predictions[0], train[0].y)

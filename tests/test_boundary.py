@@ -211,6 +211,29 @@ def test_tag_channels_at_points_and_cells():
                                                                       dtype=torch.float64))
 
 
+def test_a_zero_length_tagged_edge_is_skipped_not_spread():
+    # issue 28: a collapsed quad (vertices 1 and 4 coincide) puts a zero-length edge on the
+    # tagged boundary; its normal is undefined (0/0), and NaN must not reach every vertex.
+    pts = np.array([[0, 0], [1, 0], [1, 1], [0, 1], [1, 0]], float)
+    lines = np.array([[0, 1], [1, 4], [4, 2]])        # bottom, the zero-length edge, right
+    mesh = mesh_from_arrays(pts, [("quad", np.array([[0, 1, 4, 2]])),
+                                  ("triangle", np.array([[0, 2, 3]])), ("line", lines)],
+                            cell_data={"t": [np.zeros(1, int), np.zeros(1, int),
+                                             np.ones(3, int)]})
+    normal = tag_channels(mesh, ["t=1"])[NORMAL_FIELD]
+    down, right = [0.0, -1.0], [1.0, 0.0]
+    expected = torch.tensor([down, down, right, [0.0, 0.0], right], dtype=torch.float64)
+    assert torch.allclose(normal, expected, atol=1e-15)
+    b = boundary(mesh, "t=1")
+    assert b.measure[1] == 0 and np.isfinite(b.normal).all()
+    # int x n ds: bottom int_0^1 x dx (0, -1) + right (1, 0) (x = 1): exact, finite
+    got = b.integrate(mesh.pos[:, 0], mode="normal")
+    assert torch.allclose(got, torch.tensor([1.0, -0.5], dtype=torch.float64), atol=1e-14)
+    cp = cell_points(mesh)
+    cells = tag_channels(mesh, ["t=1"], "cells", cp.num_cells)[NORMAL_FIELD]
+    assert torch.isfinite(cells).all() and cells[0].norm() > 0.99
+
+
 # ------------------------------------------------------------------ refusals
 @pytest.mark.parametrize("tag,message", [
     ("wal", r"unknown tag 'wal'; tags in this file: names bottom, domain, inner, left, right, "

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from _meshes import square_mesh
+from _tiny_run import one_line_error
 
 from meshops import cli
 from meshops.cache import (
@@ -392,3 +393,35 @@ def test_an_epoch_reads_in_exactly_num_workers_processes(tmp_path):
     trainer.fit()
     workers = {p.name for p in log.iterdir()} - {str(os.getpid())}   # (the Trainer
     assert len(workers) == 1                            # checks sample 0 itself)
+
+
+def test_a_full_disk_while_caching_is_one_line_and_leaves_no_entry(tmp_path):
+    """Issue 28: writing an entry on a full disk ended in torch.save's "basic_ios::clear:
+    iostream error" traceback. The file-size limit (``ulimit -f``) makes every write
+    past 2 KB fail as a full disk does (EFBIG; Python ignores SIGXFSZ); the entries
+    (about 4 KB) cannot be written."""
+    import resource
+    import subprocess
+    import sys
+
+    data = _folder(tmp_path / "data", 4)
+    cache, out = tmp_path / "cache", tmp_path / "run"
+    argv = [sys.executable, "-m", "meshops", "train", "--data", str(data), "--inputs", "f",
+            "--targets", "u", "--model", "transformer_no", "--model-config", "width=8",
+            "layers=1", "heads=2", "--epochs", "1", "--cache", str(cache), "--workers", "0",
+            "--logger", "none", "--out", str(out)]
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
+
+    done = subprocess.run(argv, preexec_fn=limit, capture_output=True, text=True, timeout=300)
+    err = done.stderr
+    assert done.returncode == 2 and one_line_error(err), err
+    assert f"meshops: error: {cache}: cannot write the cache entry of " in err
+    assert "File too large" in err and "nothing half-written is kept" in err
+    left = [p for p in cache.rglob("*") if p.is_file()]
+    assert [p.name for p in left] == ["meshops-cache.json"], left  # the folder's marker
+    # the same command with room to write builds the cache and trains
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert len(list((cache / SAMPLE).rglob("*.pt"))) == 4

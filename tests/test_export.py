@@ -4,6 +4,7 @@ within 1e-5, loads without meshops operators, and refuses what it cannot do."""
 
 from __future__ import annotations
 
+import sys
 import zipfile
 
 import pytest
@@ -158,3 +159,188 @@ def test_cli_export_errors_are_one_line(run, tmp_path, capsys):
                          str(other)]) == 0
     finally:
         first.with_suffix(".bak").rename(first)
+
+
+def test_cli_export_does_not_replace_a_file_without_overwrite(run, tmp_path, capsys):
+    # issue 28: `export -o FILE` replaced an existing file (predict asks for --overwrite)
+    out, _ = run
+    target = tmp_path / "m.pt2"
+    target.write_bytes(b"the user's file")
+    code = cli.main(["export", str(out), "-o", str(target)])
+    err = capsys.readouterr().err
+    assert code == 2 and one_line_error(err), err
+    assert f"{target}: exists" in err and "--overwrite" in err
+    assert target.read_bytes() == b"the user's file"
+    assert cli.main(["export", str(out), "-o", str(target), "--overwrite"]) == 0
+    assert read_info(target)["target_fields"] == ["u"]
+
+
+def test_cli_export_to_onnx_without_onnxruntime_is_refused(run, tmp_path, capsys, monkeypatch):
+    # issue 28: with onnx but no onnxruntime the file was written unchecked, exit 0
+    out, _ = run
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` fails
+    target = tmp_path / "m.onnx"
+    code = cli.main(["export", str(out), "-o", str(target)])
+    err = capsys.readouterr().err
+    assert code == 2 and one_line_error(err), err
+    assert f"{target}:" in err and "onnxruntime" in err and "nothing written" in err
+    assert not list(tmp_path.iterdir())
+    target.write_bytes(b"kept")
+    assert cli.main(["export", str(out), "-o", str(target), "--overwrite"]) == 2
+    assert target.read_bytes() == b"kept"
+
+
+# ------------------------------------------------- runs of every kind (issue 28)
+def _program_matches_predict(path, run_dir, mesh_file, **inputs):
+    """The exported file against `meshops predict`'s computation (the run's layout:
+    cells, tag channels, parameters) on ``mesh_file``, the file's inputs taken from that
+    sample; ``inputs`` replaces some of them. Returns the sample and the output."""
+    from meshops.inference import RunSpec, load_run, mesh_sample
+    from meshops.io import read_mesh
+    from meshops.layout import SampleLayout
+
+    model, ckpt, meta = load_run(run_dir, "cpu")
+    spec = RunSpec(model, ckpt, meta)
+    layout = SampleLayout.from_run(meta, spec.inputs, spec.targets, model, ckpt)
+    s = mesh_sample(model, spec, layout.view(read_mesh(mesh_file), mesh_file,
+                                             need_targets=False))
+    for k, v in inputs.items():
+        setattr(s, k, v.to(s.x.dtype))
+    info = read_info(path)
+    out = load_exported(path)(*(getattr(s, k) for k in info["inputs"]))
+    _close(out, model.predict(s))
+    return s, out, info
+
+
+def test_cli_export_of_a_cell_run_predicts_at_the_cells(tmp_path, tmp_path_factory, capsys):
+    # issue 28: the program of a cell-target run predicted at the vertices
+    from test_cells import _write_cell_folder
+
+    data = _write_cell_folder(tmp_path_factory.mktemp("cells") / "data", n=3)
+    out = tmp_path / "run"
+    assert cli.main(["train", "--data", str(data), "--inputs", "f", "--targets", "p",
+                     *tiny_args(1)[4:], "--logger", "none", "--out", str(out)]) == 0
+    for name, extra in (("m.pt2", ["--dynamic"]), ("p.onnx", [])):
+        if name.endswith(".onnx"):
+            pytest.importorskip("onnxruntime")
+        assert cli.main(["export", str(out), "-o", str(tmp_path / name), "--mesh",
+                         str(data / "c1.vtu"), *extra]) == 0
+        assert "pos holds the cells' centroids" in capsys.readouterr().out
+        s, y, info = _program_matches_predict(tmp_path / name, out, data / "c1.vtu")
+        from meshops.cells import cell_points
+        from meshops.io import read_mesh
+
+        cp = cell_points(read_mesh(data / "c1.vtu"))
+        assert info["location"] == "cells" and y.shape[0] == cp.num_cells
+        assert torch.allclose(s.pos.double(), torch.from_numpy(cp.centroid).float().double())
+
+
+def test_cli_export_of_a_tags_run(tmp_path, tmp_path_factory, capsys):
+    # issue 28: export of a tags run blamed the mesh file for lacking tag:wall
+    from test_boundary import _write_gmsh_folder
+
+    data = _write_gmsh_folder(tmp_path_factory.mktemp("tags") / "data", n=3)
+    out = tmp_path / "run"
+    assert cli.main(["train", "--data", str(data), "--inputs", "", "--targets", "u",
+                     "--tags", "wall,inlet", *tiny_args(1)[4:], "--logger", "none",
+                     "--out", str(out)]) == 0
+    assert cli.main(["export", str(out), "-o", str(tmp_path / "t.pt2"), "--dynamic"]) == 0
+    _, _, info = _program_matches_predict(tmp_path / "t.pt2", out, data / "s2.msh")
+    assert info["input_fields"] == ["tag:wall", "tag:inlet", "tag:normal"]
+
+
+def test_cli_export_of_a_params_run_takes_the_parameters(tmp_path, tmp_path_factory):
+    # issue 28: export of a --params run failed, suggesting params [B, 1] per batch
+    from _folders import write_folder
+
+    data = write_folder(tmp_path_factory.mktemp("params") / "data", 3)
+    (data / "params.csv").write_text("file,alpha\ns0.vtu,0.5\ns1.vtu,1.0\ns2.vtu,2.0\n")
+    out = tmp_path / "run"
+    assert cli.main(["train", "--data", str(data), *tiny_args(1), "--params", "alpha",
+                     "--logger", "none", "--out", str(out)]) == 0
+    for name in ("p.pt2", "p.onnx"):
+        if name.endswith(".onnx"):
+            pytest.importorskip("onnxruntime")
+        assert cli.main(["export", str(out), "-o", str(tmp_path / name)]) == 0
+        _, y0, info = _program_matches_predict(tmp_path / name, out, data / "s1.vtu")
+        assert info["inputs"] == ["x", "pos", "weight", "params"]
+        assert info["param_fields"] == ["alpha"]
+        # another parameter value: the program follows it as the model does
+        _, y1, _ = _program_matches_predict(tmp_path / name, out, data / "s1.vtu",
+                                            params=torch.tensor([[7.0]]))
+        assert not torch.allclose(y0, y1)
+
+
+@pytest.mark.parametrize("regressor", ["rbf", "gp", "mlp"])
+@pytest.mark.parametrize("suffix", [".pt2", ".onnx"])
+def test_a_reduced_basis_exports_with_its_mesh_built_in(tmp_path, monkeypatch, regressor,
+                                                        suffix):
+    # issue 28: spline and GP raised StopIteration (no parameters), the MLP a guard error
+    if suffix == ".onnx":
+        pytest.importorskip("onnxruntime")
+    from test_reduced_basis import _params, _samples
+
+    from meshops.reduced import fit as fit_module
+    from meshops.reduced.fit import fit_reduced_basis
+
+    monkeypatch.setattr(fit_module, "MLP_EPOCHS", 30)
+    for as_params in (False, True):  # constant input fields, or a vector per sample
+        train = _samples(6, _params(8, 0), as_params)
+        model, _ = fit_reduced_basis(train, _samples(6, _params(3, 1), as_params),
+                                     regressors=(regressor,), members=2)
+        path = tmp_path / f"rb{as_params}{suffix}"
+        info = export_model(model, train[0], path)
+        assert info["fixed_mesh"] and info["points"] == train[0].pos.shape[0]
+        assert info["inputs"] == (["params"] if as_params else ["x"])
+        run, dtype = load_exported(path), getattr(torch, info["dtype"])
+        for s in _samples(6, _params(3, 5), as_params):  # parameters it did not see
+            _close(run(*(getattr(s, k).to(dtype) for k in info["inputs"])), model.predict(s))
+    with pytest.raises(ExportError, match="reduced_basis: the exported program holds"):
+        export_model(model, train[0], tmp_path / "d.pt2", dynamic=True)
+
+
+def test_cli_export_to_onnx_prints_no_warning_of_torch(run, tmp_path, capsys):
+    # issue 28: torch's notice to its own callers (a deprecated isinstance check inside
+    # the ONNX exporter) was printed as "meshops: warning: ...": not the user's concern
+    pytest.importorskip("onnxruntime")
+    out, _ = run
+    for name, extra in (("m.onnx", []), ("d.onnx", ["--dynamic"])):
+        assert cli.main(["export", str(out), "-o", str(tmp_path / name), *extra]) == 0
+        err = capsys.readouterr().err
+        assert "meshops: warning" not in err and "deprecated" not in err, err
+
+
+def test_cli_export_of_a_time_series_run_is_refused_by_name(tmp_path, capsys):
+    # issue 28 (the export capability table): a series run's export failed asking for
+    # --mesh; its next-step model is refused up front, naming why
+    from _series import series_params, write_heat_series
+
+    write_heat_series(tmp_path / "d", series_params(3, seed=2), steps=4, dt=0.02, fmt="pvd")
+    out = tmp_path / "run"
+    assert cli.main(["train", "--series", "--data", str(tmp_path / "d"), "--inputs", "",
+                     "--targets", "u", "--params", "kappa,a", "--model", "transformer_no",
+                     "--model-config", "width=8", "layers=1", "heads=2", "--epochs", "1",
+                     "--logger", "none", "--out", str(out)]) == 0
+    capsys.readouterr()
+    code = cli.main(["export", str(out), "-o", str(tmp_path / "s.pt2")])
+    err = capsys.readouterr().err
+    assert code == 2 and one_line_error(err), err
+    assert "next_step cannot be exported: " in err and "predict --rollout" in err
+    assert not (tmp_path / "s.pt2").exists()
+
+
+def test_cli_export_of_a_parametric_study_run(tmp_path, capsys):
+    # issue 28: the default model of a parametric study (a reduced basis) raised
+    # StopIteration in `meshops export`
+    from test_reduced_basis import _folder, _params
+
+    data = _folder(tmp_path / "data", _params(12, 0))
+    out = tmp_path / "run"
+    assert cli.main(["train", "--data", str(data), "--inputs", "a,b", "--targets", "u",
+                     "--model-config", "regressors=rbf", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert cli.main(["export", str(out), "-o", str(tmp_path / "rb.pt2")]) == 0
+    printed = capsys.readouterr().out
+    assert "wrote " in printed and "reduced_basis, inputs x [N, 2] -> y [N, 1]" in printed
+    _, y, info = _program_matches_predict(tmp_path / "rb.pt2", out, data / "s003.vtu")
+    assert info["fixed_mesh"] and y.shape == (81, 1)

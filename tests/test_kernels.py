@@ -219,6 +219,24 @@ def test_operator_passes_opcheck(dtype, shape, with_bias):
 
 
 @needs_kernel
+def test_backward_fake_has_the_strides_of_the_kernel_for_head_major_views():
+    """Layers pass q, k, v as views [B, H, N, E] of [B, N, H, E] tensors (the heads
+    split off the channels). The backward operator returns fresh contiguous gradients;
+    its fake said "like q", so compiled training of transformer_no failed after half a
+    minute of compiling on "expected ... stride 120==4" (issue 28)."""
+    from torch.library import opcheck
+
+    q, k, v, bias = _inputs(2, 2, 2, 5, 19, 3, 5)
+    q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+    out, lse = torch.ops.meshops.fused_attention(q, k, v, bias, 0.6)
+    grad = torch.randn_like(out)
+    args = (grad, q, k, v, bias, out, lse, 0.6)
+    opcheck(torch.ops.meshops.fused_attention_backward.default, args)
+    real = torch.ops.meshops.fused_attention_backward(*args)
+    assert all(t.is_contiguous() for t in real)
+
+
+@needs_kernel
 def test_compiled_fullgraph_equals_eager():
     """torch.compile traces through the kernel (fullgraph: no graph break), and the
     compiled function and its gradients equal the eager ones."""

@@ -392,3 +392,49 @@ def test_a_series_run_resumes(heat, tmp_path, capsys):
     # another option on resume is refused before anything is written
     code, out, err = _run(argv + ["--epochs", "3", "--resume", "--rollout-train", "3"], capsys)
     assert code == 2 and one_line_error(err) and "--rollout-train is 3 (the run: 2)" in err, err
+
+
+def test_evaluate_json_of_a_rollout_that_fails_is_valid_json(heat, capsys, monkeypatch):
+    # issue 28: a rollout that reaches non-finite values gave inf errors, written as
+    # `Infinity`, which is not JSON
+    import meshops.training.rollout as rollout_module
+
+    root, _ = heat
+    real, calls = rollout_module.rollout, []
+
+    def failing(model, sample):
+        out = real(model, sample)
+        calls.append(1)
+        if len(calls) == 2:   # the second series blows up after its 4th step
+            out[4:] = math.inf
+        return out
+
+    monkeypatch.setattr(rollout_module, "rollout", failing)
+    code, out, err = _run(["evaluate", str(root / "run"), "--data", str(root / "test"),
+                           "--json"], capsys)
+    assert code == 0, err
+
+    def refuse(name):
+        raise AssertionError(f"{name} is not JSON")
+
+    rep = json.loads(out, parse_constant=refuse)
+    model = rep["predictors"]["model"]
+    assert model["errors"][1][:4] == pytest.approx(model["errors"][0][:4], rel=10)
+    assert model["errors"][1][4:] == [None] * 6 and None not in model["errors"][0]
+    assert model["all_steps_mean"] is None and model["steps"][4]["mean"] is None
+    assert model["steps"][4]["worst_series"] == rep["series"][1]
+    assert "null" in rep["note"] and "not finite" in rep["note"]
+
+
+def test_series_training_takes_logger_none(tmp_path, capsys):
+    # issue 28: `--logger none` was refused as an option that does not apply to series
+    write_heat_series(tmp_path / "d", series_params(3, seed=2), steps=4, dt=DT, fmt="pvd")
+    code, out, err = _run(["train", "--series", "--data", str(tmp_path / "d"), "--inputs", "",
+                           "--targets", "u", "--params", "kappa,a", "--model", "transformer_no",
+                           "--model-config", "width=8", "layers=1", "heads=2", "--epochs",
+                           "1", "--logger", "none", "--out", str(tmp_path / "run")], capsys)
+    assert code == 0, err
+    code, out, err = _run(["train", "--series", "--data", str(tmp_path / "d"), "--inputs", "",
+                           "--targets", "u", "--params", "kappa,a", "--logger", "tensorboard",
+                           "--out", str(tmp_path / "r2")], capsys)
+    assert code == 2 and one_line_error(err) and "--logger does not apply" in err, err

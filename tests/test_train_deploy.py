@@ -207,6 +207,26 @@ def test_tensorboard_logs_history_baselines_and_the_median_sample(tmp_path):
     assert errs[logger.median_sample(trainer)] == sorted(errs)[1]
 
 
+def test_tensorboard_logs_the_baselines_of_one_training_sample(tmp_path):
+    # issue 28: the POD + RBF baseline of one training sample raised inside the logger
+    pytest.importorskip("tensorboard")
+    from test_baselines import _fixed_mesh_set  # one mesh, parameters: POD + RBF applies
+
+    from meshops.training.experiment import TensorBoardLogger
+
+    data = _fixed_mesh_set(3, seed=1)
+    seed_everything(0)
+    trainer = Trainer(ToyOperator(2, 2).double(), data[:1], data[1:], epochs=1,
+                      batch_size=1, progress=False, log=None,
+                      callbacks=[TensorBoardLogger(tmp_path / "tb")])
+    trainer.fit()
+    scalars, _ = _tb_scalars(tmp_path / "tb")
+    expected = _expected_baselines(trainer)
+    assert "baseline/nearest_training_sample/l2_mean" in expected
+    for tag, value in expected.items():
+        assert [v for _, v in scalars[tag]] == pytest.approx([value], rel=1e-6)
+
+
 def test_a_figure_that_cannot_be_drawn_only_warns(tmp_path, monkeypatch):
     pytest.importorskip("tensorboard")
     import meshops.plot
@@ -245,6 +265,26 @@ def test_mlflow_logs_metrics_params_and_the_figure(tmp_path):
     assert [a.path for a in client.list_artifacts(logger.run_id, "figures")] == [
         "figures/median_validation_sample_epoch2.png"]
     assert (tmp_path / "art").is_dir()
+
+
+def test_an_mlflow_store_that_cannot_be_used_is_one_error(tmp_path, monkeypatch, capsys):
+    # issue 28: a tracking database that is not one ended `meshops train` in a
+    # sqlalchemy traceback
+    pytest.importorskip("mlflow")
+    from meshops.training.experiment import LoggerError, MLflowLogger
+
+    bad = tmp_path / "bad.db"
+    bad.write_text("not a database")
+    with pytest.raises(LoggerError, match=rf"MLflow: cannot use the tracking store "
+                                          rf"sqlite:///{bad} \(DatabaseError: "):
+        _fit(epochs=1, callbacks=[MLflowLogger(f"sqlite:///{bad}")])
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{bad}")
+    data = _write_dataset(tmp_path / "data", n=4)
+    assert _train(data, tmp_path / "r", "--logger", "mlflow") == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) and f"--logger mlflow: MLflow: cannot use the tracking store " \
+        f"sqlite:///{bad}" in err, err
+    assert bad.read_text() == "not a database"
 
 
 # ----------------------------------------------------------------------- the CLI

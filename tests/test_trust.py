@@ -129,6 +129,69 @@ def test_mesh_independence_of_a_pointwise_and_a_mesh_counting_model():
     assert rep["coarsened"]["change"] == pytest.approx((n - nc) / n, rel=1e-6)
 
 
+@register_model("_test_times_params")
+class _TimesParams(NeuralOperator):
+    """``x * params[0]``: pointwise (mesh independent) and conditioned on a parameter."""
+
+    def __init__(self, in_channels: int = 1, out_channels: int = 1):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(()))
+
+    def forward(self, data):
+        return data.x * self.scale * data.params.reshape(-1)[0]
+
+
+def test_refined_and_coarsened_copies_keep_the_parameters():
+    # issue 28: `evaluate --refine` on a --params run: the copies lost the parameters
+    pts, cells = square_mesh(4, "triangle")
+    mesh = mesh_from_arrays(pts, cells, {"f": _linear(pts), "u": 2.5 * _linear(pts)})
+    mesh.params = torch.tensor([[2.5]], dtype=torch.float64)
+    assert torch.equal(refine_mesh(mesh).params, mesh.params)
+    assert torch.equal(coarsen_points(mesh)[0].params, mesh.params)
+    model = _TimesParams().double()
+    rep = mesh_independence(model, _spec(model), mesh)
+    assert rep["error"] == pytest.approx(0, abs=1e-15)
+    assert rep["refined"]["change"] == 0 and rep["coarsened"]["change"] == 0
+    assert rep["refined"]["error"] == pytest.approx(0, abs=1e-7)
+
+
+def test_refine_refuses_a_point_cloud_stored_with_vertex_cells():
+    # issue 28: a cloud read from a file has one vertex cell per point; "refining" it
+    # changed nothing and reported change 0, perfect mesh independence
+    pts = np.random.default_rng(0).random((12, 2))
+    cloud = mesh_from_arrays(pts, [("vertex", np.arange(12)[:, None])],
+                             {"meshops:weight": np.full(12, 1 / 12)}, source="c.vtu")
+    with pytest.raises(MeshError, match=r"c\.vtu: no cells to refine \(a point cloud"):
+        refine_mesh(cloud)
+
+
+def test_evaluate_refine_refuses_point_clouds_and_cell_runs(tmp_path, capsys):
+    from _tiny_run import one_line_error
+    from test_cells import _write_cell_folder
+
+    clouds = tmp_path / "clouds"
+    clouds.mkdir()
+    rng = np.random.default_rng(1)
+    for k in range(3):
+        pts = rng.random((30, 2))
+        write_mesh(clouds / f"p{k}.vtu", mesh_from_arrays(
+            pts, [], {"f": _linear(pts), "u": k + _linear(pts),
+                      "meshops:weight": np.full(30, 1 / 30)}))
+    cells = _write_cell_folder(tmp_path / "cells", n=3)
+    for data, targets, message in (
+            (clouds, "u", f"{clouds / 'p0.vtu'}: no cells to refine (a point cloud"),
+            (cells, "p", "--refine: the targets of this run are cell data")):
+        out = tmp_path / f"run_{data.name}"
+        assert cli.main(["train", "--data", str(data), "--inputs", "f", "--targets", targets,
+                         *tiny_args(1)[4:], "--logger", "none", "--out", str(out)]) == 0
+        capsys.readouterr()
+        code = cli.main(["evaluate", str(out), "--data", str(data), "--refine",
+                         "--no-baselines"])
+        err = capsys.readouterr().err
+        assert code == 2 and one_line_error(err) and message in err, err
+        assert "point cloud" not in err or data is clouds
+
+
 # ---------------------------------------------------------- distance to training
 def _param_samples(values):
     pts, cells = square_mesh(3, "triangle")
@@ -159,6 +222,47 @@ def test_distance_in_training_spreads_and_extrapolation_by_range():
     # the metadata round trip keeps everything
     again = TrainingSet.from_dict(json.loads(json.dumps(ts.to_dict())))
     assert again.distance(inside) == d
+
+
+def _rectangle(width: float, n: int, kind: str = "mixed"):
+    """[0, width] x [0, 1] with n x n cells, the interior nodes perturbed."""
+    pts, cells = square_mesh(n, kind, amount=0.2, seed=n)
+    return mesh_from_arrays(pts * [width, 1.0], cells, {})
+
+
+def test_the_same_shapes_meshed_finer_do_not_extrapolate():
+    # issue 28: "rms radius y = 0.118843 is outside the training range [0.118931,
+    # 0.119929]": the lumped quadrature overestimates second moments by O(h^2), more
+    # than this family's spread, so the same shapes meshed finer fell outside the range
+    widths = np.linspace(1.0, 1.02, 5)
+    ts = TrainingSet.from_samples([_rectangle(a, 6) for a in widths])
+    for a in widths:
+        for fine in (_rectangle(a, 12), _rectangle(a, 24, "triangle"),
+                     refine_mesh(_rectangle(a, 6))):
+            d = ts.distance(fine)
+            assert not d["extrapolates"], (a, d["reasons"])
+    # outside: wider than any training shape by a fifth of a cell (the extent, exact on
+    # any mesh, says so), and clearly wider (the RMS radius too, beyond its bound)
+    near = ts.distance(_rectangle(1.02 + 0.2 / 6, 12))
+    assert "extent x = 1.05333 is outside the training range [1, 1.02]" in near["reasons"]
+    for n in (6, 24):
+        d = ts.distance(_rectangle(1.3, n))
+        assert d["extrapolates"] and any(r.startswith("rms radius x = ") for r in d["reasons"])
+
+
+def test_the_discretisation_bound_of_the_rms_radius_holds():
+    # the bound the range is widened by (meshops.trust.geometry_tolerance) against the
+    # rms radius's true error (exact: width / sqrt(12) for x, 1 / sqrt(12) for y): at
+    # least the error, and not more than 8x it
+    from meshops.trust import geometry_tolerance
+
+    for n in (4, 8, 16):
+        for kind in ("quad", "triangle", "mixed"):
+            s = _rectangle(1.5, n, kind)
+            g, tol = describe(s)[1], geometry_tolerance(s)
+            err = np.abs(g[5:7] - np.array([1.5, 1.0]) / 12 ** 0.5)
+            assert np.all(err <= tol[5:7]) and np.all(tol[5:7] <= 8 * err), (n, kind)
+            assert np.all(tol[:5] == 0)  # measure, centroid, extent: exact on straight cells
 
 
 def test_without_params_the_weighted_input_means_are_the_parameters():

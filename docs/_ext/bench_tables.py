@@ -190,6 +190,12 @@ def generate(out_dir: Path, results: Path = RESULTS) -> list[Path]:
                                         + markdown_table(acc))
         every += [f"## `{f.name}`", "", pages[f"accuracy-{name}.md"]]
     pages["accuracy-all.md"] = "\n".join(every)
+    return write_pages(out_dir, pages)
+
+
+def write_pages(out_dir: Path, pages: dict[str, str]) -> list[Path]:
+    """Write ``{file name: text}`` into ``out_dir``, leaving unchanged files alone (no
+    rebuild of the pages that include them); returns the paths."""
     written = []
     for name, text in pages.items():
         path = out_dir / name

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from meshops import inference  # predict_mesh through its module: tests replace it there
 from meshops.cli import trust_reports
-from meshops.cli._common import RAW, device_or_error, optional_names, progress, wrap
+from meshops.cli._common import RAW, CLIError, device_or_error, optional_names, progress, wrap
 from meshops.cli.folder import folder_dataset, training_samples
 from meshops.cli.integrals import (
     boundary_integrals,
@@ -121,6 +121,21 @@ def _training_overlap(meta: dict, data, files) -> str:
             f"run" if overlap else "")
 
 
+#: Why ``--refine`` is refused for cell targets (see :mod:`meshops.refine`).
+REFINE_CELLS = ("--refine: the targets of this run are cell data; the check compares the "
+                "predictions at the points a mesh and its refinement share, and refined cells "
+                "share no centroid with the original ones: evaluate without --refine")
+
+
+def _run_layout(args, meta: dict, spec, model, ckpt) -> SampleLayout:
+    """The run's layout, as in training (points or cells, parameters, boundary tags);
+    ``--refine`` is refused for cell targets (:data:`REFINE_CELLS`)."""
+    layout = SampleLayout.from_run(meta, spec.inputs, spec.targets, model, ckpt)
+    if args.refine and layout.location == "cells":
+        raise CLIError(REFINE_CELLS)
+    return layout
+
+
 def cmd_evaluate(args) -> int:
     import torch
 
@@ -134,8 +149,7 @@ def cmd_evaluate(args) -> int:
 
         return evaluate_series(args, model, ckpt, meta)
     spec = RunSpec(model, ckpt, meta, optional_names(args.inputs), optional_names(args.targets))
-    # as in training: points or cells, parameters, boundary tags
-    layout = SampleLayout.from_run(meta, spec.inputs, spec.targets, model, ckpt)
+    layout = _run_layout(args, meta, spec, model, ckpt)
     integrals = [parse_integral(t, spec.targets, spec.shapes) for t in args.integral or []]
     ds = folder_dataset(args.data, layout.inputs, spec.targets, torch.float64, layout)
     names = [Path(f).name for f in ds.files]
@@ -328,7 +342,8 @@ def add_parser(sub) -> None:
     p.add_argument("--refine", action="store_true",
                    help="mesh-independence check: predict again on a uniformly refined and "
                    "a coarsened copy of each mesh (fields interpolated) and report how far "
-                   "the prediction moves (meshops.refine)")
+                   "the prediction moves (meshops.refine); meshes with cells and runs "
+                   "whose targets are point data")
     p.add_argument("--inputs", help="input fields, for checkpoints that do not record them")
     p.add_argument("--targets", help="target fields, for checkpoints that do not record them")
     p.add_argument("--integral", action="append", metavar="TAG:FIELD",

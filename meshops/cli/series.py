@@ -67,9 +67,11 @@ def _warn_other_dt(series, meta: dict) -> None:
 
 
 # ---------------------------------------------------------------------- training
-#: Options of meshops train that a time-series run does not take, with their defaults.
-_NOT_FOR_SERIES = {"tags": [], "ensemble": 1, "lazy": None, "cache": None, "workers": None,
-                   "compile": False, "checkpoint_blocks": False, "logger": None}
+#: Options of meshops train that a time-series run does not take, with the values that
+#: leave them off (their defaults; ``--logger none`` too).
+_NOT_FOR_SERIES = {"tags": ([],), "ensemble": (1,), "lazy": (None,), "cache": (None,),
+                   "workers": (None,), "compile": (False,), "checkpoint_blocks": (False,),
+                   "logger": (None, [])}
 
 
 def train_series(cfg, args, dtype, resumed: dict | None) -> int:
@@ -97,7 +99,7 @@ def train_series(cfg, args, dtype, resumed: dict | None) -> int:
         series_statistics,
     )
 
-    given = [k for k, default in _NOT_FOR_SERIES.items() if getattr(cfg, k) != default]
+    given = [k for k, off in _NOT_FOR_SERIES.items() if getattr(cfg, k) not in off]
     if given:
         raise CLIError(f"train --series: {', '.join('--' + k.replace('_', '-') for k in given)} "
                        f"{'does' if len(given) == 1 else 'do'} not apply to time series")
@@ -397,10 +399,30 @@ def evaluate_series(args, model, ckpt, meta) -> int:
         _plot_horizon(report, args.plot, f"{ckpt} on {args.data}")
         report["plot"] = str(args.plot)
     if args.json:
-        print(json.dumps(report))
+        print(json.dumps(_json_report(report)))
         return 0
     _print_horizon(report)
     return 0
+
+
+def _json_report(report: dict) -> dict:
+    """``report`` with its non-finite numbers as null (JSON has no ``Infinity``), and a
+    note saying so when there were any: an infinite error is a rollout that reached
+    non-finite values."""
+    from meshops.cli.trust_reports import json_number
+
+    def finite(v) -> bool:
+        if isinstance(v, dict):
+            return all(finite(x) for x in v.values())
+        if isinstance(v, (list, tuple)):
+            return all(finite(x) for x in v)
+        return not isinstance(v, float) or math.isfinite(v)
+
+    out = json_number(report)
+    if not finite(report):
+        out["note"] = ("null marks an error or statistic that is not finite: a rollout "
+                       "reached non-finite values (the model failed on that series)")
+    return out
 
 
 def _times(series, start: int, h: int) -> list[float]:

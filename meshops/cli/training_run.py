@@ -176,10 +176,16 @@ def _trainer(args, cfg, model, train_samples, val_samples, metadata: dict, main_
 
 def _fit(trainer, args) -> list:
     """``trainer.fit()``, its failures as one line."""
+    from meshops.training.experiment import LoggerError
+
     try:
         return trainer.fit()
     except FloatingPointError as e:
         raise CLIError(str(e)) from None
+    except LoggerError as e:  # before the first epoch: nothing trained is lost
+        raise CLIError(f"--logger {e.logger}: {e}; repair or remove it, set "
+                       f"MLFLOW_TRACKING_URI to another store, or choose another --logger") \
+            from None
     except CheckpointError as e:  # a damaged, truncated or malicious RUN/last.pt
         raise CLIError(str(e)) from None
     except ValueError as e:

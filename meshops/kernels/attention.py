@@ -328,7 +328,10 @@ def _backward(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tens
 def _backward_fake(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor],
                    out: Tensor, lse: Tensor, scale: float
                    ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+    # contiguous, as _backward returns them: not empty_like, which keeps the strides of
+    # a head-major view [B, H, N, E] of a [B, N, H, E] tensor, and compiled code would
+    # then index the real gradients with the wrong strides
+    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
             q.new_empty(q.shape[0], k.shape[2]))
 
 

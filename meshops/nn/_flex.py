@@ -16,12 +16,16 @@ SDPA path uses loses ``\lambda R^2 \cdot 2^{-8}`` to cancellation in bf16).
 What torch 2.13 supports, and what this module therefore accepts:
 
 * CUDA (Triton): forward and backward, gradients to ``q, k, v`` and to the captured
-  ``log w``, ``\lambda`` and positions; float16, bfloat16, float32 (float64 when asked
-  for explicitly; ``"auto"`` never picks it for float64).  Head widths below 16 are
-  zero-padded to 16 (``tl.dot`` needs 16); widths above :data:`MAX_HEAD_DIM` are refused.
+  ``log w``, ``\lambda`` and positions; float16, bfloat16, float32, float64.  Head
+  widths below 16 are zero-padded to 16 (``tl.dot`` needs 16); widths above
+  :data:`MAX_HEAD_DIM` are refused.
 * CPU (C++ template): forward only (its backward raises ``NotImplementedError``),
   float32, bfloat16, float16; every new shape is a new compilation (dynamic shapes
-  fail to build there).  Useful for tests and inference, never chosen automatically.
+  fail to build there).  Useful for tests and inference.
+
+``impl="auto"`` never chooses FlexAttention: its gradients have not yet run on a GPU
+(the CUDA tests of ``tests/test_nn_flex.py`` skip without one), and an untested path
+is not a default. It is opt-in (``impl="flex"``) until a GPU run passes them.
 
 Not supported: attention dropout.  The compiled function is built once per device
 type; under an enclosing :func:`torch.compile` the operator is traced directly.
@@ -35,15 +39,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-__all__ = ["FLEX_MIN_SCORES", "MAX_HEAD_DIM", "auto_fallback", "auto_rule", "flex_available",
-           "flex_unsupported", "flex_preferred", "flex_weighted_attention", "flex_distance_attention"]
-
-#: ``impl="auto"`` picks FlexAttention on CUDA when one (batch, head) has at least this
-#: many scores (``N_q * N_k``): below it PyTorch's SDPA kernels are fast enough that
-#: FlexAttention's first-call compilation (seconds per new shape family) is not repaid.
-#: Provisional: set from ``python -m benchmarks --device cuda --only gpu``, which times
-#: both paths side by side (docs/gpu.md); not yet measured on a GPU.
-FLEX_MIN_SCORES = 1 << 24
+__all__ = ["MAX_HEAD_DIM", "flex_available", "flex_unsupported", "flex_weighted_attention",
+           "flex_distance_attention"]
 
 #: The narrowest head FlexAttention's CUDA kernel takes (``tl.dot``); narrower heads
 #: are zero-padded to it (zeros change no score and no output).
@@ -53,12 +50,7 @@ MIN_HEAD_DIM = 16
 #: rows this wide in registers/shared memory).
 MAX_HEAD_DIM = 256
 
-#: Why ``impl="auto"`` stopped choosing FlexAttention in this process (its compilation
-#: failed once: a GPU or driver Triton cannot build for), or None.
-AUTO_DISABLED: Optional[str] = None
-
 _LOW = (torch.float16, torch.bfloat16)
-_AUTO_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _CPU_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _COMPILED: dict = {}
 
@@ -106,38 +98,6 @@ def flex_unsupported(q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0,
         if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
             return "FlexAttention on the CPU has no backward (torch raises NotImplementedError)"
     return None
-
-
-def auto_rule(device: torch.device, dtype: torch.dtype, scores: int) -> bool:
-    """The ``impl="auto"`` rule for FlexAttention: a CUDA device, float16, bfloat16 or
-    float32, and at least :data:`FLEX_MIN_SCORES` scores (``N_q * N_k``) per batch
-    entry and head."""
-    return (AUTO_DISABLED is None and torch.device(device).type == "cuda"
-            and dtype in _AUTO_DTYPES and scores >= FLEX_MIN_SCORES)
-
-
-def auto_fallback(flex_call, other_call):
-    """``flex_call()``, chosen by ``impl="auto"``; if FlexAttention fails to compile or
-    run, warn once, stop choosing it in this process (:data:`AUTO_DISABLED`) and return
-    ``other_call()`` instead.  Under an enclosing ``torch.compile`` a failure surfaces
-    there and is not caught."""
-    global AUTO_DISABLED
-    if torch.compiler.is_compiling():
-        return flex_call()
-    try:
-        return flex_call()
-    except Exception as exc:  # noqa: BLE001 - any compiler or kernel failure
-        AUTO_DISABLED = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-        warnings.warn(f"FlexAttention failed ({AUTO_DISABLED}); impl='auto' uses SDPA from "
-                      f"now on in this process (impl='flex' still tries it)", RuntimeWarning,
-                      stacklevel=3)
-        return other_call()
-
-
-def flex_preferred(q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0) -> bool:
-    """:func:`auto_rule` for attention inputs, and FlexAttention able to take them."""
-    return (auto_rule(q.device, q.dtype, q.shape[-2] * k.shape[-2])
-            and flex_unsupported(q, k, v, dropout_p) is None)
 
 
 def _flex_fn(device_type: str, compiled: bool):

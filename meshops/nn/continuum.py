@@ -62,8 +62,8 @@ class ContinuumAttention(GlobalAttentionBase):
       tensor, so the GPU keeps a fused kernel); CUDA forward and backward, CPU forward
       only; no attention dropout (docs/gpu.md).
     * ``"auto"`` (default): ``"fused"`` where it applies (see above, and the kernel
-      could be built), else ``"flex"`` on CUDA for large inputs
-      (:func:`meshops.nn._flex.auto_rule`), else ``"sdpa"``.
+      could be built), else ``"sdpa"``; never ``"flex"``, whose gradients have not yet
+      run on a GPU (opt-in).
     * ``"naive"``: the explicit softmax reference (quadratic memory).
 
     The choice is made by :func:`meshops.nn.functional.weighted_attention`.

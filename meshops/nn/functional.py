@@ -25,11 +25,11 @@ i.e. softmax attention whose normalising sum is a quadrature with weights
   backward; CPU forward only (torch 2.13), float32/bfloat16/float16; no dropout.
 * ``"naive"``: the explicit ``[B, H, N_q, N_k]`` softmax (reference; also used
   for empty inputs, where it keeps the autograd graph).
-* ``"auto"`` (default): ``"fused"`` where it applies (CPU), else ``"flex"`` on CUDA
-  when :func:`meshops.nn._flex.flex_preferred` holds (float16/bfloat16/float32, no
-  dropout, at least :data:`~meshops.nn._flex.FLEX_MIN_SCORES` scores per batch entry
-  and head), else ``"sdpa"`` (also under :func:`torch.compile`: the fused kernel is a
-  registered operator and FlexAttention a higher-order operator the compiler traces).
+* ``"auto"`` (default): ``"fused"`` where it applies (CPU), else ``"sdpa"`` (also
+  under :func:`torch.compile`: the fused kernel is a registered operator the compiler
+  traces). Never ``"flex"``: its gradients have not yet run on a GPU (the CPU has no
+  FlexAttention backward to test them against), and an untested path is not a
+  default; ask for it with ``impl="flex"``.
 
 Layers do not import :mod:`meshops.kernels`; this module does.
 """
@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from meshops.kernels.attention import fused_attention, fused_attention_supported
-from meshops.nn._flex import auto_fallback, flex_preferred, flex_weighted_attention
+from meshops.nn._flex import flex_weighted_attention
 
 __all__ = ["IMPLS", "KERNEL_LIMIT", "materialise_kernel", "weighted_attention"]
 
@@ -72,10 +72,7 @@ def choose_impl(q: Tensor, k: Tensor, v: Tensor, log_w: Tensor, impl: str = "aut
         # the fused kernel is a registered operator (torch.ops.meshops), which
         # torch.compile traces through like any other
         fused = dropout_p == 0 and fused_attention_supported(q, k, v, log_w)
-        if fused:
-            impl = "fused"
-        else:
-            impl = "flex" if flex_preferred(q, k, v, dropout_p) else "sdpa"
+        impl = "fused" if fused else "sdpa"
     if impl == "sdpa" and ((log_w.requires_grad and torch.is_grad_enabled())
                            or k.shape[1] != q.shape[1] or v.shape[1] != q.shape[1]
                            or v.shape[-1] != q.shape[-1]):
@@ -105,13 +102,8 @@ def weighted_attention(q: Tensor, k: Tensor, v: Tensor, log_w: Tensor,
         ValueError: an unknown ``impl``, ``impl="fused"`` with dropout, or
             ``impl="flex"`` on inputs FlexAttention cannot take (the reason is named).
     """
-    chosen = choose_impl(q, k, v, log_w, impl, dropout_p)
+    impl = choose_impl(q, k, v, log_w, impl, dropout_p)
     s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    if chosen == "flex" and impl == "auto":
-        return auto_fallback(
-            lambda: flex_weighted_attention(q, k, v, log_w, scale=s),
-            lambda: weighted_attention(q, k, v, log_w, s, dropout_p, impl="auto"))
-    impl = chosen
     if impl == "fused":
         if dropout_p > 0:
             raise ValueError("impl='fused' has no attention dropout; use impl='sdpa' "

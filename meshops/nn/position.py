@@ -26,13 +26,7 @@ from torch import Tensor
 
 from meshops._checks import check_pos, checking
 from meshops.nn import functional
-from meshops.nn._flex import (
-    MAX_HEAD_DIM,
-    auto_fallback,
-    auto_rule,
-    flex_available,
-    flex_distance_attention,
-)
+from meshops.nn._flex import flex_distance_attention
 from meshops.nn._utils import as_pair, safe_log
 from meshops.nn.base import (
     AttentionBase,
@@ -265,13 +259,6 @@ def _expanded_attention(pos_src: Tensor, pos_dst: Tensor, weight: Tensor, lam: T
     return _unshare(out, v.shape[0], v.shape[-1], shared)
 
 
-def _flex_auto(v: Tensor, scores: int) -> bool:
-    """``impl="auto"`` takes FlexAttention's exact-distance kernel for ``v [B, Ns, H, c]``
-    (:func:`meshops.nn._flex.auto_rule`, per-head width at most ``MAX_HEAD_DIM``)."""
-    return (auto_rule(v.device, v.dtype, scores) and v.shape[-1] <= MAX_HEAD_DIM
-            and flex_available(v.device))
-
-
 # ------------------------------------------- lambda and values (shared with local.py)
 def lam_init_values(lam_init: Union[float, Sequence[float]], heads: int) -> list:
     """Initial :math:`\\lambda` per head from one value or one per head (validated)."""
@@ -423,10 +410,9 @@ class PositionAttention(PositionParameters, GlobalAttentionBase):
       most 256;
     * ``"auto"`` (default): ``"kernel"`` when the kernel has at most
       :data:`meshops.nn.functional.KERNEL_LIMIT` entries (``heads * N_dst * N_src``,
-      times the batch size unless the mesh is shared), else ``"flex"`` on CUDA at
-      ``N_dst * N_src >=`` :data:`meshops.nn._flex.FLEX_MIN_SCORES` (float16,
-      bfloat16, float32), else ``"fused"`` where it applies, else ``"sdpa"``
-      (:func:`meshops.nn.functional.weighted_attention`).
+      times the batch size unless the mesh is shared), else ``"fused"`` where it
+      applies, else ``"sdpa"`` (:func:`meshops.nn.functional.weighted_attention`);
+      never ``"flex"``, whose gradients have not yet run on a GPU (opt-in).
 
     Either way the cost is ``heads * N_dst * N_src`` exponentials per call (per sample
     unless the mesh is shared; timings: ``python -m benchmarks --only layers``).
@@ -559,6 +545,4 @@ class PositionAttention(PositionParameters, GlobalAttentionBase):
 
         if impl == "flex":
             return flex()
-        if impl == "auto" and _flex_auto(v, nd * ns):
-            return auto_fallback(flex, expanded)
         return expanded()

@@ -303,7 +303,8 @@ def pod_rbf_baseline(train: Sequence, test: Sequence,
         A :class:`BaselineResult` whose ``note`` gives the rank, the captured energy
         and the parameters used; not available (``"n/a: ..."``) when the samples do
         not correspond point by point, have no parameter vector, or their parameters
-        do not determine an interpolant (e.g. repeated parameter vectors).
+        do not determine an interpolant (one training sample, repeated parameter
+        vectors).
 
     Shapes:
         train ``y [M, C]``, ``params [1, K]``; test likewise -> errors ``[T]``
@@ -315,6 +316,9 @@ def pod_rbf_baseline(train: Sequence, test: Sequence,
     how, why = correspondence(list(train) + list(test)) if train and test else (None, "")
     if how is None:
         return _not_available(name, train, test, why)
+    if len(train) < 2:  # one snapshot has no modes to decompose into
+        return BaselineResult(name, None, note=f"n/a: a POD needs at least 2 training "
+                                               f"samples, got {len(train)}")
     p_tr, source = sample_parameters(train)
     p_te, _ = sample_parameters(test)
     if p_tr is None or p_te is None or p_te.shape[1] != p_tr.shape[1]:

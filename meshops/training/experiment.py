@@ -35,7 +35,8 @@ import torch
 
 from meshops.training.callbacks import Callback
 
-__all__ = ["ExperimentLogger", "MLflowLogger", "TensorBoardLogger", "available", "require"]
+__all__ = ["ExperimentLogger", "LoggerError", "MLflowLogger", "TensorBoardLogger", "available",
+           "require"]
 
 #: The pip package that provides each logger.
 PACKAGES = {"tensorboard": "tensorboard", "mlflow": "mlflow-skinny"}
@@ -63,6 +64,19 @@ def require(name: str) -> None:
     except ImportError as e:
         raise ImportError(f"the {name} logger needs the {PACKAGES[name]} package "
                           f"(pip install {PACKAGES[name]}): {e}") from None
+
+
+class LoggerError(RuntimeError):
+    """A logger that cannot start (e.g. an MLflow tracking store that is not a
+    database); the message names the logger and its store, in one line.
+
+    Attributes:
+        logger: The logger's name (``"mlflow"``).
+    """
+
+    def __init__(self, logger: str, message: str) -> None:
+        super().__init__(message)
+        self.logger = logger
 
 
 def _flat(config: Mapping, prefix: str = "") -> dict[str, Any]:
@@ -293,11 +307,18 @@ class MLflowLogger(ExperimentLogger):
 
         if self.tracking_uri is not None:
             mlflow.set_tracking_uri(self.tracking_uri)
-        exp = mlflow.get_experiment_by_name(self.experiment)
-        exp_id = (exp.experiment_id if exp is not None else
-                  mlflow.create_experiment(self.experiment,
-                                           artifact_location=self.artifact_location))
-        self.run_id = mlflow.start_run(experiment_id=exp_id, run_name=self.run_name).info.run_id
+        try:
+            exp = mlflow.get_experiment_by_name(self.experiment)
+            exp_id = (exp.experiment_id if exp is not None else
+                      mlflow.create_experiment(self.experiment,
+                                               artifact_location=self.artifact_location))
+            self.run_id = mlflow.start_run(experiment_id=exp_id,
+                                           run_name=self.run_name).info.run_id
+        except Exception as e:  # noqa: BLE001 - MLflow's and its database drivers' errors
+            first = (str(e).strip().splitlines() or [""])[0]
+            raise LoggerError("mlflow", f"MLflow: cannot use the tracking store "
+                              f"{mlflow.get_tracking_uri()} ({type(e).__name__}: {first})") \
+                from None
 
     def _scalars(self, values, step) -> None:
         import mlflow
