@@ -2,10 +2,11 @@
 run must keep.
 
 * A new run writes into ``--out`` only when the folder is absent, empty, or holds a
-  meshops run of the same config that never saved a ``last.pt`` (a relaunch of a
-  run that stopped before its first epoch ended). Anything else (a folder of other
-  files, or another run) is refused unless ``--overwrite``; no other run's
-  ``best.pt`` is replaced without it.
+  meshops run of the same config that saved no model (no ``best.pt``, no
+  ``last.pt``: a relaunch of a run that stopped before its first epoch ended).
+  Anything else (a folder of other files, another run, or a finished run of any
+  model, a reduced basis too, which writes no ``last.pt``) is refused unless
+  ``--overwrite``; no ``best.pt`` is replaced without it.
 * ``--resume`` continues exactly the run in ``last.pt``: every option must stay as
   it was, except ``--epochs`` (only without a learning-rate schedule), ``--minutes``
   (which only picks the epoch count of a new run) and ``--device``. A changed one is
@@ -119,7 +120,8 @@ def recorded_config(out: Path) -> dict | None:
 
 def check_out_folder(out: Path, cfg: TrainConfig, overwrite: bool) -> None:
     """Refuse to start a new run in ``out`` unless it is absent, empty, or a run of the
-    same config without ``last.pt``; ``overwrite`` allows any folder."""
+    same config that saved no model (neither ``last.pt`` nor ``best.pt``);
+    ``overwrite`` allows any folder."""
     if overwrite or not out.is_dir():
         return
     entries = sorted(p.name for p in out.iterdir())
@@ -129,6 +131,8 @@ def check_out_folder(out: Path, cfg: TrainConfig, overwrite: bool) -> None:
     if (out / "last.pt").exists():
         raise CLIError(f"{out}: already holds a training run (last.pt); pass --resume to "
                        f"continue it, --overwrite to replace it, or choose another --out")
+    if (out / "best.pt").exists():  # a finished run; a reduced basis writes no last.pt
+        raise CLIError(f"{out}: already holds a trained model (best.pt); {hint}")
     recorded = recorded_config(out)
     if recorded is None:
         shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
