@@ -59,3 +59,53 @@ def test_the_same_train_again_does_not_replace_a_finished_reduced_basis(tmp_path
     code, _, err = run_cli(capsys, plain)
     assert code == 2 and "already holds a trained model (best.pt)" in err, err
     assert folder_bytes(tmp_path / "plain") == before
+
+
+# ------------------------------------------------------------ one run at a time
+def _hold_lock(out: Path):
+    """Another process holding the run folder's lock until its stdin closes."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from pathlib import Path; from meshops.cli.run_lock import run_lock\n"
+            "with run_lock(Path(sys.argv[1])):\n"
+            "    print('held', flush=True); sys.stdin.read()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(out)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_run_on_a_locked_run_folder_is_refused(tmp_path, capsys):
+    """The issue's case: a run (seed 0) still training, and the same folder trained again
+    with --overwrite and seed 7. The second is refused, naming the folder and the pid of
+    the first, and touches nothing; once the first has ended the folder is free."""
+    data, run = write_study(tmp_path / "data"), tmp_path / "run"
+    code, _, err = run_cli(capsys, reduced_args(data, run))
+    assert code == 0, err
+    before = folder_bytes(run)
+    holder = _hold_lock(run)
+    try:
+        code, out, err = run_cli(capsys, reduced_args(data, run, "--overwrite", "--seed", "7"))
+        assert code == 2 and one_line_error(err) and out == "", err
+        assert f"{run}: another meshops train (pid {holder.pid}) is writing this run " \
+               f"folder" in err
+        assert {k: v for k, v in folder_bytes(run).items() if not k.startswith(".")} == before
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert folder_bytes(run) == before      # the holder leaves no lock file behind
+    code, _, err = run_cli(capsys, reduced_args(data, run, "--overwrite", "--seed", "7"))
+    assert code == 0, err
+    assert sorted(p.name for p in run.iterdir()) == ["best.pt", "config.yaml", "history.json"]
+
+
+def test_a_refused_run_on_a_new_folder_leaves_no_folder(tmp_path, capsys):
+    """The lock is taken in a folder made for it; a run refused after that (here: its
+    data is no parametric study) removes the folder again."""
+    data = write_study(tmp_path / "data")
+    out = tmp_path / "new" / "run"
+    code, _, err = run_cli(capsys, ["train", "--data", data, "--inputs", "", "--targets", "u",
+                                    "--model", "reduced_basis", "--out", out])
+    assert code == 2 and one_line_error(err) and "needs a parametric study" in err, err
+    assert not (tmp_path / "new").exists()

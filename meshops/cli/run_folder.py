@@ -20,6 +20,7 @@ from pathlib import Path
 
 from meshops.cli._common import CLIError
 from meshops.cli.config import RUN_CONFIG, TrainConfig
+from meshops.cli.run_lock import LOCK_FILES
 
 # What a run of ``meshops train`` writes (removed by --overwrite before a new run, so
 # that a run never leaves another's best.pt behind).
@@ -124,7 +125,8 @@ def check_out_folder(out: Path, cfg: TrainConfig, overwrite: bool) -> None:
     ``overwrite`` allows any folder."""
     if overwrite or not out.is_dir():
         return
-    entries = sorted(p.name for p in out.iterdir())
+    # the lock of this run (meshops.cli.run_lock) is no content
+    entries = sorted(p.name for p in out.iterdir() if p.name not in LOCK_FILES)
     if not entries:
         return
     hint = "pass --overwrite to replace it, or choose another --out"

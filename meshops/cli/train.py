@@ -19,6 +19,7 @@ from meshops.cli.run_folder import (
     clear_run_files,
     recorded_config,
 )
+from meshops.cli.run_lock import run_lock
 from meshops.cli.training_run import (
     build_model,
     check_writable_folder,
@@ -148,13 +149,23 @@ class _TrainData:
 def cmd_train(args) -> int:
     """``meshops train``: the config, the data, the options chosen from the data, the
     model, then the training (or the fit of a reduced basis; time series in
-    :mod:`meshops.cli.series`)."""
+    :mod:`meshops.cli.series`), holding the run folder's lock
+    (:mod:`meshops.cli.run_lock`)."""
+    cfg = _resolve_config(args)
+    if args.dry_run or not is_main_rank():  # writes nothing, or only what rank 0 says
+        return _train(args, cfg)
+    # One run at a time in a folder, from its first look at it to its last write.
+    with run_lock(Path(cfg.out)):
+        return _train(args, cfg)
+
+
+def _train(args, cfg: TrainConfig) -> int:
+    """:func:`cmd_train` from the resolved config on."""
     import torch
 
     from meshops.training import RelativeLpLoss
     from meshops.training.seed import seed_everything
 
-    cfg = _resolve_config(args)
     main_rank = is_main_rank()
     out = Path(cfg.out)
     resumed = None if args.dry_run else _check_run_folder(args, cfg, out)
@@ -347,7 +358,9 @@ The run folder gets best.pt (lowest validation error; the final model without
 validation data), last.pt (resumable state), history.json (per-epoch losses and
 metrics) and config.yaml (the resolved config, usable as --config). Checkpoints
 record the absolute data folder and a fingerprint of its files (docs/trust.md).
-A non-empty --out that is not a run of the same config needs --overwrite.
+A non-empty --out that is not a run of the same config, or that holds a trained
+model (best.pt), needs --overwrite. One run at a time writes a run folder: a second
+run there is refused while the first one runs.
 """
 
 
