@@ -109,3 +109,66 @@ def test_a_refused_run_on_a_new_folder_leaves_no_folder(tmp_path, capsys):
                                     "--model", "reduced_basis", "--out", out])
     assert code == 2 and one_line_error(err) and "needs a parametric study" in err, err
     assert not (tmp_path / "new").exists()
+
+
+# ------------------------------------------------------------ rollout folders
+@pytest.fixture(scope="module")
+def heat_run(tmp_path_factory):
+    """Four heat series (numbered files in folders s00/ .. s03/) and a series run of one
+    epoch trained on them."""
+    import torch
+    from _series import series_params, write_heat_series
+
+    from meshops import cli
+
+    root = tmp_path_factory.mktemp("heat")
+    write_heat_series(root / "train", series_params(4), steps=5, fmt="folder")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        code = cli.main(["train", "--series", "--data", str(root / "train"), "--inputs", "",
+                         "--targets", "u", "--params", "kappa,a", "--model", "transformer_no",
+                         "--model-config", "width=8", "layers=1", "heads=2", "--epochs", "1",
+                         "--out", str(root / "run")])
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0
+    return root
+
+
+def test_a_rollout_never_deletes_a_folder_it_did_not_write(heat_run, tmp_path, capsys):
+    """``-o`` the folder of the series itself: DIR/s00/ is the input series; and a user's
+    folder DIR/s01/ beside an earlier DIR/s01.pvd. Neither is deleted, --overwrite or
+    not; a rollout's own earlier output is replaced with --overwrite."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(heat_run / "train", data)
+    run = heat_run / "run"
+    before = folder_bytes(data)
+    for extra in ([], ["--overwrite"]):
+        code, out, err = run_cli(capsys, ["predict", run, data / "s00", "--rollout", "2",
+                                          "-o", data, *extra])
+        assert code == 2 and one_line_error(err) and out == "", err
+        assert f"{data / 's00'}: holds the input series {data / 's00'}" in err
+        assert folder_bytes(data) == before
+    mine = tmp_path / "mine"
+    (mine / "s01").mkdir(parents=True)
+    (mine / "s01" / "notes.txt").write_text("mine")
+    (mine / "s01.pvd").write_text("an earlier file")
+    for extra in ([], ["--overwrite"]):
+        code, _, err = run_cli(capsys, ["predict", run, data / "s01", "--rollout", "2",
+                                        "-o", mine, *extra])
+        assert code == 2 and one_line_error(err), err
+        assert f"{mine / 's01'}: holds files that predict did not write (notes.txt)" in err
+        assert (mine / "s01" / "notes.txt").read_text() == "mine"
+    # An earlier rollout: replaced only with --overwrite.
+    out = tmp_path / "rollouts"
+    args = ["predict", run, data / "s02", "--rollout", "2", "-o", out]
+    assert run_cli(capsys, args)[0] == 0
+    code, _, err = run_cli(capsys, args)
+    assert code == 2 and f"{out / 's02.pvd'}: already exists" in err, err
+    code, _, err = run_cli(capsys, args + ["--overwrite"])
+    assert code == 0, err
+    assert sorted(p.name for p in (out / "s02").iterdir()) == [f"s02_000{k}.vtu"
+                                                               for k in range(3)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -233,6 +234,47 @@ def _future_times(series, start: int, steps: int, dt_run):
     return torch.cat([t, extra])
 
 
+def _not_a_rollout(folder: Path, name: str, series) -> str:
+    """Why ``folder`` (``OUT/<name>/``, which a rollout replaces) is not a folder an
+    earlier rollout of this name wrote; ``""`` when it is one."""
+    if not folder.is_dir() or folder.is_symlink():
+        return "exists and is not a folder of a rollout"
+    inputs = [Path(p).resolve() for p in series.steps] + [Path(series.source).resolve()]
+    here = folder.resolve()
+    if any(p == here or here in p.parents for p in inputs):
+        return f"holds the input series {series.source}"
+    own = re.compile(rf"^{re.escape(name)}_\d+\.vtu$")
+    other = sorted(p.name for p in folder.iterdir() if not own.match(p.name))
+    if other:
+        more = f" and {len(other) - 1} more" if len(other) > 1 else ""
+        return f"holds files that predict did not write ({other[0]}{more})"
+    return ""
+
+
+def _check_rollout_outputs(out_dir: Path, todo: list, overwrite: bool) -> None:
+    """Before anything is written: a rollout replaces ``OUT/<name>.pvd`` and the folder
+    ``OUT/<name>/`` of its steps. An existing one needs ``overwrite``; a folder that no
+    rollout wrote (the input series itself, a user's folder) is never deleted."""
+    exists = []
+    for s in todo:
+        pvd, folder = out_dir / f"{s.name}.pvd", out_dir / s.name
+        if pvd.resolve() == Path(s.source).resolve():
+            raise CLIError(f"{pvd}: is the input series; a rollout would replace it: "
+                           f"choose another -o")
+        if folder.exists() or folder.is_symlink():
+            why = _not_a_rollout(folder, s.name, s)
+            if why:
+                raise CLIError(f"{folder}: {why}; a rollout replaces this folder with its "
+                               f"steps, so nothing was written: choose another -o")
+        found = [p for p in (pvd, folder) if p.exists()]
+        if found:
+            exists.append(found[0])
+    if exists and not overwrite:
+        raise CLIError(f"{exists[0]}: already exists ({len(exists)} of the {len(todo)} "
+                       f"series have an earlier rollout there); pass --overwrite to replace "
+                       f"them, or choose another -o")
+
+
 def predict_series(args, model, ckpt, meta) -> int:
     """``meshops predict RUN SERIES... --rollout N -o OUT``: roll each series out from
     its step ``--start`` and write ``OUT/<name>.pvd`` with one ``.vtu`` per step."""
@@ -268,10 +310,7 @@ def predict_series(args, model, ckpt, meta) -> int:
     if dup:
         raise CLIError(f"two series named {dup[0]!r} would both be written to "
                        f"{out_dir / (dup[0] + '.pvd')}")
-    exists = [out_dir / f"{n}.pvd" for n in names if (out_dir / f"{n}.pvd").exists()]
-    if exists and not getattr(args, "overwrite", False):
-        raise CLIError(f"{exists[0]}: already exists ({len(exists)} of the {len(names)} "
-                       f"series); pass --overwrite to replace them, or choose another -o")
+    _check_rollout_outputs(out_dir, todo, getattr(args, "overwrite", False))
     dtype = spec.dtype
     written = []
     for s in progress(todo, desc="rolling out", unit="series"):
