@@ -107,6 +107,23 @@ def test_malformed_csv_is_refused(tmp_path, text, message):
         read_param_table(tmp_path)
 
 
+@pytest.mark.parametrize("name,text,message", [
+    ("params.csv", "file,alpha,Re,alpha\na.vtu,1,2,3\n",
+     r"params\.csv: column 'alpha' appears twice in the header"),
+    ("params.csv", "file,alpha,file\na.vtu,1,b.vtu\n",
+     r"params\.csv: column 'file' appears twice in the header"),
+    ("params.json", '{"a.vtu": {"alpha": 1, "Re": 2, "alpha": 3}}',
+     r"params\.json: entry 'a\.vtu': parameter 'alpha' is given twice"),
+    ("params.json", '{"a.vtu": {"alpha": 1}, "b.vtu": {"alpha": 2}, "a.vtu": {"alpha": 3}}',
+     r"params\.json: entry 'a\.vtu' is listed twice"),
+])
+def test_a_duplicate_column_key_or_entry_is_refused(tmp_path, name, text, message):
+    """Issue 28: the last of two values silently won."""
+    (tmp_path / name).write_text(text)
+    with pytest.raises(MeshError, match=message + r".*keep one"):
+        read_param_table(tmp_path)
+
+
 def test_both_sidecar_files_and_a_name_in_two_places_are_refused(tmp_path):
     _write_table(tmp_path, "csv", {"a.vtu": {"alpha": 1}})
     assert read_param_table(tmp_path) is not None
@@ -349,12 +366,15 @@ def test_predict_and_evaluate_read_the_parameters(param_run, tmp_path, capsys):
 @pytest.mark.parametrize("change,message", [
     ("missing", "params.csv: no entry for the sample 's2.vtu'"),
     ("nan", "params.csv: s2.vtu, column 'a': 'nan' is not finite"),
+    ("twice", "params.csv: column 'a' appears twice in the header"),
 ])
 def test_train_refuses_a_bad_parameter_file(tmp_path, capsys, change, message):
     data = _write_param_folder(tmp_path / "data", 4)
     lines = (data / "params.csv").read_text().splitlines()
     if change == "missing":
         lines = [ln for ln in lines if not ln.startswith("s2.vtu")]
+    elif change == "twice":
+        lines = [ln + (",a" if i == 0 else ",7") for i, ln in enumerate(lines)]
     else:
         lines = [("s2.vtu,nan," + ln.split(",")[2]) if ln.startswith("s2.vtu") else ln
                  for ln in lines]
