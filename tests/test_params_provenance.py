@@ -5,6 +5,7 @@ parameter files (and, for a time-series run, every file of every series), so tha
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -53,3 +54,86 @@ def test_a_cached_sample_follows_the_values_of_params_csv(tmp_path):
     assert params() == [1, 2, 3, 4]
     write_params(data, {"a": [1, 2, 30, 4]})
     assert params() == [1, 2, 30, 4]
+
+
+# ------------------------------------------------------------ fingerprints
+SMALL = ["--model", "transformer_no", "--model-config", "width=8", "layers=1", "heads=2",
+         "--batch-size", "2", "--scheduler", "none"]
+
+
+def test_resume_refuses_an_edited_parameter_file(tmp_path, capsys):
+    """The run's fingerprint covered the mesh files only: --resume went on with the new
+    values of an edited params.csv (here of the same size)."""
+    from _folders import folder_bytes, run_cli
+    from _tiny_run import one_line_error
+
+    data = write_param_folder(tmp_path / "data", {"a": [1, 2, 3, 4]})
+    run = tmp_path / "run"
+    argv = ["train", "--data", data, "--inputs", "", "--targets", "u", "--params", "a",
+            *SMALL, "--val-fraction", "0.25", "--out", run]
+    code, _, err = run_cli(capsys, argv + ["--epochs", "1"])
+    assert code == 0, err
+    write_params(data, {"a": [1, 2, 5, 4]})
+    before = folder_bytes(run)
+    code, out, err = run_cli(capsys, argv + ["--epochs", "2", "--resume"])
+    assert code == 2 and one_line_error(err), err
+    assert "the data behind this run changed since it was trained (params.csv: content " \
+           "changed)" in err
+    assert folder_bytes(run) == before
+    # evaluate's baselines, fitted on the training samples, are not fitted on others
+    code, out, err = run_cli(capsys, ["evaluate", run, "--data", data, "--json"])
+    assert code == 0, err
+    notes = [b["note"] for b in json.loads(out)["baselines"].values()]
+    assert notes and all("params.csv: content changed" in n for n in notes), notes
+    write_params(data, {"a": [1, 2, 3, 4]})            # restored: the run goes on
+    code, _, err = run_cli(capsys, argv + ["--epochs", "2", "--resume"])
+    assert code == 0, err
+
+
+def test_a_series_run_records_and_checks_its_files(tmp_path, capsys):
+    """Series runs recorded no fingerprint: after a series was added, --resume redrew
+    the split. Now an added series, an edited step and an edited params.csv are each
+    refused, naming the file."""
+    from _folders import run_cli
+    from _series import series_params, write_heat_series
+    from _tiny_run import one_line_error
+
+    from meshops.models import NeuralOperator
+
+    data, run = tmp_path / "data", tmp_path / "run"
+    write_heat_series(data, series_params(4), steps=4, fmt="folder")
+    argv = ["train", "--series", "--data", data, "--inputs", "", "--targets", "u",
+            "--params", "kappa,a", *SMALL, "--val-fraction", "0.25", "--out", run]
+    code, _, err = run_cli(capsys, argv + ["--epochs", "1"])
+    assert code == 0, err
+    recorded = NeuralOperator.from_checkpoint(run / "best.pt").metadata["data_files"]
+    assert sorted(recorded) == ["params.csv"] + [f"s{i:02d}/u_{k:04d}.vtu" for i in range(4)
+                                                 for k in range(4)]
+    resume = argv + ["--epochs", "2", "--resume"]
+    table = (data / "params.csv").read_text()
+    def add_series():
+        write_heat_series(tmp_path / "more", series_params(1, seed=5), steps=4, fmt="folder",
+                          table=False)[0].rename(data / "s04")
+        (data / "params.csv").write_text(table + "s04,0.1,1.0\n")
+
+    edits = [
+        (add_series, "s04: new series"),
+        (lambda: (data / "s01" / "u_0002.vtu").write_bytes(
+            (data / "s01" / "u_0003.vtu").read_bytes()), "s01/u_0002.vtu: "),
+        (lambda: (data / "params.csv").write_text(table.replace("s02,0.", "s02,1.")),
+         "params.csv: content changed"),
+    ]
+    for edit, named in edits:
+        saved = {p: p.read_bytes() for p in data.rglob("*") if p.is_file()}
+        edit()
+        code, _, err = run_cli(capsys, resume)
+        assert code == 2 and one_line_error(err), err
+        assert "the data behind this run changed since it was trained" in err and named in err
+        for p in [p for p in data.rglob("*") if p.is_file() and p not in saved]:
+            p.unlink()
+        for p, content in saved.items():
+            p.write_bytes(content)
+        if (data / "s04").exists():
+            (data / "s04").rmdir()
+    code, _, err = run_cli(capsys, resume)
+    assert code == 0, err

@@ -117,7 +117,8 @@ def train_series(cfg, args, dtype, resumed: dict | None) -> int:
             raise CLIError(f"{val[0].source}: fields {vs} ({vd}-D) but {shapes} ({dim}-D) in "
                            f"{series[0].source}")
         train = series
-    else:
+    record = _record_files(cfg, series, val if cfg.val_data else None, resumed)
+    if not cfg.val_data:
         train_idx, val_idx = split_files(len(series), cfg.val_fraction, cfg.seed, cfg.data)
         train, val = [series[i] for i in train_idx], [series[i] for i in val_idx]
     K = cfg.rollout_train
@@ -169,7 +170,7 @@ def train_series(cfg, args, dtype, resumed: dict | None) -> int:
         "dt": _common_dt(train),
         "split": {"train": [s.name for s in train], "val": [s.name for s in val]},
         # --resume compares the options with these (meshops.cli.run_folder)
-        "train_config": yaml.safe_load(resolved),
+        "train_config": yaml.safe_load(resolved), **record,
     }
     out = Path(cfg.out)
 
@@ -193,6 +194,26 @@ def train_series(cfg, args, dtype, resumed: dict | None) -> int:
         normalize=False, val_batch_size=cfg.batch_size if len(lengths) <= 1 else 1,
         callbacks=[])
     return 0
+
+
+def _record_files(cfg, series: list, val: list | None, resumed: dict | None) -> dict:
+    """The fingerprints a series run records (``data_files``, ``val_files``: every file
+    of every series and the parameter file, :func:`~meshops.cli.provenance.
+    series_fingerprint`); resuming, a series added or removed or a file changed since
+    the run was trained is refused (it would redraw the split or train on other data)."""
+    from meshops.cli.provenance import refuse_changed, series_changes, series_fingerprint
+
+    if resumed is not None and resumed.get("data_files") is not None:
+        split = resumed.get("split") or {}
+        names = list(split.get("train", [])) + ([] if cfg.val_data else
+                                                list(split.get("val", [])))
+        diff = series_changes(resumed["data_files"], cfg.data, names)
+        if cfg.val_data and resumed.get("val_files") is not None:
+            diff += series_changes(resumed["val_files"], cfg.val_data, split.get("val", []))
+        refuse_changed(diff, Path(cfg.out) / "last.pt")
+    return {"data_files": series_fingerprint(cfg.data, series, "fingerprinting series"),
+            "val_files": series_fingerprint(cfg.val_data, val, "fingerprinting val series")
+            if val is not None else None}
 
 
 def _check_series_run(ckpt, meta: dict, options: str) -> None:
@@ -477,6 +498,14 @@ def _training_series(meta: dict):
         return None, "n/a: the checkpoint does not record its training series"
     if not Path(root).exists():
         return None, f"n/a: the training data {root} is not here"
+    if isinstance(meta.get("data_files"), dict):
+        from meshops.cli.provenance import changes, listing, series_keys
+
+        diff = changes(meta["data_files"], root, series_keys(meta["data_files"], names),
+                       new_files=False)
+        if diff:
+            return None, (f"n/a: the training series in {root} changed since the run was "
+                          f"trained ({listing(diff)})")
     try:
         return _read_folder(root, meta, "reading training series", names), ""
     except (MeshError, OSError) as e:

@@ -12,7 +12,15 @@ from meshops.cli import train_extras, trust_reports
 from meshops.cli._common import RAW, CLIError, device_or_error, is_main_rank, plural, wrap
 from meshops.cli.config import TrainConfig
 from meshops.cli.lazy import data_loader, take, with_structures
-from meshops.cli.provenance import changes, fingerprint, listing, same_content
+from meshops.cli.provenance import (
+    changes,
+    fingerprint,
+    listing,
+    param_changes,
+    param_fingerprint,
+    refuse_changed,
+    same_content,
+)
 from meshops.cli.run_folder import (
     check_out_folder,
     check_resume_options,
@@ -64,14 +72,16 @@ def _check_run_folder(args, cfg: TrainConfig, out: Path) -> dict | None:
 
 
 def _check_same_data(meta: dict, cfg: TrainConfig, out: Path) -> None:
-    """Refuse to resume a run whose training or validation files changed."""
+    """Refuse to resume a run whose training or validation files (mesh files and
+    parameter files) changed."""
     diff = changes(meta["data_files"], cfg.data)
+    if meta.get("param_files") is not None:
+        diff += param_changes(meta["param_files"], cfg.data)
     if cfg.val_data and meta.get("val_files") is not None:
         diff += changes(meta["val_files"], cfg.val_data)
-    if diff:
-        raise CLIError(f"{out / 'last.pt'}: the data behind this run changed since it was "
-                       f"trained ({listing(diff)}); --resume continues on the files it was "
-                       f"trained on: restore them, or start a new run with another --out")
+    if cfg.val_data and meta.get("val_param_files") is not None:
+        diff += param_changes(meta["val_param_files"], cfg.val_data)
+    refuse_changed(diff, out / "last.pt")
 
 
 class _RunFiles:
@@ -114,6 +124,10 @@ class _RunFiles:
             "split": {"train": [Path(self.files[i]).name for i in self.train_idx],
                       "val": [Path(f).name for f in self.val_files]},
             "data_files": data_files, "val_files": val_record,
+            # the parameter files give the samples' values as much as the meshes do
+            "param_files": param_fingerprint(cfg.data) if cfg.params else None,
+            "val_param_files": param_fingerprint(cfg.val_data)
+            if cfg.params and cfg.val_data else None,
             "train_config": yaml.safe_load(resolved),
         }
         # descriptors of the training samples: predict and evaluate measure distances to them
