@@ -152,7 +152,8 @@ def test_dataset_samples_carry_params(tmp_path):
         write_mesh(tmp_path / f"s{k}.vtu", mesh_from_arrays(pts, cells, {"u": pts[:, 0] + k}))
     _write_table(tmp_path, "csv", {f"s{k}.vtu": {"a": k, "b": 10 * k} for k in range(3)})
     ds = MeshFolderDataset(tmp_path, [], ["u"], params=["b", "a"])
-    assert ds[2].params.shape == (1, 2) and ds[2].params.dtype == torch.float32
+    # float64 whatever the samples' dtype (issue 28: 1.7e9 + 100 a is quantised in float32)
+    assert ds[2].params.shape == (1, 2) and ds[2].params.dtype == torch.float64
     assert ds[2].params.tolist() == [[20.0, 2.0]]
     batch = next(iter(DataLoader([ds[0], ds[1], ds[2]], batch_size=3)))
     assert batch.params.shape == (3, 2)                 # the shared contract: [B, K]
@@ -216,7 +217,35 @@ def test_bad_params_are_refused(bad, message):
     with pytest.raises(ValueError, match=message):
         model(s)
     with pytest.raises(ValueError, match=message):
-        read_params(s, 3, 1, torch.float32, "cpu")
+        read_params(s, 3, 1, "cpu")
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_params_are_standardised_in_float64(name):
+    """Issue 28: parameters were cast to the model's float32 before standardising, so
+    1.7e9 + 10 and 1.7e9 + 60 (float32 spacing 128 there) were one parameter. A float32
+    model given t = T0 + d with statistics (T0, 50) must equal the same model given d
+    with statistics (0, 50), small numbers exact in float32."""
+    t0 = 1.7e9
+    torch.manual_seed(0)
+    model = get_model(name, in_channels=1, out_channels=1, param_channels=1, **CONFIGS[name])
+    with torch.no_grad():
+        for p in model.conditioning.film.parameters():   # starts as the identity
+            p.normal_(0, 0.1)
+    norm = model.conditioning.params_normalizer
+    norm.std.fill_(50.0)
+    norm.fitted.fill_(True)
+    model.eval()
+    outputs = {}
+    for offset in (t0, 0.0):
+        norm.mean.fill_(offset)
+        for d in (10.0, 60.0):
+            s = _sample(25, 1, 0)
+            s.params = torch.tensor([[offset + d]], dtype=torch.float64)
+            outputs[offset, d] = model(s)
+    assert (outputs[0.0, 10.0] - outputs[0.0, 60.0]).abs().max() > 1e-3
+    for d in (10.0, 60.0):
+        assert torch.allclose(outputs[t0, d], outputs[0.0, d], rtol=1e-5, atol=1e-6), d
 
 
 def test_param_statistics_are_fitted_on_the_training_samples_and_saved(tmp_path):

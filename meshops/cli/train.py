@@ -193,8 +193,7 @@ def _train(args, cfg: TrainConfig) -> int:
         from meshops.cli.series import train_series
 
         return train_series(cfg, args, getattr(torch, cfg.dtype), resumed)
-    data = _read_data(cfg, main_rank, args.dry_run)
-    cfg, chosen = _options_from_data(cfg, data.train)
+    data, cfg, chosen = _data_and_options(cfg, main_rank, args.dry_run)
     if cfg.model == "reduced_basis":
         from meshops.cli.reduced import fit_reduced_run
 
@@ -246,12 +245,27 @@ def _resolve_config(args) -> TrainConfig:
     return cfg
 
 
-def _read_data(cfg: TrainConfig, main_rank: bool, dry_run: bool) -> _TrainData:
-    """The training (and validation) samples: ``--val-data``, or a split of ``--data``;
-    in memory, or lazily through an on-disk cache for data larger than memory."""
+def _data_and_options(cfg: TrainConfig, main_rank: bool, dry_run: bool
+                      ) -> tuple[_TrainData, TrainConfig, str]:
+    """The data, and the config with the options chosen from it (and why). A reduced
+    basis fits in float64, whatever ``--dtype``: its parameters (a timestamp-like
+    1.7e9 + 100 a is quantised in float32) and snapshots are read in float64, again
+    when the data chose it."""
+    dtype = "float64" if cfg.model == "reduced_basis" else cfg.dtype
+    data = _read_data(cfg, main_rank, dry_run, dtype)
+    cfg, chosen = _options_from_data(cfg, data.train)
+    if cfg.model == "reduced_basis" and dtype != "float64":
+        data = _read_data(cfg, main_rank, dry_run, "float64")
+    return data, cfg, chosen
+
+
+def _read_data(cfg: TrainConfig, main_rank: bool, dry_run: bool, dtype: str) -> _TrainData:
+    """The training (and validation) samples in ``dtype``: ``--val-data``, or a split of
+    ``--data``; in memory, or lazily through an on-disk cache for data larger than
+    memory."""
     import torch
 
-    dtype = getattr(torch, cfg.dtype)
+    dtype = getattr(torch, dtype)
     try:  # how a file becomes a sample: points or cells, parameters, boundary tags
         layout = SampleLayout(cfg.inputs, cfg.targets, cfg.params, cfg.tags)
     except MeshError as e:
