@@ -48,6 +48,11 @@ def test_the_same_train_again_does_not_replace_a_finished_reduced_basis(tmp_path
     assert f"{run}: already holds a trained model (best.pt)" in err
     assert "--overwrite" in err and "--resume" not in err
     assert folder_bytes(run) == before
+    code, _, err = run_cli(capsys, ["train", "--out", run, "--resume"])
+    assert code == 2 and one_line_error(err), err
+    assert "holds a finished run (best.pt) and a reduced basis is fitted in one go, there " \
+           "is nothing to resume" in err
+    assert folder_bytes(run) == before
     code, _, err = run_cli(capsys, reduced_args(data, run, "--overwrite"))
     assert code == 0, err
     # Without --model-config (the config recorded and the one given agree): the same.

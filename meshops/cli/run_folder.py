@@ -119,10 +119,18 @@ def recorded_config(out: Path) -> dict | None:
         return None
 
 
-def check_out_folder(out: Path, cfg: TrainConfig, overwrite: bool) -> None:
+def check_out_folder(out: Path, cfg: TrainConfig, overwrite: bool, resume: bool = False
+                     ) -> None:
     """Refuse to start a new run in ``out`` unless it is absent, empty, or a run of the
     same config that saved no model (neither ``last.pt`` nor ``best.pt``);
-    ``overwrite`` allows any folder."""
+    ``overwrite`` allows any folder. ``resume``: a resume was asked for and ``out``
+    has no ``last.pt`` (a finished run without one is then said to be that)."""
+    if resume and (out / "best.pt").exists() and not overwrite:
+        what = ("a reduced basis is fitted in one go, there is nothing to resume" if
+                (recorded_config(out) or {}).get("model") == "reduced_basis" else
+                "without last.pt there is nothing to resume")
+        raise CLIError(f"{out}: holds a finished run (best.pt) and {what}; pass "
+                       f"--overwrite to replace it, or choose another --out")
     if overwrite or not out.is_dir():
         return
     # the lock of this run (meshops.cli.run_lock) is no content

@@ -56,7 +56,7 @@ def _check_run_folder(args, cfg: TrainConfig, out: Path) -> dict | None:
 
     last = out / "last.pt"
     if not (args.resume and last.is_file()):
-        check_out_folder(out, cfg, args.overwrite)
+        check_out_folder(out, cfg, args.overwrite, args.resume)
         return None
     try:
         state = read_training_state(last)
