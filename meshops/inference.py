@@ -171,6 +171,8 @@ class RunSpec:
         cfg = dict(getattr(model, "config", {}) or {})
         self.ckpt = ckpt
         self.dtype = input_dtype(model)
+        # a reduced basis: every input field is a parameter, one value per mesh
+        self.constant_inputs = bool(getattr(model, "constant_inputs", False))
         self.in_channels = int(cfg.get("in_channels", meta.get("in_channels", 0)))
         self.out_channels = int(cfg.get("out_channels", meta.get("out_channels", 1)))
         self.pos_dim = cfg.get("pos_dim", meta.get("pos_dim"))
@@ -261,10 +263,26 @@ class RunSpec:
             # in float32.
             check_finite_fields(fields, getattr(self, role), path, role[:-1],
                                 self.dtype if role == "inputs" else None)
+        if self.constant_inputs and "inputs" in roles:
+            self._check_constant(fields, path)
         d = int(mesh.pos.shape[1])
         if self.pos_dim is not None and d != int(self.pos_dim):
             raise MeshError(f"{path}: the mesh is {d}-D but the model in {self.ckpt} was "
                             f"trained on {self.pos_dim}-D meshes")
+
+    def _check_constant(self, fields, path) -> None:
+        """Each input field is one value over the mesh, as the model was trained on."""
+        import torch
+
+        from meshops.reduced.parameters import varying_input
+
+        for name in self.inputs:
+            v = torch.as_tensor(fields[name]).reshape(len(fields[name]), -1)
+            if varying_input(v, torch.zeros(v.shape[0], dtype=torch.long), 1) is not None:
+                raise MeshError(f"{path}: input field {name!r} varies over the mesh (from "
+                                f"{float(v.min()):g} to {float(v.max()):g}); the model in "
+                                f"{self.ckpt} takes it as a parameter, one value per mesh, "
+                                f"as in training: give it one value at every point")
 
     def split(self, out) -> dict:
         """Model output ``[N, C_out]`` -> ``{target: [N] or [N, c]}``."""

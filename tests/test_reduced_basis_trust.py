@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from _folders import run_cli
 from _meshes import square_mesh
+from _tiny_run import one_line_error
 
 from meshops.io import mesh_from_arrays, read_mesh, write_mesh
 
@@ -75,3 +76,35 @@ def test_a_timestamp_like_parameter_is_not_quantised(tmp_path, capsys, how):
         got = read_mesh(tmp_path / "pred" / f"s{k:02d}.vtu").fields
         u, pred = got["u"].numpy(), got["u_pred"].numpy()
         assert np.linalg.norm(pred - u) < 1e-6 * np.linalg.norm(u)
+
+
+# ---------------------------------------------------------------- varying fields
+def test_a_parameter_field_that_varies_over_the_mesh_is_refused(tmp_path, capsys):
+    """Training refuses such data; predict and evaluate averaged the field silently.
+    Now both refuse in one line naming the file and the field, and write nothing; the
+    model itself refuses such a sample too."""
+    import torch
+
+    from meshops.models import NeuralOperator
+
+    data = write_study(tmp_path / "data", draw(12, 0), "fields")
+    run = tmp_path / "run"
+    code, _, err = run_cli(capsys, train_args(data, run, "fields"))
+    assert code == 0, err
+    test = write_study(tmp_path / "test", draw(12, 0)[3:4], "fields")   # a training sample
+    mesh = read_mesh(test / "s00.vtu")
+    b = mesh.fields["b"].numpy().copy()
+    b[::2] += 0.01                                   # no longer one value over the mesh
+    write_mesh(test / "s00.vtu", mesh, point_data={"b": b})
+    for argv in (["predict", run, test, "-o", tmp_path / "pred"],
+                 ["evaluate", run, "--data", test]):
+        code, out, err = run_cli(capsys, argv)
+        assert code == 2 and one_line_error(err), err
+        assert f"{test / 's00.vtu'}: input field 'b' varies over the mesh" in err
+    assert not (tmp_path / "pred").exists()
+    model = NeuralOperator.from_checkpoint(run / "best.pt")
+    from meshops.datasets import add_inputs_targets
+
+    sample = add_inputs_targets(read_mesh(test / "s00.vtu"), ["t", "b"], ["u"], torch.float64)
+    with pytest.raises(ValueError, match="input channel 1 varies over sample 0"):
+        model.predict(sample)

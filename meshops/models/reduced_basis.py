@@ -86,6 +86,9 @@ class ReducedBasis(NeuralOperator):
     #: The inputs it takes (:func:`meshops.inference.input_dtype`): parameters are
     #: standardised in float64 (a timestamp-like 1.7e9 + 100 a is quantised in float32).
     input_dtype = torch.float64
+    #: Its input channels are parameters, constant over each mesh
+    #: (:meth:`meshops.inference.RunSpec.check_mesh` refuses a field that is not).
+    constant_inputs = True
 
     def __init__(self, in_channels: int, out_channels: int, pos_dim: int, num_points: int = 1,
                  rank: int = 0, num_params: int = 1, param_index: list[int] | None = None,

@@ -82,6 +82,10 @@ def batch_parameters(data, num_graphs: int) -> Tensor:
     :func:`sample_parameters` makes them: ``data.params`` when present, then the
     quadrature-weighted mean of each channel of ``data.x`` per sample.
 
+    Raises:
+        ValueError: a channel of ``data.x`` that is not constant over its sample
+            (:func:`varying_input`): as in training, it is no parameter.
+
     Shapes:
         ``params [B, K1]``, ``x [N, K2]``, ``weight [N]``, ``batch [N]`` -> ``[B, K1 + K2]``
         float64
@@ -96,7 +100,30 @@ def batch_parameters(data, num_graphs: int) -> Tensor:
     batch = getattr(data, "batch", None)
     if batch is None:
         batch = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+    bad = varying_input(x, batch, num_graphs)
+    if bad is not None:  # its mean would answer another question
+        raise ValueError(f"input channel {bad[0]} varies over sample {bad[1]}: the inputs of "
+                         f"a reduced basis are parameters, one value per sample")
     return torch.cat(parts + [_means(x, data.weight, batch, num_graphs)], 1)
+
+
+def varying_input(x: Tensor, batch: Tensor, num_graphs: int) -> tuple[int, int] | None:
+    """``(channel, sample)`` of the first input channel that is not constant over a
+    sample (spread above :data:`CONST_RTOL` of its largest magnitude there), or None.
+
+    Shapes:
+        ``x [N, C]``, ``batch [N]``
+    """
+    x = x.reshape(x.shape[0], -1).to(torch.float64)
+    if x.numel() == 0:
+        return None
+    index = batch[:, None].expand_as(x)
+    shape = (num_graphs, x.shape[1])
+    hi = x.new_full(shape, -torch.inf).scatter_reduce(0, index, x, "amax")
+    lo = x.new_full(shape, torch.inf).scatter_reduce(0, index, x, "amin")
+    size = x.new_zeros(shape).scatter_reduce(0, index, x.abs(), "amax")
+    bad = (hi - lo > CONST_RTOL * size).nonzero()
+    return (int(bad[0, 1]), int(bad[0, 0])) if bad.numel() else None
 
 
 def _means(x: Tensor, w: Tensor, batch: Tensor, num_graphs: int) -> Tensor:
