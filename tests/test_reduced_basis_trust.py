@@ -30,11 +30,12 @@ def exact(pts, a, b):
 
 
 def write_study(root: Path, params: np.ndarray, how: str, n: int = 6,
-                kind: str = "triangle") -> Path:
+                amount: float = 0.0) -> Path:
     """One mesh file per row ``(a, b)`` of ``params``, with u; the parameters t = T0 + 100 a
-    and b as constant fields (``how="fields"``) or in params.csv (``"csv"``)."""
+    and b as constant fields (``how="fields"``) or in params.csv (``"csv"``); the unit
+    square in n x n cells (interior points moved by up to ``amount`` cells)."""
     root.mkdir(parents=True, exist_ok=True)
-    pts, cells = square_mesh(n, kind)
+    pts, cells = square_mesh(n, "triangle", amount=amount, seed=3)
     rows = ["file,t,b"]
     for k, (a, b) in enumerate(params):
         fields = {"u": exact(pts, a, b)}
@@ -108,3 +109,69 @@ def test_a_parameter_field_that_varies_over_the_mesh_is_refused(tmp_path, capsys
     sample = add_inputs_targets(read_mesh(test / "s00.vtu"), ["t", "b"], ["u"], torch.float64)
     with pytest.raises(ValueError, match="input channel 1 varies over sample 0"):
         model.predict(sample)
+
+
+# ---------------------------------------------------------------- other meshes
+def _sample(path: Path):
+    import torch
+
+    from meshops.datasets import add_inputs_targets
+
+    return add_inputs_targets(read_mesh(path), ["t", "b"], ["u"], torch.float64)
+
+
+def _relative(pred, s) -> float:
+    w = s.weight[:, None]
+    return float(((w * (pred - s.y) ** 2).sum() / (w * s.y ** 2).sum()).sqrt())
+
+
+@pytest.mark.parametrize("mesh", ["moved", "finer"])
+def test_validation_on_another_mesh_is_transferred(tmp_path, capsys, mesh):
+    """--val-data on the same square meshed otherwise: with the same point count the
+    snapshots were compared node by node (error 1.57), with another a traceback. Now
+    the candidates are scored on the validation meshes' own points (the basis carried
+    over by moving least squares), as predict would; the refit uses the samples on the
+    training mesh alone."""
+    from meshops.models import NeuralOperator
+
+    data = write_study(tmp_path / "data", draw(12, 0), "fields")
+    val = write_study(tmp_path / "val", draw(4, 1), "fields",
+                      **({"amount": 0.25} if mesh == "moved" else {"n": 9}))
+    run = tmp_path / "run"
+    code, out, err = run_cli(capsys, train_args(data, run, "fields", "--val-data", val))
+    assert code == 0, err
+    assert "refitted on the 12 samples on the training mesh (the 4 validation samples " \
+           "are on other meshes)" in out
+    history = json.loads((run / "history.json").read_text())
+    model = NeuralOperator.from_checkpoint(run / "best.pt")
+    expected = [_relative(model.predict(s), s)
+                for s in map(_sample, sorted(val.glob("*.vtu")))]
+    assert np.allclose(history["candidates"][0]["val_l2"], expected, rtol=1e-6, atol=0)
+    assert max(expected) < 0.05          # the transfer's error, not a node-by-node mismatch
+
+
+def test_a_grid_basis_refuses_a_validation_grid_of_another_size():
+    """A basis of structured grids matches nodes by index: another point count has no
+    meaning for it, and is refused naming the sample."""
+    import torch
+
+    from meshops.reduced.fit import fit_reduced_basis
+
+    def grids(params, n, moved):
+        out = []
+        for k, (a, b) in enumerate(params):
+            pts, cells = square_mesh(n, "triangle", amount=0.2 if moved else 0.0, seed=k)
+            fields = {"t": np.full(len(pts), a), "b": np.full(len(pts), b),
+                      "u": exact(pts, a, b)}
+            from meshops.datasets import add_inputs_targets
+
+            s = add_inputs_targets(mesh_from_arrays(pts, cells, fields), ["t", "b"], ["u"],
+                                   torch.float64, source=f"grid{n}-{k}")
+            s.grid_shape = (n + 1, n + 1)
+            out.append(s)
+        return out
+
+    train = grids(draw(10, 0), 6, True)
+    with pytest.raises(ValueError, match=r"grid8-0: .*matches structured grids node by node: "
+                                         r"it needs 49 points, got 81"):
+        fit_reduced_basis(train, grids(draw(3, 1), 8, True), regressors=("rbf",))
