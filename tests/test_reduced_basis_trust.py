@@ -175,3 +175,48 @@ def test_a_grid_basis_refuses_a_validation_grid_of_another_size():
     with pytest.raises(ValueError, match=r"grid8-0: .*matches structured grids node by node: "
                                          r"it needs 49 points, got 81"):
         fit_reduced_basis(train, grids(draw(3, 1), 8, True), regressors=("rbf",))
+
+
+# ---------------------------------------------------------------- options
+def test_the_run_config_of_a_reduced_basis_is_its_own_options(tmp_path, capsys):
+    """config.yaml recorded the model's internals (rank, num_points, ...) as
+    model_config: as --config it was refused, and the same --model-config on the run
+    folder was "another config". It now holds the options as given, with the MLP
+    ensemble's size when the budget chose it, and reads back as itself."""
+    import yaml
+
+    data = write_study(tmp_path / "data", draw(12, 0), "fields")
+    run = tmp_path / "run"
+    args = train_args(data, run, "fields")
+    code, _, err = run_cli(capsys, args)
+    assert code == 0, err
+    config = run / "config.yaml"
+    assert yaml.safe_load(config.read_text())["model_config"] == {"regressors": "rbf"}
+    code, out, err = run_cli(capsys, ["train", "--config", config, "--dry-run"])
+    assert code == 0, err
+    assert out == config.read_text()
+    # a run that stopped before its model was written: the same command relaunches it
+    for name in ("best.pt", "history.json"):
+        (run / name).unlink()
+    code, _, err = run_cli(capsys, args)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("flag", [["--ensemble", "3"], ["--amp", "bf16"], ["--compile"],
+                                  ["--logger", "none"], ["--checkpoint-blocks"]])
+def test_options_of_gradient_training_are_refused_for_a_reduced_basis(tmp_path, capsys,
+                                                                         flag):
+    """They were recorded in config.yaml and silently ignored."""
+    data = write_study(tmp_path / "data", draw(12, 0), "fields")
+    code, out, err = run_cli(capsys, train_args(data, tmp_path / "run", "fields", *flag))
+    assert code == 2 and one_line_error(err), err
+    assert f"{flag[0]} does not apply to reduced_basis" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_one_training_sample_is_called_one_training_sample(tmp_path, capsys):
+    data = write_study(tmp_path / "data", draw(2, 0), "fields")
+    code, _, err = run_cli(capsys, train_args(data, tmp_path / "run", "fields",
+                                              "--val-fraction", "0.5"))
+    assert code == 2 and one_line_error(err), err
+    assert "one training sample" in err and "the same in every sample" not in err

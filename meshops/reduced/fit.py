@@ -134,7 +134,10 @@ def _relative_errors(pred: Sequence[Tensor], samples: Sequence,
 
 
 def _standardiser(params: Tensor) -> tuple[list[int], Tensor, Tensor]:
-    spread = params.std(0) if params.shape[0] > 1 else torch.zeros(params.shape[1])
+    if params.shape[0] < 2:
+        raise ValueError("a reduced basis needs several training samples, whose parameters "
+                         "vary; there is one")
+    spread = params.std(0)
     index = [int(i) for i in torch.nonzero(spread > 0).flatten()]
     if not index:
         raise ValueError("a reduced basis needs parameters that vary over the training "
