@@ -68,17 +68,21 @@ def fit_reduced_run(args, cfg, chosen: str, train_samples, val_samples, run) -> 
                  lambda tmp: Path(tmp).write_text(cfg.render(model_config=options)))
     model.save(out / RUN_CHECKPOINT, **metadata, epoch=None, metric="l2",
                val={"l2_mean": best.mean}, selected=lines[-1])
-    history = {"candidates": [{"name": c.name, "val_l2": [float(e) for e in c.errors],
-                               "val_l2_mean": c.mean, "seconds": c.seconds,
-                               "settings": c.settings} for c in report.candidates],
-               "chosen": report.chosen, "rank": report.rank, "captured": report.captured,
-               "parameters": report.parameters, "seconds": report.seconds}
     atomic_write(out / "history.json",
-                 lambda tmp: Path(tmp).write_text(json.dumps(history, indent=1)))
+                 lambda tmp: Path(tmp).write_text(json.dumps(_history(report), indent=1)))
     print(validation_table(train_samples, val_samples, f"reduced_basis ({report.chosen})",
                            best.errors, run.fields))
     print(f"wrote {out / RUN_CHECKPOINT} ({report.seconds / 60:.1f} min)")
     return 0
+
+
+def _history(report) -> dict:
+    """``history.json`` of a fit: every candidate's validation errors, the choice."""
+    return {"candidates": [{"name": c.name, "val_l2": [float(e) for e in c.errors],
+                            "val_l2_mean": c.mean, "seconds": c.seconds,
+                            "settings": c.settings} for c in report.candidates],
+            "chosen": report.chosen, "rank": report.rank, "captured": report.captured,
+            "parameters": report.parameters, "seconds": report.seconds}
 
 
 def _check_options(args, cfg, val_samples) -> None:
