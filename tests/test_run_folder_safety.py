@@ -45,13 +45,13 @@ def test_the_same_train_again_does_not_replace_a_finished_reduced_basis(tmp_path
     before = folder_bytes(run)
     code, out, err = run_cli(capsys, reduced_args(data, run))
     assert code == 2 and one_line_error(err) and out == "", err
-    assert f"{run}: already holds a trained model (best.pt)" in err
+    assert f"{run}: already holds a fitted reduced basis (best.pt)" in err
     assert "--overwrite" in err and "--resume" not in err
     assert folder_bytes(run) == before
     code, _, err = run_cli(capsys, ["train", "--out", run, "--resume"])
     assert code == 2 and one_line_error(err), err
-    assert "holds a finished run (best.pt) and a reduced basis is fitted in one go, there " \
-           "is nothing to resume" in err
+    assert "holds a fitted reduced basis (best.pt) and a reduced basis is fitted in one " \
+           "go, there is nothing to resume" in err
     assert folder_bytes(run) == before
     code, _, err = run_cli(capsys, reduced_args(data, run, "--overwrite"))
     assert code == 0, err
@@ -62,7 +62,7 @@ def test_the_same_train_again_does_not_replace_a_finished_reduced_basis(tmp_path
     assert code == 0, err
     before = folder_bytes(tmp_path / "plain")
     code, _, err = run_cli(capsys, plain)
-    assert code == 2 and "already holds a trained model (best.pt)" in err, err
+    assert code == 2 and "already holds a fitted reduced basis (best.pt)" in err, err
     assert folder_bytes(tmp_path / "plain") == before
 
 

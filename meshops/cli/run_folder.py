@@ -2,11 +2,11 @@
 run must keep.
 
 * A new run writes into ``--out`` only when the folder is absent, empty, or holds a
-  meshops run of the same config that saved no model (no ``best.pt``, no
-  ``last.pt``: a relaunch of a run that stopped before its first epoch ended).
-  Anything else (a folder of other files, another run, or a finished run of any
-  model, a reduced basis too, which writes no ``last.pt``) is refused unless
-  ``--overwrite``; no ``best.pt`` is replaced without it.
+  meshops run of the same config that never saved a ``last.pt`` (a relaunch of a
+  run that stopped before its first epoch ended). Anything else (a folder of other
+  files, another run, or a finished run of any model: a reduced basis is fitted in
+  one go and writes ``best.pt`` and no ``last.pt``) is refused unless
+  ``--overwrite``; no other run's ``best.pt`` is replaced without it.
 * ``--resume`` continues exactly the run in ``last.pt``: every option must stay as
   it was, except ``--epochs`` (only without a learning-rate schedule), ``--minutes``
   (which only picks the epoch count of a new run) and ``--device``. A changed one is
@@ -122,17 +122,16 @@ def recorded_config(out: Path) -> dict | None:
 def check_out_folder(out: Path, cfg: TrainConfig, overwrite: bool, resume: bool = False
                      ) -> None:
     """Refuse to start a new run in ``out`` unless it is absent, empty, or a run of the
-    same config that saved no model (neither ``last.pt`` nor ``best.pt``);
-    ``overwrite`` allows any folder. ``resume``: a resume was asked for and ``out``
-    has no ``last.pt`` (a finished run without one is then said to be that)."""
-    if resume and (out / "best.pt").exists() and not overwrite:
-        what = ("a reduced basis is fitted in one go, there is nothing to resume" if
-                (recorded_config(out) or {}).get("model") == "reduced_basis" else
-                "without last.pt there is nothing to resume")
-        raise CLIError(f"{out}: holds a finished run (best.pt) and {what}; pass "
-                       f"--overwrite to replace it, or choose another --out")
+    same config that never saved ``last.pt`` and is not a fitted reduced basis;
+    ``overwrite`` allows any folder. ``resume``: a resume was asked for (and ``out``
+    has no ``last.pt``), refused for a fitted reduced basis with that reason."""
     if overwrite or not out.is_dir():
         return
+    if _fitted(out):  # finished: a reduced basis writes best.pt and no last.pt
+        what = (" and a reduced basis is fitted in one go, there is nothing to resume"
+                if resume else "")
+        raise CLIError(f"{out}: already holds a fitted reduced basis (best.pt){what}; pass "
+                       f"--overwrite to replace it, or choose another --out")
     # the lock of this run (meshops.cli.run_lock) is no content
     entries = sorted(p.name for p in out.iterdir() if p.name not in LOCK_FILES)
     if not entries:
@@ -141,8 +140,6 @@ def check_out_folder(out: Path, cfg: TrainConfig, overwrite: bool, resume: bool 
     if (out / "last.pt").exists():
         raise CLIError(f"{out}: already holds a training run (last.pt); pass --resume to "
                        f"continue it, --overwrite to replace it, or choose another --out")
-    if (out / "best.pt").exists():  # a finished run; a reduced basis writes no last.pt
-        raise CLIError(f"{out}: already holds a trained model (best.pt); {hint}")
     recorded = recorded_config(out)
     if recorded is None:
         shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
@@ -155,6 +152,14 @@ def check_out_folder(out: Path, cfg: TrainConfig, overwrite: bool, resume: bool 
         key, now, then = diff[0]
         raise CLIError(f"{out}: holds a meshops run of another config ({key}: "
                        f"{_say(then)} there, {_say(now)} now); {hint}")
+
+
+def _fitted(out: Path) -> bool:
+    """``out`` holds a finished reduced basis: its ``best.pt``, by its config.yaml.
+    (A run trained by epochs with ``best.pt`` and no ``last.pt`` stopped during its
+    first epoch, between the two saves: the same command relaunches it.)"""
+    return (out / "best.pt").exists() and \
+        (recorded_config(out) or {}).get("model") == "reduced_basis"
 
 
 def clear_run_files(out: Path) -> None:

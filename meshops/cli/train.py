@@ -386,8 +386,8 @@ The run folder gets best.pt (lowest validation error; the final model without
 validation data), last.pt (resumable state), history.json (per-epoch losses and
 metrics) and config.yaml (the resolved config, usable as --config). Checkpoints
 record the absolute data folder and a fingerprint of its files (docs/trust.md).
-A non-empty --out that is not a run of the same config, or that holds a trained
-model (best.pt), needs --overwrite. One run at a time writes a run folder: a second
+A non-empty --out that is not a run of the same config, or that holds a finished
+run (last.pt, or a reduced basis' best.pt), needs --overwrite. One run at a time writes a run folder: a second
 run there is refused while the first one runs.
 """
 
