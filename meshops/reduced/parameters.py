@@ -100,8 +100,11 @@ def batch_parameters(data, num_graphs: int) -> Tensor:
     batch = getattr(data, "batch", None)
     if batch is None:
         batch = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
-    bad = varying_input(x, batch, num_graphs)
-    if bad is not None:  # its mean would answer another question
+    # Its mean would answer another question. A check that depends on the values
+    # cannot be traced: an exported program leaves it to the code that feeds it
+    # (meshops.inference.RunSpec.check_mesh makes it for predict and evaluate).
+    bad = None if torch.compiler.is_compiling() else varying_input(x, batch, num_graphs)
+    if bad is not None:
         raise ValueError(f"input channel {bad[0]} varies over sample {bad[1]}: the inputs of "
                          f"a reduced basis are parameters, one value per sample")
     return torch.cat(parts + [_means(x, data.weight, batch, num_graphs)], 1)
