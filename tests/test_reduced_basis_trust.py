@@ -220,3 +220,36 @@ def test_one_training_sample_is_called_one_training_sample(tmp_path, capsys):
                                               "--val-fraction", "0.5"))
     assert code == 2 and one_line_error(err), err
     assert "one training sample" in err and "the same in every sample" not in err
+
+
+def test_a_parameter_given_twice_counts_once():
+    """Parameters given both as params and as constant input fields (a benchmark's
+    params.json beside its fields): now that a constant field's mean is its value
+    exactly, the two columns are equal, and a spline on both is singular. The repeat is
+    dropped: the spline reproduces the linear family to round-off, and POD + RBF too."""
+    import torch
+
+    from meshops.datasets import add_inputs_targets
+    from meshops.reduced.fit import fit_reduced_basis
+    from meshops.reduced.parameters import informative_columns
+    from meshops.training.baselines import pod_rbf_baseline
+
+    def both(params):
+        pts, cells = square_mesh(6, "triangle")
+        out = []
+        for a, b in params:
+            fields = {"a": np.full(len(pts), a), "b": np.full(len(pts), b),
+                      "u": exact(pts, a, b)}
+            out.append(add_inputs_targets(mesh_from_arrays(pts, cells, fields), ["a", "b"],
+                                          ["u"], torch.float64,
+                                          params=torch.tensor([[a, b]], dtype=torch.float64)))
+        return out
+
+    train, val = both(draw(10, 0)), both(draw(3, 1))
+    p = torch.tensor([[1.0, 2.0, 1.0, 5.0], [2.0, 2.0, 2.0, 3.0], [4.0, 2.0, 4.0, 1.0]])
+    assert informative_columns(p) == [0, 3]      # 1: constant, 2: column 0 again
+    _, report = fit_reduced_basis(train, val, regressors=("rbf",))
+    assert [c.name for c in report.candidates] == ["rbf"]
+    assert report.candidates[0].mean < 1e-8
+    base = pod_rbf_baseline(train, val)
+    assert base.available and max(base.errors["l2"]) < 1e-8, base.note

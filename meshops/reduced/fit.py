@@ -34,7 +34,7 @@ from torch import Tensor
 
 from meshops.fields import TargetFields, field_mean
 from meshops.reduced.ensemble import MLPEnsemble, train_ensemble
-from meshops.reduced.parameters import sample_parameters
+from meshops.reduced.parameters import informative_columns, sample_parameters
 from meshops.reduced.pod import pod_basis
 
 #: MLP ensemble settings: epochs per member (fewer only when even one member would
@@ -138,7 +138,7 @@ def _standardiser(params: Tensor) -> tuple[list[int], Tensor, Tensor]:
         raise ValueError("a reduced basis needs several training samples, whose parameters "
                          "vary; there is one")
     spread = params.std(0)
-    index = [int(i) for i in torch.nonzero(spread > 0).flatten()]
+    index = informative_columns(params)
     if not index:
         raise ValueError("a reduced basis needs parameters that vary over the training "
                          "samples; every parameter is the same in all of them")

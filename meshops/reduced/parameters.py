@@ -77,6 +77,32 @@ def sample_parameters(samples: Sequence) -> tuple[Tensor | None, str]:
     return torch.cat(parts, 1), " and ".join(why)
 
 
+#: Two standardised parameter columns closer than this everywhere are one parameter.
+SAME_COLUMN_ATOL = 1e-9
+
+
+def informative_columns(params: Tensor) -> list[int]:
+    """The columns of a parameter matrix ``[S, K]`` that a regression can use: those that
+    vary over the samples, less any that repeats an earlier one once standardised (a
+    parameter given both in ``params`` and as a constant input field; the same column
+    twice makes a spline's polynomial part singular).
+
+    Shapes:
+        ``[S, K]`` -> the kept column indices
+    """
+    if params.shape[0] < 2:
+        return []
+    p = params.to(torch.float64)
+    spread = p.std(0)
+    kept: list[int] = []
+    for k in torch.nonzero(spread > 0).flatten().tolist():
+        z = (p[:, k] - p[:, k].mean()) / spread[k]
+        if not any(float((z - (p[:, j] - p[:, j].mean()) / spread[j]).abs().max())
+                   <= SAME_COLUMN_ATOL for j in kept):
+            kept.append(k)
+    return kept
+
+
 def batch_parameters(data, num_graphs: int) -> Tensor:
     """The ``[B, K]`` parameters of a batch inside a model's forward, as
     :func:`sample_parameters` makes them: ``data.params`` when present, then the
