@@ -225,8 +225,8 @@ def _summary(cfg, model, train: list, val: list, windows: int, c_state: int,
 
 def _record_files(cfg, series: list, val: list | None, resumed: dict | None) -> dict:
     """The fingerprints a series run records (``data_files``, ``val_files``: every file
-    of every series and the parameter file, :func:`~meshops.cli.provenance.
-    series_fingerprint`); resuming, a series added or removed or a file changed since
+    of every series and the parameter file,
+    :func:`~meshops.cli.provenance.series_fingerprint`); resuming, a series added or removed or a file changed since
     the run was trained is refused (it would redraw the split or train on other data)."""
     from meshops.cli.provenance import refuse_changed, series_changes, series_fingerprint
 
