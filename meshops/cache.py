@@ -19,7 +19,8 @@ Layout of a cache folder (every file a torch file or JSON, written atomically by
                                      times, content digest and entry (a memo)
 
 **Keys.** A sample entry's key is a SHA-256 of the file's *content* (its SHA-256), the
-reading settings (inputs, targets, dtype, ...), :data:`CACHE_VERSION` and the meshops
+reading settings (inputs, targets, dtype, ..., and the content of the parameter file
+that gives the samples' parameters), :data:`CACHE_VERSION` and the meshops
 version; a structured entry's key adds the model's structure settings (its
 ``mesh_transform()``'s description: PiT's latent size, quantiles, ball, dtype, ...).
 A file whose content changes gets a new key, so its entry is rebuilt; another meshops

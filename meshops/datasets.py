@@ -13,8 +13,11 @@ Every sample is a :class:`meshops.MeshData` with
   problems, where the input is ``pos``),
 * ``y [N, C_out]``: the target channels concatenated,
 * ``source``: where the sample came from,
+* ``params [1, K]`` with ``--params``: the parameter vector, always float64 (a
+  timestamp-like 1.7e9 + 100 a would be quantised in float32; models standardise it
+  in float64 before their own dtype),
 
-and every floating-point tensor in one ``dtype`` (float32 by default). The benchmark
+and every other floating-point tensor in one ``dtype`` (float32 by default). The benchmark
 readers of the separate ``data_adapters`` package build their samples with
 :func:`add_inputs_targets` too, so examples can switch between them.
 """
@@ -39,7 +42,8 @@ from meshops.params import write_param_table
 __all__ = ["DEFAULT_SUFFIXES", "MeshFolderDataset", "add_inputs_targets", "as_float_dtype",
            "check_finite_fields", "export_to_folder", "list_mesh_files", "stack_channels"]
 
-_FLOAT_ATTRS = ("pos", "weight", "x", "y", "params")
+# Cast to the samples' dtype; ``params`` stay float64 (see the module docstring).
+_FLOAT_ATTRS = ("pos", "weight", "x", "y")
 
 
 def check_finite_fields(fields, names: Sequence[str], source, role: str = "",
@@ -152,7 +156,8 @@ def add_inputs_targets(mesh: MeshData, inputs: Sequence[str], targets: Sequence[
 
     Sets ``x``/``y`` from the named point fields (:func:`stack_channels`) and the
     extra attributes ``attrs``, and casts every floating tensor (``pos``, ``weight``,
-    ``x``, ``y``, ``params``, ``fields``, floating ``attrs``) to ``dtype``. Unlike
+    ``x``, ``y``, ``fields``, floating ``attrs``) to ``dtype``, but ``params`` to
+    float64 (see the module docstring). Unlike
     :func:`meshops.training.assemble` it changes ``mesh`` itself and allows empty
     ``targets`` (inference data).
 
@@ -170,10 +175,10 @@ def add_inputs_targets(mesh: MeshData, inputs: Sequence[str], targets: Sequence[
     mesh.y = stack_channels(fields, targets, n, dtype)
     for k, v in attrs.items():
         setattr(mesh, k, v)
-    for k in _FLOAT_ATTRS + tuple(attrs):
+    for k in _FLOAT_ATTRS + tuple(attrs) + ("params",):
         v = getattr(mesh, k, None)
         if isinstance(v, torch.Tensor) and v.is_floating_point():
-            setattr(mesh, k, v.to(dtype))
+            setattr(mesh, k, v.to(torch.float64 if k == "params" else dtype))
     if fields:
         mesh.fields = {k: v.to(dtype) if v.is_floating_point() else v
                        for k, v in fields.items()}

@@ -15,7 +15,9 @@ on one sample, normalisers included, so it takes and returns physical units:
   the program and take only ``x [N, C_in]``: new input fields on that mesh (the
   parametric-study case). For another mesh, export again. A reduced basis of
   parameter vectors alone takes ``params`` only.
-* a run with **parameters** (``--params``) takes ``params [1, K]`` as well, last.
+* a run with **parameters** (``--params``) takes ``params [1, K]`` as well, last,
+  in float64 whatever the model's dtype: the model standardises them in float64 (a
+  timestamp-like 1.7e9 + 100 a is quantised in float32), as in meshops itself.
 
 ``N`` counts the sample's points where the run's targets live: the mesh's vertices,
 or for cell-data targets its cells (``pos`` their centroids, ``weight`` their
@@ -184,6 +186,7 @@ def _info(model, fixed: bool, dynamic: bool, n: int, names: list[str],
         "param_fields": meta.get("params") or [],
         "field_shapes": meta.get("field_shapes"),
         "dtype": str(model_tensor(model).dtype).replace("torch.", ""),
+        "params_dtype": "float64" if "params" in names else None,
     }
 
 
@@ -264,8 +267,9 @@ def export_model(model, mesh, path, *, dynamic: bool = False,
     dtype = model_tensor(model).dtype
     sample = copy.copy(mesh)
     for k in ("x", "pos", "weight", "params"):
-        if getattr(mesh, k, None) is not None:
-            setattr(sample, k, getattr(mesh, k).to(dtype).cpu())
+        if getattr(mesh, k, None) is not None:  # params in float64 (see the module)
+            to = torch.float64 if k == "params" else dtype
+            setattr(sample, k, getattr(mesh, k).to(to).cpu())
     program, args, names, fixed = _program(_sdpa(model).cpu(), sample, dynamic)
     shapes = None
     if dynamic:

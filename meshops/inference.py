@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["RUN_CHECKPOINT", "RunSpec", "available_fields", "field_channels", "field_shape",
-           "format_shape", "load_run", "mesh_sample", "predict_mesh"]
+           "format_shape", "input_dtype", "load_run", "mesh_sample", "predict_mesh"]
 
 # The model file of a run folder (lowest validation error; the final model without
 # validation data), as ``meshops train`` writes it.
@@ -170,7 +170,9 @@ class RunSpec:
     def __init__(self, model, ckpt: Path, meta: dict, inputs=None, targets=None) -> None:
         cfg = dict(getattr(model, "config", {}) or {})
         self.ckpt = ckpt
-        self.dtype = model_tensor(model).dtype
+        self.dtype = input_dtype(model)
+        # a reduced basis: every input field is a parameter, one value per mesh
+        self.constant_inputs = bool(getattr(model, "constant_inputs", False))
         self.in_channels = int(cfg.get("in_channels", meta.get("in_channels", 0)))
         self.out_channels = int(cfg.get("out_channels", meta.get("out_channels", 1)))
         self.pos_dim = cfg.get("pos_dim", meta.get("pos_dim"))
@@ -261,10 +263,26 @@ class RunSpec:
             # in float32.
             check_finite_fields(fields, getattr(self, role), path, role[:-1],
                                 self.dtype if role == "inputs" else None)
+        if self.constant_inputs and "inputs" in roles:
+            self._check_constant(fields, path)
         d = int(mesh.pos.shape[1])
         if self.pos_dim is not None and d != int(self.pos_dim):
             raise MeshError(f"{path}: the mesh is {d}-D but the model in {self.ckpt} was "
                             f"trained on {self.pos_dim}-D meshes")
+
+    def _check_constant(self, fields, path) -> None:
+        """Each input field is one value over the mesh, as the model was trained on."""
+        import torch
+
+        from meshops.reduced.parameters import varying_input
+
+        for name in self.inputs:
+            v = torch.as_tensor(fields[name]).reshape(len(fields[name]), -1)
+            if varying_input(v, torch.zeros(v.shape[0], dtype=torch.long), 1) is not None:
+                raise MeshError(f"{path}: input field {name!r} varies over the mesh (from "
+                                f"{float(v.min()):g} to {float(v.max()):g}); the model in "
+                                f"{self.ckpt} takes it as a parameter, one value per mesh, "
+                                f"as in training: give it one value at every point")
 
     def split(self, out) -> dict:
         """Model output ``[N, C_out]`` -> ``{target: [N] or [N, c]}``."""
@@ -279,6 +297,13 @@ def model_tensor(model) -> "torch.Tensor":
     import itertools
 
     return next(itertools.chain(model.parameters(), model.buffers()))
+
+
+def input_dtype(model) -> "torch.dtype":
+    """The dtype of the inputs ``model`` takes: its ``input_dtype`` where it has one (a
+    :class:`~meshops.models.ReducedBasis` standardises its parameters in float64,
+    whatever the dtype of its regression's weights), else that of its weights."""
+    return getattr(model, "input_dtype", None) or model_tensor(model).dtype
 
 
 def predict_mesh(model, spec: RunSpec, mesh, chunk_size: int | None = DEFAULT_CHUNK,
@@ -306,7 +331,9 @@ def predict_mesh(model, spec: RunSpec, mesh, chunk_size: int | None = DEFAULT_CH
 
 def mesh_sample(model, spec: RunSpec, mesh):
     """The model's input sample of a mesh: ``pos``, ``weight`` and ``x`` (the fields
-    ``spec`` names, concatenated) in the model's dtype, on its device.
+    ``spec`` names, concatenated) in the model's input dtype (:func:`input_dtype`), and
+    ``params`` in float64 (models standardise them before their own dtype), on its
+    device.
 
     Shapes:
         mesh ``pos [N, d]``, fields ``[N]`` or ``[N, ...]`` -> ``x [N, C_in]``
@@ -315,12 +342,11 @@ def mesh_sample(model, spec: RunSpec, mesh):
 
     from meshops.data import MeshData
 
-    param = model_tensor(model)
+    dtype, device = input_dtype(model), model_tensor(model).device
     n = int(mesh.pos.shape[0])
     cols = [mesh.fields[k].reshape(n, -1).to(torch.float64) for k in spec.inputs]
     x = torch.cat(cols, 1) if cols else torch.zeros(n, 0, dtype=torch.float64)
-    data = MeshData(pos=mesh.pos.to(param.dtype), weight=mesh.weight.to(param.dtype),
-                    x=x.to(param.dtype))
+    data = MeshData(pos=mesh.pos.to(dtype), weight=mesh.weight.to(dtype), x=x.to(dtype))
     if getattr(mesh, "params", None) is not None:
-        data.params = mesh.params.to(param.dtype)
-    return data.to(param.device)
+        data.params = mesh.params.to(torch.float64)
+    return data.to(device)

@@ -107,7 +107,9 @@ class SampleLayout:
                                       f"list of names")
         if location not in LOCATIONS:
             raise CheckpointError(f"{ckpt}: inconsistent metadata: location is {location!r}")
-        k = int((getattr(model, "config", None) or {}).get("param_channels", 0) or 0)
+        k = getattr(model, "param_channels", None)  # a reduced basis: no such config key
+        if not isinstance(k, int):
+            k = int((getattr(model, "config", None) or {}).get("param_channels", 0) or 0)
         if k != len(params):
             raise CheckpointError(f"{ckpt}: inconsistent metadata: the model takes {k} "
                                   f"parameters but the run records {len(params)} ({params})")

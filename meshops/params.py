@@ -15,8 +15,8 @@ by name, from:
 The sample carries them as ``params [1, K]`` (a batch: ``[B, K]``), in the order
 asked for; their names travel in the run's config, not in the sample. Every value is
 checked: a missing sample, column or value, a non-numeric or non-finite one, a name
-found in both places, or a folder with both sidecar files is refused with the file and
-the column named.
+found in both places, a column, key or file entry given twice, or a folder with both
+sidecar files is refused with the file and the column named.
 """
 
 from __future__ import annotations
@@ -54,6 +54,11 @@ def _number(text, where: str) -> float:
     return v
 
 
+class _Pairs(list):
+    """A JSON object as its ``(key, value)`` pairs in file order, duplicates kept (to be
+    refused: a plain dict keeps the last value of a key)."""
+
+
 class ParamTable:
     """The sidecar parameter file of one folder: ``{file name: {column: text}}``.
 
@@ -65,7 +70,8 @@ class ParamTable:
             (``{file name: {name: number}}``).
 
     Raises:
-        MeshError: unreadable or malformed file, no ``file`` column, a file listed twice.
+        MeshError: unreadable or malformed file, no ``file`` column, a file listed twice,
+            a column (or a JSON entry's key) given twice.
     """
 
     def __init__(self, path) -> None:
@@ -82,12 +88,17 @@ class ParamTable:
 
     def _add(self, name: str, row: dict, where: str) -> None:
         if name in self.rows:
-            raise MeshError(f"{self.path}: {where}: {name!r} is listed twice")
+            raise MeshError(f"{self.path}: {where}: {name!r} is listed twice (the last "
+                            f"values would silently win); keep one")
         self.rows[name] = row
 
     def _read_csv(self, text: str) -> None:
         reader = csv.DictReader(text.splitlines())
         fields = [f.strip() for f in (reader.fieldnames or [])]
+        twice = next((f for i, f in enumerate(fields) if f in fields[:i]), None)
+        if twice is not None:  # DictReader would keep the last column of the name
+            raise MeshError(f"{self.path}: column {twice!r} appears twice in the header "
+                            f"(the last one would silently win); keep one")
         if KEY_COLUMN not in fields:
             raise MeshError(f"{self.path}: the first row must name the columns, one of them "
                             f"{KEY_COLUMN!r} (the sample's file name); got {fields or 'none'}")
@@ -104,16 +115,25 @@ class ParamTable:
             self._add(name, row, f"line {line}")
 
     def _read_json(self, text: str) -> None:
-        try:
-            data = json.loads(text)
+        try:  # objects as their (key, value) pairs: json.loads keeps the last of a key
+            data = json.loads(text, object_pairs_hook=_Pairs)
         except json.JSONDecodeError as e:
             raise MeshError(f"{self.path}: not valid JSON ({e})") from None
-        if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        if not isinstance(data, _Pairs) or not all(isinstance(v, _Pairs) for _, v in data):
             raise MeshError(f"{self.path}: expected an object {{file name: {{parameter: "
                             f"number}}}}")
         cols: list[str] = []
-        for name, row in data.items():
-            self._add(str(name), dict(row), f"entry {name!r}")
+        for name, pairs in data:
+            row = {}
+            for key, value in pairs:
+                if key in row:
+                    raise MeshError(f"{self.path}: entry {name!r}: parameter {key!r} is given "
+                                    f"twice (the last value would silently win); keep one")
+                row[key] = value
+            if str(name) in self.rows:
+                raise MeshError(f"{self.path}: entry {name!r} is listed twice (the last "
+                                f"values would silently win); keep one")
+            self.rows[str(name)] = row
             cols += [c for c in row if c not in cols]
         self.columns = cols
 

@@ -204,8 +204,8 @@ def _program_matches_predict(path, run_dir, mesh_file, **inputs):
     layout = SampleLayout.from_run(meta, spec.inputs, spec.targets, model, ckpt)
     s = mesh_sample(model, spec, layout.view(read_mesh(mesh_file), mesh_file,
                                              need_targets=False))
-    for k, v in inputs.items():
-        setattr(s, k, v.to(s.x.dtype))
+    for k, v in inputs.items():  # in the dtype the program takes (params: float64)
+        setattr(s, k, v.to(getattr(s, k).dtype))
     info = read_info(path)
     out = load_exported(path)(*(getattr(s, k) for k in info["inputs"]))
     _close(out, model.predict(s))
@@ -264,7 +264,7 @@ def test_cli_export_of_a_params_run_takes_the_parameters(tmp_path, tmp_path_fact
         assert cli.main(["export", str(out), "-o", str(tmp_path / name)]) == 0
         _, y0, info = _program_matches_predict(tmp_path / name, out, data / "s1.vtu")
         assert info["inputs"] == ["x", "pos", "weight", "params"]
-        assert info["param_fields"] == ["alpha"]
+        assert info["param_fields"] == ["alpha"] and info["params_dtype"] == "float64"
         # another parameter value: the program follows it as the model does
         _, y1, _ = _program_matches_predict(tmp_path / name, out, data / "s1.vtu",
                                             params=torch.tensor([[7.0]]))
@@ -292,9 +292,12 @@ def test_a_reduced_basis_exports_with_its_mesh_built_in(tmp_path, monkeypatch, r
         info = export_model(model, train[0], path)
         assert info["fixed_mesh"] and info["points"] == train[0].pos.shape[0]
         assert info["inputs"] == (["params"] if as_params else ["x"])
-        run, dtype = load_exported(path), getattr(torch, info["dtype"])
+        run = load_exported(path)
+        dtypes = {k: getattr(torch, info["params_dtype" if k == "params" else "dtype"])
+                  for k in info["inputs"]}
         for s in _samples(6, _params(3, 5), as_params):  # parameters it did not see
-            _close(run(*(getattr(s, k).to(dtype) for k in info["inputs"])), model.predict(s))
+            _close(run(*(getattr(s, k).to(dtypes[k]) for k in info["inputs"])),
+                   model.predict(s))
     with pytest.raises(ExportError, match="reduced_basis: the exported program holds"):
         export_model(model, train[0], tmp_path / "d.pt2", dynamic=True)
 

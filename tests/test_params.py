@@ -107,6 +107,23 @@ def test_malformed_csv_is_refused(tmp_path, text, message):
         read_param_table(tmp_path)
 
 
+@pytest.mark.parametrize("name,text,message", [
+    ("params.csv", "file,alpha,Re,alpha\na.vtu,1,2,3\n",
+     r"params\.csv: column 'alpha' appears twice in the header"),
+    ("params.csv", "file,alpha,file\na.vtu,1,b.vtu\n",
+     r"params\.csv: column 'file' appears twice in the header"),
+    ("params.json", '{"a.vtu": {"alpha": 1, "Re": 2, "alpha": 3}}',
+     r"params\.json: entry 'a\.vtu': parameter 'alpha' is given twice"),
+    ("params.json", '{"a.vtu": {"alpha": 1}, "b.vtu": {"alpha": 2}, "a.vtu": {"alpha": 3}}',
+     r"params\.json: entry 'a\.vtu' is listed twice"),
+])
+def test_a_duplicate_column_key_or_entry_is_refused(tmp_path, name, text, message):
+    """Issue 28: the last of two values silently won."""
+    (tmp_path / name).write_text(text)
+    with pytest.raises(MeshError, match=message + r".*keep one"):
+        read_param_table(tmp_path)
+
+
 def test_both_sidecar_files_and_a_name_in_two_places_are_refused(tmp_path):
     _write_table(tmp_path, "csv", {"a.vtu": {"alpha": 1}})
     assert read_param_table(tmp_path) is not None
@@ -135,7 +152,8 @@ def test_dataset_samples_carry_params(tmp_path):
         write_mesh(tmp_path / f"s{k}.vtu", mesh_from_arrays(pts, cells, {"u": pts[:, 0] + k}))
     _write_table(tmp_path, "csv", {f"s{k}.vtu": {"a": k, "b": 10 * k} for k in range(3)})
     ds = MeshFolderDataset(tmp_path, [], ["u"], params=["b", "a"])
-    assert ds[2].params.shape == (1, 2) and ds[2].params.dtype == torch.float32
+    # float64 whatever the samples' dtype (issue 28: 1.7e9 + 100 a is quantised in float32)
+    assert ds[2].params.shape == (1, 2) and ds[2].params.dtype == torch.float64
     assert ds[2].params.tolist() == [[20.0, 2.0]]
     batch = next(iter(DataLoader([ds[0], ds[1], ds[2]], batch_size=3)))
     assert batch.params.shape == (3, 2)                 # the shared contract: [B, K]
@@ -199,7 +217,35 @@ def test_bad_params_are_refused(bad, message):
     with pytest.raises(ValueError, match=message):
         model(s)
     with pytest.raises(ValueError, match=message):
-        read_params(s, 3, 1, torch.float32, "cpu")
+        read_params(s, 3, 1, "cpu")
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_params_are_standardised_in_float64(name):
+    """Issue 28: parameters were cast to the model's float32 before standardising, so
+    1.7e9 + 10 and 1.7e9 + 60 (float32 spacing 128 there) were one parameter. A float32
+    model given t = T0 + d with statistics (T0, 50) must equal the same model given d
+    with statistics (0, 50), small numbers exact in float32."""
+    t0 = 1.7e9
+    torch.manual_seed(0)
+    model = get_model(name, in_channels=1, out_channels=1, param_channels=1, **CONFIGS[name])
+    with torch.no_grad():
+        for p in model.conditioning.film.parameters():   # starts as the identity
+            p.normal_(0, 0.1)
+    norm = model.conditioning.params_normalizer
+    norm.std.fill_(50.0)
+    norm.fitted.fill_(True)
+    model.eval()
+    outputs = {}
+    for offset in (t0, 0.0):
+        norm.mean.fill_(offset)
+        for d in (10.0, 60.0):
+            s = _sample(25, 1, 0)
+            s.params = torch.tensor([[offset + d]], dtype=torch.float64)
+            outputs[offset, d] = model(s)
+    assert (outputs[0.0, 10.0] - outputs[0.0, 60.0]).abs().max() > 1e-3
+    for d in (10.0, 60.0):
+        assert torch.allclose(outputs[t0, d], outputs[0.0, d], rtol=1e-5, atol=1e-6), d
 
 
 def test_param_statistics_are_fitted_on_the_training_samples_and_saved(tmp_path):
@@ -349,12 +395,15 @@ def test_predict_and_evaluate_read_the_parameters(param_run, tmp_path, capsys):
 @pytest.mark.parametrize("change,message", [
     ("missing", "params.csv: no entry for the sample 's2.vtu'"),
     ("nan", "params.csv: s2.vtu, column 'a': 'nan' is not finite"),
+    ("twice", "params.csv: column 'a' appears twice in the header"),
 ])
 def test_train_refuses_a_bad_parameter_file(tmp_path, capsys, change, message):
     data = _write_param_folder(tmp_path / "data", 4)
     lines = (data / "params.csv").read_text().splitlines()
     if change == "missing":
         lines = [ln for ln in lines if not ln.startswith("s2.vtu")]
+    elif change == "twice":
+        lines = [ln + (",a" if i == 0 else ",7") for i, ln in enumerate(lines)]
     else:
         lines = [("s2.vtu,nan," + ln.split(",")[2]) if ln.startswith("s2.vtu") else ln
                  for ln in lines]

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from data_adapters.standins import boundary_layer as bl
 from data_adapters.standins import hole, materials
@@ -66,7 +67,9 @@ def test_materials_standin_samples_and_cache(tmp_path):
     s = a[2]
     assert s.x.shape == (s.num_nodes, 11) and s.y.shape == (s.num_nodes, 2)
     assert s.params.shape == (1, 11) and s.standin
-    np.testing.assert_array_equal(s.x[0].numpy(), s.params[0].numpy())
+    # the inputs in the samples' float32, the parameters in float64 (issue 28)
+    assert s.params.dtype == torch.float64
+    np.testing.assert_array_equal(s.x[0].numpy(), s.params[0].float().numpy())
     np.testing.assert_array_equal(a[1].y.numpy(), b[1].y.numpy())
     solver = materials.PlateSolver(*materials.mesh_plate(0.1))
     np.testing.assert_allclose(s.y.numpy(), solver.solve(s.params[0].double().numpy()),

@@ -106,10 +106,10 @@ def training_samples(meta: dict, inputs: Sequence[str], targets: Sequence[str], 
     """A run's training samples (``meta["data"]``, files ``meta["split"]["train"]``)
     in float64, read as ``layout`` says (then ``inputs`` are its own), or ``(None, why
     not)``: also when the files differ from the fingerprint the run recorded
-    (``meta["data_files"]``, see :mod:`.provenance`)."""
+    (``meta["data_files"]`` and ``meta["param_files"]``, see :mod:`.provenance`)."""
     import torch
 
-    from meshops.cli.provenance import changes, listing
+    from meshops.cli.provenance import changes, listing, param_changes
     from meshops.errors import MeshError
 
     root, train = meta.get("data"), (meta.get("split") or {}).get("train")
@@ -120,6 +120,8 @@ def training_samples(meta: dict, inputs: Sequence[str], targets: Sequence[str], 
     recorded = meta.get("data_files")
     if isinstance(recorded, dict):
         diff = changes(recorded, root, names=train, new_files=False)
+        if isinstance(meta.get("param_files"), dict):
+            diff += param_changes(meta["param_files"], root)
         if diff:
             return None, (f"n/a: the training data in {root} changed since the run was "
                           f"trained ({listing(diff)})")

@@ -53,11 +53,13 @@ def load_folder_cached(root, inputs: Sequence[str], targets: Sequence[str], dtyp
 
     reader = FolderReader(root, inputs, targets, dtype, layout)
     # Every option that changes what read_sample makes of a file belongs here: it is
-    # part of the key of each entry.
+    # part of the key of each entry. So does the content of the folder's parameter
+    # file, which gives the samples' values (an edit of it rebuilds every entry).
+    params = list(layout.params) if layout else []
     settings = {"reader": "meshops.cli.folder.read_sample", "inputs": list(inputs),
                 "targets": list(targets), "dtype": str(dtype).replace("torch.", ""),
-                "params": list(layout.params) if layout else [],
-                "tags": list(layout.tags) if layout else []}
+                "params": params, "tags": list(layout.tags) if layout else [],
+                "param_files": param_file_digests(root) if params else {}}
     ds = MeshCache(cache).dataset(reader.files, reader, settings, workers=workers, desc=desc)
     files = ds.files
     shapes, dim = None, None
@@ -68,6 +70,14 @@ def load_folder_cached(root, inputs: Sequence[str], targets: Sequence[str], dtyp
         else:
             check_same_layout(path, sh, d, shapes, dim, files[0])
     return files, ds, shapes, dim
+
+
+def param_file_digests(root) -> dict[str, str]:
+    """``{name: SHA-256}`` of the parameter files (params.csv, params.json) in ``root``."""
+    from meshops.cache import file_digest
+    from meshops.params import PARAM_FILES
+
+    return {n: file_digest(Path(root) / n) for n in PARAM_FILES if (Path(root) / n).is_file()}
 
 
 def take(samples, indices: Sequence[int]):

@@ -145,7 +145,9 @@ Each series (a folder of numbered files, a .pvd, an .xdmf, or one mesh file hold
 the initial state) is rolled out N steps from its time step --start and written as
 OUTDIR/<name>.pvd with one .vtu per step in OUTDIR/<name>/ (the start and the N
 predicted steps, <target>_pred, beside the series' own fields where it has that
-step), completely or not at all.
+step), completely or not at all. An earlier rollout there is replaced only with
+--overwrite; a folder OUTDIR/<name>/ that holds anything else (the input series
+itself, files of yours) is never replaced.
 """
 
 

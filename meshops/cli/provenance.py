@@ -6,7 +6,15 @@
   evaluated or resumed from another working directory reads its own data, not a
   ``data/`` that happens to be there;
 * ``data_files`` (and ``val_files``): a fingerprint of every file read, name ->
-  ``[size in bytes, modification time in ns, SHA-256 of the content]``.
+  ``[size in bytes, modification time in ns, SHA-256 of the content]``;
+* ``param_files`` (and ``val_param_files``), for a run with parameters: the
+  fingerprint of the folder's ``params.csv`` / ``params.json`` (empty when it has
+  none), which gives the samples' values as much as the mesh files do.
+
+A time-series run records in ``data_files`` every file of every series (its steps,
+its ``.pvd`` or ``.xdmf``, the HDF5 files an ``.xdmf`` names) by its path in the
+folder, and its parameter file: :func:`series_changes` also reports a series added
+or removed (which would redraw the split).
 
 :func:`changes` compares a fingerprint with the files now on disk: a file whose size
 and modification time are unchanged is taken as unchanged (as ``make`` and ``rsync``
@@ -41,8 +49,9 @@ def digest(path) -> str:
     return h.hexdigest()
 
 
-def fingerprint(files: Iterable, desc: str | None = None) -> dict[str, list]:
-    """``{file name: [size, mtime_ns, sha256]}`` of ``files`` (in one folder), in order.
+def fingerprint(files: Iterable, desc: str | None = None, root=None) -> dict[str, list]:
+    """``{file name: [size, mtime_ns, sha256]}`` of ``files`` (in one folder), in order;
+    with ``root``, keyed by the path relative to ``root`` (files in its subfolders).
 
     Reading every file once more costs about a second per 500 MB (the files were just
     read, so they are usually in the page cache); ``desc`` labels a progress bar.
@@ -53,8 +62,27 @@ def fingerprint(files: Iterable, desc: str | None = None) -> dict[str, list]:
     for path in progress(list(files), desc=desc or "fingerprinting", unit="file",
                          leave=False):
         st = os.stat(path)
-        out[Path(path).name] = [int(st.st_size), int(st.st_mtime_ns), digest(path)]
+        key = Path(path).relative_to(root).as_posix() if root is not None else Path(path).name
+        out[key] = [int(st.st_size), int(st.st_mtime_ns), digest(path)]
     return out
+
+
+def param_fingerprint(folder) -> dict[str, list]:
+    """The :func:`fingerprint` of the parameter files (params.csv, params.json) of
+    ``folder``; empty when it has none."""
+    from meshops.params import PARAM_FILES
+
+    return fingerprint([Path(folder) / n for n in PARAM_FILES if (Path(folder) / n).is_file()])
+
+
+def param_changes(recorded: dict, folder) -> list[str]:
+    """How the parameter files of ``folder`` differ from their :func:`param_fingerprint`
+    ``recorded``: changed, missing, or new (``[]`` when none)."""
+    from meshops.params import PARAM_FILES
+
+    return changes(recorded, folder, new_files=False) + [
+        f"{n}: new file" for n in PARAM_FILES
+        if n not in recorded and (Path(folder) / n).is_file()]
 
 
 def changes(recorded: dict, folder, names: Sequence[str] | None = None,
@@ -113,7 +141,70 @@ def same_content(files: Sequence, recorded: dict) -> dict[str, str]:
     return out
 
 
+def refuse_changed(diff: Sequence[str], last: Path) -> None:
+    """Refuse to resume the run of checkpoint ``last`` when its data changed (``diff``:
+    the phrases of :func:`changes`, :func:`param_changes` or :func:`series_changes`)."""
+    from meshops.cli._common import CLIError
+
+    if diff:
+        raise CLIError(f"{last}: the data behind this run changed since it was trained "
+                       f"({listing(list(diff))}); --resume continues on the files it was "
+                       f"trained on: restore them, or start a new run with another --out")
+
+
 def listing(items: Sequence[str], limit: int = 3) -> str:
     """The first ``limit`` items and how many more."""
     more = f" and {len(items) - limit} more" if len(items) > limit else ""
     return "; ".join(items[:limit]) + more
+
+
+# ------------------------------------------------------------------ time series
+def _series_files(series) -> list[Path]:
+    """The files a series was read from: its steps, its .pvd or .xdmf, and the HDF5
+    files an .xdmf names."""
+    import re
+
+    files = [Path(p) for p in series.steps] + [Path(series.source)]
+    src = Path(series.source)
+    if src.is_file() and src.suffix.lower() in (".xdmf", ".xmf"):
+        text = src.read_text(errors="replace")
+        files += [src.parent / m for m in re.findall(r"([^\s<>\"':]+\.(?:h5|hdf5|hdf)):", text)]
+    return list(dict.fromkeys(p for p in files if p.is_file()))
+
+
+def series_fingerprint(root, series: Sequence, desc: str | None = None) -> dict[str, list]:
+    """The :func:`fingerprint` of every file of ``series`` (read from folder ``root``),
+    keyed by the path in ``root``, and of ``root``'s parameter file."""
+    files = [p for s in series for p in _series_files(s)]
+    files += [Path(root) / n for n in param_fingerprint(root)]
+    return fingerprint(list(dict.fromkeys(files)), desc, root=Path(root))
+
+
+def series_keys(recorded: dict, names: Sequence[str]) -> list[str]:
+    """The entries of a :func:`series_fingerprint` that belong to the series ``names``
+    (``name/...``, ``name.pvd``, ``name.xdmf``, ...) or are a parameter file."""
+    from meshops.params import PARAM_FILES
+
+    names = set(names)
+    return [k for k in recorded if k in PARAM_FILES or k.split("/")[0] in names
+            or ("/" not in k and Path(k).stem in names)]
+
+
+def series_changes(recorded: dict, root, names: Sequence[str]) -> list[str]:
+    """How the series folder ``root`` differs from its :func:`series_fingerprint`
+    ``recorded`` for the series ``names`` it held: a changed or missing file, a new
+    parameter file, a series added or removed."""
+    from meshops.errors import MeshError
+    from meshops.params import PARAM_FILES
+    from meshops.series import list_series, series_name
+
+    out = changes(recorded, root, new_files=False)
+    out += [d for d in param_changes({k: v for k, v in recorded.items() if k in PARAM_FILES},
+                                     root) if d.endswith("new file")]
+    try:
+        now = [series_name(p) for p in list_series(root)]
+    except MeshError as e:  # no longer a folder of series
+        return out + [str(e)]
+    out += [f"{n}: new series" for n in now if n not in names]
+    out += [f"{n}: series missing" for n in names if n not in now]
+    return out

@@ -9,8 +9,13 @@ from pathlib import Path
 
 from meshops.cli._common import CLIError
 
-# Options of gradient training that a fitted reduced basis does not use.
+# Options of gradient training that a fitted reduced basis does not use: a note (they
+# are chosen from the data for the other models, and a config file may set them) ...
 _TRAINING_ONLY = ("epochs", "batch_size", "lr")
+# ... and options that would change what a run is, refused: the reduced basis has no
+# weights trained in steps to compile, checkpoint, log or average over seeds.
+_REFUSED = {"ensemble": 1, "amp": None, "compile": False, "checkpoint_blocks": False,
+            "logger": None}
 
 
 def fit_reduced_run(args, cfg, chosen: str, train_samples, val_samples, run) -> int:
@@ -23,12 +28,7 @@ def fit_reduced_run(args, cfg, chosen: str, train_samples, val_samples, run) -> 
     from meshops.reduced.fit import fit_reduced_basis
 
     out = run.out
-    if args.resume:
-        raise CLIError(f"{out}: a reduced basis is fitted in one go, there is nothing to "
-                       f"resume; run again without --resume (and another --out)")
-    if not val_samples:
-        raise CLIError("the reduced_basis model chooses its regression on validation "
-                       "samples: use --val-fraction > 0 or --val-data DIR")
+    _check_options(args, cfg, val_samples)
     unused = [f"--{k.replace('_', '-')}" for k in _TRAINING_ONLY
               if getattr(cfg, k) is not None]
     regressors, members = _options(cfg.model_config)
@@ -56,26 +56,49 @@ def fit_reduced_run(args, cfg, chosen: str, train_samples, val_samples, run) -> 
     print(lines[0])
     print(lines[-1])
     mlp = next((c for c in report.candidates if c.name == "mlp"), None)
+    # config.yaml holds the options (usable as --config), not the model's internals
+    options = dict(cfg.model_config)
     if mlp is not None and members is None:
         print(f"the MLP ensemble's {mlp.settings['members']} members fit the "
               f"{cfg.minutes:g}-minute budget (--model-config members="
               f"{mlp.settings['members']} repeats this run exactly)")
+        options["members"] = mlp.settings["members"]
     best = next(c for c in report.candidates if c.name == report.chosen)
     atomic_write(out / RUN_CONFIG,
-                 lambda tmp: Path(tmp).write_text(cfg.render(model_config=model.config)))
+                 lambda tmp: Path(tmp).write_text(cfg.render(model_config=options)))
     model.save(out / RUN_CHECKPOINT, **metadata, epoch=None, metric="l2",
                val={"l2_mean": best.mean}, selected=lines[-1])
-    history = {"candidates": [{"name": c.name, "val_l2": [float(e) for e in c.errors],
-                               "val_l2_mean": c.mean, "seconds": c.seconds,
-                               "settings": c.settings} for c in report.candidates],
-               "chosen": report.chosen, "rank": report.rank, "captured": report.captured,
-               "parameters": report.parameters, "seconds": report.seconds}
     atomic_write(out / "history.json",
-                 lambda tmp: Path(tmp).write_text(json.dumps(history, indent=1)))
+                 lambda tmp: Path(tmp).write_text(json.dumps(_history(report), indent=1)))
     print(validation_table(train_samples, val_samples, f"reduced_basis ({report.chosen})",
                            best.errors, run.fields))
     print(f"wrote {out / RUN_CHECKPOINT} ({report.seconds / 60:.1f} min)")
     return 0
+
+
+def _history(report) -> dict:
+    """``history.json`` of a fit: every candidate's validation errors, the choice."""
+    return {"candidates": [{"name": c.name, "val_l2": [float(e) for e in c.errors],
+                            "val_l2_mean": c.mean, "seconds": c.seconds,
+                            "settings": c.settings} for c in report.candidates],
+            "chosen": report.chosen, "rank": report.rank, "captured": report.captured,
+            "parameters": report.parameters, "seconds": report.seconds}
+
+
+def _check_options(args, cfg, val_samples) -> None:
+    """What a reduced basis cannot do, refused before anything is written."""
+    if args.resume:
+        raise CLIError(f"{cfg.out}: a reduced basis is fitted in one go, there is nothing "
+                       f"to resume; run again without --resume (and another --out)")
+    given = [k for k, default in _REFUSED.items() if getattr(cfg, k) != default]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise CLIError(f"{flag} does not apply to reduced_basis (it is fitted, not trained "
+                       f"by epochs: nothing to compile, checkpoint, log or average over "
+                       f"seeds); leave it out, or pass --model pit to train a neural operator")
+    if not val_samples:
+        raise CLIError("the reduced_basis model chooses its regression on validation "
+                       "samples: use --val-fraction > 0 or --val-data DIR")
 
 
 def _options(model_config: dict) -> tuple[list[str], int | None]:

@@ -4,8 +4,9 @@ run must keep.
 * A new run writes into ``--out`` only when the folder is absent, empty, or holds a
   meshops run of the same config that never saved a ``last.pt`` (a relaunch of a
   run that stopped before its first epoch ended). Anything else (a folder of other
-  files, or another run) is refused unless ``--overwrite``; no other run's
-  ``best.pt`` is replaced without it.
+  files, another run, or a finished run of any model: a reduced basis is fitted in
+  one go and writes ``best.pt`` and no ``last.pt``) is refused unless
+  ``--overwrite``; no other run's ``best.pt`` is replaced without it.
 * ``--resume`` continues exactly the run in ``last.pt``: every option must stay as
   it was, except ``--epochs`` (only without a learning-rate schedule), ``--minutes``
   (which only picks the epoch count of a new run) and ``--device``. A changed one is
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from meshops.cli._common import CLIError
 from meshops.cli.config import RUN_CONFIG, TrainConfig
+from meshops.cli.run_lock import LOCK_FILES
 
 # What a run of ``meshops train`` writes (removed by --overwrite before a new run, so
 # that a run never leaves another's best.pt behind).
@@ -117,12 +119,21 @@ def recorded_config(out: Path) -> dict | None:
         return None
 
 
-def check_out_folder(out: Path, cfg: TrainConfig, overwrite: bool) -> None:
+def check_out_folder(out: Path, cfg: TrainConfig, overwrite: bool, resume: bool = False
+                     ) -> None:
     """Refuse to start a new run in ``out`` unless it is absent, empty, or a run of the
-    same config without ``last.pt``; ``overwrite`` allows any folder."""
+    same config that never saved ``last.pt`` and is not a fitted reduced basis;
+    ``overwrite`` allows any folder. ``resume``: a resume was asked for (and ``out``
+    has no ``last.pt``), refused for a fitted reduced basis with that reason."""
     if overwrite or not out.is_dir():
         return
-    entries = sorted(p.name for p in out.iterdir())
+    if _fitted(out):  # finished: a reduced basis writes best.pt and no last.pt
+        what = (" and a reduced basis is fitted in one go, there is nothing to resume"
+                if resume else "")
+        raise CLIError(f"{out}: already holds a fitted reduced basis (best.pt){what}; pass "
+                       f"--overwrite to replace it, or choose another --out")
+    # the lock of this run (meshops.cli.run_lock) is no content
+    entries = sorted(p.name for p in out.iterdir() if p.name not in LOCK_FILES)
     if not entries:
         return
     hint = "pass --overwrite to replace it, or choose another --out"
@@ -141,6 +152,14 @@ def check_out_folder(out: Path, cfg: TrainConfig, overwrite: bool) -> None:
         key, now, then = diff[0]
         raise CLIError(f"{out}: holds a meshops run of another config ({key}: "
                        f"{_say(then)} there, {_say(now)} now); {hint}")
+
+
+def _fitted(out: Path) -> bool:
+    """``out`` holds a finished reduced basis: its ``best.pt``, by its config.yaml.
+    (A run trained by epochs with ``best.pt`` and no ``last.pt`` stopped during its
+    first epoch, between the two saves: the same command relaunches it.)"""
+    return (out / "best.pt").exists() and \
+        (recorded_config(out) or {}).get("model") == "reduced_basis"
 
 
 def clear_run_files(out: Path) -> None:

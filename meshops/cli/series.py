@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -81,29 +82,110 @@ def train_series(cfg, args, dtype, resumed: dict | None) -> int:
     import yaml
 
     from meshops.cli.run_folder import clear_run_files
-    from meshops.cli.training_run import (
-        build_model,
-        check_writable_folder,
-        epochs_to_fit,
-        run_training,
-        split_files,
-    )
+    from meshops.cli.training_run import check_writable_folder, epochs_to_fit, run_training
     from meshops.inference import field_channels
-    from meshops.models.next_step import NextStep, condition_channels
-    from meshops.training.distributed import check_device
-    from meshops.training.rollout import (
-        RolloutLoss,
-        rollout_sample,
-        rollout_windows,
-        series_options,
-        series_statistics,
-    )
+    from meshops.training.rollout import RolloutLoss, rollout_sample, rollout_windows
 
+    _check_series_options(cfg)
+    train, val, shapes, dim, record = _read_series(cfg, resumed)
+    K = cfg.rollout_train
+    c_state = sum(field_channels(shapes[k]) for k in cfg.targets)
+    c_in = sum(field_channels(shapes[k]) for k in cfg.inputs)
+    windows = rollout_windows(train, cfg.targets, cfg.inputs, K, cfg.time_input, dtype)
+    val_samples = [rollout_sample(s, cfg.targets, cfg.inputs, 0, len(s) - 1, cfg.time_input,
+                                  dtype) for s in val] or None
+    cfg, reason = _options_from_data(cfg, train)
+    model = _next_step_model(cfg, train, c_state, c_in, dim, dtype)
+    # A validation rollout of T - 1 steps costs (T - 1) / K training windows' forwards.
+    val_equiv = sum(math.ceil((len(s) - 1) / K) for s in val)
+    cfg, fitted = epochs_to_fit(cfg, model, windows, val_equiv)
+    chosen = "; ".join(c for c in (reason, fitted) if c)
+    resolved = cfg.render(model_config=model.operator_config)
+    summary = _summary(cfg, model, train, val, len(windows), c_state, dim)
+    metadata = {SERIES_KEY: True, "field_shapes": shapes, "in_channels": c_in,
+                "out_channels": c_state, "pos_dim": dim, **_metadata(cfg, train, val),
+                # --resume compares the options with these (meshops.cli.run_folder)
+                "train_config": yaml.safe_load(resolved), **record}
+    out = Path(cfg.out)
+
+    def begin() -> dict:
+        check_writable_folder(out)
+        if is_main_rank() and resumed is None:
+            clear_run_files(out)  # a new run leaves no best.pt of an earlier one behind
+        return metadata
+
+    # mse: in units of the typical change of one step, rate spread times the mean dt
+    scale = (model.rate_normalizer.std.detach().double().cpu() * _mean_dt(train)
+             if cfg.rollout_loss == "mse" else None)
+    run_training(
+        args, cfg, model, windows, val_samples, resolved, chosen, summary, begin,
+        loss=RolloutLoss(c_state, last_only=model.push_forward, quadrature=cfg.quadrature_loss,
+                         scale=scale),
+        # the model carries its own statistics; validation rollouts of different
+        # lengths cannot share a batch; the loggers' baselines are those of one-step
+        # samples, not of rollouts: none
+        normalize=False, val_batch_size=cfg.batch_size if len({len(s) for s in val}) <= 1
+        else 1,
+        callbacks=[])
+    return 0
+
+
+def _options_from_data(cfg, train: list):
+    """The config with the options nobody set chosen from the training series, and why."""
+    from meshops.training.rollout import series_options
+
+    options, reason = series_options(train, cfg.model, cfg.model_config, cfg.batch_size,
+                                     cfg.lr)
+    return cfg.with_options("defaults", **options), reason
+
+
+def _metadata(cfg, train: list, val: list) -> dict:
+    """What a series run records of its fields, options, time step and split."""
+    return {"inputs": list(cfg.inputs), "targets": list(cfg.targets),
+            "params": list(cfg.params or []), "data": str(cfg.data),
+            "val_data": cfg.val_data, "time_input": cfg.time_input,
+            "rollout_train": cfg.rollout_train, "rollout_grad": cfg.rollout_grad,
+            "rollout_loss": cfg.rollout_loss, "dt": _common_dt(train),
+            "split": {"train": [s.name for s in train], "val": [s.name for s in val]}}
+
+
+def _check_series_options(cfg) -> None:
     given = [k for k, off in _NOT_FOR_SERIES.items() if getattr(cfg, k) not in off]
     if given:
         raise CLIError(f"train --series: {', '.join('--' + k.replace('_', '-') for k in given)} "
                        f"{'does' if len(given) == 1 else 'do'} not apply to time series")
-    params = list(cfg.params or [])
+
+
+def _next_step_model(cfg, train: list, c_state: int, c_in: int, dim: int, dtype):
+    """The :class:`~meshops.models.NextStep` model of the run, with the statistics of
+    the training series, in ``dtype``."""
+    from meshops.cli.training_run import build_model
+    from meshops.models.next_step import NextStep, condition_channels
+    from meshops.training.distributed import check_device
+    from meshops.training.rollout import series_statistics
+
+    c_cond = condition_channels(cfg.time_input, len(cfg.params or []))
+    # Built once through the CLI's model builder, which names a bad model_config key;
+    # NextStep then builds its operator from that full configuration.
+    operator = build_model(cfg.model, cfg.model_config, c_state + c_in + c_cond, c_state, dim,
+                           0, dtype, check_device(cfg.device))
+    model = NextStep(cfg.model, c_state, dim, c_in, len(cfg.params or []), cfg.time_input,
+                     {k: v for k, v in operator.config.items()
+                      if k not in ("in_channels", "out_channels", "pos_dim")})
+    del operator
+    model.set_statistics(series_statistics(train, cfg.targets, cfg.inputs, cfg.time_input))
+    model.push_forward = cfg.rollout_grad == "last"
+    if dtype.is_floating_point and dtype != next(model.parameters()).dtype:
+        model = model.to(dtype)
+    return model
+
+
+def _read_series(cfg, resumed: dict | None) -> tuple[list, list, dict, int, dict]:
+    """The training and validation series (``--val-data``, or a split of ``--data``),
+    their field shapes and dimension, and the fingerprints the run records
+    (:func:`_record_files`, which refuses a resume on changed data)."""
+    from meshops.cli.training_run import split_files
+
     fields_read = {"targets": cfg.targets, "inputs": cfg.inputs, "params": cfg.params}
     series = _read_folder(cfg.data, fields_read, "reading series")
     fields = list(cfg.targets) + list(cfg.inputs)
@@ -115,83 +197,50 @@ def train_series(cfg, args, dtype, resumed: dict | None) -> int:
         if vs != shapes or vd != dim:
             raise CLIError(f"{val[0].source}: fields {vs} ({vd}-D) but {shapes} ({dim}-D) in "
                            f"{series[0].source}")
-        train = series
-    else:
-        train_idx, val_idx = split_files(len(series), cfg.val_fraction, cfg.seed, cfg.data)
-        train, val = [series[i] for i in train_idx], [series[i] for i in val_idx]
-    K = cfg.rollout_train
-    c_state = sum(field_channels(shapes[k]) for k in cfg.targets)
-    c_in = sum(field_channels(shapes[k]) for k in cfg.inputs)
-    windows = rollout_windows(train, cfg.targets, cfg.inputs, K, cfg.time_input, dtype)
-    val_samples = [rollout_sample(s, cfg.targets, cfg.inputs, 0, len(s) - 1, cfg.time_input,
-                                  dtype) for s in val] or None
-    options, reason = series_options(train, cfg.model, cfg.model_config, cfg.batch_size,
-                                     cfg.lr)
-    cfg = cfg.with_options("defaults", **options)
-    c_cond = condition_channels(cfg.time_input, len(params))
-    # Built once through the CLI's model builder, which names a bad model_config key;
-    # NextStep then builds its operator from that full configuration.
-    operator = build_model(cfg.model, cfg.model_config, c_state + c_in + c_cond, c_state, dim,
-                           0, dtype, check_device(cfg.device))
-    model = NextStep(cfg.model, c_state, dim, c_in, len(params), cfg.time_input,
-                     {k: v for k, v in operator.config.items()
-                      if k not in ("in_channels", "out_channels", "pos_dim")})
-    del operator
-    model.set_statistics(series_statistics(train, cfg.targets, cfg.inputs, cfg.time_input))
-    model.push_forward = cfg.rollout_grad == "last"
-    if dtype.is_floating_point and dtype != next(model.parameters()).dtype:
-        model = model.to(dtype)
-    # A validation rollout of T - 1 steps costs (T - 1) / K training windows' forwards.
-    val_equiv = sum(math.ceil((len(s) - 1) / K) for s in val)
-    cfg, fitted = epochs_to_fit(cfg, model, windows, val_equiv)
-    chosen = "; ".join(c for c in (reason, fitted) if c)
-    resolved = cfg.render(model_config=model.operator_config)
+        return series, val, shapes, dim, _record_files(cfg, series, val, resumed)
+    record = _record_files(cfg, series, None, resumed)
+    train_idx, val_idx = split_files(len(series), cfg.val_fraction, cfg.seed, cfg.data)
+    return ([series[i] for i in train_idx], [series[i] for i in val_idx], shapes, dim,
+            record)
+
+
+def _summary(cfg, model, train: list, val: list, windows: int, c_state: int,
+             dim: int) -> str:
+    """One line: the model, its size, the series, the windows, the loss, the fields."""
     n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     steps = sorted({len(s) for s in train})
-    summary = (f"next-step {cfg.model} ({n_params:,} parameters) on {len(train)} series of "
-               f"{cfg.data} ({steps[0]}{'' if len(steps) == 1 else f'-{steps[-1]}'} time "
-               f"steps, {len(windows)} windows of {plural(K, 'step')}, gradient through "
-               f"{'the last step' if model.push_forward else 'all steps'}, "
-               f"{'relative L2' if cfg.rollout_loss == 'relative' else 'scaled mse'} loss), "
-               f"validating on "
-               + (f"{len(val)} full rollouts" if val else "none")
-               + f"; state {', '.join(cfg.targets)} ({plural(c_state, 'channel')})"
-               + (f", inputs {', '.join(cfg.inputs)}" if cfg.inputs else "")
-               + (f", parameters {', '.join(params)}" if params else "")
-               + f", {'t, ' if cfg.time_input else ''}dt; {dim}-D")
-    metadata = {
-        SERIES_KEY: True, "inputs": list(cfg.inputs), "targets": list(cfg.targets),
-        "params": params, "field_shapes": shapes, "in_channels": c_in,
-        "out_channels": c_state, "pos_dim": dim, "data": str(cfg.data),
-        "val_data": cfg.val_data, "time_input": cfg.time_input, "rollout_train": K,
-        "rollout_grad": cfg.rollout_grad, "rollout_loss": cfg.rollout_loss,
-        "dt": _common_dt(train),
-        "split": {"train": [s.name for s in train], "val": [s.name for s in val]},
-        # --resume compares the options with these (meshops.cli.run_folder)
-        "train_config": yaml.safe_load(resolved),
-    }
-    out = Path(cfg.out)
+    params = list(cfg.params or [])
+    return (f"next-step {cfg.model} ({n_params:,} parameters) on {len(train)} series of "
+            f"{cfg.data} ({steps[0]}{'' if len(steps) == 1 else f'-{steps[-1]}'} time "
+            f"steps, {windows} windows of {plural(cfg.rollout_train, 'step')}, gradient "
+            f"through {'the last step' if model.push_forward else 'all steps'}, "
+            f"{'relative L2' if cfg.rollout_loss == 'relative' else 'scaled mse'} loss), "
+            f"validating on "
+            + (f"{len(val)} full rollouts" if val else "none")
+            + f"; state {', '.join(cfg.targets)} ({plural(c_state, 'channel')})"
+            + (f", inputs {', '.join(cfg.inputs)}" if cfg.inputs else "")
+            + (f", parameters {', '.join(params)}" if params else "")
+            + f", {'t, ' if cfg.time_input else ''}dt; {dim}-D")
 
-    def begin() -> dict:
-        check_writable_folder(out)
-        if is_main_rank() and resumed is None:
-            clear_run_files(out)  # a new run leaves no best.pt of an earlier one behind
-        return metadata
 
-    lengths = {len(s) for s in val}
-    # mse: in units of the typical change of one step, rate spread times the mean dt
-    scale = (model.rate_normalizer.std.detach().double().cpu() * _mean_dt(train)
-             if cfg.rollout_loss == "mse" else None)
-    run_training(
-        args, cfg, model, windows, val_samples, resolved, chosen, summary, begin,
-        loss=RolloutLoss(c_state, last_only=model.push_forward, quadrature=cfg.quadrature_loss,
-                         scale=scale),
-        # the model carries its own statistics; validation rollouts of different
-        # lengths cannot share a batch; the loggers' baselines are those of one-step
-        # samples, not of rollouts: none
-        normalize=False, val_batch_size=cfg.batch_size if len(lengths) <= 1 else 1,
-        callbacks=[])
-    return 0
+def _record_files(cfg, series: list, val: list | None, resumed: dict | None) -> dict:
+    """The fingerprints a series run records (``data_files``, ``val_files``: every file
+    of every series and the parameter file,
+    :func:`~meshops.cli.provenance.series_fingerprint`); resuming, a series added or removed or a file changed since
+    the run was trained is refused (it would redraw the split or train on other data)."""
+    from meshops.cli.provenance import refuse_changed, series_changes, series_fingerprint
+
+    if resumed is not None and resumed.get("data_files") is not None:
+        split = resumed.get("split") or {}
+        names = list(split.get("train", [])) + ([] if cfg.val_data else
+                                                list(split.get("val", [])))
+        diff = series_changes(resumed["data_files"], cfg.data, names)
+        if cfg.val_data and resumed.get("val_files") is not None:
+            diff += series_changes(resumed["val_files"], cfg.val_data, split.get("val", []))
+        refuse_changed(diff, Path(cfg.out) / "last.pt")
+    return {"data_files": series_fingerprint(cfg.data, series, "fingerprinting series"),
+            "val_files": series_fingerprint(cfg.val_data, val, "fingerprinting val series")
+            if val is not None else None}
 
 
 def _check_series_run(ckpt, meta: dict, options: str) -> None:
@@ -233,17 +282,54 @@ def _future_times(series, start: int, steps: int, dt_run):
     return torch.cat([t, extra])
 
 
-def predict_series(args, model, ckpt, meta) -> int:
-    """``meshops predict RUN SERIES... --rollout N -o OUT``: roll each series out from
-    its step ``--start`` and write ``OUT/<name>.pvd`` with one ``.vtu`` per step."""
-    import torch
+def _not_a_rollout(folder: Path, name: str, series) -> str:
+    """Why ``folder`` (``OUT/<name>/``, which a rollout replaces) is not a folder an
+    earlier rollout of this name wrote; ``""`` when it is one."""
+    if not folder.is_dir() or folder.is_symlink():
+        return "exists and is not a folder of a rollout"
+    inputs = [Path(p).resolve() for p in series.steps] + [Path(series.source).resolve()]
+    here = folder.resolve()
+    if any(p == here or here in p.parents for p in inputs):
+        return f"holds the input series {series.source}"
+    own = re.compile(rf"^{re.escape(name)}_\d+\.vtu$")
+    other = sorted(p.name for p in folder.iterdir() if not own.match(p.name))
+    if other:
+        more = f" and {len(other) - 1} more" if len(other) > 1 else ""
+        return f"holds files that predict did not write ({other[0]}{more})"
+    return ""
 
-    from meshops.cli._common import progress
-    from meshops.data import MeshData
-    from meshops.inference import RunSpec
-    from meshops.series import write_series
-    from meshops.training.rollout import rollout, rollout_sample
 
+def _check_rollout_outputs(out_dir: Path, todo: list, overwrite: bool) -> None:
+    """Before anything is written: a rollout replaces ``OUT/<name>.pvd`` and the folder
+    ``OUT/<name>/`` of its steps. An existing one needs ``overwrite``; a folder that no
+    rollout wrote (the input series itself, a user's folder) is never deleted; two
+    series of one name are refused."""
+    names = [s.name for s in todo]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise CLIError(f"two series named {dup[0]!r} would both be written to "
+                       f"{out_dir / (dup[0] + '.pvd')}")
+    exists = []
+    for s in todo:
+        pvd, folder = out_dir / f"{s.name}.pvd", out_dir / s.name
+        if pvd.resolve() == Path(s.source).resolve():
+            raise CLIError(f"{pvd}: is the input series; a rollout would replace it: "
+                           f"choose another -o")
+        if folder.exists() or folder.is_symlink():
+            why = _not_a_rollout(folder, s.name, s)
+            if why:
+                raise CLIError(f"{folder}: {why}; a rollout replaces this folder with its "
+                               f"steps, so nothing was written: choose another -o")
+        found = [p for p in (pvd, folder) if p.exists()]
+        if found:
+            exists.append(found[0])
+    if exists and not overwrite:
+        raise CLIError(f"{exists[0]}: already exists ({len(exists)} of the {len(todo)} "
+                       f"series have an earlier rollout there); pass --overwrite to replace "
+                       f"them, or choose another -o")
+
+
+def _check_rollout_args(args, ckpt, meta: dict) -> None:
     _check_series_run(ckpt, meta, "--rollout")
     if args.rollout is None:
         raise CLIError(f"{ckpt}: a time-series run predicts rollouts: pass --rollout N (the "
@@ -256,6 +342,20 @@ def predict_series(args, model, ckpt, meta) -> int:
                        f".vtu files")
     if getattr(args, "chunk_size", None) is not None:
         raise CLIError("--chunk-size does not apply to rollouts")
+
+
+def predict_series(args, model, ckpt, meta) -> int:
+    """``meshops predict RUN SERIES... --rollout N -o OUT``: roll each series out from
+    its step ``--start`` and write ``OUT/<name>.pvd`` with one ``.vtu`` per step."""
+    import torch
+
+    from meshops.cli._common import progress
+    from meshops.data import MeshData
+    from meshops.inference import RunSpec
+    from meshops.series import write_series
+    from meshops.training.rollout import rollout, rollout_sample
+
+    _check_rollout_args(args, ckpt, meta)
     spec = RunSpec(model, ckpt, meta, optional_names(args.inputs), optional_names(args.targets))
     steps, start = args.rollout, args.start
     out_dir = Path(args.output)
@@ -263,15 +363,7 @@ def predict_series(args, model, ckpt, meta) -> int:
     for arg in args.meshes:
         todo += _initial(Path(arg), meta)
     _warn_other_dt(todo, meta)
-    names = [s.name for s in todo]
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:
-        raise CLIError(f"two series named {dup[0]!r} would both be written to "
-                       f"{out_dir / (dup[0] + '.pvd')}")
-    exists = [out_dir / f"{n}.pvd" for n in names if (out_dir / f"{n}.pvd").exists()]
-    if exists and not getattr(args, "overwrite", False):
-        raise CLIError(f"{exists[0]}: already exists ({len(exists)} of the {len(names)} "
-                       f"series); pass --overwrite to replace them, or choose another -o")
+    _check_rollout_outputs(out_dir, todo, getattr(args, "overwrite", False))
     dtype = spec.dtype
     written = []
     for s in progress(todo, desc="rolling out", unit="series"):
@@ -438,6 +530,14 @@ def _training_series(meta: dict):
         return None, "n/a: the checkpoint does not record its training series"
     if not Path(root).exists():
         return None, f"n/a: the training data {root} is not here"
+    if isinstance(meta.get("data_files"), dict):
+        from meshops.cli.provenance import changes, listing, series_keys
+
+        diff = changes(meta["data_files"], root, series_keys(meta["data_files"], names),
+                       new_files=False)
+        if diff:
+            return None, (f"n/a: the training series in {root} changed since the run was "
+                          f"trained ({listing(diff)})")
     try:
         return _read_folder(root, meta, "reading training series", names), ""
     except (MeshError, OSError) as e:

@@ -12,13 +12,22 @@ from meshops.cli import train_extras, trust_reports
 from meshops.cli._common import RAW, CLIError, device_or_error, is_main_rank, plural, wrap
 from meshops.cli.config import TrainConfig
 from meshops.cli.lazy import data_loader, take, with_structures
-from meshops.cli.provenance import changes, fingerprint, listing, same_content
+from meshops.cli.provenance import (
+    changes,
+    fingerprint,
+    listing,
+    param_changes,
+    param_fingerprint,
+    refuse_changed,
+    same_content,
+)
 from meshops.cli.run_folder import (
     check_out_folder,
     check_resume_options,
     clear_run_files,
     recorded_config,
 )
+from meshops.cli.run_lock import run_lock
 from meshops.cli.training_run import (
     build_model,
     check_writable_folder,
@@ -47,7 +56,7 @@ def _check_run_folder(args, cfg: TrainConfig, out: Path) -> dict | None:
 
     last = out / "last.pt"
     if not (args.resume and last.is_file()):
-        check_out_folder(out, cfg, args.overwrite)
+        check_out_folder(out, cfg, args.overwrite, args.resume)
         return None
     try:
         state = read_training_state(last)
@@ -63,14 +72,16 @@ def _check_run_folder(args, cfg: TrainConfig, out: Path) -> dict | None:
 
 
 def _check_same_data(meta: dict, cfg: TrainConfig, out: Path) -> None:
-    """Refuse to resume a run whose training or validation files changed."""
+    """Refuse to resume a run whose training or validation files (mesh files and
+    parameter files) changed."""
     diff = changes(meta["data_files"], cfg.data)
+    if meta.get("param_files") is not None:
+        diff += param_changes(meta["param_files"], cfg.data)
     if cfg.val_data and meta.get("val_files") is not None:
         diff += changes(meta["val_files"], cfg.val_data)
-    if diff:
-        raise CLIError(f"{out / 'last.pt'}: the data behind this run changed since it was "
-                       f"trained ({listing(diff)}); --resume continues on the files it was "
-                       f"trained on: restore them, or start a new run with another --out")
+    if cfg.val_data and meta.get("val_param_files") is not None:
+        diff += param_changes(meta["val_param_files"], cfg.val_data)
+    refuse_changed(diff, out / "last.pt")
 
 
 class _RunFiles:
@@ -113,6 +124,10 @@ class _RunFiles:
             "split": {"train": [Path(self.files[i]).name for i in self.train_idx],
                       "val": [Path(f).name for f in self.val_files]},
             "data_files": data_files, "val_files": val_record,
+            # the parameter files give the samples' values as much as the meshes do
+            "param_files": param_fingerprint(cfg.data) if cfg.params else None,
+            "val_param_files": param_fingerprint(cfg.val_data)
+            if cfg.params and cfg.val_data else None,
             "train_config": yaml.safe_load(resolved),
         }
         # descriptors of the training samples: predict and evaluate measure distances to them
@@ -148,13 +163,23 @@ class _TrainData:
 def cmd_train(args) -> int:
     """``meshops train``: the config, the data, the options chosen from the data, the
     model, then the training (or the fit of a reduced basis; time series in
-    :mod:`meshops.cli.series`)."""
+    :mod:`meshops.cli.series`), holding the run folder's lock
+    (:mod:`meshops.cli.run_lock`)."""
+    cfg = _resolve_config(args)
+    if args.dry_run or not is_main_rank():  # writes nothing, or only what rank 0 says
+        return _train(args, cfg)
+    # One run at a time in a folder, from its first look at it to its last write.
+    with run_lock(Path(cfg.out)):
+        return _train(args, cfg)
+
+
+def _train(args, cfg: TrainConfig) -> int:
+    """:func:`cmd_train` from the resolved config on."""
     import torch
 
     from meshops.training import RelativeLpLoss
     from meshops.training.seed import seed_everything
 
-    cfg = _resolve_config(args)
     main_rank = is_main_rank()
     out = Path(cfg.out)
     resumed = None if args.dry_run else _check_run_folder(args, cfg, out)
@@ -168,8 +193,7 @@ def cmd_train(args) -> int:
         from meshops.cli.series import train_series
 
         return train_series(cfg, args, getattr(torch, cfg.dtype), resumed)
-    data = _read_data(cfg, main_rank, args.dry_run)
-    cfg, chosen = _options_from_data(cfg, data.train)
+    data, cfg, chosen = _data_and_options(cfg, main_rank, args.dry_run)
     if cfg.model == "reduced_basis":
         from meshops.cli.reduced import fit_reduced_run
 
@@ -221,12 +245,27 @@ def _resolve_config(args) -> TrainConfig:
     return cfg
 
 
-def _read_data(cfg: TrainConfig, main_rank: bool, dry_run: bool) -> _TrainData:
-    """The training (and validation) samples: ``--val-data``, or a split of ``--data``;
-    in memory, or lazily through an on-disk cache for data larger than memory."""
+def _data_and_options(cfg: TrainConfig, main_rank: bool, dry_run: bool
+                      ) -> tuple[_TrainData, TrainConfig, str]:
+    """The data, and the config with the options chosen from it (and why). A reduced
+    basis fits in float64, whatever ``--dtype``: its parameters (a timestamp-like
+    1.7e9 + 100 a is quantised in float32) and snapshots are read in float64, again
+    when the data chose it."""
+    dtype = "float64" if cfg.model == "reduced_basis" else cfg.dtype
+    data = _read_data(cfg, main_rank, dry_run, dtype)
+    cfg, chosen = _options_from_data(cfg, data.train)
+    if cfg.model == "reduced_basis" and dtype != "float64":
+        data = _read_data(cfg, main_rank, dry_run, "float64")
+    return data, cfg, chosen
+
+
+def _read_data(cfg: TrainConfig, main_rank: bool, dry_run: bool, dtype: str) -> _TrainData:
+    """The training (and validation) samples in ``dtype``: ``--val-data``, or a split of
+    ``--data``; in memory, or lazily through an on-disk cache for data larger than
+    memory."""
     import torch
 
-    dtype = getattr(torch, cfg.dtype)
+    dtype = getattr(torch, dtype)
     try:  # how a file becomes a sample: points or cells, parameters, boundary tags
         layout = SampleLayout(cfg.inputs, cfg.targets, cfg.params, cfg.tags)
     except MeshError as e:
@@ -347,7 +386,9 @@ The run folder gets best.pt (lowest validation error; the final model without
 validation data), last.pt (resumable state), history.json (per-epoch losses and
 metrics) and config.yaml (the resolved config, usable as --config). Checkpoints
 record the absolute data folder and a fingerprint of its files (docs/trust.md).
-A non-empty --out that is not a run of the same config needs --overwrite.
+A non-empty --out that is not a run of the same config, or that holds a finished
+run (last.pt, or a reduced basis' best.pt), needs --overwrite. One run at a time writes a run folder: a second
+run there is refused while the first one runs.
 """
 
 

@@ -80,8 +80,10 @@ class ParamConditioning(nn.Module):
 
     def embed(self, params: Tensor) -> Tensor:
         """Standardise and embed the raw parameters: ``[B, K] -> [B, sites, 2, width]``
-        (each site's scale and shift)."""
-        e = self.embedding(self.params_normalizer.encode(params))
+        (each site's scale and shift). The standardisation runs in float64 (a
+        timestamp-like 1.7e9 + 100 a is quantised in float32), then the model's dtype."""
+        z = self.params_normalizer.encode(params.to(torch.float64))
+        e = self.embedding(z.to(self.film.weight.dtype))
         return self.film(e).view(params.shape[0], self.sites, 2, self.width)
 
     def forward(self, h: Tensor, film: Tensor, batch: Optional[Tensor], site: int) -> Tensor:
@@ -114,19 +116,19 @@ def input_means(inp) -> Tensor:
 def sample_conditions(data, inp, param_channels: int, on_inputs: bool) -> Tensor:
     """What a model conditions on: ``data.params [B, K]`` (when ``param_channels``),
     then the input means ``[B, C]`` (when ``on_inputs``), concatenated: ``[B, K (+ C)]``
-    in the inputs' dtype and device."""
+    in float64 (:meth:`ParamConditioning.embed` standardises them in float64) on the
+    inputs' device."""
     parts = []
     if param_channels:
-        parts.append(read_params(data, param_channels, inp.num_graphs, inp.x.dtype,
-                                 inp.x.device))
+        parts.append(read_params(data, param_channels, inp.num_graphs, inp.x.device))
     if on_inputs:
-        parts.append(input_means(inp))
+        parts.append(input_means(inp).to(torch.float64))
     return torch.cat(parts, dim=1)
 
 
-def read_params(data, param_channels: int, num_graphs: int, dtype: torch.dtype,
-                device) -> Tensor:
-    """``data.params`` as ``[B, K]`` in ``dtype`` on ``device``.
+def read_params(data, param_channels: int, num_graphs: int, device) -> Tensor:
+    """``data.params`` as ``[B, K]`` in float64 on ``device``: parameters are
+    standardised in float64 (:meth:`ParamConditioning.embed`) before the model's dtype.
 
     Raises:
         ValueError: missing params, a shape other than ``[B, K]`` (a single sample may
@@ -144,7 +146,7 @@ def read_params(data, param_channels: int, num_graphs: int, dtype: torch.dtype,
     if p.dim() != 2 or p.shape[0] != num_graphs or p.shape[1] != param_channels:
         raise ValueError(f"data.params must be [B={num_graphs}, K={param_channels}], got "
                          f"{tuple(p.shape)}")
-    p = p.to(device=device, dtype=dtype)
+    p = p.to(device=device, dtype=torch.float64)
     if checking() and not bool(torch.isfinite(p).all()):
         raise ValueError("data.params contains NaN or inf")
     return p

@@ -142,7 +142,7 @@ class GalerkinTransformer(InterpolatedQueries, NeuralOperator):
         film = None
         if self.conditioning is not None:
             film = self.conditioning.embed(read_params(data, self.param_channels, inp.num_graphs,
-                                                       p.dtype, p.device))
+                                                       p.device))
             h = self.conditioning(h, film, inp.batch, 0)
         for site, blk in enumerate(self.blocks, 1):
             h = self.run_block(blk, h, inp.points)

@@ -255,7 +255,7 @@ class PatchedTransformer(NeuralOperator):
         film = None
         if self.conditioning is not None:
             film = self.conditioning.embed(read_params(data, self.param_channels, inp.num_graphs,
-                                                       h.dtype, h.device))
+                                                       h.device))
             h = self.conditioning(h, film, inp.batch, 0)
         for site, (blk, p) in enumerate(zip(self.blocks, parts), 1):
             h = self.run_block(blk, h, inp.points, parts=p)

@@ -83,6 +83,13 @@ class ReducedBasis(NeuralOperator):
         ``params [B, K]`` or ``x [N, K]`` -> ``[N or M, C]``
     """
 
+    #: The inputs it takes (:func:`meshops.inference.input_dtype`): parameters are
+    #: standardised in float64 (a timestamp-like 1.7e9 + 100 a is quantised in float32).
+    input_dtype = torch.float64
+    #: Its input channels are parameters, constant over each mesh
+    #: (:meth:`meshops.inference.RunSpec.check_mesh` refuses a field that is not).
+    constant_inputs = True
+
     def __init__(self, in_channels: int, out_channels: int, pos_dim: int, num_points: int = 1,
                  rank: int = 0, num_params: int = 1, param_index: list[int] | None = None,
                  regressor: str = "mlp", num_train: int = 1, members: int = 4,
@@ -114,6 +121,12 @@ class ReducedBasis(NeuralOperator):
         names = regressor.split("+")
         self.regressor: nn.Module = parts[names[0]]() if len(names) == 1 else \
             Average(*(parts[n]() for n in names))
+
+    @property
+    def param_channels(self) -> int:
+        """The parameters it takes from ``data.params`` (the others are the means of
+        its constant input channels)."""
+        return int(self.config["num_params"]) - int(self.config["in_channels"])
 
     def standardise(self, params: Tensor) -> Tensor:
         """``[B, K]`` raw parameters -> ``[B, K']`` the regression's inputs."""

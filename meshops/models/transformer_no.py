@@ -188,7 +188,7 @@ class TransformerNO(NeuralOperator):
         film = None
         if self.conditioning is not None:
             film = self.conditioning.embed(read_params(data, self.param_channels, inp.num_graphs,
-                                                       dtype, h.device))
+                                                       h.device))
             h = self.conditioning(h, film, inp.batch, 0)
         for site, blk in enumerate(self.blocks, 1):
             h = self.run_block(blk, h, inp.points)

@@ -13,6 +13,11 @@ lowest validation error kept, then refitted on every training sample.
 3. The best is refitted, with the same settings, on the training and validation
    samples together: a reduced basis gains from every snapshot, and the selection was
    made before.
+
+Validation samples on another mesh of the geometry (``--val-data`` meshed otherwise)
+are scored on their own points, the basis carried over by moving least squares as at
+prediction (:meth:`~meshops.models.ReducedBasis.basis_at`); they are left out of the
+refit, whose snapshots are values at the training mesh's nodes.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from torch import Tensor
 
 from meshops.fields import TargetFields, field_mean
 from meshops.reduced.ensemble import MLPEnsemble, train_ensemble
-from meshops.reduced.parameters import sample_parameters
+from meshops.reduced.parameters import informative_columns, sample_parameters
 from meshops.reduced.pod import pod_basis
 
 #: MLP ensemble settings: epochs per member (fewer only when even one member would
@@ -70,6 +75,7 @@ class FitReport:
     num_train: int
     num_val: int
     seconds: float
+    num_refit: int | None = None     # default: every training and validation sample
 
     def lines(self) -> list[str]:
         out = [f"reduced basis: {self.rank} POD mode(s) ({100 * self.captured:.8g} % of the "
@@ -79,37 +85,60 @@ class FitReport:
             out.append(f"  candidate {c.name:<6} validation rel. L2 mean {c.mean:.4e} "
                        f"(median {np.median(c.errors):.4e}, worst {np.max(c.errors):.4e})"
                        f"  {c.seconds:.0f} s" + (f"  [{how}]" if how else ""))
+        total = self.num_train + self.num_val
+        refit = total if self.num_refit is None else self.num_refit
+        where = (f"all {total} samples" if refit == total else
+                 f"the {refit} samples on the training mesh (the {total - refit} validation "
+                 f"samples are on other meshes)")
         out.append(f"chosen: {self.chosen} (lowest mean validation error on {self.num_val} "
-                   f"samples), refitted on all {self.num_train + self.num_val} samples")
+                   f"samples), refitted on {where}")
         return out
 
 
-def _arrays(samples: Sequence) -> tuple[Tensor, Tensor, Tensor, str]:
-    from meshops.training.baselines import target_points
-
+def _parameters(samples: Sequence) -> tuple[Tensor, str]:
+    """The ``[S, K]`` parameters of ``samples`` and where they came from
+    (:func:`sample_parameters`)."""
     params, source = sample_parameters(samples)
     if params is None:
         raise ValueError(f"a reduced basis needs a parameter vector per sample: {source}")
+    return params, source
+
+
+def _arrays(samples: Sequence) -> tuple[Tensor, Tensor, Tensor, str]:
+    """Parameters ``[S, K]``, snapshots ``[S, M, C]`` and weights ``[M]`` of samples on
+    one mesh, and where the parameters came from."""
+    from meshops.training.baselines import target_points
+
+    params, source = _parameters(samples)
     y = torch.stack([s.y.to(torch.float64) for s in samples])
     weight = torch.stack([target_points(s)[1].to(torch.float64) for s in samples]).mean(0)
     return params, y, weight, source
 
 
-def _relative_errors(pred: Tensor, y: Tensor, weight: Tensor,
+def _relative_errors(pred: Sequence[Tensor], samples: Sequence,
                      fields: TargetFields | None) -> np.ndarray:
-    """Per-sample relative L2 errors ``[S]`` of ``pred, y [S, M, C]`` with the weights
-    ``[M]``: each field's, averaged over the target ``fields`` (``None``: all channels
-    pooled), as :func:`meshops.training.loss.relative_lp` computes them."""
-    w = weight[None, :, None]
+    """Per-sample relative L2 errors ``[S]`` of the predictions ``[m, C]`` against their
+    samples' ``y``, with each sample's own quadrature weights (its points need not be
+    the training mesh's): each field's, averaged over the target ``fields`` (``None``:
+    all channels pooled), as :func:`meshops.training.loss.relative_lp` computes them."""
+    from meshops.training.baselines import target_points
+
     parts = [slice(None)] if fields is None else list(fields.slices().values())
-    rel = torch.stack([((w * (pred[..., sl] - y[..., sl]).square()).sum((1, 2))
-                        / (w * y[..., sl].square()).sum((1, 2))).sqrt() for sl in parts], 1)
-    return field_mean(rel, fields).numpy()
+    rows = []
+    for p, s in zip(pred, samples):
+        y, w = s.y.to(torch.float64), target_points(s)[1].to(torch.float64)[:, None]
+        p = p.reshape(y.shape)
+        rows.append(torch.stack([((w * (p[:, sl] - y[:, sl]).square()).sum()
+                                  / (w * y[:, sl].square()).sum()).sqrt() for sl in parts]))
+    return field_mean(torch.stack(rows), fields).numpy()
 
 
 def _standardiser(params: Tensor) -> tuple[list[int], Tensor, Tensor]:
-    spread = params.std(0) if params.shape[0] > 1 else torch.zeros(params.shape[1])
-    index = [int(i) for i in torch.nonzero(spread > 0).flatten()]
+    if params.shape[0] < 2:
+        raise ValueError("a reduced basis needs several training samples, whose parameters "
+                         "vary; there is one")
+    spread = params.std(0)
+    index = informative_columns(params)
     if not index:
         raise ValueError("a reduced basis needs parameters that vary over the training "
                          "samples; every parameter is the same in all of them")
@@ -192,7 +221,9 @@ def fit_reduced_basis(train: Sequence, val: Sequence, *, minutes: float = 10.0, 
     Args:
         train: Training samples on one mesh (or corresponding grids), each with a
             parameter vector (``params`` or constant input fields) and ``y``.
-        val: Validation samples, the same way.
+        val: Validation samples, the same way; on the training mesh, or on any other
+            mesh of the geometry, where the candidates are scored on the sample's own
+            points (the basis carried over as :meth:`ReducedBasis.basis_at` does).
         minutes: Time budget; the MLP ensemble's size is chosen so that the fit,
             refits included, ends within :data:`BUDGET_SHARE` of it (from a timed probe,
             so it depends on the machine's speed).
@@ -205,67 +236,113 @@ def fit_reduced_basis(train: Sequence, val: Sequence, *, minutes: float = 10.0, 
             (:mod:`meshops.fields`; ``None``: all channels pooled).
 
     Returns:
-        ``(model, report)``: the chosen regression refitted on ``train + val``, and a
-        :class:`FitReport`.
+        ``(model, report)``: the chosen regression refitted on ``train`` and the
+        validation samples on the training mesh, and a :class:`FitReport`.
 
     Raises:
         ValueError: No parameter vectors, parameters that do not vary, no validation
-            samples.
+            samples, a validation grid of another size than the training grids.
     """
     if not val:
         raise ValueError("a reduced basis chooses its regression on validation samples; "
                          "none were given")
     start = time.perf_counter()
-    deadline = start + BUDGET_SHARE * 60 * minutes
     p_tr, y_tr, w, source = _arrays(train)
-    p_val, y_val, _, _ = _arrays(val)
-    candidates, predictions = [], {}
-    # The MLP candidate comes last and gets what is left, planned so that the worst
-    # case fits: it is chosen together with the GP, and both are refitted.
-    order = sorted(regressors, key=lambda r: r == "mlp")
-    for name in order:
-        t0 = time.perf_counter()
-        settings = {}
-        if name == "mlp":
-            gp = sum(c.seconds for c in candidates if c.name == "gp")
-            left = (deadline - t0 - REFIT_FACTOR * gp) / (1 + REFIT_FACTOR)
-            with _one_thread():
-                rank = pod_basis(y_tr, w).rank
-            settings = {"members": members, "epochs": MLP_EPOCHS} if members else \
-                _mlp_settings(left, len(train), rank, p_tr.shape[1])
-            if settings is None:
-                if log:
-                    log(f"  candidate mlp: not fitted (no time left in the {minutes:g}-minute "
-                        f"budget)")
-                continue
-        try:
-            model, basis = _build(name, train, p_tr, y_tr, w, settings, seed)
-        except ValueError as e:  # e.g. a spline through repeated parameter vectors
-            if log:
-                log(f"  candidate {name}: not available ({e})")
-            continue
-        with torch.no_grad():
-            pred = basis.expand(model.coefficients(p_val))
-        predictions[name] = pred
-        candidates.append(Candidate(name, _relative_errors(pred, y_val, w, fields),
-                                    time.perf_counter() - t0, settings))
-        if log:
-            log(FitReport(candidates[-1:], "", 0, 0, "", 0, 0, 0).lines()[1])
-    if "gp" in predictions and "mlp" in predictions:
-        # Their mean: the two err in different ways (smooth interpolation against a
-        # fitted network), so averaging often beats both; it costs no new fit here.
-        blend = (predictions["gp"] + predictions["mlp"]) / 2
-        settings = next(c.settings for c in candidates if c.name == "mlp")
-        candidates.append(Candidate("gp+mlp", _relative_errors(blend, y_val, w, fields), 0.0,
-                                    settings))
-        if log:
-            log(FitReport(candidates[-1:], "", 0, 0, "", 0, 0, 0).lines()[1])
-    if not candidates:
+    p_val, _ = _parameters(val)
+    fit = _Candidates(train, val, p_tr, y_tr, w, p_val, seed, log, fields)
+    fit.run(regressors, members, start + BUDGET_SHARE * 60 * minutes, minutes)
+    if not fit.candidates:
         raise ValueError("no regression could be fitted to these parameters")
-    best = min(candidates, key=lambda c: (math.isnan(c.mean), c.mean))
-    everything = list(train) + list(val)
+    best = min(fit.candidates, key=lambda c: (math.isnan(c.mean), c.mean))
+    # The validation samples on the training mesh are snapshots too; the others only
+    # served the choice (transferred, their values are not the basis' nodes').
+    everything = list(train) + [v for v, same in zip(val, fit.on_mesh) if same]
     p_all, y_all, w_all, _ = _arrays(everything)
     model, basis = _build(best.name, everything, p_all, y_all, w_all, best.settings, seed)
-    report = FitReport(candidates, best.name, basis.rank, basis.captured, source, len(train),
-                       len(val), time.perf_counter() - start)
+    report = FitReport(fit.candidates, best.name, basis.rank, basis.captured, source,
+                       len(train), len(val), time.perf_counter() - start, len(everything))
     return model, report
+
+
+class _Candidates:
+    """The candidate regressions fitted on the training samples and scored on the
+    validation samples, each on its own points."""
+
+    def __init__(self, train, val, p_tr, y_tr, w, p_val, seed, log, fields) -> None:
+        self.train, self.val, self.p_tr, self.y_tr, self.w = train, val, p_tr, y_tr, w
+        self.p_val, self.seed, self.log, self.fields = p_val, seed, log, fields
+        self.candidates: list[Candidate] = []
+        self.predictions: dict[str, list[Tensor]] = {}
+        self.bases: list | None = None      # (mean, modes) at each validation sample
+        self.on_mesh: list[bool] = []
+
+    def _score(self, model) -> list[Tensor]:
+        """The predictions of ``model`` on the validation samples' points."""
+        if self.bases is None:   # the POD basis is the same for every candidate
+            self.bases = _validation_bases(model, self.val)
+            self.on_mesh = [mean is model.mean for mean, _ in self.bases]
+        with torch.no_grad():
+            coef = model.coefficients(self.p_val)
+        return [mean + torch.einsum("r,rmc->mc", c, modes)
+                for c, (mean, modes) in zip(coef, self.bases)]
+
+    def _add(self, name: str, pred: list[Tensor], seconds: float, settings: dict) -> None:
+        self.predictions[name] = pred
+        self.candidates.append(Candidate(name, _relative_errors(pred, self.val, self.fields),
+                                         seconds, settings))
+        if self.log:
+            self.log(FitReport(self.candidates[-1:], "", 0, 0, "", 0, 0, 0).lines()[1])
+
+    def run(self, regressors, members, deadline: float, minutes: float) -> None:
+        # The MLP candidate comes last and gets what is left, planned so that the worst
+        # case fits: it is chosen together with the GP, and both are refitted.
+        for name in sorted(regressors, key=lambda r: r == "mlp"):
+            t0 = time.perf_counter()
+            settings = {}
+            if name == "mlp":
+                settings = self._mlp(members, deadline, t0)
+                if settings is None:
+                    if self.log:
+                        self.log(f"  candidate mlp: not fitted (no time left in the "
+                                 f"{minutes:g}-minute budget)")
+                    continue
+            try:
+                model, _ = _build(name, self.train, self.p_tr, self.y_tr, self.w, settings,
+                                  self.seed)
+            except ValueError as e:  # e.g. a spline through repeated parameter vectors
+                if self.log:
+                    self.log(f"  candidate {name}: not available ({e})")
+                continue
+            self._add(name, self._score(model), time.perf_counter() - t0, settings)
+        if "gp" in self.predictions and "mlp" in self.predictions:
+            # Their mean: the two err in different ways (smooth interpolation against a
+            # fitted network), so averaging often beats both; it costs no new fit here.
+            blend = [(a + b) / 2 for a, b in zip(self.predictions["gp"],
+                                                 self.predictions["mlp"])]
+            settings = next(c.settings for c in self.candidates if c.name == "mlp")
+            self._add("gp+mlp", blend, 0.0, settings)
+
+    def _mlp(self, members, deadline: float, t0: float) -> dict | None:
+        """The MLP ensemble's settings: ``members`` given, or what the time left fits."""
+        if members:
+            return {"members": members, "epochs": MLP_EPOCHS}
+        gp = sum(c.seconds for c in self.candidates if c.name == "gp")
+        left = (deadline - t0 - REFIT_FACTOR * gp) / (1 + REFIT_FACTOR)
+        with _one_thread():
+            rank = pod_basis(self.y_tr, self.w).rank
+        return _mlp_settings(left, len(self.train), rank, self.p_tr.shape[1])
+
+
+def _validation_bases(model, val: Sequence) -> list[tuple[Tensor, Tensor]]:
+    """The basis (mean ``[m, C]``, modes ``[r, m, C]``) at each validation sample's
+    target points: as stored on the training mesh, carried over elsewhere."""
+    from meshops.training.baselines import target_points
+
+    out = []
+    for s in val:
+        try:
+            out.append(model.basis_at(target_points(s)[0]))
+        except ValueError as e:  # a grid of another size
+            name = getattr(s, "source", None) or "a validation sample"
+            raise ValueError(f"{name}: {e}") from None
+    return out

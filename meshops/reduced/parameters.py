@@ -68,11 +68,8 @@ def sample_parameters(samples: Sequence) -> tuple[Tensor | None, str]:
         parts.append(torch.stack(rows))
         why.append(f"the {rows[0].numel()} parameter(s) of each sample")
     if has_x:
-        rows = []
-        for s in samples:
-            w = s.weight.to(torch.float64)
-            rows.append((w[:, None] * s.x.reshape(s.x.shape[0], -1).to(torch.float64)).sum(0)
-                        / w.sum())
+        rows = [_means(s.x.reshape(s.x.shape[0], -1), s.weight,
+                       torch.zeros(s.x.shape[0], dtype=torch.long), 1)[0] for s in samples]
         parts.append(torch.stack(rows))
         why.append(f"the {rows[0].numel()} input channel(s), constant over each mesh")
     if not parts:
@@ -80,26 +77,100 @@ def sample_parameters(samples: Sequence) -> tuple[Tensor | None, str]:
     return torch.cat(parts, 1), " and ".join(why)
 
 
+#: Two standardised parameter columns closer than this everywhere are one parameter.
+SAME_COLUMN_ATOL = 1e-9
+
+
+def informative_columns(params: Tensor) -> list[int]:
+    """The columns of a parameter matrix ``[S, K]`` that a regression can use: those that
+    vary over the samples, less any that repeats an earlier one once standardised (a
+    parameter given both in ``params`` and as a constant input field; the same column
+    twice makes a spline's polynomial part singular).
+
+    Shapes:
+        ``[S, K]`` -> the kept column indices
+    """
+    if params.shape[0] < 2:
+        return []
+    p = params.to(torch.float64)
+    spread = p.std(0)
+    kept: list[int] = []
+    for k in torch.nonzero(spread > 0).flatten().tolist():
+        z = (p[:, k] - p[:, k].mean()) / spread[k]
+        if not any(float((z - (p[:, j] - p[:, j].mean()) / spread[j]).abs().max())
+                   <= SAME_COLUMN_ATOL for j in kept):
+            kept.append(k)
+    return kept
+
+
 def batch_parameters(data, num_graphs: int) -> Tensor:
     """The ``[B, K]`` parameters of a batch inside a model's forward, as
     :func:`sample_parameters` makes them: ``data.params`` when present, then the
     quadrature-weighted mean of each channel of ``data.x`` per sample.
 
+    Raises:
+        ValueError: a channel of ``data.x`` that is not constant over its sample
+            (:func:`varying_input`): as in training, it is no parameter.
+
     Shapes:
         ``params [B, K1]``, ``x [N, K2]``, ``weight [N]``, ``batch [N]`` -> ``[B, K1 + K2]``
+        float64
     """
     parts = []
     p = getattr(data, "params", None)
     if isinstance(p, Tensor) and p.numel() > 0:
-        parts.append(p.reshape(num_graphs, -1))
-    x, w = data.x.reshape(data.x.shape[0], -1), data.weight
+        parts.append(p.reshape(num_graphs, -1).to(torch.float64))
+    x = data.x.reshape(data.x.shape[0], -1)
     if x.shape[1] == 0:
         return torch.cat(parts, 1)
     batch = getattr(data, "batch", None)
     if batch is None:
         batch = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+    # Its mean would answer another question. A check that depends on the values
+    # cannot be traced: an exported program leaves it to the code that feeds it
+    # (meshops.inference.RunSpec.check_mesh makes it for predict and evaluate).
+    bad = None if torch.compiler.is_compiling() else varying_input(x, batch, num_graphs)
+    if bad is not None:
+        raise ValueError(f"input channel {bad[0]} varies over sample {bad[1]}: the inputs of "
+                         f"a reduced basis are parameters, one value per sample")
+    return torch.cat(parts + [_means(x, data.weight, batch, num_graphs)], 1)
+
+
+def varying_input(x: Tensor, batch: Tensor, num_graphs: int) -> tuple[int, int] | None:
+    """``(channel, sample)`` of the first input channel that is not constant over a
+    sample (spread above :data:`CONST_RTOL` of its largest magnitude there), or None.
+
+    Shapes:
+        ``x [N, C]``, ``batch [N]``
+    """
+    x = x.reshape(x.shape[0], -1).to(torch.float64)
+    if x.numel() == 0:
+        return None
+    index = batch[:, None].expand_as(x)
+    shape = (num_graphs, x.shape[1])
+    hi = x.new_full(shape, -torch.inf).scatter_reduce(0, index, x, "amax")
+    lo = x.new_full(shape, torch.inf).scatter_reduce(0, index, x, "amin")
+    size = x.new_zeros(shape).scatter_reduce(0, index, x.abs(), "amax")
+    bad = (hi - lo > CONST_RTOL * size).nonzero()
+    return (int(bad[0, 1]), int(bad[0, 0])) if bad.numel() else None
+
+
+def _means(x: Tensor, w: Tensor, batch: Tensor, num_graphs: int) -> Tensor:
+    """The quadrature-weighted mean of each channel of ``x`` per sample, in float64,
+    about each sample's first point: ``x_0 + sum w (x - x_0) / sum w``, so that a
+    constant channel gives its value exactly (a plain weighted sum of 1.7e9 at a
+    thousand points rounds it by 1e-5).
+
+    Shapes:
+        ``x [N, C]``, ``w [N]``, ``batch [N]`` -> ``[B, C]``
+    """
+    x, w = x.to(torch.float64), w.to(torch.float64)
+    index = torch.arange(x.shape[0], device=x.device)
+    first = torch.full((num_graphs,), x.shape[0], dtype=torch.long, device=x.device)
+    first = first.scatter_reduce(0, batch, index, "amin")
+    d = x - x[first][batch]
     num = torch.zeros(num_graphs, x.shape[1], dtype=x.dtype, device=x.device)
     den = torch.zeros(num_graphs, dtype=x.dtype, device=x.device)
-    num.index_add_(0, batch, w[:, None].to(x.dtype) * x)
-    den.index_add_(0, batch, w.to(x.dtype))
-    return torch.cat(parts + [num / den[:, None]], 1)
+    num.index_add_(0, batch, w[:, None] * d)
+    den.index_add_(0, batch, w)
+    return x[first] + num / den[:, None]

@@ -310,6 +310,7 @@ def pod_rbf_baseline(train: Sequence, test: Sequence,
         train ``y [M, C]``, ``params [1, K]``; test likewise -> errors ``[T]``
     """
     from meshops.reduced import pod_basis, sample_parameters
+    from meshops.reduced.parameters import informative_columns
     from meshops.reduced.rbf import ThinPlateSpline
 
     name = "POD + RBF"
@@ -324,9 +325,9 @@ def pod_rbf_baseline(train: Sequence, test: Sequence,
     if p_tr is None or p_te is None or p_te.shape[1] != p_tr.shape[1]:
         return BaselineResult(name, None, note=f"n/a: no parameter vector per sample "
                                                f"({source if p_tr is None else 'test samples'})")
-    spread = p_tr.std(0)
-    keep = spread > 0  # a parameter constant over the training set cannot inform
-    mu, sd = p_tr.mean(0)[keep], spread[keep]
+    # a parameter constant over the training set cannot inform, nor one given twice
+    keep = informative_columns(p_tr)
+    mu, sd = p_tr.mean(0)[keep], p_tr.std(0)[keep]
     x_tr, x_te = (p_tr[:, keep] - mu) / sd, (p_te[:, keep] - mu) / sd
     y = torch.stack([s.y.to(torch.float64) for s in train])
     # One inner product for all: corresponding grids' weights move with their nodes.
@@ -340,7 +341,7 @@ def pod_rbf_baseline(train: Sequence, test: Sequence,
     preds = list(basis.expand(spline(x_te)))
     return BaselineResult(name, preds, per_sample_errors(preds, test, fields),
                           note=f"{basis.describe()}; thin-plate RBF on "
-                               f"{int(keep.sum())} standardised parameter(s) ({source})")
+                               f"{len(keep)} standardised parameter(s) ({source})")
 
 
 def baselines(train: Sequence, test: Sequence,

@@ -68,6 +68,9 @@ def _parametric(dataset: Sequence) -> tuple[bool, str]:
     params, why = sample_parameters(dataset)
     if params is None:
         return False, why
+    if params.shape[0] < 2:  # no spread to tell (std() of one row is NaN)
+        return False, ("one training sample: a reduced basis needs several, whose "
+                       "parameters vary")
     if not bool((params.std(0) > 0).any()):
         return False, "the parameters are the same in every sample"
     size = len(dataset) * int(target_points(dataset[0])[0].shape[0]) * \
