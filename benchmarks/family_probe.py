@@ -41,6 +41,7 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--scheduler", default="cosine", choices=["cosine", "onecycle"])
+    p.add_argument("--amp", default=None, choices=["bf16"], help="mixed precision")
     p.add_argument("--cpu-minutes", type=float, default=3.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, required=True, help="JSON lines file to append to")
@@ -72,7 +73,7 @@ def _fit(model_fn, train, val, fields, epochs, args):
     # the Trainer builds the mesh structures (PiT's graphs) once: set-up, not epochs
     trainer = Trainer(model, train, val, epochs=epochs, batch_size=args.batch_size, lr=args.lr,
                       scheduler=args.scheduler, seed=args.seed, progress=False, log=None,
-                      fields=fields)
+                      fields=fields, amp=args.amp or False)
     t1 = time.process_time()
     trainer.fit()
     return trainer, model, t1 - t0, time.process_time() - t1
@@ -111,6 +112,7 @@ def main(argv=None) -> int:
     record = {
         "data": desc["name"], "model": args.model, "model_config": dict(model.config),
         "batch_size": args.batch_size, "lr": args.lr, "scheduler": args.scheduler,
+        "amp": args.amp,
         "seed": args.seed,
         "parameters": sum(p.numel() for p in model.parameters()),
         "cpu_minutes": args.cpu_minutes, "cpu_s_per_epoch": round(one, 2), "epochs": epochs,

@@ -81,7 +81,7 @@ BAD_FILE_VALUES = [
     ("grad_clip", "-1", "grad_clip: must be a finite positive number, got -1.0"),
     ("val_fraction", "1", "val_fraction: must be in [0, 1), got 1.0"),
     ("quadrature_loss", "maybe", "quadrature_loss: expected true or false, got 'maybe'"),
-    ("scheduler", "step", "scheduler: must be cosine, onecycle or none, got 'step'"),
+    ("scheduler", "step", "scheduler: must be auto, cosine, onecycle or none, got 'step'"),
     ("dtype", "float16", "dtype: must be float32 or float64, got 'float16'"),
     ("model", "''", "model: expected a model name, got ''"),
     ("model_config", "[1]", "model_config: expected a mapping of hyperparameters, got [1]"),

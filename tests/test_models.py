@@ -86,7 +86,10 @@ def batch_of(samples):
 
 # ------------------------------------------------------------------ overfitting
 OVERFIT_LR = {"transformer_no": 1e-2, "galerkin_transformer": 1e-2, "pit": 5e-3,
-              "patched_transformer": 5e-3, "slice_transformer": 1e-2}
+              "patched_transformer": 5e-3, "slice_transformer": 3e-3}
+# The slice transformer starts from small weights (Transolver's initialisation): near
+# uniform slices and identity blocks, from which it needs more steps.
+OVERFIT_STEPS = {"slice_transformer": 800}
 
 
 # PiT's run takes 32 s on 2 shared cores (pytest --durations), the others 10-16 s:
@@ -98,7 +101,7 @@ def test_overfits_tiny_dataset(name):
     samples = [make_sample(n, seed=i) for i, n in enumerate([9, 11, 13, 15])]
     batch = batch_of(samples)
     model = build(name)
-    steps, lr = 400, OVERFIT_LR[name]
+    steps, lr = OVERFIT_STEPS.get(name, 400), OVERFIT_LR[name]
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps,
                                                 pct_start=0.15)

@@ -14,14 +14,18 @@ from meshops.data import MeshData
 from meshops.training.defaults import (
     GENERAL_PIT,
     GENERAL_TRAIN,
+    FIELDS_SLICE,
+    FIELDS_TRAIN,
     PARAMETRIC_PIT,
     PARAMETRIC_TRAIN,
     choose_defaults,
     epochs_for_budget,
+    options_from_data,
 )
 
 
-def _samples(n: int, points: int, one_mesh: bool, constant: bool, seed: int = 0):
+def _samples(n: int, points: int, one_mesh: bool, constant: bool, seed: int = 0,
+             channels: int = 1):
     g = torch.Generator().manual_seed(seed)
     shared = torch.rand(points, 2, generator=g)
     out = []
@@ -30,7 +34,7 @@ def _samples(n: int, points: int, one_mesh: bool, constant: bool, seed: int = 0)
         params = torch.rand(1, 3, generator=g)
         x = params.expand(pos.shape[0], 3).clone() if constant else torch.rand(
             pos.shape[0], 3, generator=g)
-        y = torch.sin(pos[:, :1] * (1 + params[:, :1]))
+        y = torch.sin(pos[:, :1] * (1 + params[:, :1])).expand(-1, channels).clone()
         weight = torch.full((pos.shape[0],), 1.0 / pos.shape[0])
         out.append(MeshData(pos=pos, x=x, y=y, weight=weight))
     return out
@@ -59,9 +63,10 @@ def test_parametric_map_too_large_for_a_reduced_basis_gets_a_small_pit(monkeypat
     name, model_config, train_config, reason = choose_defaults(
         _samples(20, 500, one_mesh=True, constant=True))
     assert name == "pit" and model_config == PARAMETRIC_PIT
-    assert train_config == PARAMETRIC_TRAIN == {"batch_size": 4, "lr": 3e-3}
-    assert reason.startswith("20 samples of one mesh (500 points each), constant inputs: "
-                             "a parametric map, so a small PiT (width 128, 256 latent points")
+    assert train_config == PARAMETRIC_TRAIN == {"batch_size": 4, "lr": 3e-3,
+                                                "scheduler": "cosine"}
+    assert reason.startswith("20 samples of one mesh (500 points each), constant inputs, "
+                             "a parametric map: a small PiT (width 64, 256 latent points")
 
 
 def test_latent_mesh_is_no_larger_than_the_mesh():
@@ -70,22 +75,49 @@ def test_latent_mesh_is_no_larger_than_the_mesh():
     assert model_config["num_latent"] == 60 and "60 latent points" in reason
 
 
-def test_field_inputs_get_the_elasticity_examples_pit():
+def test_field_inputs_and_one_target_channel_get_the_small_pit():
     for one_mesh in (True, False):
         name, model_config, train_config, reason = choose_defaults(
             _samples(10, 300, one_mesh=one_mesh, constant=False))
         assert (name, model_config, train_config) == ("pit", GENERAL_PIT, GENERAL_TRAIN)
-        assert "field inputs" in reason and "PiT of width 64 on 256 latent points" in reason
+        assert "field inputs, one target channel: a small PiT (width 64, 256 latent" in reason
     # a latent mesh no larger than the meshes (100 to 103 points: 102 on average)
     _, model_config, _, _ = choose_defaults(_samples(4, 100, one_mesh=False, constant=False))
     assert model_config["num_latent"] == 102
 
 
 def test_a_family_of_geometries_with_constant_inputs_gets_the_small_pit():
+    for channels in (1, 3):
+        name, model_config, train_config, reason = choose_defaults(
+            _samples(10, 300, one_mesh=False, constant=True, channels=channels))
+        assert (name, model_config, train_config) == ("pit", PARAMETRIC_PIT, PARAMETRIC_TRAIN)
+        assert "varying meshes" in reason and "a parametric map: a small PiT" in reason
+
+
+def test_field_inputs_and_several_target_channels_get_the_slice_transformer():
     name, model_config, train_config, reason = choose_defaults(
-        _samples(10, 300, one_mesh=False, constant=True))
-    assert (name, model_config, train_config) == ("pit", PARAMETRIC_PIT, PARAMETRIC_TRAIN)
-    assert "varying meshes" in reason and "a parametric map, so a small PiT" in reason
+        _samples(10, 300, one_mesh=False, constant=False, channels=3))
+    assert (name, model_config, train_config) == ("slice_transformer", FIELDS_SLICE,
+                                                  FIELDS_TRAIN)
+    assert train_config == {"batch_size": 1, "lr": 1e-3, "scheduler": "onecycle"}
+    assert ("field inputs, 3 target channels: the slice transformer (width 64, 32 slices), "
+            "batch 1, lr 0.001, onecycle rate") in reason
+    # PiT asked for on the same data: PiT's sizes and training, not the slice model's
+    name, model_config, train_config, _ = choose_defaults(
+        _samples(10, 300, one_mesh=False, constant=False, channels=3), "pit")
+    assert (name, model_config, train_config) == ("pit", GENERAL_PIT, GENERAL_TRAIN)
+
+
+def test_options_given_win_and_the_schedule_is_chosen_only_when_auto():
+    samples = _samples(10, 300, one_mesh=False, constant=False, channels=3)
+    options, reason = options_from_data(samples, lr=5e-4, scheduler="cosine")
+    assert options == {"model": "slice_transformer", "model_config": FIELDS_SLICE,
+                       "batch_size": 1, "lr": 5e-4, "scheduler": "cosine"}
+    assert reason.endswith("(the options given win: lr, scheduler)")
+    options, _ = options_from_data(samples, scheduler=None)  # a constant rate, given
+    assert options["scheduler"] is None
+    options, _ = options_from_data(samples)
+    assert options["scheduler"] == "onecycle"
 
 
 def test_epochs_fill_nine_tenths_of_the_budget():
@@ -125,10 +157,11 @@ def test_cli_dry_run_prints_the_chosen_defaults(tmp_path, capsys):
     out, err = capsys.readouterr()
     cfg = yaml.safe_load(out)
     mc = cfg["model_config"]
-    assert (mc["width"], mc["blocks"], mc["heads"], mc["num_latent"]) == (128, 4, 4, 81)
-    assert cfg["batch_size"] == 4 and cfg["lr"] == 3e-3 and cfg["minutes"] == 0.5
+    assert (mc["width"], mc["blocks"], mc["heads"], mc["num_latent"]) == (64, 4, 4, 81)
+    assert (cfg["batch_size"], cfg["lr"], cfg["scheduler"], cfg["minutes"]) == (
+        4, 3e-3, "cosine", 0.5)
     assert isinstance(cfg["epochs"], int) and cfg["epochs"] >= 1
-    assert ("defaults from the data: 8 samples of one mesh (81 points each), constant inputs: "
+    assert ("defaults from the data: 8 samples of one mesh (81 points each), constant inputs, "
             "a parametric map") in err
     assert f"{cfg['epochs']} epochs fit the 0.5-minute budget" in err
 

@@ -142,8 +142,8 @@ def _field_weights(key, v):
 
 def _scheduler(key, v):
     v = None if v is None or str(v).lower() in ("none", "constant") else str(v)
-    if v not in (None, "cosine", "onecycle"):
-        raise CLIError(f"{key}: must be cosine, onecycle or none, got {v!r}")
+    if v not in (None, "auto", "cosine", "onecycle"):
+        raise CLIError(f"{key}: must be auto, cosine, onecycle or none, got {v!r}")
     return v
 
 
@@ -210,7 +210,8 @@ class TrainConfig:
     batch_size: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))
     lr: float | None = _option(None, _unset_or(lambda k, v: _to_float(k, v, positive=True)))
     weight_decay: float = _option(1e-4, lambda k, v: _to_float(k, v, nonneg=True))
-    scheduler: str | None = _option("cosine", _scheduler)
+    # "auto": chosen from the data (meshops.training.defaults); None: a constant rate
+    scheduler: str | None = _option("auto", _scheduler)
     grad_clip: float | None = _option(None, _grad_clip)
     quadrature_loss: bool = _option(True, _to_bool)
     val_fraction: float | None = _option(0.2, _val_fraction)
@@ -372,6 +373,12 @@ class TrainConfig:
         if unknown:
             raise CLIError(f"train: field_weights: {unknown} are not target fields (the "
                            f"fields are {','.join(specs)})")
+
+    @property
+    def schedule(self) -> str | None:
+        """The learning-rate schedule: ``scheduler``, with ``"auto"`` (nothing chosen from
+        the data, e.g. a time series) the cosine decay."""
+        return "cosine" if self.scheduler == "auto" else self.scheduler
 
     @property
     def field_specs(self) -> list[str]:

@@ -60,7 +60,7 @@ def _check_run_folder(args, cfg: TrainConfig, out: Path) -> dict | None:
         return None
     try:
         state = read_training_state(last)
-        check_resume_epochs(last, state["training"], cfg.epochs, cfg.scheduler is not None)
+        check_resume_epochs(last, state["training"], cfg.epochs, cfg.schedule is not None)
     except (CheckpointError, ValueError) as e:
         raise CLIError(str(e)) from None
     meta = dict(state.get("metadata") or {})
@@ -314,7 +314,7 @@ def _options_from_data(cfg: TrainConfig, samples) -> tuple[TrainConfig, str]:
 
     try:
         options, reason = options_from_data(samples, cfg.model, cfg.model_config,
-                                            cfg.batch_size, cfg.lr)
+                                            cfg.batch_size, cfg.lr, cfg.scheduler)
     except ValueError as e:  # e.g. --model reduced_basis on data that is no study
         raise CLIError(str(e)) from None
     return cfg.with_options("defaults", **options), reason
@@ -449,8 +449,9 @@ def add_parser(sub) -> None:
                                             "a parametric map on one mesh, else 1e-3)")
     g.add_argument("--weight-decay", type=float, dest="weight_decay", metavar="W",
                    help="AdamW weight decay (default 1e-4)")
-    g.add_argument("--scheduler", choices=["cosine", "onecycle", "none"],
-                   help="learning-rate schedule (default cosine)")
+    g.add_argument("--scheduler", choices=["auto", "cosine", "onecycle", "none"],
+                   help="learning-rate schedule (default auto: chosen from the data, one-cycle "
+                        "for the model of families of geometries, else cosine)")
     g.add_argument("--grad-clip", type=float, dest="grad_clip", metavar="NORM",
                    help="clip the gradient norm (default off)")
     g.add_argument("--quadrature-loss", action=argparse.BooleanOptionalAction,

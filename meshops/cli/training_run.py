@@ -168,7 +168,7 @@ def _trainer(args, cfg, model, train_samples, val_samples, metadata: dict, main_
     options = {"callbacks": loggers, **options}
     return Trainer(
         model, train_samples, val_samples, epochs=cfg.epochs, batch_size=cfg.batch_size,
-        lr=cfg.lr, weight_decay=cfg.weight_decay, scheduler=cfg.scheduler,
+        lr=cfg.lr, weight_decay=cfg.weight_decay, scheduler=cfg.schedule,
         grad_clip=cfg.grad_clip, seed=cfg.seed, device=cfg.device, out_dir=out,
         resume=args.resume, metadata=metadata, progress=sys.stderr.isatty(), log=print,
         amp=cfg.amp or False, **options)

@@ -7,9 +7,11 @@ samples. For those the default is a :class:`~meshops.models.ReducedBasis`: a POD
 basis with the regression of its coefficients chosen on the validation split, which
 beats both the classical POD + RBF model and a neural operator trained for the same
 ten minutes (``python -m benchmarks.accuracy``; figures in ``benchmarks/results/``).
-Everything else trains PiT: small when the inputs are constant over each mesh (a
-family of geometries, or one mesh too large for a reduced basis in memory), of the
-elasticity example's size when the inputs are fields.
+Everything else trains a neural operator: PiT when the inputs are constant over each
+mesh (a family of geometries, or one mesh too large for a reduced basis in memory) or
+when one target channel is learned from input fields; the slice transformer
+(:class:`~meshops.models.SliceTransformer`) when input fields map to several target
+channels (velocity and pressure).
 :func:`choose_defaults` looks at the samples and says which model it picked and why;
 :func:`epochs_for_budget` times one training step and picks the number of epochs.
 Options the user gives always win: :func:`options_from_data` and :func:`epochs_to_fit`
@@ -26,23 +28,33 @@ import torch
 
 from meshops.reduced import constant_inputs
 
-# PiT for a parametric map (inputs constant over each mesh): the processor carries a
-# few numbers per sample, which also condition every block (FiLM of the input means).
-# Size from the hole stand-in (a family of geometries), where the 2-block, 128-point
-# PiT was capacity-bound: 3-minute validation errors 0.035 with 2 blocks on 128 latent
-# points, 0.028 with 4 blocks on 256 at width 64, 0.029 at width 128, 0.052 on every
-# mesh point (benchmarks/results/hole-pit-sizes-cpu-1thread-3min.txt); in the 10-minute
-# benchmark width 128 reached 0.0192 on the test meshes, width 64 0.0214
-# (benchmarks/results/accuracy-hole-*-cpu-1thread-10min.json).
-PARAMETRIC_PIT = {"width": 128, "heads": 4, "blocks": 4, "latent": "fps", "num_latent": 256,
+# Every default below was chosen on the validation split of the benchmark's stand-ins
+# (48 validation meshes each), from 3-minute one-thread probes of the field-mean relative
+# L2 error (``python -m benchmarks.family_probe``; every line in
+# benchmarks/results/family-probes-cpu-3min.jsonl). Test meshes were not looked at.
+#
+# PiT for a parametric map (inputs constant over each mesh, whether or not the meshes
+# vary): the processor carries a few numbers per sample, which also condition every block
+# (FiLM of the input means). Hole stand-in: width 64 0.0271, width 128 0.0310 (the
+# earlier default, picked on test meshes), slice transformer 0.042 (batch 4, lr 3e-3) and
+# 0.048 (batch 2, one-cycle); batch 2 with a one-cycle rate 0.057. Airfoil stand-in: PiT
+# 0.169, slice transformer 0.231.
+PARAMETRIC_PIT = {"width": 64, "heads": 4, "blocks": 4, "latent": "fps", "num_latent": 256,
                   "condition_on_inputs": True}
-PARAMETRIC_TRAIN = {"batch_size": 4, "lr": 3e-3}
-# Everything else: PiT of the elasticity example's size (width 64, a 256-point latent
-# mesh), which trains tens of epochs in ten minutes on two cores where PiT's class
-# defaults (width 256, 1,024 latent points) train a few, with the CLI's batch size and
-# rate.
-GENERAL_PIT = {"width": 64, "latent": "fps", "num_latent": 256}
-GENERAL_TRAIN = {"batch_size": 8, "lr": 1e-3}
+PARAMETRIC_TRAIN = {"batch_size": 4, "lr": 3e-3, "scheduler": "cosine"}
+# Field inputs and one target channel: the same PiT, unconditioned. Elasticity stand-in:
+# 0.067; batch 2 with a one-cycle rate 0.088; slice transformer 0.088 (batch 1, one-cycle)
+# and 0.098 (batch 2). On the obstacle stand-in this PiT reached 0.084 where the earlier
+# default (2 heads, batch 8, lr 1e-3) reached 0.133, and batch 2 with a one-cycle rate
+# 0.105. Airfoil: batch 2 with a one-cycle rate 0.181, against batch 4 cosine 0.169.
+GENERAL_PIT = {"width": 64, "heads": 4, "blocks": 4, "latent": "fps", "num_latent": 256}
+GENERAL_TRAIN = {"batch_size": 4, "lr": 3e-3, "scheduler": "cosine"}
+# Field inputs and several target channels (velocity and pressure): the slice
+# transformer, one sample per step and a one-cycle rate. Obstacle stand-in: 0.057 (u+v
+# 0.051, p 0.063), against PiT's 0.084 above and Transolver's 0.067 (PhysicsNeMo, same
+# probe); batch 2 0.070, batch 2 at lr 2e-3 0.060, a cosine rate 0.10-0.19.
+FIELDS_SLICE = {"width": 64, "layers": 4, "heads": 4, "slices": 32}
+FIELDS_TRAIN = {"batch_size": 1, "lr": 1e-3, "scheduler": "onecycle"}
 # Snapshot values (samples x points x channels) up to which a reduced basis is the
 # default: 2.5e8 float64 values are 2 GB, a few times that while the SVD runs.
 REDUCED_BASIS_MAX_VALUES = 250_000_000
@@ -84,8 +96,8 @@ def _parametric(dataset: Sequence) -> tuple[bool, str]:
 
 def data_facts(dataset: Sequence) -> dict[str, Any]:
     """What :func:`choose_defaults` looks at: ``n`` samples, their mean ``points``,
-    whether they share ``one_mesh``, whether their inputs are ``constant`` over each mesh
-    and whether they have inputs at all (``has_x``). A data set that knows these without
+    whether they share ``one_mesh``, whether their inputs are ``constant`` over each mesh,
+    whether they have inputs at all (``has_x``) and the number of target ``channels``. A data set that knows these without
     reading its samples (:class:`meshops.cache.CachedMeshDataset`) gives them by its
     ``facts()``."""
     facts = getattr(dataset, "facts", None)
@@ -94,7 +106,8 @@ def data_facts(dataset: Sequence) -> dict[str, Any]:
     n = len(dataset)
     return {"n": n, "points": round(sum(int(s.pos.shape[0]) for s in dataset) / n),
             "one_mesh": _shares_one_mesh(dataset), "constant": constant_inputs(dataset),
-            "has_x": getattr(dataset[0], "x", None) is not None}
+            "has_x": getattr(dataset[0], "x", None) is not None,
+            "channels": int(dataset[0].y.reshape(dataset[0].y.shape[0], -1).shape[1])}
 
 
 def choose_defaults(dataset: Sequence, model: str | None = None
@@ -108,7 +121,7 @@ def choose_defaults(dataset: Sequence, model: str | None = None
 
     Returns:
         ``(model_name, model_config, train_config, reason)``: ``train_config`` holds
-        ``batch_size`` and ``lr`` for the models trained by epochs (empty for the
+        ``batch_size``, ``lr`` and ``scheduler`` for the models trained by epochs (empty for the
         reduced basis, which is fitted); the epoch count comes from
         :func:`epochs_for_budget`.
 
@@ -134,25 +147,29 @@ def choose_defaults(dataset: Sequence, model: str | None = None
         if model == "reduced_basis":
             raise ValueError(f"the reduced_basis model needs a parametric study (one mesh "
                              f"and a parameter vector per sample); this data is not one: {why}")
-    train = PARAMETRIC_TRAIN if constant else GENERAL_TRAIN
-    if model not in (None, "pit"):
-        return model, {}, dict(train), (f"{facts}: batch {train['batch_size']}, "
-                                        f"lr {train['lr']:g}")
-    # Constant inputs are a parametric map even where the meshes vary (a family of
-    # geometries): on the hole stand-in this PiT reached 0.019 in ten minutes, where
-    # PiT at its class sizes trained one epoch (0.456).
-    if constant:
-        cfg = dict(PARAMETRIC_PIT)
-        # A latent mesh no larger than the mesh itself.
+    several = f.get("channels", 1) > 1
+    kind = ("a parametric map" if constant else f"{f.get('channels', 1)} target channels"
+            if several else "one target channel")
+    name = model or ("slice_transformer" if several and not constant else "pit")
+    if name == "slice_transformer":
+        cfg, train = dict(FIELDS_SLICE), FIELDS_TRAIN
+        if constant:
+            cfg["condition_on_inputs"] = True
+        size = f"the slice transformer (width {cfg['width']}, {cfg['slices']} slices)"
+    elif name == "pit":
+        cfg, train = ((dict(PARAMETRIC_PIT), PARAMETRIC_TRAIN) if constant
+                      else (dict(GENERAL_PIT), GENERAL_TRAIN))
+        # a latent mesh no larger than the meshes
         cfg["num_latent"] = min(cfg["num_latent"], points)
-        reason = (f"{facts}: a parametric map, so a small PiT (width {cfg['width']}, "
-                  f"{cfg['num_latent']} latent points, {cfg['blocks']} blocks), batch "
-                  f"{PARAMETRIC_TRAIN['batch_size']}, lr {PARAMETRIC_TRAIN['lr']:g}")
-        return "pit", cfg, dict(PARAMETRIC_TRAIN), reason
-    cfg = dict(GENERAL_PIT, num_latent=min(GENERAL_PIT["num_latent"], points))
-    reason = (f"{facts}: PiT of width {cfg['width']} on {cfg['num_latent']} latent points, "
-              f"batch {GENERAL_TRAIN['batch_size']}")
-    return "pit", cfg, dict(GENERAL_TRAIN), reason
+        size = (f"a small PiT (width {cfg['width']}, {cfg['num_latent']} latent points, "
+                f"{cfg['blocks']} blocks)")
+    else:  # a model the defaults were not chosen for: its own sizes, PiT's training
+        train = PARAMETRIC_TRAIN if constant else GENERAL_TRAIN
+        return name, {}, dict(train), (f"{facts}: batch {train['batch_size']}, lr "
+                                       f"{train['lr']:g}, {train['scheduler']} rate")
+    return name, cfg, dict(train), (
+        f"{facts}, {kind}: {size}, batch {train['batch_size']}, lr {train['lr']:g}, "
+        f"{train['scheduler']} rate")
 
 
 def epochs_for_budget(seconds_per_step: float, steps_per_epoch: int, minutes: float,
@@ -204,36 +221,38 @@ def time_training_step(model, samples: Sequence, batch_size: int, repeats: int =
 
 def options_from_data(samples: Sequence, model: str | None = None,
                       model_config: dict[str, Any] | None = None, batch_size: int | None = None,
-                      lr: float | None = None) -> tuple[dict[str, Any], str]:
-    """The options of a training run that nobody gave (``None``), chosen from the data by
-    :func:`choose_defaults`: the model, the chosen model's hyperparameters under the given
-    ``model_config`` (when the model is the chosen one), and the batch size and learning
-    rate.
+                      lr: float | None = None, scheduler: str | None = "auto"
+                      ) -> tuple[dict[str, Any], str]:
+    """The options of a training run that nobody gave (``None``, or ``"auto"`` for the
+    schedule), chosen from the data by :func:`choose_defaults`: the model, the chosen
+    model's hyperparameters under the given ``model_config`` (when the model is the chosen
+    one), the batch size, learning rate and learning-rate schedule.
 
     Returns:
-        ``(options, reason)``: ``options`` has ``model``, ``model_config``, ``batch_size``
-        and ``lr`` (the given ones kept; the batch size and rate stay ``None`` for a model
-        that is fitted rather than trained by epochs), ``reason`` says what was chosen and
-        why (``""`` when nothing was).
+        ``(options, reason)``: ``options`` has ``model``, ``model_config``,
+        ``batch_size``, ``lr`` and ``scheduler`` (the given ones kept; the others stay
+        unset for a model that is fitted rather than trained by epochs), ``reason`` says
+        what was chosen and why (``""`` when nothing was).
 
     Raises:
         ValueError: As :func:`choose_defaults`.
     """
     model_config = dict(model_config or {})
     name, chosen_config, train, reason = choose_defaults(samples, model)
+    unset = {"batch_size": None, "lr": None, "scheduler": "auto"}
     out: dict[str, Any] = {"model": name if model is None else model,
-                           "model_config": model_config, "batch_size": batch_size, "lr": lr}
-    before = {"model": model, "model_config": model_config,
-              **{k: out[k] for k in train}}
-    given = [k for k in train if out[k] is not None]
+                           "model_config": model_config, "batch_size": batch_size, "lr": lr,
+                           "scheduler": scheduler}
+    before = {**out, "model": model}
+    given = [k for k in train if out[k] != unset[k]]
     if out["model"] == name:
         given = [k for k in chosen_config if k in model_config] + given
         out["model_config"] = {**chosen_config, **model_config}
     for key, value in train.items():
-        if out[key] is None:
+        if out[key] == unset[key]:
             out[key] = value
     # Nothing chosen (every option given, e.g. a resumed run): nothing to say.
-    if all(out[k] == v for k, v in before.items()):
+    if out == before:
         return out, ""
     return out, reason + (f" (the options given win: {', '.join(given)})" if given else "")
 
