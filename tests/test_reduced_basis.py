@@ -276,6 +276,30 @@ def test_train_chooses_a_reduced_basis_for_a_parametric_study(tmp_path, capsys):
     assert "needs a parametric study" in capsys.readouterr().err
 
 
+def test_train_says_only_what_is_true_of_the_chosen_regression(tmp_path, capsys,
+                                                               monkeypatch):
+    """The budget line of the MLP ensemble is printed when the ensemble is the chosen
+    model, not when the spline beat it (issue 29)."""
+    monkeypatch.setattr(fit_module, "MLP_EPOCHS", 10)  # an ensemble far from fitted
+    data = _folder(tmp_path / "train", _params(30, 0))
+    said = {}
+    for regressors in ("rbf,mlp", "mlp"):
+        run = tmp_path / regressors.replace(",", "-")
+        assert cli.main(["train", "--data", str(data), "--inputs", "a,b", "--targets", "u",
+                         "--minutes", "0.5", "--out", str(run),
+                         "--model-config", f"regressors={regressors}"]) == 0
+        said[regressors] = (json.loads((run / "history.json").read_text())["chosen"],
+                            capsys.readouterr().out)
+    chosen, out = said["rbf,mlp"]
+    assert chosen == "rbf" and "candidate mlp" in out
+    assert "MLP ensemble's" not in out
+    chosen, out = said["mlp"]
+    members = json.loads((tmp_path / "mlp" / "history.json").read_text())["candidates"][0]
+    n = members["settings"]["members"]
+    assert chosen == "mlp" and f"the MLP ensemble's {n} member" in out
+    assert "fit the 0.5-minute budget" in out or "fits the 0.5-minute budget" in out
+
+
 def test_blend_of_gp_and_mlp_is_never_worse_than_their_average_error(monkeypatch, tmp_path):
     """Per sample, |(a + b)/2 - y| <= (|a - y| + |b - y|)/2 (the triangle inequality), so
     the blend's validation error is at most the mean of the two candidates'; a model

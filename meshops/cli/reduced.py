@@ -56,10 +56,12 @@ def fit_reduced_run(args, cfg, chosen: str, train_samples, val_samples, run) -> 
     print(lines[0])
     print(lines[-1])
     mlp = next((c for c in report.candidates if c.name == "mlp"), None)
-    if mlp is not None and members is None:
-        print(f"the MLP ensemble's {mlp.settings['members']} members fit the "
-              f"{cfg.minutes:g}-minute budget (--model-config members="
-              f"{mlp.settings['members']} repeats this run exactly)")
+    if mlp is not None and members is None and "mlp" in report.chosen.split("+"):
+        # Said only of an ensemble that is part of the chosen model.
+        n = mlp.settings["members"]
+        print(f"the MLP ensemble's {n} member{'s fit' if n > 1 else ' fits'} the "
+              f"{cfg.minutes:g}-minute budget (--model-config members={n} repeats this run "
+              f"exactly)")
     best = next(c for c in report.candidates if c.name == report.chosen)
     atomic_write(out / RUN_CONFIG,
                  lambda tmp: Path(tmp).write_text(cfg.render(model_config=model.config)))
