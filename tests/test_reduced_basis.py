@@ -23,6 +23,7 @@ from meshops.reduced.fit import fit_reduced_basis
 from meshops.reduced.gp import GaussianProcess, matern52
 from meshops.reduced.parameters import batch_parameters
 from meshops.reduced.transfer import mls_weights, transfer
+from meshops.training.standing import standing
 
 F64 = torch.float64
 
@@ -268,6 +269,12 @@ def test_train_chooses_a_reduced_basis_for_a_parametric_study(tmp_path, capsys):
     assert res["model"] == "reduced_basis"
     assert res["fields"]["u"]["l2"]["mean"] < 0.5 * \
         res["baselines"]["nearest training sample"]["u"]["l2"]["mean"]
+    # the printed report says where the model stands, from the same numbers
+    assert cli.main(["evaluate", str(run), "--data", str(test)]) == 0
+    means = {k: b["u"]["l2"]["mean"] for k, b in res["baselines"].items() if "u" in b}
+    assert "standing on u, mean rel. L2 (quad): " \
+        f"{standing('reduced_basis', res['fields']['u']['l2']['mean'], means)}\n" in \
+        capsys.readouterr().out
     # Not resumable, and not for data that is no parametric study.
     assert cli.main(["train", "--out", str(run), "--resume"]) == 2
     assert "nothing to resume" in capsys.readouterr().err
@@ -279,7 +286,8 @@ def test_train_chooses_a_reduced_basis_for_a_parametric_study(tmp_path, capsys):
 def test_train_says_only_what_is_true_of_the_chosen_regression(tmp_path, capsys,
                                                                monkeypatch):
     """The budget line of the MLP ensemble is printed when the ensemble is the chosen
-    model, not when the spline beat it (issue 29)."""
+    model, not when the spline beat it; the spline candidate is POD + RBF on the same
+    split, so the run calls it level with that baseline (issue 29)."""
     monkeypatch.setattr(fit_module, "MLP_EPOCHS", 10)  # an ensemble far from fitted
     data = _folder(tmp_path / "train", _params(30, 0))
     said = {}
@@ -293,6 +301,7 @@ def test_train_says_only_what_is_true_of_the_chosen_regression(tmp_path, capsys,
     chosen, out = said["rbf,mlp"]
     assert chosen == "rbf" and "candidate mlp" in out
     assert "MLP ensemble's" not in out
+    assert "  mean: reduced_basis (rbf) is level with POD + RBF (" in out
     chosen, out = said["mlp"]
     members = json.loads((tmp_path / "mlp" / "history.json").read_text())["candidates"][0]
     n = members["settings"]["members"]

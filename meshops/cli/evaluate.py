@@ -260,6 +260,8 @@ def _print_report(result: dict, keys: list, ckpt, model_name: str, args, spec) -
     for name, entry in result.get("baselines", {}).items():
         print(f"baseline: {name}: {entry['note']}")
         rows(entry, notes=False)  # a baseline's undefined samples are the model's
+    if result.get("baselines"):
+        _print_standing(result, keys[-1], model_name)  # the fields' mean, or the field
     if "bins" in result["distance"]:
         trust_reports.print_distance_report(result["distance"], n)
     if "refine" in result:
@@ -269,6 +271,18 @@ def _print_report(result: dict, keys: list, ckpt, model_name: str, args, spec) -
         print(f"note: {result['note']}")
     if args.plot:
         print(f"wrote {args.plot}")
+
+
+def _print_standing(result: dict, key: str, model_name: str) -> None:
+    """The model's mean rel. L2 (quad) of ``key`` against the baselines' (one tolerance
+    for "level": :mod:`meshops.training.standing`)."""
+    from meshops.training.standing import standing
+
+    mean = result["fields"][key]["l2"]["mean"]
+    if mean is None or not math.isfinite(mean):
+        return
+    others = {n: e[key]["l2"]["mean"] for n, e in result["baselines"].items() if key in e}
+    print(f"standing on {key}, mean rel. L2 (quad): {standing(model_name, mean, others)}")
 
 
 EVALUATE_EPILOG = """\

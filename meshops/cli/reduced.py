@@ -109,11 +109,14 @@ def validation_table(train_samples, val_samples, name: str, errors, fields=None)
     (the text table of :func:`meshops.training.baselines.format_table`), the mean over
     the target ``fields``."""
     from meshops.training.baselines import baselines, error_stats, format_table
+    from meshops.training.standing import standing
 
     rows = [(name, error_stats(errors), "")]
     rows += [(b.name, error_stats(b.errors["l2"]) if b.available else None, b.note)
              for b in baselines(train_samples, val_samples, fields)]
     what = "rel. L2, quadrature-weighted" + (
         f", mean of the fields {', '.join(fields.names)}" if fields and len(fields) > 1 else "")
+    means = {n: st["mean"] for n, st, _ in rows[1:] if st is not None}
     return (f"validation ({len(val_samples)} samples) against the baselines fitted on the "
-            f"same {len(train_samples)} training samples:\n" + format_table(rows, what))
+            f"same {len(train_samples)} training samples:\n" + format_table(rows, what)
+            + f"\n  mean: {standing(name, rows[0][1]['mean'], means)}")
