@@ -107,6 +107,12 @@ def _git(*args: str) -> Optional[str]:
         return None
 
 
+def commit() -> str:
+    """The repository's short commit, with ``+`` when tracked files differ from it."""
+    head = _git("rev-parse", "--short", "HEAD") or "?"
+    return head + ("+" if _git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def device_kind(device: str) -> str:
     return "cuda" if str(device).startswith("cuda") else "cpu"
 
