@@ -36,7 +36,8 @@ import torch
 from torch import Tensor
 
 __all__ = ["FLEX_MIN_SCORES", "MAX_HEAD_DIM", "auto_fallback", "auto_rule", "flex_available",
-           "flex_unsupported", "flex_preferred", "flex_weighted_attention", "flex_distance_attention"]
+           "flex_unsupported", "flex_preferred", "flex_weighted_attention",
+           "flex_distance_attention"]
 
 #: ``impl="auto"`` picks FlexAttention on CUDA when one (batch, head) has at least this
 #: many scores (``N_q * N_k``): below it PyTorch's SDPA kernels are fast enough that
