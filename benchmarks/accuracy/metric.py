@@ -5,7 +5,8 @@ velocity, its two channels together), the relative L2 error of a prediction with
 sample mesh's own P1 lumped-mass quadrature weights ``w_i = sum over the triangles T
 around node i of |T| / 3`` (the row sums of the consistent P1 mass matrix):
 
-    e_f = sqrt(sum_i w_i sum_{c in f} (pred_ic - true_ic)^2) / sqrt(sum_i w_i sum_{c in f} true_ic^2),
+    e_f = sqrt(sum_i w_i sum_{c in f} (pred_ic - true_ic)^2)
+          / sqrt(sum_i w_i sum_{c in f} true_ic^2),
 
 and the sample's error ``e``, the mean of its fields' ``e_f``; then the mean, median and
 worst over the test samples, of ``e`` and of each ``e_f``. The fields are averaged, not

@@ -299,14 +299,14 @@ over the mesh, with the norms integrated with the mesh's quadrature weights
 ("quad") or summed over the points ("plain", the convention of published
 benchmarks), for each target field (a vector's components together; the fields
 of training's --targets, e.g. u+v,p) and, with several fields, their mean ("fields
-mean", the error training minimises and validation picks by); the absolute L2 error is sqrt(sum_i w_i |pred_i - truth_i|^2). A
-sample whose target is zero everywhere has no relative error: it is named in a
-warning and left out of the relative statistics (its absolute error counts; in
-the JSON output its relative errors are null). A mesh on which the model
-predicts a non-finite value although its inputs are finite is a failure of the
-model: named in a warning and in "failed", its errors are inf, and so are the
-mean and worst (null in the JSON output). The JSON output also lists every
-sample's errors.
+mean", the error training minimises and validation picks by); the absolute L2
+error is sqrt(sum_i w_i |pred_i - truth_i|^2). A sample whose target is zero
+everywhere has no relative error: it is named in a warning and left out of the
+relative statistics (its absolute error counts; in the JSON output its relative
+errors are null). A mesh on which the model predicts a non-finite value although
+its inputs are finite is a failure of the model: named in a warning and in
+"failed", its errors are inf, and so are the mean and worst (null in the JSON
+output). The JSON output also lists every sample's errors.
 
 time-series runs (meshops train --series): --data holds test series; each is rolled
 out from its time step --start to its end (or --horizon steps) and the relative L2

@@ -30,7 +30,8 @@ __all__ = [
     "AttentionBase", "ContinuumAttention", "FourierAttention", "FourierFeatures",
     "GalerkinAttention", "GlobalAttentionBase", "LocalAttention", "LocalAttentionBase",
     "LocalPositionAttention", "MLP", "PatchAttention", "PatchTokenAttention", "Points",
-    "PositionAttention", "SliceAttention", "TransformerBlock", "WindowAttention", "batch_points", "functional",
+    "PositionAttention", "SliceAttention", "TransformerBlock", "WindowAttention", "batch_points",
+    "functional",
     "knn_interpolate", "local_graph", "patch_attention", "position_kernel", "quantile_k",
     "weighted_attention",
 ]

@@ -124,10 +124,10 @@ def relative_lp(pred: Tensor, target: Tensor, weight: Tensor | None = None,
     weighted mean of its fields' relative errors
     (:mod:`meshops.fields`); without, all channels are pooled into one norm.
 
-    A sample whose target (or one of whose fields) is zero everywhere (see :func:`zero_target`) has no
-    relative error: it is refused with a ``ValueError`` rather than divided by a
-    tiny number (which gave errors of 1e5-1e12 and gradients to match). To report
-    errors over data that holds such samples use :func:`lp_errors`.
+    A sample whose target (or one of whose fields) is zero everywhere (see
+    :func:`zero_target`) has no relative error: it is refused with a ``ValueError``
+    rather than divided by a tiny number (which gave errors of 1e5-1e12 and gradients to
+    match). To report errors over data that holds such samples use :func:`lp_errors`.
 
     Args:
         pred, target: ``[N, C]`` or ``[N]``.
