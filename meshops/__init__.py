@@ -24,7 +24,8 @@ Meshes and their quadrature
 Data sets on disk
     ``datasets`` (a folder of meshes), ``cache`` (parsed meshes, read lazily),
     ``series`` (time series), ``params`` (per-sample parameter vectors),
-    ``normalizer`` (per-channel normalisation).
+    ``fields`` (target fields, each with its own relative error), ``normalizer``
+    (per-channel normalisation).
 Models and their training
     ``nn`` (layers), ``models`` (neural operators and the reduced basis), ``reduced``
     (POD and regressions for parametric studies), ``training`` (Trainer, losses,

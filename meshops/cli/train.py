@@ -393,8 +393,9 @@ def add_parser(sub) -> None:
                    help="folder of validation meshes (instead of a split of --data)")
     g = p.add_argument_group("model")
     g.add_argument("--model", metavar="NAME",
-                   help="reduced_basis, pit, transformer_no, galerkin_transformer or "
-                   "patched_transformer (default: chosen from the data: reduced_basis for "
+                   help="reduced_basis, pit, slice_transformer, transformer_no, "
+                   "galerkin_transformer or patched_transformer (default: chosen from the "
+                   "data: reduced_basis for "
                    "a parametric study, one mesh and a parameter vector or constant inputs "
                    "per sample; pit otherwise)")
     g.add_argument("--model-config", nargs="+", action="extend", metavar="KEY=VALUE",
