@@ -11,7 +11,8 @@ split into training and validation files as ``meshops train`` splits it (its def
 ``--val-fraction`` and ``--seed``), the weighted POD of the training split, and the
 regression from the standardised parameters to the modal coefficients. The score is the
 reduced basis' own: the per-sample relative L2 error of the reconstructed fields on the
-validation split (quadrature-weighted, channels pooled), mean, median and worst.
+validation split (quadrature-weighted, each target field's, averaged over the fields),
+mean, median and worst.
 
 Regressions, all with the ARD Matérn-5/2 kernel, a signal variance and a noise variance
 fitted by the marginal likelihood on the same random subset of at most
@@ -68,27 +69,49 @@ FITTED_OUTPUTS = 16
 
 def load_problem(name: str, root: Path) -> dict:
     """The reduced basis' regression problem of data set ``name`` (see the module
-    docstring): standardised parameters ``x_tr [S, D]``, ``x_val [V, D]``, coefficients
-    ``c_tr [S, R]``, the basis, the validation fields and the weights."""
+    docstring), built as :func:`meshops.reduced.fit.fit_reduced_basis` builds it:
+    standardised parameters ``x_tr [S, D]``, ``x_val [V, D]``, coefficients ``c_tr [S, R]``,
+    the basis, the validation fields, the weights and the target fields."""
     from meshops.cli.config import TrainConfig
     from meshops.cli.folder import load_folder
-    from meshops.reduced.fit import _arrays, _standardiser
-    from meshops.reduced.pod import pod_basis
+    from meshops.fields import TargetFields
+    from meshops.inference import field_channels
+    from meshops.reduced import pod_basis, sample_parameters
+    from meshops.training.baselines import target_points
     from meshops.training.splits import validation_split
 
     folder = root / name
     meta = json.loads((folder / "dataset.json").read_text())
     cfg = TrainConfig()
-    _, samples, _, _ = load_folder(folder / "train", meta["inputs"], meta["targets"],
-                                   getattr(torch, cfg.dtype))
+    _, samples, shapes, _ = load_folder(folder / "train", meta["inputs"], meta["targets"],
+                                        getattr(torch, cfg.dtype))
+    fields = TargetFields.from_specs(meta["targets"], {k: field_channels(shapes[k])
+                                                       for k in meta["targets"]})
     tr, val = validation_split(len(samples), cfg.val_fraction, cfg.seed)
-    p_tr, y_tr, w, _ = _arrays([samples[i] for i in tr])
-    p_val, y_val, _, _ = _arrays([samples[i] for i in val])
-    basis = pod_basis(y_tr, w)
-    index, shift, scale = _standardiser(p_tr)
-    return {"name": name, "x_tr": (p_tr[:, index] - shift) / scale,
-            "x_val": (p_val[:, index] - shift) / scale, "c_tr": basis.coefficients(y_tr, w),
-            "basis": basis, "y_val": y_val, "w": w, "points": int(y_tr.shape[1])}
+    params = sample_parameters(samples)[0]
+    y = torch.stack([s.y.to(torch.float64) for s in samples])
+    w = torch.stack([target_points(samples[i])[1].to(torch.float64) for i in tr]).mean(0)
+    basis = pod_basis(y[tr], w)
+    spread = params[tr].std(0)
+    index = [int(i) for i in torch.nonzero(spread > 0).flatten()]
+    shift, scale = params[tr][:, index].mean(0), spread[index]
+    return {"name": name, "x_tr": (params[tr][:, index] - shift) / scale,
+            "x_val": (params[val][:, index] - shift) / scale,
+            "c_tr": basis.coefficients(y[tr], w), "basis": basis, "y_val": y[val], "w": w,
+            "fields": fields, "points": int(y.shape[1])}
+
+
+def validation_errors(problem: dict, coefficients: torch.Tensor) -> np.ndarray:
+    """Per-sample relative L2 errors ``[V]`` of the fields the coefficients ``[V, R]``
+    give, quadrature-weighted, averaged over the target fields
+    (:func:`meshops.training.loss.lp_errors`, the metric of every meshops run)."""
+    from meshops.training.loss import lp_errors
+
+    pred, y = problem["basis"].expand(coefficients), problem["y_val"]
+    v, m, c = y.shape
+    return lp_errors(pred.reshape(v * m, c), y.reshape(v * m, c), problem["w"].repeat(v),
+                     torch.arange(v).repeat_interleave(m), fields=problem["fields"])[
+        "relative"].numpy()
 
 
 def _kernel(d: int):
@@ -167,8 +190,6 @@ def compare(problem: dict, repeats: int, methods) -> dict:
     """Validation errors, fit seconds and the first coefficient's NLML of each method."""
     from threadpoolctl import threadpool_limits
 
-    from meshops.reduced.fit import _relative_errors
-
     x, c = problem["x_tr"].numpy(), problem["c_tr"].numpy()
     fits = {"meshops": lambda: fit_meshops(x, c),
             "sklearn": lambda: fit_sklearn(x, c, shared=False),
@@ -191,8 +212,8 @@ def compare(problem: dict, repeats: int, methods) -> dict:
         out = {}
         for m in methods:
             predict, theta = result[m]
-            pred = problem["basis"].expand(torch.from_numpy(predict(problem["x_val"].numpy())))
-            err = _relative_errors(pred, problem["y_val"], problem["w"])
+            err = validation_errors(problem,
+                                    torch.from_numpy(predict(problem["x_val"].numpy())))
             out[m] = {"mean": float(np.mean(err)), "median": float(np.median(err)),
                       "worst": float(np.max(err)), "fit_s": statistics.median(seconds[m]),
                       "fit_s_all": seconds[m], "nlml_c1": _nlml(x[sub], c[sub, 0], theta),
@@ -251,6 +272,9 @@ def main(argv=None) -> int:
     root = args.data_root or Path(os.environ.get("MESHOPS_CACHE", Path.home() / ".cache/meshops"))
     root = root if args.data_root else root / "accuracy"
     methods = args.methods.split(",")
+    # One thread throughout, as fit_reduced_basis fits: the POD too, whose last digits
+    # (and so the coefficients' and the fits') depend on the thread count.
+    torch.set_num_threads(1)
     head = [f"# python -m benchmarks.gp_library {shlex.join(argv or sys.argv[1:])}".rstrip(),
             f"# torch {torch.__version__}, scikit-learn {sklearn.__version__}, "
             f"{platform.machine()}, {os.cpu_count()} CPUs, 1 thread per fit",
