@@ -3,7 +3,8 @@
 Examples::
 
     python -m benchmarks --quick                      # a few minutes on 2 cores
-    python -m benchmarks                              # full run -> benchmarks/results/cpu-2core.json/.png
+    python -m benchmarks                              # full run -> benchmarks/results/
+                                                      #   cpu-2core.json and .png
     python -m benchmarks --quick --check              # exit 1 if a layer became > 2x slower
     python -m benchmarks --only layers --cases continuum,galerkin
     python -m benchmarks --device cuda                # + fused-SDPA / TFLOP/s checks on a GPU

@@ -72,8 +72,10 @@ def evaluate_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
     # T1 continuum: 5x faster, 10x less memory than the dense formula at N=8192, fwd+bwd
     n = 8192
-    lib, ref = _row(rows, "layers", "continuum", "lib", n), _row(rows, "layers", "continuum", "ref", n)
-    tgt = "ContinuumAttention N=8192, 64 ch, 4 heads, fwd+bwd: >=5x faster, >=10x less memory than dense"
+    lib, ref = (_row(rows, "layers", "continuum", "lib", n),
+                _row(rows, "layers", "continuum", "ref", n))
+    tgt = ("ContinuumAttention N=8192, 64 ch, 4 heads, fwd+bwd: >=5x faster, >=10x less memory "
+           "than dense")
     tl, tr = _val(lib, "fwdbwd_s"), _val(ref, "fwdbwd_s")
     ml, mr = _val(lib, "fwdbwd_mem"), _val(ref, "fwdbwd_mem")
     if tl is None or tr is None or ml is None or mr is None:
@@ -122,7 +124,8 @@ def evaluate_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(_t(tid, tgt, st, meas, "" if complete else "not all sizes measured"))
 
     # T4 position attention with a shared mesh >= 3x faster than per-sample kernels
-    tgt = "PositionAttention, batch of 8 on one mesh, >= 3x faster than recomputing the kernel per sample"
+    tgt = ("PositionAttention, batch of 8 on one mesh, >= 3x faster than recomputing the kernel "
+           "per sample")
     meas, st, noise = [], NA, ""
     for n in (2048, 1024, 4096):
         lib = _row(rows, "layers", "position_batch", "lib", n)

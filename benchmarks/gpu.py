@@ -327,7 +327,8 @@ def gpu_child(spec: dict[str, Any]) -> dict[str, Any]:
 def run_line(r: dict[str, Any]) -> str:
     """One run as a line: time, TFLOP/s, % of peak and the exponential ceiling."""
     if "fwdbwd_s" not in r:
-        return f"{r.get('layer', 'continuum'):<10} {r.get('impl', ''):<5} N={r.get('n')}: {r.get('error')}"
+        return (f"{r.get('layer', 'continuum'):<10} {r.get('impl', ''):<5} N={r.get('n')}: "
+                f"{r.get('error')}")
     frac = (f" = {100 * r['fwdbwd_of_peak']:.1f}% of peak" if "fwdbwd_of_peak" in r else "")
     ceil = (f" (exp ceiling {100 * r['fwdbwd_ceiling']:.0f}%)" if "fwdbwd_ceiling" in r else "")
     mem = f"  {r['fwdbwd_peak_gb']:.2f} GB" if "fwdbwd_peak_gb" in r else ""

@@ -107,6 +107,12 @@ def _git(*args: str) -> Optional[str]:
         return None
 
 
+def commit() -> str:
+    """The repository's short commit, with ``+`` when tracked files differ from it."""
+    head = _git("rev-parse", "--short", "HEAD") or "?"
+    return head + ("+" if _git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def device_kind(device: str) -> str:
     return "cuda" if str(device).startswith("cuda") else "cpu"
 
@@ -456,8 +462,8 @@ class Isolated:
             if avail is not None:  # never let a child push the machine into swapping/OOM
                 mem_limit = int(min(mem_limit, max(avail - 2.0, 0.5) * GB))
         recv, send = self.ctx.Pipe(duplex=False)
-        proc = self.ctx.Process(target=_child_main, args=(send, target, spec, mem_limit, self.threads),
-                                daemon=True)
+        proc = self.ctx.Process(target=_child_main,
+                                args=(send, target, spec, mem_limit, self.threads), daemon=True)
         la = loadavg()
         busy0 = cpu_busy_seconds()
         t0 = time.perf_counter()
@@ -725,7 +731,8 @@ def run_series(iso: Isolated, case: Case, budget: Budget, device: str, quick: bo
                     why_stopped[k] = f"stopped after N={n}: memory over budget"
             else:
                 r[f"{k[1]}_mem_status"] = mres.get("status")
-                r["notes"].append(f"{k[1]} memory: {mres.get('status')} ({mres.get('error', '')[:120]})")
+                r["notes"].append(f"{k[1]} memory: {mres.get('status')} "
+                                  f"({mres.get('error', '')[:120]})")
                 if mres.get("status") == "oom":
                     alive[k] = False
                     why_stopped[k] = f"stopped at N={n}: memory > {mem_budget / GB:.1f} GB budget"

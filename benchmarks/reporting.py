@@ -245,7 +245,8 @@ def plot(doc: dict[str, Any], path: str | os.PathLike) -> Optional[Path]:
                 if xy:
                     ax.plot(*zip(*xy), style, marker="o", ms=3, color=colour[ckey(case, impl)],
                             label=label)
-        what = "forward+backward" if mode == "fwdbwd" else "forward" if suite == "models" else "call"
+        what = ("forward+backward" if mode == "fwdbwd" else "forward" if suite == "models"
+                else "call")
         ax_t.set_title(f"{suite}: {what} time")
         ax_m.set_title(f"{suite}: {what} peak memory above baseline")
         ax_t.set_ylabel("seconds")

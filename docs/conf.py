@@ -47,8 +47,8 @@ extensions = [
 # Pages of topics, in the order of the navigation. A page listed here appears as soon as
 # its file exists (the guides other branches add); a page in docs/ that is listed nowhere
 # fails the build (-W), so a new page cannot be forgotten.
-TOPICS = ["parametric", "your-data", "large-data", "time-series", "training-and-deployment", "trust",
-          "gpu", "accuracy", "architecture"]
+TOPICS = ["parametric", "your-data", "large-data", "time-series", "training-and-deployment",
+          "trust", "gpu", "accuracy", "architecture"]
 
 exclude_patterns = ["_build", "_generated", "_ext", "**/.ipynb_checkpoints",
                     "jupyter_execute"]
@@ -69,8 +69,11 @@ nb_execution_show_tb = True
 nb_execution_timeout = 600
 nb_merge_streams = True
 os.environ["MESHOPS_DOCS_ROOT"] = str(ROOT)
-# `meshops` and `python` in the tutorials' shell cells are this environment's.
+# `meshops` and `python` in the tutorials' shell cells are this environment's; their
+# kernels import docs/_ext's shell_cells (the %%bash the pages load: _ext/shell_cells.py).
 os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(DOCS / "_ext")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TQDM_DISABLE", "1")
 # tqdm.auto in a kernel without ipywidgets warns on import; the pages show no bars anyway.

@@ -50,7 +50,8 @@ def verify_archive(path: Path) -> None:
         # Members are "<archive name>/data/<storage key>" (tensor bytes) or
         # "<archive name>/data.pkl" (the structure).
         member = bad.split("/", 1)[-1]
-        what = "the bytes of a tensor" if member.startswith("data/") else "the checkpoint's structure"
+        what = ("the bytes of a tensor" if member.startswith("data/")
+                else "the checkpoint's structure")
         raise CheckpointError(f"{path}: damaged: archive member {member!r} ({what}) fails its "
                               f"CRC check; the file changed after it was written")
 

@@ -59,8 +59,8 @@ def too_big(nbytes: int, device: Any = None, what: str = "the model") -> str:
     free = available_bytes(device)
     if free is None or nbytes <= free:
         return ""
-    return (f"{what} needs {format_bytes(nbytes)} but {format_bytes(free)} of memory is available on "
-            f"{torch.device(device) if device is not None else 'cpu'}")
+    return (f"{what} needs {format_bytes(nbytes)} but {format_bytes(free)} of memory is "
+            f"available on {torch.device(device) if device is not None else 'cpu'}")
 
 
 def format_bytes(n: int) -> str:

@@ -441,7 +441,8 @@ def _pack(sample, source: str) -> tuple[list, dict, Tensor]:
     for name, value in sample.items():
         if isinstance(value, Tensor):
             t = value.detach().cpu().contiguous()
-            raw = t.reshape(-1).view(torch.uint8) if t.numel() else t.new_empty(0, dtype=torch.uint8)
+            raw = (t.reshape(-1).view(torch.uint8) if t.numel()
+                   else t.new_empty(0, dtype=torch.uint8))
             pad = -offset % _ALIGN                  # so that every view(dtype) is aligned
             if pad:
                 chunks.append(torch.zeros(pad, dtype=torch.uint8))

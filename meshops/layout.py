@@ -138,7 +138,8 @@ class SampleLayout:
             cells = sorted(getattr(mesh, "cell_data", None) or {})
             role = "target" if name in self.targets else "input"
             raise MeshError(f"{path}: {role} field {name!r} not found; available point fields: "
-                            f"{', '.join(pts) or 'none'}; cell fields: {', '.join(cells) or 'none'}")
+                            f"{', '.join(pts) or 'none'}; cell fields: "
+                            f"{', '.join(cells) or 'none'}")
         return "points" if in_points else "cells"
 
     def _resolve_location(self, mesh, path, need_targets: bool) -> str:

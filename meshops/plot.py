@@ -7,6 +7,10 @@
   sample of a data set) in one picture;
 * :func:`triangulate` - the :class:`matplotlib.tri.Triangulation` of a 2-D mesh.
 
+On a 2-D domain at least :data:`STACK_ASPECT` times as wide as it is high (a channel, a
+boundary layer) the panels are stacked instead, one above the other, each row becoming
+a column, and the picture is sized to the domain.
+
 How a mesh is drawn depends on its dimension:
 
 * **2-D** (``pos [N, 2]``): smooth (Gouraud) colouring of the nodal values on the
@@ -55,6 +59,14 @@ _POLY_TYPES = ("polygon",)
 CLOUD_NEIGHBOURS = 6
 PANEL_SIZE = (4.4, 3.7)  # inches per panel
 DPI = 120
+#: A 2-D domain at least this many times as wide as it is high has its panels stacked
+#: (one above the other) rather than side by side: side by side, each panel of a 22 x 5
+#: channel is a strip across a quarter of its height, and most of the picture is empty.
+STACK_ASPECT = 2.0
+#: Width of a stacked panel (inches), and the height it takes besides the domain (the
+#: two-line title, the axis label and its numbers).
+STACKED_WIDTH = 8.0
+STACKED_EXTRA_HEIGHT = 1.0
 
 
 # ------------------------------------------------------------------------ helpers
@@ -248,16 +260,40 @@ def _draw(fig, ax_spec, panel: _Panel, max_scatter: int, cloud_edge_factor: floa
     return ax
 
 
-def _render(rows: Sequence[Sequence[_Panel | None]], path, suptitle: str | None = None,
-            max_scatter: int = 20000, cloud_edge_factor: float = 3.0, dpi: int = DPI,
-            window=None) -> Path:
+def _aspect(rows: Sequence[Sequence[_Panel | None]], window=None) -> float | None:
+    """Width over height of the 2-D domain drawn (the ``window`` when one is given), or
+    ``None`` for 1-D and 3-D panels."""
+    panel = next((p for r in rows for p in r if p is not None), None)
+    pos = _numpy(panel.mesh.pos) if panel is not None else np.zeros((0, 0))
+    if pos.ndim != 2 or pos.shape[1] != 2 or not len(pos):
+        return None
+    (x0, x1), (y0, y1) = window if window is not None else zip(pos.min(0), pos.max(0))
+    return float(x1 - x0) / float(y1 - y0) if y1 > y0 else math.inf
+
+
+def _figure(rows: Sequence[Sequence[_Panel | None]], suptitle: str | None = None,
+            max_scatter: int = 20000, cloud_edge_factor: float = 3.0, window=None,
+            stack: bool | None = None):
+    """The figure of ``rows`` of panels: as given, or with each row turned into a column
+    (``stack``; by default when the 2-D domain is :data:`STACK_ASPECT` times as wide as
+    high or more), the figure sized to the domain's shape."""
     from matplotlib.figure import Figure
 
+    aspect = _aspect(rows, window)
+    if stack is None:
+        stack = aspect is not None and aspect >= STACK_ASPECT
+    if stack:  # row i becomes column i
+        depth = max((len(r) for r in rows), default=0)
+        rows = [[r[j] if j < len(r) else None for r in rows] for j in range(depth)]
     nrows = len(rows)
     ncols = max((len(r) for r in rows), default=0)
     if not nrows or not ncols:
         raise MeshError("nothing to plot")
-    fig = Figure(figsize=(PANEL_SIZE[0] * ncols, PANEL_SIZE[1] * nrows + (0.5 if suptitle else 0)),
+    width, height = PANEL_SIZE
+    if stack and aspect is not None:  # the colour bar takes about a fifth of the width
+        width = STACKED_WIDTH
+        height = 0.8 * width / min(aspect, 1e3) + STACKED_EXTRA_HEIGHT
+    fig = Figure(figsize=(width * ncols, height * nrows + (0.5 if suptitle else 0)),
                  layout="constrained")
     for i, row in enumerate(rows):
         for j, panel in enumerate(row):
@@ -266,6 +302,13 @@ def _render(rows: Sequence[Sequence[_Panel | None]], path, suptitle: str | None 
                       cloud_edge_factor, window)
     if suptitle:
         fig.suptitle(suptitle, fontsize=11)
+    return fig
+
+
+def _render(rows: Sequence[Sequence[_Panel | None]], path, suptitle: str | None = None,
+            max_scatter: int = 20000, cloud_edge_factor: float = 3.0, dpi: int = DPI,
+            window=None, stack: bool | None = None) -> Path:
+    fig = _figure(rows, suptitle, max_scatter, cloud_edge_factor, window, stack)
     path = check_picture_path(path)
     return atomic_write(path, lambda tmp: fig.savefig(tmp, format=_format(path), dpi=dpi))
 
@@ -350,7 +393,8 @@ def plot_fields(mesh, fields: Sequence, titles: Sequence[str] | None = None,
         cmaps: Colour map per field (default ``"viridis"``).
         limits: ``(vmin, vmax)`` per field, or ``None`` entries for the field's range.
         suptitle: Title over the whole figure.
-        ncols: Panels per row (default: all in one row).
+        ncols: Panels per row (default: all in one row, or all in one column for a
+            2-D domain :data:`STACK_ASPECT` times as wide as high or wider).
         shared_limits: One colour range for all fields (when ``limits`` is not given).
         cloud_edge_factor: Masking threshold for point clouds (see :func:`triangulate`).
         max_scatter: Most points drawn for 3-D meshes without surface cells.
@@ -371,9 +415,10 @@ def plot_fields(mesh, fields: Sequence, titles: Sequence[str] | None = None,
         limits = [_limits(*vals)] * len(vals) if shared_limits else [None] * len(vals)
     cmaps = list(cmaps) if cmaps is not None else ["viridis"] * len(vals)
     panels = [_Panel(mesh, v, t, c, lim) for v, t, c, lim in zip(vals, titles, cmaps, limits)]
+    stack = None if ncols is None else False  # a layout asked for is kept
     ncols = ncols or len(panels)
     rows = [panels[i:i + ncols] for i in range(0, len(panels), ncols)]
-    return _render(rows, path, suptitle, max_scatter, cloud_edge_factor, dpi)
+    return _render(rows, path, suptitle, max_scatter, cloud_edge_factor, dpi, stack=stack)
 
 
 def plot_comparison(mesh, truth, pred, path: str | os.PathLike = "comparison.png", *,

@@ -218,7 +218,8 @@ def _longest_edge(x: np.ndarray) -> np.ndarray:
 
 
 def _simplex_weights(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-cell measure ``[M]`` and per-vertex weights ``[M, k+1]`` of simplices ``x [M, k+1, d]``."""
+    """Per-cell measure ``[M]`` and per-vertex weights ``[M, k+1]`` of simplices
+    ``x [M, k+1, d]``."""
     k = x.shape[1] - 1
     J = np.swapaxes(x[:, 1:] - x[:, :1], 1, 2)  # [M, d, k]
     vol = _jacobian_measure(J) / math.factorial(k)

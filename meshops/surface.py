@@ -131,8 +131,8 @@ def _merge_exact(vertices: np.ndarray, faces: np.ndarray) -> tuple[np.ndarray, n
     would never be watertight. Only *exact* duplicates are merged (trimesh's own
     merge rounds to an absolute 1e-8, which fuses distinct vertices of a model
     whose features are below 1e-8 units, e.g. nanometres written as metres);
-    well-formed files repeat shared corners bit for bit. Order of first use is kept so that OBJ/PLY vertex
-    indices survive when there is nothing to merge.
+    well-formed files repeat shared corners bit for bit. Order of first use is kept so that
+    OBJ/PLY vertex indices survive when there is nothing to merge.
     """
     used = np.unique(faces)
     # +0.0 turns -0.0 into 0.0, which np.unique would otherwise keep apart.
@@ -198,12 +198,15 @@ def read_surface(path: PathLike) -> trimesh.Trimesh:
         # vertices and merges at an absolute tolerance; we check first, then merge.
         loaded = trimesh.load(str(p), file_type=ext, process=False)
     except Exception as exc:  # trimesh's loaders raise anything from KeyError to struct.error
-        raise MeshError(f"{name}: could not be read as .{ext}: {type(exc).__name__}: {exc}") from exc
+        raise MeshError(f"{name}: could not be read as .{ext}: {type(exc).__name__}: "
+                        f"{exc}") from exc
 
     if isinstance(loaded, trimesh.Scene):
-        meshes = [g for g in loaded.dump() if isinstance(g, trimesh.Trimesh)] if loaded.geometry else []
+        meshes = ([g for g in loaded.dump() if isinstance(g, trimesh.Trimesh)]
+                  if loaded.geometry else [])
         if not meshes:
-            raise MeshError(f"{name}: the file holds no triangles (empty, or not a valid .{ext} file)")
+            raise MeshError(f"{name}: the file holds no triangles (empty, or not a valid "
+                            f".{ext} file)")
         vertices = np.concatenate([np.asarray(m.vertices, dtype=np.float64) for m in meshes])
         offsets = np.cumsum([0] + [len(m.vertices) for m in meshes[:-1]])
         faces = np.concatenate([np.asarray(m.faces, dtype=np.int64).reshape(-1, 3) + o
@@ -326,7 +329,8 @@ def sample_surface(surface: trimesh.Trimesh, num_points: int, seed: int = 0) -> 
         - ``weight``: ``[num_points]`` float64
         - ``fields["normal"]``: ``[num_points, 3]`` float64
     """
-    if isinstance(num_points, bool) or not isinstance(num_points, (int, np.integer)) or num_points < 1:
+    if isinstance(num_points, bool) or not isinstance(num_points, (int, np.integer)) \
+            or num_points < 1:
         raise ValueError(f"num_points must be a positive integer, got {num_points!r}")
     vertices, faces, _ = _as_surface_arrays(surface)
     points, face_index = trimesh.sample.sample_surface(surface, int(num_points), seed=seed)
@@ -355,7 +359,8 @@ def _check_query(query: ArrayLike, name: str) -> tuple[np.ndarray, torch.device]
     bad = ~np.isfinite(arr).all(axis=1)
     if bad.any():
         raise MeshError(
-            f"{name}: {int(bad.sum())} query points are NaN/inf (first: row {int(np.flatnonzero(bad)[0])})")
+            f"{name}: {int(bad.sum())} query points are NaN/inf (first: row "
+            f"{int(np.flatnonzero(bad)[0])})")
     return arr, device
 
 

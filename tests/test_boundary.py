@@ -242,7 +242,8 @@ def test_a_zero_length_tagged_edge_is_skipped_not_spread():
     ("gmsh:physical=0", r"tag 'gmsh:physical=0' \(gmsh:physical = 0\) marks quad cells, a 2-D "
                         r"region"),
     ("gmsh:physical=9", r"tag .gmsh:physical=9. \(gmsh:physical = 9\) marks no 1-D facets"),
-    ("CellEntityIds=one", r"tag 'CellEntityIds=one': the value after '=' must be an integer cell tag, got 'one'"),
+    ("CellEntityIds=one",
+     r"tag 'CellEntityIds=one': the value after '=' must be an integer cell tag, got 'one'"),
     ("nope=1", r"unknown tag 'nope=1': no cell array 'nope'"),
     ("inner", r"tag 'inner': line facet 0 with vertices \[6, 7\] lies inside the mesh"),
 ])

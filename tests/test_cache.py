@@ -233,6 +233,7 @@ def test_normalizers_and_facts_from_the_cache_equal_those_of_the_samples(folder,
         part = ds.subset(list(sub))
         got = fit_normalizers(part)
         want = fit_normalizers([samples[i] for i in sub])
+        assert len(got) == len(want) == 2   # inputs and targets
         for g, w in zip(got, want):
             torch.testing.assert_close(g.mean, w.mean, rtol=1e-13, atol=0)
             torch.testing.assert_close(g.std, w.std, rtol=1e-13, atol=0)
@@ -319,6 +320,7 @@ def test_lazy_training_in_worker_processes_is_training_in_memory(tmp_path, capsy
     assert f"reading the data lazily through the cache {tmp_path / 'c'}/ with 2 worker" in out
     mem = json.loads((tmp_path / "mem" / "history.json").read_text())
     lazy = json.loads((tmp_path / "lazy" / "history.json").read_text())
+    assert len(mem) == len(lazy) == 2   # both ran their 2 epochs: zip compares them all
     for a, b in zip(mem, lazy):
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-12, abs=0)
         assert a["val_l2"] == pytest.approx(b["val_l2"], rel=1e-12, abs=0)

@@ -102,7 +102,8 @@ def _failing_save(obj, f, *args, **kwargs):
     raise OSError("disk full")
 
 
-def test_a_failing_save_leaves_no_partial_file_and_keeps_the_old_one(tmp_path, trained, monkeypatch):
+def test_a_failing_save_leaves_no_partial_file_and_keeps_the_old_one(tmp_path, trained,
+                                                                      monkeypatch):
     model, samples = trained
     path = model.save(tmp_path / "m.pt")
     before = path.read_bytes()

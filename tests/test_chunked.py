@@ -128,7 +128,8 @@ def test_predict_command_in_chunks_writes_the_one_piece_prediction(tmp_path, cap
     for k in range(4):
         pts, cells = square_mesh(6 + k, "triangle", amount=0.2, seed=k)
         f = np.sin((1 + k) * pts[:, 0]) + pts[:, 1]
-        write_mesh(data / f"s{k}.vtu", mesh_from_arrays(pts, cells, {"f": f, "u": f * pts[:, 0] + 1}))
+        write_mesh(data / f"s{k}.vtu",
+                   mesh_from_arrays(pts, cells, {"f": f, "u": f * pts[:, 0] + 1}))
     run = tmp_path / "run"
     assert cli.main(["train", "--data", str(data), "--inputs", "f", "--targets", "u",
                      "--model", "pit", "--model-config", "width=8", "blocks=1", "num_latent=12",

@@ -77,8 +77,8 @@ def test_lp_errors_match_hand_computation_and_mark_zero_targets():
     assert math.isnan(float(res["relative"][2]))
     # the defined ones are what relative_lp gives on those samples alone
     keep = batch < 2
-    torch.testing.assert_close(res["relative"][:2],
-                               relative_lp(P[keep], T[keep], W[keep], batch[keep], reduction="none"))
+    torch.testing.assert_close(res["relative"][:2], relative_lp(P[keep], T[keep], W[keep],
+                                                                batch[keep], reduction="none"))
 
 
 def test_zero_target_tolerance():

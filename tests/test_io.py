@@ -182,7 +182,8 @@ def test_write_predictions_back(tmp_path):
     mesh = read_mesh(ANNULUS)
     pred = torch.randn(mesh.num_nodes, dtype=torch.float64)
     out = read_mesh(write_mesh(tmp_path / "pred.vtu", mesh, point_data={"u_pred": pred}))
-    assert torch.equal(out.fields["u_pred"], pred) and torch.equal(out.fields["u"], mesh.fields["u"])
+    assert torch.equal(out.fields["u_pred"], pred)
+    assert torch.equal(out.fields["u"], mesh.fields["u"])
 
 
 # ---------------------------------------------------------------- CLI

@@ -7,6 +7,8 @@ tagged boundary face drawn as the volume it is."""
 
 from __future__ import annotations
 
+import json
+import math
 import warnings
 
 import meshio
@@ -40,9 +42,18 @@ def test_a_seed_beyond_the_generators_is_refused_before_reading_data(tmp_path, c
 
 
 def test_a_large_seed_trains(data, tmp_path, capsys):
-    """A 15-digit seed overflowed the epoch seed after the data was read."""
-    code, _, err = train(capsys, data, tmp_path / "run", "--seed", "123456789012345")
-    assert code == 0, err
+    """A 15-digit seed overflowed the epoch seed after the data was read: now the run
+    trains its epoch to a finite validation error, records the seed, and repeats exactly
+    with it (one seed, one result)."""
+    histories = []
+    for out in ("run", "again"):
+        code, _, err = train(capsys, data, tmp_path / out, "--seed", "123456789012345")
+        assert code == 0, err
+        assert "seed: 123456789012345\n" in (tmp_path / out / "config.yaml").read_text()
+        histories.append(json.loads((tmp_path / out / "history.json").read_text()))
+    assert len(histories[0]) == 1 and math.isfinite(histories[0][0]["val_l2"])
+    first, again = ([(h["train_loss"], h["val_l2"]) for h in hist] for hist in histories)
+    assert first == again
 
 
 def test_trainer_arguments_are_checked_when_given():

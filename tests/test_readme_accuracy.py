@@ -1,24 +1,53 @@
 """The README's accuracy table is the one generated from the stored benchmark result it
-names (issue 19: figures in the README come from a stored result)."""
+names (issue 19: figures in the README come from a stored result), and each data set's
+verdict says what the stored numbers say: behind every model more than 0.1 % below
+meshops' mean error, level with those within 0.1 %, ahead otherwise (issue 29)."""
 
 import json
 import re
 from pathlib import Path
 
-from benchmarks.accuracy.report import readme_table
+from benchmarks.accuracy.report import OTHERS, readme_table, rows
+from benchmarks.accuracy.run import LABELS
+from meshops.training.standing import LEVEL_RTOL
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_readme_accuracy_table_is_generated_from_its_stored_result():
+def _table() -> tuple[str, dict, str]:
     text = (ROOT / "README.md").read_text()
     found = re.search(r"<!-- accuracy table -->\n(.*?)<!-- end of accuracy table -->", text,
                       re.S)
     assert found, "README.md has no accuracy table between its markers"
     table = found.group(1)
     source = re.search(r"from `(benchmarks/results/accuracy-[^`]+\.json)`", table).group(1)
-    doc = json.loads((ROOT / source).read_text())
+    return table, json.loads((ROOT / source).read_text()), source
+
+
+def test_readme_accuracy_table_is_generated_from_its_stored_result():
+    table, doc, source = _table()
     assert table == readme_table(doc, source)
-    # it says plainly where meshops loses, if it does
-    for name, d in doc["datasets"].items():
-        assert f"- {name}: meshops" in table
+
+
+def test_each_verdict_says_behind_level_or_ahead_as_the_numbers_do():
+    table, doc, _ = _table()
+    said_of = {line[2:line.index(": meshops")]: line[line.index(": meshops") + 2:]
+               for line in table.splitlines() if line.startswith("- ")}
+    labels = [(label, models) for name, d in doc["datasets"].items()
+              for label, models in rows(name, d)]
+    assert sorted(said_of) == sorted(label for label, _ in labels)
+    for label, models in labels:
+        ours = models["meshops"]["mean"]
+        others = {LABELS[m]: models[m]["mean"] for m in OTHERS
+                  if models.get(m, {}).get("mean") is not None}
+        level = [k for k, v in others.items() if abs(v - ours) <= LEVEL_RTOL * min(v, ours)]
+        behind = [k for k, v in others.items() if v < ours and k not in level]
+        said = said_of[label]
+        for k in others:
+            assert (f"behind {k} by" in said or f", {k} by" in said) == (k in behind), said
+            assert (f"level with {k} (" in said) == (k in level), said
+        start = "behind" if behind else "level with" if level else "ahead"
+        assert said.startswith(f"meshops is {start}"), said
+        if start == "ahead":
+            closest = min(others, key=others.get)
+            assert f"the closest, {closest}, is" in said

@@ -23,6 +23,7 @@ from meshops.reduced.fit import fit_reduced_basis
 from meshops.reduced.gp import GaussianProcess, matern52
 from meshops.reduced.parameters import batch_parameters
 from meshops.reduced.transfer import mls_weights, transfer
+from meshops.training.standing import standing
 
 F64 = torch.float64
 
@@ -268,12 +269,44 @@ def test_train_chooses_a_reduced_basis_for_a_parametric_study(tmp_path, capsys):
     assert res["model"] == "reduced_basis"
     assert res["fields"]["u"]["l2"]["mean"] < 0.5 * \
         res["baselines"]["nearest training sample"]["u"]["l2"]["mean"]
+    # the printed report says where the model stands, from the same numbers
+    assert cli.main(["evaluate", str(run), "--data", str(test)]) == 0
+    means = {k: b["u"]["l2"]["mean"] for k, b in res["baselines"].items() if "u" in b}
+    assert "standing on u, mean rel. L2 (quad): " \
+        f"{standing('reduced_basis', res['fields']['u']['l2']['mean'], means)}\n" in \
+        capsys.readouterr().out
     # Not resumable, and not for data that is no parametric study.
     assert cli.main(["train", "--out", str(run), "--resume"]) == 2
     assert "nothing to resume" in capsys.readouterr().err
     assert cli.main(["train", "--data", str(data), "--inputs", "", "--targets", "u",
                      "--model", "reduced_basis", "--out", str(tmp_path / "r2")]) == 2
     assert "needs a parametric study" in capsys.readouterr().err
+
+
+def test_train_says_only_what_is_true_of_the_chosen_regression(tmp_path, capsys,
+                                                               monkeypatch):
+    """The budget line of the MLP ensemble is printed when the ensemble is the chosen
+    model, not when the spline beat it; the spline candidate is POD + RBF on the same
+    split, so the run calls it level with that baseline (issue 29)."""
+    monkeypatch.setattr(fit_module, "MLP_EPOCHS", 10)  # an ensemble far from fitted
+    data = _folder(tmp_path / "train", _params(30, 0))
+    said = {}
+    for regressors in ("rbf,mlp", "mlp"):
+        run = tmp_path / regressors.replace(",", "-")
+        assert cli.main(["train", "--data", str(data), "--inputs", "a,b", "--targets", "u",
+                         "--minutes", "0.5", "--out", str(run),
+                         "--model-config", f"regressors={regressors}"]) == 0
+        said[regressors] = (json.loads((run / "history.json").read_text())["chosen"],
+                            capsys.readouterr().out)
+    chosen, out = said["rbf,mlp"]
+    assert chosen == "rbf" and "candidate mlp" in out
+    assert "MLP ensemble's" not in out
+    assert "  mean: reduced_basis (rbf) is level with POD + RBF (" in out
+    chosen, out = said["mlp"]
+    members = json.loads((tmp_path / "mlp" / "history.json").read_text())["candidates"][0]
+    n = members["settings"]["members"]
+    assert chosen == "mlp" and f"the MLP ensemble's {n} member" in out
+    assert "fit the 0.5-minute budget" in out or "fits the 0.5-minute budget" in out
 
 
 def test_blend_of_gp_and_mlp_is_never_worse_than_their_average_error(monkeypatch, tmp_path):

@@ -74,9 +74,11 @@ def test_weights_integrate_linear_functions_exactly():
 
 def test_weights_use_true_3d_area_not_projection():
     # a single tilted triangle: its xy-projection has half the true area
-    tri = trimesh.Trimesh(vertices=[[0, 0, 0], [1, 0, 1], [0, 1, 0]], faces=[[0, 1, 2]], process=False)
+    tri = trimesh.Trimesh(vertices=[[0, 0, 0], [1, 0, 1], [0, 1, 0]], faces=[[0, 1, 2]],
+                          process=False)
     w = surface_weights(tri)
-    assert torch.allclose(w, torch.full((3,), math.sqrt(2) / 2 / 3, dtype=torch.float64), rtol=1e-14)
+    assert torch.allclose(w, torch.full((3,), math.sqrt(2) / 2 / 3, dtype=torch.float64),
+                          rtol=1e-14)
 
 
 def test_surface_to_meshdata_fields():
@@ -108,7 +110,8 @@ def test_sample_surface_count_weights_and_determinism():
     assert torch.equal(a.pos, b.pos) and torch.equal(a.fields["normal"], b.fields["normal"])
     assert not torch.allclose(a.pos, c.pos)
     # points lie on the box surface and normals are the box's face normals
-    on_face = (a.pos.abs() - torch.tensor([0.5, 1.0, 0.25], dtype=torch.float64)).abs().min(1).values
+    half = torch.tensor([0.5, 1.0, 0.25], dtype=torch.float64)
+    on_face = (a.pos.abs() - half).abs().min(1).values
     assert float(on_face.max()) < 1e-12
     assert torch.allclose(a.fields["normal"].abs().sum(1), torch.ones(500, dtype=torch.float64))
 

@@ -6,6 +6,7 @@ reduced basis (issue 13, item 9), PiT's documented sizes otherwise; the epoch co
 
 from __future__ import annotations
 
+import pytest
 import torch
 import yaml
 
@@ -262,3 +263,27 @@ def test_faster_threads_times_both_and_keeps_the_faster(monkeypatch):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_train_help_names_the_reduced_basis_and_the_choice_from_the_data(capsys):
+    """--model lists every model trained from a folder and says the default is chosen
+    from the data; --batch-size and --lr are a neural operator's (issue 29)."""
+    from meshops.models import MODELS
+
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    text = text[text.index("options:"):]   # the help, not the usage line
+
+    def help_of(flag: str, following: str) -> str:
+        start = text.index(flag)
+        return text[start:text.index(following, start + len(flag))]
+
+    model = help_of("--model NAME", "--model-config")
+    assert "chosen from the data" in model and "default pit" not in model
+    # meshops' own models (tests register others), but --series' next_step
+    ours = [n for n, cls in MODELS.items() if cls.__module__.startswith("meshops.")]
+    assert len(ours) >= 6 and all(name in model for name in ours if name != "next_step")
+    for flag, following in (("--batch-size B", "--lr"), ("--lr LR", "--weight-decay")):
+        said = help_of(flag, following)
+        assert "neural operator" in said and "parametric map on one mesh" not in said

@@ -79,7 +79,8 @@ def make_meshes(n: int, seed: int, shift: float = 0.0, scale: float = 1.0) -> li
     for i in range(n):
         pts, cells = square_mesh(4 + i % 4, "triangle", amount=0.3, seed=seed * 100 + i)
         c = rng.normal(size=3)
-        a = scale * (c[0] * np.sin(np.pi * pts[:, 0]) + c[1] * np.cos(np.pi * pts[:, 1]) + c[2]) + shift
+        a = scale * (c[0] * np.sin(np.pi * pts[:, 0]) + c[1] * np.cos(np.pi * pts[:, 1])
+                     + c[2]) + shift
         mesh = mesh_from_arrays(pts, cells, {"a": a}, source=f"toy{seed}-{i}.vtu")
         u = a * (1 + pts[:, 0]) + float((mesh.weight.numpy() * a).sum())
         mesh.fields["u"] = torch.from_numpy(u)
@@ -119,7 +120,8 @@ def max_diff(a: dict, b: dict) -> float:
 # --------------------------------------------------------------------- loss
 def _hand_rel_l2(pred, target, weight):
     """Relative L2 of one sample by hand, numpy, channels pooled."""
-    pred, target = np.asarray(pred, float).reshape(len(pred), -1), np.asarray(target, float).reshape(len(pred), -1)
+    pred = np.asarray(pred, float).reshape(len(pred), -1)
+    target = np.asarray(target, float).reshape(len(pred), -1)
     w = np.ones(len(pred)) if weight is None else np.asarray(weight, float)
     num = sum(w[i] * sum((pred[i, c] - target[i, c]) ** 2 for c in range(pred.shape[1]))
               for i in range(len(pred)))
@@ -149,7 +151,8 @@ def test_relative_lp_matches_hand_computation_on_a_ragged_batch():
     assert not np.allclose(relative_lp(P, T, W, batch, reduction="none"),
                            relative_lp(P, T, None, batch, reduction="none"), rtol=1e-3)
     loss = RelativeLpLoss(quadrature=False)
-    assert float(loss(P, T, W, batch)) == pytest.approx(float(relative_lp(P, T, None, batch)), rel=1e-14)
+    assert float(loss(P, T, W, batch)) == pytest.approx(float(relative_lp(P, T, None, batch)),
+                                                        rel=1e-14)
 
 
 def test_weighted_loss_is_mesh_independent_and_unweighted_is_not():
@@ -382,8 +385,8 @@ def test_query_points_use_query_weight_or_uniform_weights():
 
     y = torch.cat([s.y for s in samples]).double()
     qw = torch.cat([s.query_weight for s in samples]).double()
-    np.testing.assert_allclose(float(model.output_normalizer.mean), float((qw * y[:, 0]).sum() / qw.sum()),
-                               rtol=1e-5)
+    np.testing.assert_allclose(float(model.output_normalizer.mean),
+                               float((qw * y[:, 0]).sum() / qw.sum()), rtol=1e-5)
     preds = [model.predict(s) for s in samples]
     metrics = trainer.evaluate(samples)
     weighted = np.mean([float(relative_lp(p, s.y, s.query_weight)) for p, s in zip(preds, samples)])
@@ -420,9 +423,11 @@ def test_ddp_on_two_cpu_processes_matches_single_process(tmp_path):
     assert sorted(Path(p).name for p in r0["writes"]) == sorted(
         ["last.pt", "history.json"] * DDP_KW["epochs"] + ["best.pt"] * r0["n_best"])
     assert r0["n_best"] >= 1 and len(r0["logs"]) == DDP_KW["epochs"]
-    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["best.pt", "history.json", "last.pt"]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == \
+        ["best.pt", "history.json", "last.pt"]
     hist = r0["history"]
-    untimed = [[{k: v for k, v in h.items() if k != "time_s"} for h in r["history"]] for r in (r0, r1)]
+    untimed = [[{k: v for k, v in h.items() if k != "time_s"} for h in r["history"]]
+               for r in (r0, r1)]
     assert untimed[0] == untimed[1]  # metrics all-reduced: the same on every rank
     assert hist[-1]["train_loss"] < 0.5 * hist[0]["train_loss"]
     assert hist[-1]["val"]["n"] == 3  # validation sharded 2 + 1 and gathered

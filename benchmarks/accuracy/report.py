@@ -4,9 +4,8 @@ docs from a stored result (``python -m benchmarks.accuracy --table FILE.json``).
 from __future__ import annotations
 
 from benchmarks.accuracy.run import LABELS, MODELS
+from meshops.training.standing import standing
 
-#: Relative difference of two mean errors reported as a tie rather than a loss.
-TIE = 1e-3
 #: The neural-network and classical columns meshops is compared with.
 OTHERS = ("mean", "nearest", "pod_rbf", "transolver", "gino")
 
@@ -75,23 +74,15 @@ def rows(name: str, d: dict) -> list[tuple[str, dict]]:
 
 
 def verdict(d: dict) -> str:
-    """Where meshops stands on one row (``{"models": {model: result}}``): the models whose
-    mean error beats its."""
+    """Where meshops stands on one row (``{"models": {model: result}}``): behind, level
+    with (within :data:`meshops.training.standing.LEVEL_RTOL`) or ahead of the others'
+    mean errors, in the words ``meshops train`` and ``meshops evaluate`` use."""
     ours = d["models"].get("meshops")
     if not ours or ours.get("mean") is None:
         return "meshops: no result"
-    others = [(m, d["models"][m]["mean"]) for m in OTHERS
-              if d["models"].get(m, {}).get("mean") is not None]
-    # within 0.1 %: the same number to the precision anyone would quote
-    level = [(m, v) for m, v in others if abs(v - ours["mean"]) <= TIE * ours["mean"]]
-    better = [(m, v) for m, v in others if v < ours["mean"] and (m, v) not in level]
-    tie = ("; level with " + ", ".join(f"{LABELS[m]} ({v:.4g} vs {ours['mean']:.4g})"
-                                       for m, v in level)) if level else ""
-    if not better:
-        return "meshops is best" + tie
-    return "meshops loses to " + ", ".join(
-        f"{LABELS[m]} ({v:.4g} vs {ours['mean']:.4g}, {ours['mean'] / v:.1f}x)"
-        for m, v in sorted(better, key=lambda t: t[1])) + tie
+    others = {LABELS[m]: d["models"][m]["mean"] for m in OTHERS
+              if d["models"].get(m, {}).get("mean") is not None}
+    return standing("meshops", ours["mean"], others)
 
 
 def _best(d: dict) -> str | None:

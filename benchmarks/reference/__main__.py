@@ -362,15 +362,16 @@ def main(argv=None) -> int:
 
     commit = _reference_commit(args.reference_dir)
     log(f"reference: {args.reference_dir} (commit {commit}); scratch: {work}")
-    log(f"device {args.device}; threads {args.threads} both sides, float32, matmul precision {precision!r} "
-        f"(as the reference's pit.py sets); {args.rounds} round(s) x ({args.warmup} warm-up + "
-        f"{args.steps} timed steps) per process; reference modes "
+    log(f"device {args.device}; threads {args.threads} both sides, float32, matmul precision "
+        f"{precision!r} (as the reference's pit.py sets); {args.rounds} round(s) x "
+        f"({args.warmup} warm-up + {args.steps} timed steps) per process; reference modes "
         f"{', '.join(args.reference_modes)}; batch "
         f"{args.batch_size or 'as in the reference scripts'}"
         + (f"; profiling {args.profile_steps} steps into {args.profile}" if args.profile else "")
         + f"; load {_load()}")
     for c in cases:
-        log(f"[{c}] meshops PiT({', '.join(f'{k}={v!r}' for k, v in meshops_kwargs(CASES[c]).items())})")
+        kwargs = ", ".join(f"{k}={v!r}" for k, v in meshops_kwargs(CASES[c]).items())
+        log(f"[{c}] meshops PiT({kwargs})")
     results = {c: summarize(c, run_case(c, args, work, precision, log)) for c in cases}
     for c, s in results.items():
         done = [k for k in s if k not in SUMMARY_KEYS]

@@ -109,7 +109,8 @@ def main(argv) -> None:
     params = list(model.parameters())
     result = {
         "side": "meshops", "warmup_s": times[:warmup], "step_s": times[warmup:],
-        "setup_s": setup_s, "structures_s": structures_s, "threads": torch.get_num_threads(), "dtype": str(params[0].dtype),
+        "setup_s": setup_s, "structures_s": structures_s, "threads": torch.get_num_threads(),
+        "dtype": str(params[0].dtype),
         "parameters": sum(p.numel() for p in params),
         "matmul_precision": torch.get_float32_matmul_precision(), "compiled": False,
         "batch_size": int(batches[0].num_graphs), "loss": float(loss.detach()),

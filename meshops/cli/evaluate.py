@@ -274,6 +274,8 @@ def _print_report(result: dict, keys: list, ckpt, model_name: str, args, spec) -
     for name, entry in result.get("baselines", {}).items():
         print(f"baseline: {name}: {entry['note']}")
         rows(entry, notes=False)  # a baseline's undefined samples are the model's
+    if result.get("baselines"):
+        _print_standing(result, keys[-1], model_name)  # the fields' mean, or the field
     if "bins" in result["distance"]:
         trust_reports.print_distance_report(result["distance"], n)
     if "refine" in result:
@@ -283,6 +285,18 @@ def _print_report(result: dict, keys: list, ckpt, model_name: str, args, spec) -
         print(f"note: {result['note']}")
     if args.plot:
         print(f"wrote {args.plot}")
+
+
+def _print_standing(result: dict, key: str, model_name: str) -> None:
+    """The model's mean rel. L2 (quad) of ``key`` against the baselines' (one tolerance
+    for "level": :mod:`meshops.training.standing`)."""
+    from meshops.training.standing import standing
+
+    mean = result["fields"][key]["l2"]["mean"]
+    if mean is None or not math.isfinite(mean):
+        return
+    others = {n: e[key]["l2"]["mean"] for n, e in result["baselines"].items() if key in e}
+    print(f"standing on {key}, mean rel. L2 (quad): {standing(model_name, mean, others)}")
 
 
 EVALUATE_EPILOG = """\
@@ -303,11 +317,10 @@ mean", the error training minimises and validation picks by); the absolute L2
 error is sqrt(sum_i w_i |pred_i - truth_i|^2). A sample whose target is zero
 everywhere has no relative error: it is named in a warning and left out of the
 relative statistics (its absolute error counts; in the JSON output its relative
-errors are null). A mesh on which the model
-predicts a non-finite value although its inputs are finite is a failure of the
-model: named in a warning and in "failed", its errors are inf, and so are the
-mean and worst (null in the JSON output). The JSON output also lists every
-sample's errors.
+errors are null). A mesh on which the model predicts a non-finite value although
+its inputs are finite is a failure of the model: named in a warning and in
+"failed", its errors are inf, and so are the mean and worst (null in the JSON
+output). The JSON output also lists every sample's errors.
 
 time-series runs (meshops train --series): --data holds test series; each is rolled
 out from its time step --start to its end (or --horizon steps) and the relative L2

@@ -33,8 +33,8 @@ def cmd_build_kernels(args) -> int:
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "build-kernels", help="compile the fused CPU attention kernel ahead of time",
-        description=wrap("Compile the fused CPU attention kernel (it takes minutes) into its cache, "
-        "$TORCH_EXTENSIONS_DIR/meshops (default ~/.cache/torch_extensions/meshops), keyed "
+        description=wrap("Compile the fused CPU attention kernel (it takes minutes) into its "
+        "cache, $TORCH_EXTENSIONS_DIR/meshops (default ~/.cache/torch_extensions/meshops), keyed "
         "by the source, torch version and Python ABI, so that no first forward pays for "
         "it. Prints the library's path and the time taken; exits 2 when it cannot be "
         "built. MESHOPS_KERNEL_TIMEOUT (seconds, default 600) bounds the wait for another "

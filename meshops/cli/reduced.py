@@ -59,10 +59,11 @@ def fit_reduced_run(args, cfg, chosen: str, train_samples, val_samples, run) -> 
     # config.yaml holds the options (usable as --config), not the model's internals
     options = dict(cfg.model_config)
     if mlp is not None and members is None:
-        print(f"the MLP ensemble's {mlp.settings['members']} members fit the "
-              f"{cfg.minutes:g}-minute budget (--model-config members="
-              f"{mlp.settings['members']} repeats this run exactly)")
-        options["members"] = mlp.settings["members"]
+        n = options["members"] = mlp.settings["members"]  # the choice repeats with it
+        if "mlp" in report.chosen.split("+"):  # said only of a chosen ensemble
+            print(f"the MLP ensemble's {n} member{'s fit' if n > 1 else ' fits'} the "
+                  f"{cfg.minutes:g}-minute budget (--model-config members={n} repeats this "
+                  f"run exactly)")
     best = next(c for c in report.candidates if c.name == report.chosen)
     atomic_write(out / RUN_CONFIG,
                  lambda tmp: Path(tmp).write_text(cfg.render(model_config=options)))
@@ -130,11 +131,14 @@ def validation_table(train_samples, val_samples, name: str, errors, fields=None)
     (the text table of :func:`meshops.training.baselines.format_table`), the mean over
     the target ``fields``."""
     from meshops.training.baselines import baselines, error_stats, format_table
+    from meshops.training.standing import standing
 
     rows = [(name, error_stats(errors), "")]
     rows += [(b.name, error_stats(b.errors["l2"]) if b.available else None, b.note)
              for b in baselines(train_samples, val_samples, fields)]
     what = "rel. L2, quadrature-weighted" + (
         f", mean of the fields {', '.join(fields.names)}" if fields and len(fields) > 1 else "")
+    means = {n: st["mean"] for n, st, _ in rows[1:] if st is not None}
     return (f"validation ({len(val_samples)} samples) against the baselines fitted on the "
-            f"same {len(train_samples)} training samples:\n" + format_table(rows, what))
+            f"same {len(train_samples)} training samples:\n" + format_table(rows, what)
+            + f"\n  mean: {standing(name, rows[0][1]['mean'], means)}")

@@ -395,10 +395,13 @@ run there is refused while the first one runs.
 def add_parser(sub) -> None:
     S = argparse.SUPPRESS  # absent options stay absent, so a config file can set them
     p = sub.add_parser(
-        "train", help="train a neural operator on a folder of meshes",
-        description=wrap("Train a neural operator on a folder with one mesh file per sample "
+        "train", help="train a model (a reduced basis or a neural operator) on a folder "
+        "of meshes",
+        description=wrap("Train a model on a folder with one mesh file per sample "
         "(any meshio format: .vtu, .vtk, .msh, .xdmf, ...), input and target fields in "
-        "the point data. The files are split into training and validation sets "
+        "the point data. Without --model it is chosen from the data: a reduced basis "
+        "(fitted, not trained by epochs) for a parametric study on one mesh, else the "
+        "neural operator PiT. The files are split into training and validation sets "
         "deterministically from --seed; normalisers are fitted on the training split "
         "only; the loss is the relative L2 error in physical units."),
         epilog=TRAIN_EPILOG, formatter_class=RAW, argument_default=S)
@@ -431,8 +434,11 @@ def add_parser(sub) -> None:
                    help="folder of validation meshes (instead of a split of --data)")
     g = p.add_argument_group("model")
     g.add_argument("--model", metavar="NAME",
-                   help="transformer_no, galerkin_transformer, patched_transformer or pit "
-                   "(default pit)")
+                   help="reduced_basis, pit, slice_transformer, transformer_no, "
+                   "galerkin_transformer or patched_transformer (default: chosen from the "
+                   "data: reduced_basis for "
+                   "a parametric study, one mesh and a parameter vector or constant inputs "
+                   "per sample; pit otherwise)")
     g.add_argument("--model-config", nargs="+", action="extend", metavar="KEY=VALUE",
                    dest="model_config",
                    help="model hyperparameters, e.g. width=64 layers=2 heads=4 (defaults: "
@@ -441,12 +447,16 @@ def add_parser(sub) -> None:
     g.add_argument("--epochs", type=int, metavar="N",
                    help="epochs (default: as many as fit --minutes, from a timed step)")
     g.add_argument("--minutes", type=float, metavar="M",
-                   help="wall-clock budget that sets the default epoch count (default 10)")
+                   help="wall-clock budget (default 10): it sets a neural operator's "
+                   "epochs and the size of a reduced basis' MLP ensemble")
     g.add_argument("--batch-size", type=int, metavar="B", dest="batch_size",
-                   help="meshes per step (per process under torchrun; default from the "
-                        "data: 4 for a parametric map on one mesh, else 8)")
-    g.add_argument("--lr", type=float, help="learning rate (default from the data: 3e-3 for "
-                                            "a parametric map on one mesh, else 1e-3)")
+                   help="meshes per step of a neural operator (per process under torchrun; "
+                        "default from the data: 4 when the inputs are constant over each "
+                        "mesh, e.g. a family of geometries, else 8); a reduced basis is "
+                        "fitted and takes none")
+    g.add_argument("--lr", type=float, help="learning rate of a neural operator (default "
+                                            "from the data: 3e-3 when the inputs are "
+                                            "constant over each mesh, else 1e-3)")
     g.add_argument("--weight-decay", type=float, dest="weight_decay", metavar="W",
                    help="AdamW weight decay (default 1e-4)")
     g.add_argument("--scheduler", choices=["auto", "cosine", "onecycle", "none"],

@@ -67,7 +67,8 @@ def count_parameters(model: nn.Module) -> int:
 
 
 def get_model(name: str, **config: Any) -> "NeuralOperator":
-    """Build a registered model by name, e.g. ``get_model("pit", in_channels=1, out_channels=1)``."""
+    """Build a registered model by name, e.g.
+    ``get_model("pit", in_channels=1, out_channels=1)``."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; available: {sorted(MODELS)}")
     return MODELS[name](**config)

@@ -511,9 +511,11 @@ class PatchTokenAttention(PatchAttention):
         self.lin_qkv = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)
         self.lin_out = nn.Linear(embed_dim, num_basis * out_channels, bias=bias)
         # g, h: R^d -> R^M. d is only known from the data unless pos_dim is given.
-        self.basis_in: nn.Module = nn.LazyLinear(hidden) if pos_dim is None else nn.Linear(pos_dim, hidden)
+        self.basis_in: nn.Module = (nn.LazyLinear(hidden) if pos_dim is None
+                                    else nn.Linear(pos_dim, hidden))
         self.basis_in_rest = nn.Sequential(nn.GELU(), nn.Linear(hidden, num_basis))
-        self.basis_out: nn.Module = nn.LazyLinear(hidden) if pos_dim is None else nn.Linear(pos_dim, hidden)
+        self.basis_out: nn.Module = (nn.LazyLinear(hidden) if pos_dim is None
+                                     else nn.Linear(pos_dim, hidden))
         self.basis_out_rest = nn.Sequential(nn.GELU(), nn.Linear(hidden, num_basis))
         self.reset_parameters()
 

@@ -167,7 +167,8 @@ def prepare_batch(batch, device: torch.device | str | None = None):
         batch = batch.to(device)
     if getattr(batch, "batch", None) is None:
         batch.batch = torch.zeros(batch.pos.shape[0], dtype=torch.long, device=batch.pos.device)
-    if getattr(batch, "query_pos", None) is not None and getattr(batch, "query_batch", None) is None:
+    if getattr(batch, "query_pos", None) is not None \
+            and getattr(batch, "query_batch", None) is None:
         qb = getattr(batch, "query_pos_batch", None)
         batch.query_batch = qb if qb is not None else torch.zeros(
             batch.query_pos.shape[0], dtype=torch.long, device=batch.query_pos.device)

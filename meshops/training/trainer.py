@@ -325,8 +325,9 @@ class Trainer:
             when it has them, else all channels pooled into one field.
     """
 
-    def __init__(self, model: "NeuralOperator", train_data: Sequence, val_data: Sequence | None = None,
-                 *, epochs: int, batch_size: int = 8, val_batch_size: int | None = None,
+    def __init__(self, model: "NeuralOperator", train_data: Sequence,
+                 val_data: Sequence | None = None, *, epochs: int, batch_size: int = 8,
+                 val_batch_size: int | None = None,
                  lr: float | None = None, weight_decay: float | None = None,
                  optimizer: str | torch.optim.Optimizer | Callable = "adamw",
                  scheduler: str | LRScheduler | Callable | None = "cosine",
@@ -364,7 +365,8 @@ class Trainer:
         self.fields = fields if fields is not None else getattr(loss, "fields", None)
         self.loss_fn = loss if loss is not None else RelativeLpLoss(fields=self.fields)
         # The metric that picks best.pt: the one the loss optimises.
-        self.metric = "l2_mean" if getattr(self.loss_fn, "quadrature", True) else "l2_unweighted_mean"
+        self.metric = ("l2_mean" if getattr(self.loss_fn, "quadrature", True)
+                       else "l2_unweighted_mean")
         self._setup_devices(model, device, log, amp)
         self._make_loader()
         self._make_optimization(optimizer, scheduler, lr, weight_decay)
