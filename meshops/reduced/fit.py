@@ -178,7 +178,8 @@ def _mlp_settings(seconds: float, num: int, rank: int, params: int) -> dict | No
 
 def fit_reduced_basis(train: Sequence, val: Sequence, *, minutes: float = 10.0, seed: int = 0,
                       regressors: Sequence[str] = ("rbf", "gp", "mlp"),
-                      members: int | None = None, log: Callable[[str], None] | None = None):
+                      members: int | None = None, log: Callable[[str], None] | None = None,
+                      score: Callable[[Tensor, Tensor, Tensor], np.ndarray] | None = None):
     """Fit a :class:`~meshops.models.ReducedBasis` (see the module docstring).
 
     Args:
@@ -193,6 +194,9 @@ def fit_reduced_basis(train: Sequence, val: Sequence, *, minutes: float = 10.0, 
         members: The MLP ensemble's size instead of the budget's: with the same seed
             the fit is then repeated exactly on one machine.
         log: Called with a line per finished candidate.
+        score: The validation error per sample, ``score(pred [V, M, C], y [V, M, C],
+            weight [M]) -> [V]``, that chooses the regression (default: the relative
+            L2 error, quadrature-weighted, channels pooled).
 
     Returns:
         ``(model, report)``: the chosen regression refitted on ``train + val``, and a
@@ -209,6 +213,7 @@ def fit_reduced_basis(train: Sequence, val: Sequence, *, minutes: float = 10.0, 
     deadline = start + BUDGET_SHARE * 60 * minutes
     p_tr, y_tr, w, source = _arrays(train)
     p_val, y_val, _, _ = _arrays(val)
+    score = score or _relative_errors
     candidates, predictions = [], {}
     # The MLP candidate comes last and gets what is left, planned so that the worst
     # case fits: it is chosen together with the GP, and both are refitted.
@@ -237,7 +242,7 @@ def fit_reduced_basis(train: Sequence, val: Sequence, *, minutes: float = 10.0, 
         with torch.no_grad():
             pred = basis.expand(model.coefficients(p_val))
         predictions[name] = pred
-        candidates.append(Candidate(name, _relative_errors(pred, y_val, w),
+        candidates.append(Candidate(name, score(pred, y_val, w),
                                     time.perf_counter() - t0, settings))
         if log:
             log(FitReport(candidates[-1:], "", 0, 0, "", 0, 0, 0).lines()[1])
@@ -246,7 +251,7 @@ def fit_reduced_basis(train: Sequence, val: Sequence, *, minutes: float = 10.0, 
         # fitted network), so averaging often beats both; it costs no new fit here.
         blend = (predictions["gp"] + predictions["mlp"]) / 2
         settings = next(c.settings for c in candidates if c.name == "mlp")
-        candidates.append(Candidate("gp+mlp", _relative_errors(blend, y_val, w), 0.0,
+        candidates.append(Candidate("gp+mlp", score(blend, y_val, w), 0.0,
                                     settings))
         if log:
             log(FitReport(candidates[-1:], "", 0, 0, "", 0, 0, 0).lines()[1])
