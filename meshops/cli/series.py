@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from meshops.cli._common import CLIError, is_main_rank, optional_names, plural
@@ -72,36 +73,27 @@ _NOT_FOR_SERIES = {"tags": [], "ensemble": 1, "lazy": None, "cache": None, "work
                    "compile": False, "checkpoint_blocks": False, "logger": None}
 
 
-def train_series(cfg, args, dtype, resumed: dict | None) -> int:
-    """``meshops train --series``: read the series, build the next-step model and train
-    it on windows of ``--rollout-train`` steps, validating on full rollouts
-    (``resumed``: the metadata of the run being resumed, or None)."""
-    import yaml
+@dataclass
+class SeriesData:
+    """The series of a ``train --series`` run: the training and validation split, the
+    fields' shapes, the dimension and the parameter names."""
 
-    from meshops.cli.run_folder import clear_run_files
-    from meshops.cli.training_run import (
-        build_model,
-        check_writable_folder,
-        epochs_to_fit,
-        run_training,
-        split_files,
-    )
-    from meshops.inference import field_channels
-    from meshops.models.next_step import NextStep, condition_channels
-    from meshops.training.distributed import check_device
-    from meshops.training.rollout import (
-        RolloutLoss,
-        rollout_sample,
-        rollout_windows,
-        series_options,
-        series_statistics,
-    )
+    train: list
+    val: list
+    shapes: dict
+    dim: int
+    params: list
+
+
+def _read_training_series(cfg) -> SeriesData:
+    """The training and validation series: ``--val-data``, or a split of ``--data`` by
+    series (never by time step)."""
+    from meshops.cli.training_run import split_files
 
     given = [k for k, default in _NOT_FOR_SERIES.items() if getattr(cfg, k) != default]
     if given:
         raise CLIError(f"train --series: {', '.join('--' + k.replace('_', '-') for k in given)} "
                        f"{'does' if len(given) == 1 else 'do'} not apply to time series")
-    params = list(cfg.params or [])
     fields_read = {"targets": cfg.targets, "inputs": cfg.inputs, "params": cfg.params}
     series = _read_folder(cfg.data, fields_read, "reading series")
     fields = list(cfg.targets) + list(cfg.inputs)
@@ -117,78 +109,134 @@ def train_series(cfg, args, dtype, resumed: dict | None) -> int:
     else:
         train_idx, val_idx = split_files(len(series), cfg.val_fraction, cfg.seed, cfg.data)
         train, val = [series[i] for i in train_idx], [series[i] for i in val_idx]
-    K = cfg.rollout_train
-    c_state = sum(field_channels(shapes[k]) for k in cfg.targets)
-    c_in = sum(field_channels(shapes[k]) for k in cfg.inputs)
-    windows = rollout_windows(train, cfg.targets, cfg.inputs, K, cfg.time_input, dtype)
-    val_samples = [rollout_sample(s, cfg.targets, cfg.inputs, 0, len(s) - 1, cfg.time_input,
-                                  dtype) for s in val] or None
-    options, reason = series_options(train, cfg.model, cfg.model_config, cfg.batch_size,
-                                     cfg.lr)
-    cfg = cfg.with_options("defaults", **options)
-    c_cond = condition_channels(cfg.time_input, len(params))
-    # Built once through the CLI's model builder, which names a bad model_config key;
-    # NextStep then builds its operator from that full configuration.
-    operator = build_model(cfg.model, cfg.model_config, c_state + c_in + c_cond, c_state, dim,
-                           0, dtype, check_device(cfg.device))
-    model = NextStep(cfg.model, c_state, dim, c_in, len(params), cfg.time_input,
-                     {k: v for k, v in operator.config.items()
-                      if k not in ("in_channels", "out_channels", "pos_dim")})
-    del operator
-    model.set_statistics(series_statistics(train, cfg.targets, cfg.inputs, cfg.time_input))
-    model.push_forward = cfg.rollout_grad == "last"
-    if dtype.is_floating_point and dtype != next(model.parameters()).dtype:
-        model = model.to(dtype)
-    # A validation rollout of T - 1 steps costs (T - 1) / K training windows' forwards.
-    val_equiv = sum(math.ceil((len(s) - 1) / K) for s in val)
-    cfg, fitted = epochs_to_fit(cfg, model, windows, val_equiv)
-    chosen = "; ".join(c for c in (reason, fitted) if c)
-    resolved = cfg.render(model_config=model.operator_config)
-    n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    steps = sorted({len(s) for s in train})
-    summary = (f"next-step {cfg.model} ({n_params:,} parameters) on {len(train)} series of "
-               f"{cfg.data} ({steps[0]}{'' if len(steps) == 1 else f'-{steps[-1]}'} time "
-               f"steps, {len(windows)} windows of {plural(K, 'step')}, gradient through "
-               f"{'the last step' if model.push_forward else 'all steps'}, "
-               f"{'relative L2' if cfg.rollout_loss == 'relative' else 'scaled mse'} loss), "
-               f"validating on "
-               + (f"{len(val)} full rollouts" if val else "none")
-               + f"; state {', '.join(cfg.targets)} ({plural(c_state, 'channel')})"
-               + (f", inputs {', '.join(cfg.inputs)}" if cfg.inputs else "")
-               + (f", parameters {', '.join(params)}" if params else "")
-               + f", {'t, ' if cfg.time_input else ''}dt; {dim}-D")
-    metadata = {
+    return SeriesData(train, val, shapes, dim, list(cfg.params or []))
+
+
+def series_metadata(cfg, data: SeriesData, resolved: str, time_input: bool) -> dict:
+    """The checkpoint metadata of a time-series run (``resolved``: its rendered config)."""
+    import yaml
+
+    from meshops.inference import field_channels
+
+    return {
         SERIES_KEY: True, "inputs": list(cfg.inputs), "targets": list(cfg.targets),
-        "params": params, "field_shapes": shapes, "in_channels": c_in,
-        "out_channels": c_state, "pos_dim": dim, "data": str(cfg.data),
-        "val_data": cfg.val_data, "time_input": cfg.time_input, "rollout_train": K,
+        "params": data.params, "field_shapes": data.shapes,
+        "in_channels": sum(field_channels(data.shapes[k]) for k in cfg.inputs),
+        "out_channels": sum(field_channels(data.shapes[k]) for k in cfg.targets),
+        "pos_dim": data.dim, "data": str(cfg.data),
+        "val_data": cfg.val_data, "time_input": time_input, "rollout_train": cfg.rollout_train,
         "rollout_grad": cfg.rollout_grad, "rollout_loss": cfg.rollout_loss,
-        "dt": _common_dt(train),
-        "split": {"train": [s.name for s in train], "val": [s.name for s in val]},
+        "dt": _common_dt(data.train),
+        "split": {"train": [s.name for s in data.train], "val": [s.name for s in data.val]},
         # --resume compares the options with these (meshops.cli.run_folder)
         "train_config": yaml.safe_load(resolved),
     }
+
+
+def _next_step_model(cfg, data: SeriesData, dtype):
+    """The next-step model of the run's operator (its defaults chosen from the data) with
+    the training series' statistics, and the config with those defaults."""
+    from meshops.cli.training_run import build_model
+    from meshops.inference import field_channels
+    from meshops.models.next_step import NextStep, condition_channels
+    from meshops.training.distributed import check_device
+    from meshops.training.rollout import series_options, series_statistics
+
+    c_state = sum(field_channels(data.shapes[k]) for k in cfg.targets)
+    c_in = sum(field_channels(data.shapes[k]) for k in cfg.inputs)
+    options, reason = series_options(data.train, cfg.model, cfg.model_config, cfg.batch_size,
+                                     cfg.lr)
+    cfg = cfg.with_options("defaults", **options)
+    c_cond = condition_channels(cfg.time_input, len(data.params))
+    # Built once through the CLI's model builder, which names a bad model_config key;
+    # NextStep then builds its operator from that full configuration.
+    operator = build_model(cfg.model, cfg.model_config, c_state + c_in + c_cond, c_state,
+                           data.dim, 0, dtype, check_device(cfg.device))
+    model = NextStep(cfg.model, c_state, data.dim, c_in, len(data.params), cfg.time_input,
+                     {k: v for k, v in operator.config.items()
+                      if k not in ("in_channels", "out_channels", "pos_dim")})
+    del operator
+    model.set_statistics(series_statistics(data.train, cfg.targets, cfg.inputs,
+                                           cfg.time_input))
+    model.push_forward = cfg.rollout_grad == "last"
+    if dtype.is_floating_point and dtype != next(model.parameters()).dtype:
+        model = model.to(dtype)
+    return model, cfg, reason
+
+
+def _summary(cfg, data: SeriesData, model, windows: int) -> str:
+    from meshops.inference import field_channels
+
+    c_state = sum(field_channels(data.shapes[k]) for k in cfg.targets)
+    n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    steps = sorted({len(s) for s in data.train})
+    return (f"next-step {cfg.model} ({n_params:,} parameters) on {len(data.train)} series of "
+            f"{cfg.data} ({steps[0]}{'' if len(steps) == 1 else f'-{steps[-1]}'} time "
+            f"steps, {windows} windows of {plural(cfg.rollout_train, 'step')}, gradient "
+            f"through {'the last step' if model.push_forward else 'all steps'}, "
+            f"{'relative L2' if cfg.rollout_loss == 'relative' else 'scaled mse'} loss), "
+            f"validating on "
+            + (f"{len(data.val)} full rollouts" if data.val else "none")
+            + f"; state {', '.join(cfg.targets)} ({plural(c_state, 'channel')})"
+            + (f", inputs {', '.join(cfg.inputs)}" if cfg.inputs else "")
+            + (f", parameters {', '.join(data.params)}" if data.params else "")
+            + f", {'t, ' if cfg.time_input else ''}dt; {data.dim}-D")
+
+
+def train_series(cfg, args, dtype, resumed: dict | None) -> int:
+    """``meshops train --series``: read the series; on one mesh, fit a trajectory basis
+    (:mod:`meshops.cli.series_choice`); train the next-step model on windows of
+    ``--rollout-train`` steps, validating on full rollouts; keep the candidate with the
+    lower validation error (``resumed``: the metadata of the run being resumed, or
+    None)."""
+    from meshops.cli import series_choice
+    from meshops.cli.run_folder import clear_run_files
+    from meshops.cli.training_run import check_writable_folder, epochs_to_fit, run_training
+    from meshops.training.rollout import RolloutLoss, rollout_sample, rollout_windows
+
+    data = _read_training_series(cfg)
+    plan = series_choice.plan(cfg, data, resumed, args.dry_run)
+    if plan.mode == "only":
+        return series_choice.fit_only_run(args, cfg, data, plan)
+    model, cfg, reason = _next_step_model(cfg, data, dtype)
+    K = cfg.rollout_train
+    windows = rollout_windows(data.train, cfg.targets, cfg.inputs, K, cfg.time_input, dtype)
+    val_samples = [rollout_sample(s, cfg.targets, cfg.inputs, 0, len(s) - 1, cfg.time_input,
+                                  dtype) for s in data.val] or None
+    # A validation rollout of T - 1 steps costs (T - 1) / K training windows' forwards.
+    val_equiv = sum(math.ceil((len(s) - 1) / K) for s in data.val)
+    # the epochs fit the time the trajectory basis left; the run records --minutes
+    cfg, fitted = epochs_to_fit(plan.budget(cfg), model, windows, val_equiv)
+    cfg = cfg.with_options("defaults", minutes=plan.minutes)
+    chosen = "; ".join(c for c in (reason, fitted, plan.note) if c)
+    resolved = cfg.render(model_config=model.operator_config)
+    metadata = dict(series_metadata(cfg, data, resolved, cfg.time_input), **plan.metadata())
     out = Path(cfg.out)
 
     def begin() -> dict:
         check_writable_folder(out)
         if is_main_rank() and resumed is None:
             clear_run_files(out)  # a new run leaves no best.pt of an earlier one behind
+        if is_main_rank():
+            plan.begin(out, resumed is not None, metadata)
         return metadata
 
-    lengths = {len(s) for s in val}
+    lengths = {len(s) for s in data.val}
     # mse: in units of the typical change of one step, rate spread times the mean dt
-    scale = (model.rate_normalizer.std.detach().double().cpu() * _mean_dt(train)
+    scale = (model.rate_normalizer.std.detach().double().cpu() * _mean_dt(data.train)
              if cfg.rollout_loss == "mse" else None)
-    run_training(
-        args, cfg, model, windows, val_samples, resolved, chosen, summary, begin,
-        loss=RolloutLoss(c_state, last_only=model.push_forward, quadrature=cfg.quadrature_loss,
-                         scale=scale),
+    trained = run_training(
+        args, cfg, model, windows, val_samples, resolved, chosen,
+        _summary(cfg, data, model, len(windows)), begin,
+        loss=RolloutLoss(model.state_channels, last_only=model.push_forward,
+                         quadrature=cfg.quadrature_loss, scale=scale),
         # the model carries its own statistics; validation rollouts of different
         # lengths cannot share a batch; the loggers' baselines are those of one-step
         # samples, not of rollouts: none
         normalize=False, val_batch_size=cfg.batch_size if len(lengths) <= 1 else 1,
         callbacks=[])
+    if trained and is_main_rank():
+        plan.choose(out, data, metadata)
     return 0
 
 
@@ -199,6 +247,37 @@ def _check_series_run(ckpt, meta: dict, options: str) -> None:
     if not isinstance(meta.get("targets"), list) or not isinstance(meta.get("inputs"), list):
         raise CheckpointError(f"{ckpt}: a time-series run without its state and input "
                               f"field names in the metadata")
+
+
+# ------------------------------------------------------------- the run's model
+def _model_name(model) -> str:
+    operator = getattr(model, "operator", None)
+    return operator.model_name if operator is not None else model.model_name
+
+
+def describe_model(model) -> str:
+    """How a series run's model predicts, as ``evaluate`` names it."""
+    if getattr(model, "operator", None) is not None:
+        return f"{model.operator.model_name} next-step rollout"
+    basis = model.basis
+    return (f"trajectory basis ({basis.modes.shape[0]} POD modes of whole trajectories, "
+            f"{basis.regressor_name} regression on the "
+            f"{'parameters' if model.identity == 'params' else 'first state'})")
+
+
+def model_rollout(model, sample, series, targets):
+    """:func:`~meshops.training.rollout.rollout` of a series run's model: a trajectory
+    basis that tells series apart by their first state gets it (``series``' step 0);
+    a time it cannot predict is one line naming the series."""
+    from meshops.training.rollout import rollout
+
+    if getattr(model, "identity", None) == "initial":
+        sample.initial = series.channels(targets, sample.x.dtype)[0]
+        sample.initial_time = series.times[:1].to(sample.x.dtype)
+    try:
+        return rollout(model, sample)
+    except ValueError as e:
+        raise CLIError(f"{series.source}: {e}") from None
 
 
 # ------------------------------------------------------------------- prediction
@@ -240,7 +319,7 @@ def predict_series(args, model, ckpt, meta) -> int:
     from meshops.data import MeshData
     from meshops.inference import RunSpec
     from meshops.series import write_series
-    from meshops.training.rollout import rollout, rollout_sample
+    from meshops.training.rollout import rollout_sample
 
     _check_series_run(ckpt, meta, "--rollout")
     if args.rollout is None:
@@ -286,7 +365,7 @@ def predict_series(args, model, ckpt, meta) -> int:
                                     with_targets=False, times=times)
         except MeshError as e:
             raise CLIError(str(e)) from None
-        pred = rollout(model, sample)  # [steps, N, C]
+        pred = model_rollout(model, sample, s, spec.targets)  # [steps, N, C]
         bad = (~torch.isfinite(pred)).nonzero()
         if bad.numel():
             raise CLIError(f"{s.source}: the model in {ckpt} predicts a non-finite value at "
@@ -315,14 +394,14 @@ def evaluate_series(args, model, ckpt, meta) -> int:
     import numpy as np
 
     from meshops.cli._common import progress
-    from meshops.inference import RunSpec
+    from meshops.inference import RunSpec, model_tensor
     from meshops.training.horizon import (
         horizon_statistics,
         nearest_trajectory,
         persistence,
         step_errors,
     )
-    from meshops.training.rollout import rollout, rollout_sample
+    from meshops.training.rollout import rollout_sample
 
     _check_series_run(ckpt, meta, "--horizon/--start")
     if (args.horizon is not None and args.horizon < 1) or args.start < 0:
@@ -344,7 +423,7 @@ def evaluate_series(args, model, ckpt, meta) -> int:
     H = max(lengths)
     names = [s.name for s in test]
     targets, inputs = list(meta["targets"]), list(meta["inputs"])
-    dtype = next(model.parameters()).dtype
+    dtype = model_tensor(model).dtype
 
     def table(preds) -> np.ndarray:
         e = np.full((len(test), H), np.nan)
@@ -358,8 +437,8 @@ def evaluate_series(args, model, ckpt, meta) -> int:
     for s, h in progress(list(zip(test, lengths)), desc="rolling out", unit="series"):
         sample = rollout_sample(s, targets, inputs, start, h,
                                 bool(meta.get("time_input", True)), dtype, with_targets=False)
-        preds.append(rollout(model, sample))
-    results = {"model": (table(preds), f"{model.operator.model_name} next-step rollout")}
+        preds.append(model_rollout(model, sample, s, targets))
+    results = {"model": (table(preds), describe_model(model))}
     if not args.no_baselines:
         results["persistence"] = (table([persistence(s, targets, start, h)
                                          for s, h in zip(test, lengths)]),
@@ -372,13 +451,14 @@ def evaluate_series(args, model, ckpt, meta) -> int:
             missing = sum(p is None for p in near)
             if missing == len(near):
                 results["nearest training trajectory"] = (
-                    None, "n/a: no training series is on the test series' meshes")
+                    None, f"n/a: no training series reaches time step {start}")
             else:
                 if missing:
-                    note += f" ({missing} test series have no training series on their mesh)"
+                    note += (f" ({missing} test series have no training series that reaches "
+                             f"time step {start})")
                 results["nearest training trajectory"] = (table(near), note)
     report = {
-        "checkpoint": str(ckpt), "model": model.operator.model_name, "data": str(args.data),
+        "checkpoint": str(ckpt), "model": _model_name(model), "data": str(args.data),
         "n": len(test), "start": start, "horizon": H, "targets": targets,
         "metric": "relative L2 per step, quadrature-weighted, state channels pooled",
         "times": _times(test[int(np.argmax(lengths))], start, H),
