@@ -106,9 +106,11 @@ def make_trajectory(params, h: float = 0.08, h_hole: float = 0.03, steps: int = 
 
 
 def write_transient_hole_series(out, n_train: int = 48, n_test: int = 12, seed: int = 0,
-                                overwrite: bool = False) -> dict[str, list[Path]]:
-    """Write ``n_train + n_test`` trajectories (parameters from ``seed``, the first
-    ``n_train`` for training) as time-series folders ``out/train`` and ``out/test``,
+                                overwrite: bool = False, steps: int = STEPS
+                                ) -> dict[str, list[Path]]:
+    """Write ``n_train + n_test`` trajectories of ``steps + 1`` states (parameters from
+    ``seed``, the first ``n_train`` for training) as time-series folders ``out/train``
+    and ``out/test``,
     each folder completely or not at all. The files store no time: step ``k`` is at
     time ``k`` for ``meshops`` (``k * DT`` in the equation's units).
 
@@ -128,7 +130,7 @@ def write_transient_hole_series(out, n_train: int = 48, n_test: int = 12, seed: 
     rows: dict[str, dict] = {"train": {}, "test": {}}
     for i, p in enumerate(params):
         split = "train" if i < n_train else "test"
-        points, triangles, u = make_trajectory(p)
+        points, triangles, u = make_trajectory(p, steps=steps)
         mesh = mesh_from_arrays(points, [("triangle", triangles)])
         name = f"traj_{i:03d}"
 

@@ -197,7 +197,8 @@ def train_series(cfg, args, dtype, resumed: dict | None) -> int:
     data = _read_training_series(cfg)
     plan = series_choice.plan(cfg, data, resumed, args.dry_run)
     if plan.mode == "only":
-        return series_choice.fit_only_run(args, cfg, data, plan)
+        return series_choice.fit_only_run(
+            args, cfg, data, plan, lambda resolved: series_metadata(cfg, data, resolved, True))
     model, cfg, reason = _next_step_model(cfg, data, dtype)
     K = cfg.rollout_train
     windows = rollout_windows(data.train, cfg.targets, cfg.inputs, K, cfg.time_input, dtype)
@@ -265,10 +266,12 @@ def describe_model(model) -> str:
             f"{'parameters' if model.identity == 'params' else 'first state'})")
 
 
-def model_rollout(model, sample, series, targets):
+def model_rollout(model, sample, series, targets, ckpt: Path):
     """:func:`~meshops.training.rollout.rollout` of a series run's model: a trajectory
     basis that tells series apart by their first state gets it (``series``' step 0);
-    a time it cannot predict is one line naming the series."""
+    a time it cannot predict is one line naming the series (and the run's next-step
+    model, when ``ckpt`` has one beside it)."""
+    from meshops.cli.series_choice import NEURAL
     from meshops.training.rollout import rollout
 
     if getattr(model, "identity", None) == "initial":
@@ -277,7 +280,9 @@ def model_rollout(model, sample, series, targets):
     try:
         return rollout(model, sample)
     except ValueError as e:
-        raise CLIError(f"{series.source}: {e}") from None
+        other = Path(ckpt).parent / NEURAL
+        hint = f"; {other} is this run's next-step model" if other.is_file() else ""
+        raise CLIError(f"{series.source}: {e}{hint}") from None
 
 
 # ------------------------------------------------------------------- prediction
@@ -365,7 +370,7 @@ def predict_series(args, model, ckpt, meta) -> int:
                                     with_targets=False, times=times)
         except MeshError as e:
             raise CLIError(str(e)) from None
-        pred = model_rollout(model, sample, s, spec.targets)  # [steps, N, C]
+        pred = model_rollout(model, sample, s, spec.targets, ckpt)  # [steps, N, C]
         bad = (~torch.isfinite(pred)).nonzero()
         if bad.numel():
             raise CLIError(f"{s.source}: the model in {ckpt} predicts a non-finite value at "
@@ -437,7 +442,7 @@ def evaluate_series(args, model, ckpt, meta) -> int:
     for s, h in progress(list(zip(test, lengths)), desc="rolling out", unit="series"):
         sample = rollout_sample(s, targets, inputs, start, h,
                                 bool(meta.get("time_input", True)), dtype, with_targets=False)
-        preds.append(model_rollout(model, sample, s, targets))
+        preds.append(model_rollout(model, sample, s, targets, ckpt))
     results = {"model": (table(preds), describe_model(model))}
     if not args.no_baselines:
         results["persistence"] = (table([persistence(s, targets, start, h)

@@ -218,13 +218,13 @@ def plan(cfg, data, resumed: dict | None, dry_run: bool) -> Plan:
     return p
 
 
-def fit_only_run(args, cfg, data, p: Plan) -> int:
-    """``--model trajectory_basis``: fit the basis alone and write the run."""
+def fit_only_run(args, cfg, data, p: Plan, metadata_of) -> int:
+    """``--model trajectory_basis``: fit the basis alone and write the run
+    (``metadata_of(resolved config)``: the run's checkpoint metadata)."""
     from meshops._atomic import atomic_write
     from meshops.cli.config import RUN_CONFIG
     from meshops.cli.reduced import reduced_options
     from meshops.cli.run_folder import clear_run_files
-    from meshops.cli.series import series_metadata
     from meshops.cli.training_run import check_writable_folder
     from meshops.inference import RUN_CHECKPOINT
 
@@ -245,7 +245,7 @@ def fit_only_run(args, cfg, data, p: Plan) -> int:
         report = p.fit(cfg, data, cfg.minutes, regressors, members)
     except ValueError as e:
         raise CLIError(str(e)) from None
-    metadata = series_metadata(cfg, data, resolved, True)
+    metadata = metadata_of(resolved)
     atomic_write(out / RUN_CONFIG, lambda tmp: Path(tmp).write_text(resolved))
     p.model.save(out / RUN_CHECKPOINT, **p.candidate_metadata(metadata))
     history = {"candidates": [{"name": c.name, "val_errors": [float(e) for e in c.errors],
