@@ -104,10 +104,12 @@ class TrainingSet:
                      ) -> "TrainingSet":
         if len(samples) == 0:
             raise ValueError("TrainingSet: no training samples")
-        desc = [describe(s) for s in samples]
+        # a lazily read data set knows them without reading its samples again
+        known = getattr(samples, "descriptors", None)
+        desc = known() if callable(known) else [describe(s) for s in samples]
         params = np.stack([p for p, _ in desc])
         geometry = np.stack([g for _, g in desc])
-        d = int(samples[0].pos.shape[1])
+        d = (geometry.shape[1] - 1) // 3  # measure, then centroid, extent, rms radius
         return cls(params, geometry, _names(params.shape[1], d, param_names))
 
     def to_dict(self) -> dict:
