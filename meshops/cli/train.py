@@ -11,7 +11,7 @@ from pathlib import Path
 from meshops.cli import train_extras, trust_reports
 from meshops.cli._common import RAW, CLIError, device_or_error, is_main_rank, plural, wrap
 from meshops.cli.config import TrainConfig
-from meshops.cli.lazy import data_loader, take, with_structures
+from meshops.cli.lazy import data_loader, fingerprints, shards_of, take, with_structures
 from meshops.cli.provenance import changes, fingerprint, listing, same_content
 from meshops.cli.run_folder import (
     check_out_folder,
@@ -80,7 +80,7 @@ class _RunFiles:
         self.cfg, self.files, self.train_idx = cfg, data.files, data.train_idx
         self.val_files, self.shapes, self.sizes = data.val_files, data.shapes, data.sizes
         self.resumed, self.out, self.main_rank = resumed, out, main_rank
-        self.layout = data.layout
+        self.layout, self.known = data.layout, data.known
 
     def metadata(self, resolved: str, train_samples) -> dict:
         """The checkpoint metadata; ``resolved`` is the rendered config. Refuses to
@@ -88,9 +88,9 @@ class _RunFiles:
         import yaml
 
         cfg = self.cfg
-        data_files = fingerprint(self.files, "fingerprinting data")
-        val_record = fingerprint(self.val_files, "fingerprinting val data") if cfg.val_data \
-            else None
+        data_files = fingerprint(self.files, "fingerprinting data", self.known["data"])
+        val_record = fingerprint(self.val_files, "fingerprinting val data",
+                                 self.known["val"]) if cfg.val_data else None
         if self.resumed is not None and self.resumed.get("data_files") is not None:
             _check_same_data(self.resumed, cfg, self.out)
         if val_record and self.main_rank:
@@ -140,6 +140,9 @@ class _TrainData:
     sizes: tuple[int, int, int]       # in_channels, out_channels, pos_dim
     layout: SampleLayout
     workers: int
+    # fingerprints a lazy run's cache took already, of --data and --val-data ("data",
+    # "val": file name -> [size, mtime_ns, sha256])
+    known: dict
 
 
 def cmd_train(args) -> int:
@@ -195,7 +198,7 @@ def cmd_train(args) -> int:
                         _summary(cfg, model, data), begin,
                         loss=RelativeLpLoss(quadrature=cfg.quadrature_loss),
                         compile=cfg.compile, checkpoint_blocks=cfg.checkpoint_blocks,
-                        num_workers=data.workers):
+                        num_workers=data.workers, shards=shards_of(cfg, data.train)):
         return 0
     return train_extras.train_members(args, cfg, out, cmd_train)
 
@@ -249,8 +252,10 @@ def _read_data(cfg: TrainConfig, main_rank: bool, dry_run: bool) -> _TrainData:
         val_files = [files[i] for i in val_idx]
     c_in = sum(field_channels(shapes[k]) for k in layout.input_fields)
     c_out = sum(field_channels(shapes[k]) for k in cfg.targets)
+    known = {"data": fingerprints(samples),
+             "val": fingerprints(val_samples) if cfg.val_data else {}}
     return _TrainData(files, shapes, train_idx, train_samples, val_samples, val_files,
-                      (c_in, c_out, dim), layout, workers)
+                      (c_in, c_out, dim), layout, workers, known)
 
 
 def _options_from_data(cfg: TrainConfig, samples) -> tuple[TrainConfig, str]:
@@ -428,6 +433,11 @@ def add_parser(sub) -> None:
                    "$MESHOPS_CACHE_DIR or ~/.cache/meshops/meshes); runs may share it")
     g.add_argument("--workers", type=int, metavar="N", help="DataLoader worker processes "
                    "that read and parse meshes (default 2 when lazy, else 0)")
+    g.add_argument("--shards", type=int, metavar="N", help="deal the training files into N "
+                   "fixed parts, each step taking a batch of every part (default: under "
+                   "torchrun with --lazy, one part per process, each reading only its own; "
+                   "in one process with N times the batch, the steps of such a run; "
+                   "docs/distributed.md)")
     g = p.add_argument_group("output")
     g.add_argument("--out", metavar="RUN", help="run folder (default ./run)")
     g.add_argument("--resume", action="store_true", default=False,
