@@ -102,7 +102,7 @@ class Plan:
         if not self.seconds:
             return cfg
         left = max(cfg.minutes - self.seconds / 60, 0.05 * cfg.minutes)
-        return cfg.with_options("defaults", minutes=left)
+        return cfg.with_options("defaults", minutes=float(f"{left:.3g}"))
 
     def metadata(self) -> dict:
         return {"candidates": ["trajectory_basis", "next_step"]} if self.mode == "with" else {}
