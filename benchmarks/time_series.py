@@ -1,19 +1,24 @@
-"""Rollout error against horizon on the transient heat data, beside persistence and the
+"""Rollout error against horizon on two transient data sets, beside persistence and the
 nearest training trajectory.
 
-Writes ``unsteady_heat.npz`` (``shared/data``, see its README) as time-series folders
-with :mod:`data_adapters.unsteady_heat` (80 training / 20 test trajectories: a
-permutation with seed 0), trains a next-step model with ``meshops train --series``
-(the options after ``--`` are passed on) and reports ``meshops evaluate`` on the test
-trajectories: the relative L2 error of every step of the 99-step rollouts, mean,
-median and worst over the 20, beside the two baselines::
+``--dataset heat`` (default) writes ``unsteady_heat.npz`` (``shared/data``, see its
+README) as time-series folders with :mod:`data_adapters.unsteady_heat` (80 training /
+20 test trajectories on one mesh: a permutation with seed 0); ``--dataset hole`` writes
+the transient stand-in :mod:`data_adapters.standins.transient_hole` (48 training / 12
+test trajectories, one mesh each). Then ``meshops train --series`` with its defaults
+(the options after ``--`` are passed on: on one mesh it chooses between a trajectory
+basis and the next-step model on the validation series, see
+:mod:`meshops.cli.series_choice`) and ``meshops evaluate`` on the test trajectories:
+the relative L2 error of every step of the rollouts from step 0, mean, median and
+worst over the test series, beside the two baselines::
 
     python -m benchmarks.time_series --out benchmarks/results/time-series-heat.txt \\
-        [--npz unsteady_heat.npz] [-- --epochs 30 --rollout-train 4]
+        [--dataset heat|hole] [--npz unsteady_heat.npz] [-- --epochs 30 --rollout-train 4]
 
-The log (commands, the load average, the training process's wall and CPU time and the
-evaluation) goes to ``--out``; the evaluation's JSON and plot beside it
-(``<out>.json``, ``<out>.png``).
+The log (commands, the load average, the training process's wall and CPU time, the
+validation figures that made the choice, the evaluation and a summary against the
+baselines) goes to ``--out``; the evaluation's JSON and plot beside it (``<out>.json``,
+``<out>.png``).
 
 ``--ablation STEPS`` instead fits the one-step rate of the first 4 training series with
 each conditioning of :class:`~meshops.models.NextStep` (time features, output modes) for
@@ -45,12 +50,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, required=True, help="log file")
     p.add_argument("--ablation", type=int, metavar="STEPS", default=0,
                    help="fit the rate with each conditioning for STEPS steps instead")
+    p.add_argument("--dataset", choices=["heat", "hole"], default="heat",
+                   help="heat: unsteady_heat.npz (one mesh); hole: the transient stand-in "
+                        "(one mesh per trajectory)")
     args = p.parse_args(argv)
     if args.ablation:
         return ablation(args)
-
-    from data_adapters.unsteady_heat import export_heat_series
-
     log: list[str] = []
 
     def say(text: str) -> None:
@@ -61,15 +66,10 @@ def main(argv=None) -> int:
 
     say("# command: " + " ".join([os.path.basename(sys.executable), "-m",
                                   "benchmarks.time_series", *sys.argv[1:]]))
-    data = args.work / "series"
-    if not (data / "train" / "params.csv").is_file():
-        t0 = time.perf_counter()
-        w = export_heat_series(data, args.npz, overwrite=True)
-        say(f"# wrote {len(w['train'])} training / {len(w['test'])} test series to {data} in "
-            f"{time.perf_counter() - t0:.0f} s")
+    data, params = _export(args, say)
     run = args.work / "run"
     train = [sys.executable, "-m", "meshops", "train", "--series", "--data",
-             str(data / "train"), "--inputs", "", "--targets", "u", "--params", "mu0,mu1",
+             str(data / "train"), "--inputs", "", "--targets", "u", "--params", params,
              "--out", str(run), *extra]
     evaluate = [sys.executable, "-m", "meshops", "evaluate", str(run), "--data",
                 str(data / "test"), "--plot", str(args.out.with_suffix(".png"))]
@@ -96,10 +96,49 @@ def main(argv=None) -> int:
     js = subprocess.run(evaluate[:-2] + ["--json"], capture_output=True, text=True, env=env)
     if js.returncode == 0:
         args.out.with_suffix(".json").write_text(js.stdout)
-        report = json.loads(js.stdout)
-        say("# " + "; ".join(f"model mean below {k} at {v['steps_below']}/{v['steps']} steps"
-                             for k, v in report["below"].items()))
+        for line in summary(json.loads(js.stdout), run):
+            say(line)
     return 0
+
+
+def _export(args, say) -> tuple[Path, str]:
+    """The data set's series folders under ``--work`` (written once) and its parameters."""
+    data = args.work / "series"
+    if args.dataset == "heat":
+        from data_adapters.unsteady_heat import export_heat_series as export
+        params = "mu0,mu1"
+    else:
+        from data_adapters.standins.transient_hole import PARAMS
+        from data_adapters.standins.transient_hole import write_transient_hole_series as export
+        params = ",".join(PARAMS)
+    if not (data / "train" / "params.csv").is_file():
+        t0 = time.perf_counter()
+        w = export(data, overwrite=True) if args.dataset == "hole" else \
+            export(data, args.npz, overwrite=True)
+        say(f"# wrote {len(w['train'])} training / {len(w['test'])} test series to {data} in "
+            f"{time.perf_counter() - t0:.0f} s")
+    return data, params
+
+
+def summary(report: dict, run: Path) -> list[str]:
+    """The choice's validation figures and the test figures against the baselines."""
+    out = []
+    choice = run / "choice.json"
+    if choice.is_file():
+        rec = json.loads(choice.read_text())
+        out.append(f"# chosen on validation ({len(rec['val_series'])} series): {rec['chosen']}; "
+                   + ", ".join(f"{k} {v['val_mean']:.4e}" for k, v in rec["candidates"].items()))
+    preds = report["predictors"]
+    model = preds["model"]["all_steps_mean"]
+    for name in ("persistence", "nearest training trajectory"):
+        if "all_steps_mean" not in preds.get(name, {}):
+            continue
+        b = report["below"][name]
+        other = preds[name]["all_steps_mean"]
+        out.append(f"# test, all steps: model {model:.4e}, {name} {other:.4e} "
+                   f"({other / model:.2f}x the model's); model below it at "
+                   f"{b['steps_below']}/{b['steps']} steps")
+    return out
 
 
 def ablation(args) -> int:

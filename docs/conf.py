@@ -47,8 +47,8 @@ extensions = [
 # Pages of topics, in the order of the navigation. A page listed here appears as soon as
 # its file exists (the guides other branches add); a page in docs/ that is listed nowhere
 # fails the build (-W), so a new page cannot be forgotten.
-TOPICS = ["parametric", "your-data", "large-data", "time-series", "training-and-deployment",
-          "trust", "gpu", "accuracy", "architecture"]
+TOPICS = ["parametric", "your-data", "large-data", "distributed", "time-series",
+          "training-and-deployment", "trust", "gpu", "accuracy", "architecture"]
 
 exclude_patterns = ["_build", "_generated", "_ext", "**/.ipynb_checkpoints",
                     "jupyter_execute"]

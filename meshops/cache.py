@@ -63,13 +63,15 @@ from meshops.data import MeshData
 from meshops.errors import CheckpointError, MeshError
 from meshops.normalizer import UnitGaussianNormalizer
 
-__all__ = ["CACHE_VERSION", "CacheError", "CachedMeshDataset", "MeshCache", "default_cache_dir",
-           "file_digest"]
+__all__ = ["CACHE_VERSION", "CacheError", "CachedMeshDataset", "MeshCache", "Part",
+           "default_cache_dir", "file_digest"]
 
 #: Bump when the parsed form of a sample (what a reader or a mesh transform produces for
 #: the same file and settings) or the entries' layout changes: older entries are then
-#: never read (their keys differ).
-CACHE_VERSION = 1
+#: never read (their keys differ). 2: a sample's meta records its trust descriptors
+#: (a run needs no second read of its samples, and a data-parallel process none of
+#: another process's part).
+CACHE_VERSION = 2
 #: The layout of the folder itself (subfolders, manifests); a folder of another
 #: layout is refused rather than guessed at.
 LAYOUT = 1
@@ -168,15 +170,22 @@ def _merge(parts: Iterable[list]) -> tuple[float, Tensor, Tensor]:
 def sample_meta(sample) -> dict:
     """What a cache records of a sample so that a run needs no second read of it: the
     point count and dimension, a digest of ``pos`` (samples of one mesh), the facts
-    :func:`meshops.training.defaults.data_facts` reads, and the weighted moments of
-    ``x`` and ``y`` (normalisers, :meth:`CachedMeshDataset.normalizers`)."""
+    :func:`meshops.training.defaults.data_facts` reads, the weighted moments of ``x``
+    and ``y`` (normalisers, :meth:`CachedMeshDataset.normalizers`) and the descriptors
+    of :func:`meshops.trust.describe` with their :func:`meshops.trust.geometry_tolerance`
+    (:meth:`CachedMeshDataset.descriptors`)."""
     from meshops.models.digest import mesh_digest
     from meshops.training.defaults import data_facts
+    from meshops.trust import describe, geometry_tolerance
 
+    params, geometry = describe(sample)
     meta = {"points": int(sample.pos.shape[0]), "dim": int(sample.pos.shape[1]),
             # + 0.0: -0.0 and 0.0 are one coordinate (torch.equal), not two digests
             "pos_digest": mesh_digest(sample.pos + 0.0),
-            "constant": bool(data_facts([sample])["constant"])}
+            "constant": bool(data_facts([sample])["constant"]),
+            # the training set's descriptors (meshops.trust) without a second read
+            "descriptor": [params.tolist(), geometry.tolist(),
+                           geometry_tolerance(sample).tolist()]}
     for name in ("x", "y"):
         v = getattr(sample, name, None)
         if v is not None:
@@ -293,14 +302,16 @@ class MeshCache:
         return {"attrs": attrs, "meta": header.get("meta"), "source": header.get("source")}
 
     # -------------------------------------------------------------- manifests
-    def _manifest_path(self, folder: Path, settings: dict) -> Path:
+    def _manifest_path(self, folder: Path, settings: dict, part: Optional[str] = None) -> Path:
         ident = _json_digest({"folder": str(folder.resolve()), "settings": settings})
-        return self.root / "manifests" / f"{ident[:32]}.json"
+        # a process of a data-parallel run keeps the memo of its own files
+        return self.root / "manifests" / f"{ident[:32]}{'-' + part if part else ''}.json"
 
-    def load_manifest(self, folder: Path, settings: dict) -> dict:
+    def load_manifest(self, folder: Path, settings: dict, part: Optional[str] = None) -> dict:
         """The memo of a data folder under ``settings``: ``{file name: record}`` (empty
-        when there is none or it cannot be read: the memo only saves work)."""
-        path = self._manifest_path(folder, settings)
+        when there is none or it cannot be read: the memo only saves work); ``part``:
+        the memo of one process of a data-parallel run (:class:`Part`)."""
+        path = self._manifest_path(folder, settings, part)
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -310,8 +321,9 @@ class MeshCache:
               and isinstance(data.get("files"), dict))
         return data["files"] if ok else {}
 
-    def save_manifest(self, folder: Path, settings: dict, files: dict) -> None:
-        path = self._manifest_path(folder, settings)
+    def save_manifest(self, folder: Path, settings: dict, files: dict,
+                      part: Optional[str] = None) -> None:
+        path = self._manifest_path(folder, settings, part)
         data = {"format": FORMAT, "cache_version": CACHE_VERSION,
                 "folder": str(folder.resolve()), "settings": settings, "files": files}
         self._write(path, json.dumps(data).encode(), f"the memo of {folder}")
@@ -319,7 +331,7 @@ class MeshCache:
     # ---------------------------------------------------------------- building
     def dataset(self, files: Sequence[str | os.PathLike], read: Callable, settings: dict, *,
                 transform: Optional[Callable] = None, workers: int = 0, progress: bool = True,
-                desc: str = "caching") -> "CachedMeshDataset":
+                desc: str = "caching", part: Optional["Part"] = None) -> "CachedMeshDataset":
         """A :class:`CachedMeshDataset` of ``files``, building the entries that are missing.
 
         Args:
@@ -334,24 +346,57 @@ class MeshCache:
                 structures are cached too (:meth:`CachedMeshDataset.with_structures`).
             workers: Processes that parse files (0: this one).
             progress: tqdm bars while files are hashed and entries built.
+            part: In a data-parallel run, this process's share (:class:`Part`): it
+                checks and builds only the files it owns, and the other processes'
+                records of theirs are gathered; the data set reads only its own files.
 
         Raises:
             whatever ``read`` raises for a bad file (the entries built before it are
             kept: the next call continues from there), :class:`CacheError`.
         """
-        from meshops._progress import progress as bar
-
         files = [Path(f) for f in files]
         if not files:
             raise ValueError("MeshCache.dataset: no files")
         folder = files[0].parent
-        memo = self.load_manifest(folder, settings)
-        records: list[dict] = []
-        todo: list[int] = []
+        owned = list(range(len(files))) if part is None else part.indices(len(files))
+        tag = None if part is None else part.name
+        memo = self.load_manifest(folder, settings, tag)
         # 1. The content digest of every file (from the memo where the file's status
         # is unchanged) and its sample entry.
-        for path in bar(files, desc="checking files", unit="file", leave=False,
-                        enabled=progress):
+        records, todo = self._check(files, owned, memo, settings, progress)
+        manifest = dict(memo)
+        manifest.update({files[i].name: rec for i, rec in records.items() if "meta" in rec})
+        # 2. Parse what is missing, in worker processes; each entry is kept as soon as
+        # it is written, and the manifest is saved every _SAVE_EVERY_S seconds.
+        try:
+            self._build(files, records, todo, read, workers, desc, progress,
+                        lambda: self.save_manifest(folder, settings, manifest, tag), manifest)
+        finally:
+            if manifest != memo:
+                self.save_manifest(folder, settings, manifest, tag)
+        # 3. In a data-parallel run, the other processes' records of their files.
+        if part is not None:
+            records = part.merge(records)
+        ds = CachedMeshDataset(self.root, [
+            _Record(str(f), r["sha256"], r["key"], r["meta"], r.get("info", {}),
+                    stat=(r["size"], r["mtime_ns"]))
+            for f, r in ((f, records[i]) for i, f in enumerate(files))], read, settings,
+            owned=None if part is None else owned)
+        if transform is not None:
+            ds = ds.with_structures(transform, workers=workers, progress=progress)
+        return ds
+
+    def _check(self, files: list[Path], owned: list[int], memo: dict, settings: dict,
+               progress: bool) -> tuple[dict[int, dict], list[int]]:
+        """Step 1 of :meth:`dataset`: the record of every owned file, and those whose
+        entry must be built."""
+        from meshops._progress import progress as bar
+
+        records: dict[int, dict] = {}
+        todo: list[int] = []
+        for i in bar(owned, desc="checking files", unit="file", leave=False,
+                     enabled=progress):
+            path = files[i]
             st = _stat_record(path)
             old = memo.get(path.name)
             if old and all(old.get(k) == v for k, v in st.items()):
@@ -368,56 +413,80 @@ class MeshCache:
                     entry = self.read(SAMPLE, key)
                     rec["meta"], rec["info"] = entry["meta"]["meta"], entry["meta"]["info"]
                 except (CacheError, KeyError, TypeError):
-                    todo.append(len(records))  # damaged: rebuilt below
+                    todo.append(i)  # damaged: rebuilt below
             else:
-                todo.append(len(records))
-            records.append(rec)
-        names = {i: files[i].name for i in range(len(files))}
-        manifest = dict(memo)
-        for i, rec in enumerate(records):
-            if "meta" in rec:
-                manifest[names[i]] = rec
-        # 2. Parse what is missing, in worker processes; each entry is kept as soon as
-        # it is written, and the manifest is saved every _SAVE_EVERY_S seconds.
+                todo.append(i)
+            records[i] = rec
+        return records, todo
+
+    def _build(self, files, records: dict, todo: list[int], read, workers: int, desc: str,
+               progress: bool, save: Callable[[], None], manifest: dict) -> None:
+        """Step 2 of :meth:`dataset`: parse the files ``todo`` into entries."""
+        from meshops._progress import progress as bar
+
+        if not todo:
+            return
         saved = time.monotonic()
-        try:
-            if todo:
-                jobs = _Jobs(self.root, read, [(str(files[i]), records[i]["key"],
-                                                records[i]["sha256"]) for i in todo])
-                # the loader first: zip then runs it to its end, which stops its workers
-                for result, i in zip(bar(_run(jobs, workers), total=len(todo), desc=desc,
-                                         unit="mesh", enabled=progress), todo):
-                    if isinstance(result, BaseException):
-                        raise result
-                    records[i]["meta"], records[i]["info"] = result
-                    manifest[names[i]] = records[i]
-                    if time.monotonic() - saved > _SAVE_EVERY_S:
-                        self.save_manifest(folder, settings, manifest)
-                        saved = time.monotonic()
-        finally:
-            if manifest != memo:
-                self.save_manifest(folder, settings, manifest)
-        ds = CachedMeshDataset(self.root, [_Record(str(f), r["sha256"], r["key"], r["meta"],
-                                                   r.get("info", {}))
-                                           for f, r in zip(files, records)], read, settings)
-        if transform is not None:
-            ds = ds.with_structures(transform, workers=workers, progress=progress)
-        return ds
+        jobs = _Jobs(self.root, read, [(str(files[i]), records[i]["key"],
+                                        records[i]["sha256"]) for i in todo])
+        # the loader first: zip then runs it to its end, which stops its workers
+        for result, i in zip(bar(_run(jobs, workers), total=len(todo), desc=desc,
+                                 unit="mesh", enabled=progress), todo):
+            if isinstance(result, BaseException):
+                raise result
+            records[i]["meta"], records[i]["info"] = result
+            manifest[files[i].name] = records[i]
+            if time.monotonic() - saved > _SAVE_EVERY_S:
+                save()
+                saved = time.monotonic()
+
+
+class Part:
+    """A process's share of the files in a data-parallel run: file ``i`` of ``n`` is
+    owned by ``owner(i, n)``; :meth:`merge` gathers every process's records of the
+    files it owns (``gather(obj) -> [obj of rank 0, obj of rank 1, ...]``, e.g.
+    :func:`meshops.training.distributed.all_gather_objects`).
+
+    Args:
+        rank, world: This process and the number of processes.
+        owner: ``owner(i, n) -> rank`` (default ``i % world``).
+        gather: The collective.
+    """
+
+    def __init__(self, rank: int, world: int, gather: Callable[[Any], list],
+                 owner: Optional[Callable[[int, int], int]] = None) -> None:
+        self.rank, self.world, self.gather = rank, world, gather
+        self.owner = owner or (lambda i, n: i % world)
+
+    @property
+    def name(self) -> str:
+        return f"part{self.rank}of{self.world}"
+
+    def indices(self, n: int) -> list[int]:
+        return [i for i in range(n) if self.owner(i, n) == self.rank]
+
+    def merge(self, records: dict[int, dict]) -> dict[int, dict]:
+        out: dict[int, dict] = {}
+        for part in self.gather(records):
+            out.update(part)
+        return out
 
 
 class _Record:
     """One file of a :class:`CachedMeshDataset`: its path and content digest, the keys of
     its entries, what the cache recorded of it (``meta``) and of its reader (``info``)."""
 
-    __slots__ = ("path", "sha256", "key", "meta", "info", "structured")
+    __slots__ = ("path", "sha256", "key", "meta", "info", "structured", "stat")
 
     def __init__(self, path: str, sha256: str, key: str, meta: dict, info: dict,
-                 structured: Optional[str] = None) -> None:
+                 structured: Optional[str] = None, stat: Optional[tuple] = None) -> None:
         self.path, self.sha256, self.key = path, sha256, key
         self.meta, self.info, self.structured = meta, info, structured
+        self.stat = stat  # (size, mtime_ns) when the digest was taken
 
     def with_structured(self, key: str) -> "_Record":
-        return _Record(self.path, self.sha256, self.key, self.meta, self.info, key)
+        return _Record(self.path, self.sha256, self.key, self.meta, self.info, key,
+                       self.stat)
 
     def __getstate__(self):
         return tuple(getattr(self, k) for k in self.__slots__)
@@ -542,15 +611,20 @@ class CachedMeshDataset(torch.utils.data.Dataset):
     when the file's content is still the one recorded when the data set was made;
     otherwise :class:`CacheError` names the file.
 
+    In a data-parallel run (``owned``: the samples of this process, see :class:`Part`)
+    only the owned samples are read; reading another one raises :class:`CacheError`.
+
     Shapes:
         item: ``pos [N, d]``, ``weight [N]``, ``x [N, C_in]``, ``y [N, C_out]``, ...
     """
 
     def __init__(self, root: str | os.PathLike, records: list[_Record], read: Callable,
-                 settings: dict, transform: Optional[Callable] = None) -> None:
+                 settings: dict, transform: Optional[Callable] = None,
+                 owned: Optional[Iterable[int]] = None) -> None:
         self.root = Path(root)
         self.records, self.read, self.settings = list(records), read, settings
         self.transform = transform
+        self.owned = None if owned is None else frozenset(int(i) for i in owned)
         self._cache: Optional[MeshCache] = None
 
     @property
@@ -573,8 +647,17 @@ class CachedMeshDataset(torch.utils.data.Dataset):
 
     def subset(self, indices: Sequence[int]) -> "CachedMeshDataset":
         """The samples ``indices`` (e.g. a training split), as a data set of the same cache."""
+        owned = None if self.owned is None else \
+            [j for j, i in enumerate(indices) if i in self.owned]
         return CachedMeshDataset(self.root, [self.records[i] for i in indices], self.read,
-                                 self.settings, self.transform)
+                                 self.settings, self.transform, owned)
+
+    def own(self) -> "CachedMeshDataset":
+        """The samples this process reads (all of them outside a data-parallel run)."""
+        if self.owned is None:
+            return self
+        return CachedMeshDataset(self.root, [self.records[i] for i in sorted(self.owned)],
+                                 self.read, self.settings, self.transform)
 
     def __getitem__(self, i):
         if isinstance(i, slice):
@@ -582,6 +665,9 @@ class CachedMeshDataset(torch.utils.data.Dataset):
         if not -len(self) <= i < len(self):
             raise IndexError(f"index {i} out of range for {len(self)} samples")
         rec = self.records[i % len(self)]
+        if self.owned is not None and i % len(self) not in self.owned:
+            raise CacheError(f"{rec.path}: sample {i % len(self)} belongs to another process "
+                             f"of this data-parallel run; this one reads only its own part")
         if rec.structured is not None:
             attrs = self._entry(STRUCTURED, rec.structured, rec)
         else:
@@ -620,11 +706,12 @@ class CachedMeshDataset(torch.utils.data.Dataset):
 
         if transform is None:
             return CachedMeshDataset(self.root, [r.with_structured(None) for r in self.records],
-                                     self.read, self.settings)
+                                     self.read, self.settings, owned=self.owned)
         settings = {"sample": self.settings, "structures": _describe(transform)}
         keys = [entry_key(STRUCTURED, settings, r.key) for r in self.records]
         records = [r.with_structured(k) for r, k in zip(self.records, keys)]
-        todo = [i for i, k in enumerate(keys) if not self.cache.has(STRUCTURED, k)]
+        todo = [i for i, k in enumerate(keys) if not self.cache.has(STRUCTURED, k)
+                and (self.owned is None or i in self.owned)]
         # Samples of one mesh (equal pos digests) have equal structures only when the
         # weights agree too; each is built from its own entry, in worker processes.
         if todo:
@@ -633,9 +720,36 @@ class CachedMeshDataset(torch.utils.data.Dataset):
                               unit="mesh", enabled=progress):
                 if isinstance(result, BaseException):
                     raise result
-        return CachedMeshDataset(self.root, records, self.read, self.settings, transform)
+        return CachedMeshDataset(self.root, records, self.read, self.settings, transform,
+                                 self.owned)
 
     # ------------------------------------------------------- what the run needs
+    def fingerprints(self) -> dict[str, list]:
+        """``{file name: [size, mtime_ns, sha256]}`` as the cache took them (the
+        provenance record of :func:`meshops.cli.provenance.fingerprint`, without
+        reading the files again)."""
+        return {Path(r.path).name: [int(r.stat[0]), int(r.stat[1]), r.sha256]
+                for r in self.records if r.stat is not None}
+
+    def descriptors(self) -> list:
+        """``(parameters, geometry, geometry tolerance)`` of every sample
+        (:func:`meshops.trust.describe`, :func:`meshops.trust.geometry_tolerance`), from
+        what the cache recorded (a sample of an older entry that did not record it is
+        read)."""
+        import numpy as np
+
+        from meshops.trust import describe, geometry_tolerance
+
+        out = []
+        for i, r in enumerate(self.records):
+            d = r.meta.get("descriptor")
+            if d is not None and len(d) == 3:
+                out.append(tuple(np.asarray(v, np.float64) for v in d))
+            else:
+                sample = self[i]
+                out.append((*describe(sample), geometry_tolerance(sample)))
+        return out
+
     def facts(self) -> dict:
         """:func:`meshops.training.defaults.data_facts` of the samples, from what the cache
         recorded (no sample is read)."""
@@ -643,7 +757,8 @@ class CachedMeshDataset(torch.utils.data.Dataset):
         n = len(metas)
         return {"n": n, "points": round(sum(m["points"] for m in metas) / max(n, 1)),
                 "one_mesh": len({m["pos_digest"] for m in metas}) == 1,
-                "constant": all(m["constant"] for m in metas), "has_x": True}
+                "constant": all(m["constant"] for m in metas), "has_x": True,
+                "channels": int(metas[0].get("y_channels") or 1) if metas else 1}
 
     def normalizers(self) -> tuple[Optional[UnitGaussianNormalizer], UnitGaussianNormalizer]:
         """``(input, output)`` normalisers of the samples, as

@@ -21,8 +21,9 @@ sample is the Euclidean distance to its nearest training sample, for the paramet
 the geometry and both together. A sample **extrapolates** when
 
 * a component lies outside the training range ``[min, max]`` (beyond 1e-6 of the
-  spread and the discretisation bounds), or differs by more than 1 % from a component that is the same for every
-  training sample (e.g. another geometry than the one fixed mesh trained on), or
+  spread and the discretisation bounds), or differs by more than 1 % from a component
+  that is the same for every training sample (e.g. another geometry than the
+  one fixed mesh trained on), or
 * its distance exceeds the largest nearest-neighbour distance among the training
   samples themselves (leave-one-out): it is farther from the data than any training
   sample was from the others.
@@ -164,12 +165,15 @@ class TrainingSet:
                      ) -> "TrainingSet":
         if len(samples) == 0:
             raise ValueError("TrainingSet: no training samples")
-        desc = [describe(s) for s in samples]
-        params = np.stack([p for p, _ in desc])
-        geometry = np.stack([g for _, g in desc])
-        d = int(samples[0].pos.shape[1])
+        # a lazily read data set knows them without reading its samples again
+        known = getattr(samples, "descriptors", None)
+        desc = known() if callable(known) else \
+            [(*describe(s), geometry_tolerance(s)) for s in samples]
+        params = np.stack([p for p, _, _ in desc])
+        geometry = np.stack([g for _, g, _ in desc])
+        d = (geometry.shape[1] - 1) // 3  # measure, then centroid, extent, rms radius
         return cls(params, geometry, _names(params.shape[1], d, param_names),
-                   np.stack([geometry_tolerance(s) for s in samples]))
+                   np.stack([t for _, _, t in desc]))
 
     def to_dict(self) -> dict:
         return {"params": self.params.tolist(), "geometry": self.geometry.tolist(),

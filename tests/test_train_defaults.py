@@ -13,10 +13,10 @@ import yaml
 from meshops import cli
 from meshops.data import MeshData
 from meshops.training.defaults import (
-    GENERAL_PIT,
-    GENERAL_TRAIN,
     FIELDS_SLICE,
     FIELDS_TRAIN,
+    GENERAL_PIT,
+    GENERAL_TRAIN,
     PARAMETRIC_PIT,
     PARAMETRIC_TRAIN,
     choose_defaults,

@@ -17,8 +17,9 @@ the seed and the output file. The recipe, the same for both peers:
   over the fields;
 * the number of steps that fit the budget is estimated from the first steps and a
   timed validation pass (the budget is wall time, or CPU seconds of the process with
-  the job's ``"clock": "cpu"``, for validation probes on a shared machine), and sets the schedule's length (one-cycle for Transolver,
-  cosine for GINO, as in their examples); training stops at the budget in any case;
+  the job's ``"clock": "cpu"``, for validation probes on a shared machine), and sets
+  the schedule's length (one-cycle for Transolver, cosine for GINO, as in their examples);
+  training stops at the budget in any case;
 * the validation files are scored about ten times over the run, evenly spaced (fewer
   when ten passes would take more than a quarter of the budget), and the
   best-scoring weights are kept; the test files are predicted once, with those

@@ -77,22 +77,18 @@ def mesh_with_hole(outer, center, radius: float, h: float = 0.05, h_hole: float 
     return np.asarray(out["vertices"], np.float64), np.asarray(out["triangles"], np.int64)
 
 
-def solve_heat_with_hole(points, triangles, center, radius: float, biot: float,
-                         source: float = 1.0) -> np.ndarray:
-    """P1 solution of the problem of the module docstring on a given mesh.
+def heat_operators(points, triangles, center, radius: float, biot: float):
+    """``(K, M, hole_nodes, basis)``: the P1 stiffness matrix with the Robin term
+    ``biot * int u v`` on the boundary edges off the hole, the mass matrix, the nodes on
+    the hole (within ``1e-6 * radius`` of its circle; ``u = 0`` there) and the
+    scikit-fem basis.
 
-    Boundary nodes within ``1e-6 * radius`` of the circle ``|x - center| = radius``
-    are the hole's (``u = 0``); every other boundary edge carries the Robin
-    condition ``du/dn + biot * u = 0``.
-
-    Shapes:
-        points ``[N, 2]``, triangles ``[M, 3]`` -> ``[N]``
+    Raises:
+        MeshError: no boundary node on the hole's circle.
     """
     import skfem
     from skfem.helpers import dot, grad
 
-    if not (radius > 0 and biot >= 0):
-        raise MeshError(f"radius must be > 0 and biot >= 0, got {radius}, {biot}")
     p = np.asarray(points, np.float64)
     mesh = skfem.MeshTri(p.T.copy(), np.asarray(triangles, np.int64).T.copy())
     basis = skfem.Basis(mesh, skfem.ElementTriP1())
@@ -112,14 +108,34 @@ def solve_heat_with_hole(points, triangles, center, radius: float, biot: float,
     def mass(u, v, _):
         return u * v
 
-    @skfem.LinearForm
-    def load(v, _):
-        return source * v
-
     A = stiffness.assemble(basis)
     if biot > 0 and len(robin):
         A = A + biot * mass.assemble(skfem.FacetBasis(mesh, skfem.ElementTriP1(),
                                                       facets=robin))
+    return A, mass.assemble(basis), hole_nodes, basis
+
+
+def solve_heat_with_hole(points, triangles, center, radius: float, biot: float,
+                         source: float = 1.0) -> np.ndarray:
+    """P1 solution of the problem of the module docstring on a given mesh.
+
+    Boundary nodes within ``1e-6 * radius`` of the circle ``|x - center| = radius``
+    are the hole's (``u = 0``); every other boundary edge carries the Robin
+    condition ``du/dn + biot * u = 0`` (:func:`heat_operators`).
+
+    Shapes:
+        points ``[N, 2]``, triangles ``[M, 3]`` -> ``[N]``
+    """
+    import skfem
+
+    if not (radius > 0 and biot >= 0):
+        raise MeshError(f"radius must be > 0 and biot >= 0, got {radius}, {biot}")
+    A, _, hole_nodes, basis = heat_operators(points, triangles, center, radius, biot)
+
+    @skfem.LinearForm
+    def load(v, _):
+        return source * v
+
     b = load.assemble(basis)
     return skfem.solve(*skfem.condense(A, b, D=hole_nodes))
 

@@ -238,6 +238,9 @@ class TrainConfig:
     lazy: bool | None = _option(None, _unset_or(_to_bool))
     cache: str | None = _option(None, _opt_str)
     workers: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=0)))
+    # fixed parts of the training files (meshops.training.distributed.ShardSampler);
+    # None: one per process of a torchrun run reading lazily, else none
+    shards: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))
 
     # ------------------------------------------------------------- coercion
     @classmethod

@@ -43,12 +43,14 @@ class FolderReader:
 
 
 def load_folder_cached(root, inputs: Sequence[str], targets: Sequence[str], dtype,
-                       desc: str = "reading", layout=None, *, cache, workers: int = 0
-                       ) -> tuple[list, object, dict, int]:
+                       desc: str = "reading", layout=None, *, cache, workers: int = 0,
+                       parts: Optional[Callable] = None) -> tuple[list, object, dict, int]:
     """:func:`~meshops.cli.folder.load_folder` through the cache folder ``cache``:
     ``(files, samples, field_shapes, pos_dim)`` with ``samples`` a
     :class:`~meshops.cache.CachedMeshDataset` (nothing held in memory), building the
-    entries that are missing in ``workers`` processes with a progress bar."""
+    entries that are missing in ``workers`` processes with a progress bar; in a
+    data-parallel run (``parts(root)``: this process's :class:`~meshops.cache.Part`)
+    only this process's part of the files."""
     from meshops.cache import MeshCache
 
     reader = FolderReader(root, inputs, targets, dtype, layout)
@@ -60,7 +62,8 @@ def load_folder_cached(root, inputs: Sequence[str], targets: Sequence[str], dtyp
                 "targets": list(targets), "dtype": str(dtype).replace("torch.", ""),
                 "params": params, "tags": list(layout.tags) if layout else [],
                 "param_files": param_file_digests(root) if params else {}}
-    ds = MeshCache(cache).dataset(reader.files, reader, settings, workers=workers, desc=desc)
+    ds = MeshCache(cache).dataset(reader.files, reader, settings, workers=workers, desc=desc,
+                                  part=parts(root) if parts else None)
     files = ds.files
     shapes, dim = None, None
     for path, rec in zip(files, ds.records):
@@ -94,6 +97,74 @@ def with_structures(samples, model, workers: int):
         return samples
     make = getattr(model, "mesh_transform", None)
     return add(make() if callable(make) else None, workers=workers)
+
+
+def fingerprints(samples) -> dict:
+    """The provenance fingerprints a lazily read data set's cache took (none in memory)."""
+    known = getattr(samples, "fingerprints", None)
+    return known() if callable(known) else {}
+
+
+# ------------------------------------------------------- data-parallel runs
+def _split_owner(val_fraction: float, seed: int, world: int) -> Callable[[int, int], int]:
+    """``owner(i, n)``: the process of file ``i`` of a folder of ``n`` split into
+    training and validation files as ``meshops train`` splits it: the ``j``-th training
+    (or validation) file belongs to process ``j % world``, as the run's
+    :class:`~meshops.training.distributed.ShardSampler` and validation shards deal them."""
+    from meshops.training.splits import validation_split
+
+    memo: dict[int, dict[int, int]] = {}
+
+    def owner(i: int, n: int) -> int:
+        if n not in memo:
+            try:
+                train, val = validation_split(n, val_fraction, seed)
+            except ValueError:  # the split's own error comes later, with the folder
+                train, val = list(range(n)), []
+            memo[n] = {f: j % world for part in (train, val) for j, f in enumerate(part)}
+        return memo[n][i]
+
+    return owner
+
+
+def data_parts(cfg) -> Optional[Callable]:
+    """Under torchrun: join the process group and give ``parts(root) -> Part``, this
+    process's part of each folder's files (see :func:`_split_owner`); None otherwise."""
+    from meshops.cache import Part
+    from meshops.training import distributed
+
+    env = distributed.torchrun_env()
+    if env is None or env[0] <= 1:
+        return None
+    if cfg.shards is not None and cfg.shards != env[0]:
+        raise CLIError(f"--shards {cfg.shards}, but torchrun started {env[0]} processes: a "
+                       f"data-parallel run has one part per process (leave --shards out)")
+    try:
+        ctx, _ = distributed.setup(cfg.device)
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+
+    def gather(obj):
+        return distributed.all_gather_objects(obj, ctx)
+
+    split = _split_owner(cfg.val_fraction or 0.0, cfg.seed, ctx.world_size)
+
+    def parts(root) -> Part:
+        same = not cfg.val_data and os.path.abspath(root) == os.path.abspath(cfg.data)
+        return Part(ctx.rank, ctx.world_size, gather, split if same else None)
+
+    return parts
+
+
+def shards_of(cfg, samples) -> Optional[int]:
+    """The Trainer's ``shards``: ``--shards``, else one per process when each process
+    owns a part of the lazily read data, else None."""
+    from meshops.training import distributed
+
+    if cfg.shards is not None:
+        return cfg.shards
+    env = distributed.torchrun_env()
+    return env[0] if env and getattr(samples, "owned", None) is not None else None
 
 
 # ---------------------------------------------------------------- the decision
@@ -136,6 +207,7 @@ def data_loader(cfg, dtype, layout=None) -> tuple[Callable, int, str]:
     from functools import partial
 
     from meshops.cache import default_cache_dir
+    from meshops.training.distributed import torchrun_env
 
     lazy = cfg.lazy
     if lazy is False and cfg.cache:
@@ -155,6 +227,12 @@ def data_loader(cfg, dtype, layout=None) -> tuple[Callable, int, str]:
         return partial(load_folder, layout=layout), cfg.workers or 0, ""
     workers = cfg.workers if cfg.workers is not None else min(2, os.cpu_count() or 1)
     cache = Path(cfg.cache) if cfg.cache else default_cache_dir()
-    return (partial(load_folder_cached, layout=layout, cache=cache, workers=workers), workers,
+    parts = data_parts(cfg)
+    if parts is not None:
+        env = torchrun_env()
+        why += (f"; process {env[1]} of {env[0]} checks, caches and reads only its part "
+                f"of the files")
+    return (partial(load_folder_cached, layout=layout, cache=cache, workers=workers,
+                    parts=parts), workers,
             f"reading the data lazily through the cache {cache}/ with {workers} worker "
             f"process(es){why}")

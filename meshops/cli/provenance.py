@@ -49,21 +49,27 @@ def digest(path) -> str:
     return h.hexdigest()
 
 
-def fingerprint(files: Iterable, desc: str | None = None, root=None) -> dict[str, list]:
+def fingerprint(files: Iterable, desc: str | None = None, root=None,
+                known: dict | None = None) -> dict[str, list]:
     """``{file name: [size, mtime_ns, sha256]}`` of ``files`` (in one folder), in order;
     with ``root``, keyed by the path relative to ``root`` (files in its subfolders).
 
     Reading every file once more costs about a second per 500 MB (the files were just
     read, so they are usually in the page cache); ``desc`` labels a progress bar.
+    ``known``: fingerprints taken already (a lazy run's cache has them), used for the
+    files whose size and modification time are still those.
     """
     from meshops.cli._common import progress
 
     out = {}
+    known = known or {}
     for path in progress(list(files), desc=desc or "fingerprinting", unit="file",
                          leave=False):
         st = os.stat(path)
         key = Path(path).relative_to(root).as_posix() if root is not None else Path(path).name
-        out[key] = [int(st.st_size), int(st.st_mtime_ns), digest(path)]
+        now = [int(st.st_size), int(st.st_mtime_ns)]
+        had = known.get(key)
+        out[key] = now + [had[2] if had and list(had[:2]) == now else digest(path)]
     return out
 
 

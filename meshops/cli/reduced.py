@@ -31,7 +31,7 @@ def fit_reduced_run(args, cfg, chosen: str, train_samples, val_samples, run) -> 
     _check_options(args, cfg, val_samples)
     unused = [f"--{k.replace('_', '-')}" for k in _TRAINING_ONLY
               if getattr(cfg, k) is not None]
-    regressors, members = _options(cfg.model_config)
+    regressors, members = reduced_options(cfg.model_config)
     if args.dry_run:
         print(cfg.render(), end="")
         if chosen:
@@ -102,26 +102,28 @@ def _check_options(args, cfg, val_samples) -> None:
                        "samples: use --val-fraction > 0 or --val-data DIR")
 
 
-def _options(model_config: dict) -> tuple[list[str], int | None]:
+def reduced_options(model_config: dict, model: str = "reduced_basis"
+                    ) -> tuple[list[str], int | None]:
     """The reduced basis' options from ``model_config``: ``regressors`` (the candidates,
-    a list or ``"a,b"``) and ``members`` (the MLP ensemble's size)."""
+    a list or ``"a,b"``) and ``members`` (the MLP ensemble's size); ``model`` names the
+    model in the errors (``reduced_basis`` or ``trajectory_basis``)."""
     REGRESSORS = ("rbf", "gp", "mlp")  # fitted; "gp+mlp" follows from gp and mlp
 
     extra = sorted(set(model_config) - {"regressors", "members"})
     if extra:
-        raise CLIError(f"model_config for reduced_basis: unknown key(s) {', '.join(extra)}; "
+        raise CLIError(f"model_config for {model}: unknown key(s) {', '.join(extra)}; "
                        f"valid: regressors=A,B (from {', '.join(REGRESSORS)}), members=N")
     regressors = model_config.get("regressors", ["rbf", "gp", "mlp"])
     if isinstance(regressors, str):
         regressors = [r.strip() for r in regressors.split(",") if r.strip()]
     if not isinstance(regressors, list) or not regressors or \
             any(r not in REGRESSORS for r in regressors):
-        raise CLIError(f"model_config for reduced_basis: regressors must name some of "
+        raise CLIError(f"model_config for {model}: regressors must name some of "
                        f"{', '.join(REGRESSORS)}, got {regressors!r}")
     members = model_config.get("members")
     if members is not None and (isinstance(members, bool) or not isinstance(members, int)
                                 or members < 1):
-        raise CLIError(f"model_config for reduced_basis: members must be an integer >= 1, "
+        raise CLIError(f"model_config for {model}: members must be an integer >= 1, "
                        f"got {members!r}")
     return regressors, members
 

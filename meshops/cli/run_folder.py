@@ -4,8 +4,8 @@ run must keep.
 * A new run writes into ``--out`` only when the folder is absent, empty, or holds a
   meshops run of the same config that never saved a ``last.pt`` (a relaunch of a
   run that stopped before its first epoch ended). Anything else (a folder of other
-  files, another run, or a finished run of any model: a reduced basis is fitted in
-  one go and writes ``best.pt`` and no ``last.pt``) is refused unless
+  files, another run, or a finished run of any model: a reduced or trajectory basis
+  is fitted in one go and writes ``best.pt`` and no ``last.pt``) is refused unless
   ``--overwrite``; no other run's ``best.pt`` is replaced without it.
 * ``--resume`` continues exactly the run in ``last.pt``: every option must stay as
   it was, except ``--epochs`` (only without a learning-rate schedule), ``--minutes``
@@ -122,15 +122,16 @@ def recorded_config(out: Path) -> dict | None:
 def check_out_folder(out: Path, cfg: TrainConfig, overwrite: bool, resume: bool = False
                      ) -> None:
     """Refuse to start a new run in ``out`` unless it is absent, empty, or a run of the
-    same config that never saved ``last.pt`` and is not a fitted reduced basis;
-    ``overwrite`` allows any folder. ``resume``: a resume was asked for (and ``out``
-    has no ``last.pt``), refused for a fitted reduced basis with that reason."""
+    same config that never saved ``last.pt`` and is not a fitted reduced (or
+    trajectory) basis; ``overwrite`` allows any folder. ``resume``: a resume was asked
+    for (and ``out`` has no ``last.pt``), refused for a fitted basis with that reason."""
     if overwrite or not out.is_dir():
         return
-    if _fitted(out):  # finished: a reduced basis writes best.pt and no last.pt
-        what = (" and a reduced basis is fitted in one go, there is nothing to resume"
+    fitted = _fitted(out)
+    if fitted:  # finished: a reduced basis writes best.pt and no last.pt
+        what = (f" and a {fitted} is fitted in one go, there is nothing to resume"
                 if resume else "")
-        raise CLIError(f"{out}: already holds a fitted reduced basis (best.pt){what}; pass "
+        raise CLIError(f"{out}: already holds a fitted {fitted} (best.pt){what}; pass "
                        f"--overwrite to replace it, or choose another --out")
     # the lock of this run (meshops.cli.run_lock) is no content
     entries = sorted(p.name for p in out.iterdir() if p.name not in LOCK_FILES)
@@ -154,12 +155,14 @@ def check_out_folder(out: Path, cfg: TrainConfig, overwrite: bool, resume: bool 
                        f"{_say(then)} there, {_say(now)} now); {hint}")
 
 
-def _fitted(out: Path) -> bool:
-    """``out`` holds a finished reduced basis: its ``best.pt``, by its config.yaml.
+def _fitted(out: Path) -> str:
+    """What finished model fitted in one go ``out`` holds (``"reduced basis"``,
+    ``"trajectory basis"``), by its ``best.pt`` and config.yaml; ``""`` when none.
     (A run trained by epochs with ``best.pt`` and no ``last.pt`` stopped during its
     first epoch, between the two saves: the same command relaunches it.)"""
-    return (out / "best.pt").exists() and \
-        (recorded_config(out) or {}).get("model") == "reduced_basis"
+    model = (recorded_config(out) or {}).get("model") if (out / "best.pt").exists() else None
+    return {"reduced_basis": "reduced basis",
+            "trajectory_basis": "trajectory basis"}.get(model, "")
 
 
 def clear_run_files(out: Path) -> None:

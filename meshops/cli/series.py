@@ -13,6 +13,7 @@ import json
 import math
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from meshops.cli._common import CLIError, is_main_rank, optional_names, plural
@@ -75,49 +76,70 @@ _NOT_FOR_SERIES = {"tags": ([],), "ensemble": (1,), "lazy": (None,), "cache": (N
                    "logger": (None, [])}
 
 
-def train_series(cfg, args, dtype, resumed: dict | None) -> int:
-    """``meshops train --series``: read the series, build the next-step model and train
-    it on windows of ``--rollout-train`` steps, validating on full rollouts
-    (``resumed``: the metadata of the run being resumed, or None)."""
-    import yaml
+@dataclass
+class SeriesData:
+    """The series of a ``train --series`` run: the training and validation split, the
+    fields' shapes, the dimension, the parameter names and the fingerprints the run
+    records (:func:`_record_files`)."""
 
+    train: list
+    val: list
+    shapes: dict
+    dim: int
+    params: list
+    record: dict
+
+
+def train_series(cfg, args, dtype, resumed: dict | None) -> int:
+    """``meshops train --series``: read the series; on one mesh, fit a trajectory basis
+    (:mod:`meshops.cli.series_choice`); train the next-step model on windows of
+    ``--rollout-train`` steps, validating on full rollouts; keep the candidate with the
+    lower validation error (``resumed``: the metadata of the run being resumed, or
+    None)."""
+    from meshops.cli import series_choice
     from meshops.cli.run_folder import clear_run_files
     from meshops.cli.training_run import check_writable_folder, epochs_to_fit, run_training
     from meshops.inference import field_channels
     from meshops.training.rollout import RolloutLoss, rollout_sample, rollout_windows
 
     _check_series_options(cfg)
-    train, val, shapes, dim, record = _read_series(cfg, resumed)
+    data = _read_series(cfg, resumed)
+    plan = series_choice.plan(cfg, data, resumed, args.dry_run)
+    if plan.mode == "only":
+        return series_choice.fit_only_run(
+            args, cfg, data, plan, lambda resolved: series_metadata(cfg, data, resolved, True))
+    train, val = data.train, data.val
     K = cfg.rollout_train
-    c_state = sum(field_channels(shapes[k]) for k in cfg.targets)
-    c_in = sum(field_channels(shapes[k]) for k in cfg.inputs)
+    c_state = sum(field_channels(data.shapes[k]) for k in cfg.targets)
+    c_in = sum(field_channels(data.shapes[k]) for k in cfg.inputs)
     windows = rollout_windows(train, cfg.targets, cfg.inputs, K, cfg.time_input, dtype)
     val_samples = [rollout_sample(s, cfg.targets, cfg.inputs, 0, len(s) - 1, cfg.time_input,
                                   dtype) for s in val] or None
     cfg, reason = _options_from_data(cfg, train)
-    model = _next_step_model(cfg, train, c_state, c_in, dim, dtype)
+    model = _next_step_model(cfg, train, c_state, c_in, data.dim, dtype)
     # A validation rollout of T - 1 steps costs (T - 1) / K training windows' forwards.
     val_equiv = sum(math.ceil((len(s) - 1) / K) for s in val)
-    cfg, fitted = epochs_to_fit(cfg, model, windows, val_equiv)
-    chosen = "; ".join(c for c in (reason, fitted) if c)
+    # the epochs fit the time the trajectory basis left; the run records --minutes
+    cfg, fitted = epochs_to_fit(plan.budget(cfg), model, windows, val_equiv)
+    cfg = cfg.with_options("defaults", minutes=plan.minutes)
+    chosen = "; ".join(c for c in (reason, fitted, plan.note) if c)
     resolved = cfg.render(model_config=model.operator_config)
-    summary = _summary(cfg, model, train, val, len(windows), c_state, dim)
-    metadata = {SERIES_KEY: True, "field_shapes": shapes, "in_channels": c_in,
-                "out_channels": c_state, "pos_dim": dim, **_metadata(cfg, train, val),
-                # --resume compares the options with these (meshops.cli.run_folder)
-                "train_config": yaml.safe_load(resolved), **record}
+    summary = _summary(cfg, model, train, val, len(windows), c_state, data.dim)
+    metadata = dict(series_metadata(cfg, data, resolved, cfg.time_input), **plan.metadata())
     out = Path(cfg.out)
 
     def begin() -> dict:
         check_writable_folder(out)
         if is_main_rank() and resumed is None:
             clear_run_files(out)  # a new run leaves no best.pt of an earlier one behind
+        if is_main_rank():
+            plan.begin(out, resumed is not None, metadata)
         return metadata
 
     # mse: in units of the typical change of one step, rate spread times the mean dt
     scale = (model.rate_normalizer.std.detach().double().cpu() * _mean_dt(train)
              if cfg.rollout_loss == "mse" else None)
-    run_training(
+    trained = run_training(
         args, cfg, model, windows, val_samples, resolved, chosen, summary, begin,
         loss=RolloutLoss(c_state, last_only=model.push_forward, quadrature=cfg.quadrature_loss,
                          scale=scale),
@@ -127,6 +149,8 @@ def train_series(cfg, args, dtype, resumed: dict | None) -> int:
         normalize=False, val_batch_size=cfg.batch_size if len({len(s) for s in val}) <= 1
         else 1,
         callbacks=[])
+    if trained and is_main_rank():
+        plan.choose(out, data, metadata)
     return 0
 
 
@@ -147,6 +171,22 @@ def _metadata(cfg, train: list, val: list) -> dict:
             "rollout_train": cfg.rollout_train, "rollout_grad": cfg.rollout_grad,
             "rollout_loss": cfg.rollout_loss, "dt": _common_dt(train),
             "split": {"train": [s.name for s in train], "val": [s.name for s in val]}}
+
+
+def series_metadata(cfg, data: SeriesData, resolved: str, time_input: bool) -> dict:
+    """The checkpoint metadata of a time-series run (``resolved``: its rendered config;
+    ``time_input``: whether its model sees the time)."""
+    import yaml
+
+    from meshops.inference import field_channels
+
+    return {SERIES_KEY: True, "field_shapes": data.shapes,
+            "in_channels": sum(field_channels(data.shapes[k]) for k in cfg.inputs),
+            "out_channels": sum(field_channels(data.shapes[k]) for k in cfg.targets),
+            "pos_dim": data.dim, **_metadata(cfg, data.train, data.val),
+            "time_input": time_input,
+            # --resume compares the options with these (meshops.cli.run_folder)
+            "train_config": yaml.safe_load(resolved), **data.record}
 
 
 def _check_series_options(cfg) -> None:
@@ -180,10 +220,10 @@ def _next_step_model(cfg, train: list, c_state: int, c_in: int, dim: int, dtype)
     return model
 
 
-def _read_series(cfg, resumed: dict | None) -> tuple[list, list, dict, int, dict]:
-    """The training and validation series (``--val-data``, or a split of ``--data``),
-    their field shapes and dimension, and the fingerprints the run records
-    (:func:`_record_files`, which refuses a resume on changed data)."""
+def _read_series(cfg, resumed: dict | None) -> SeriesData:
+    """The training and validation series (``--val-data``, or a split of ``--data`` by
+    series, never by time step), their field shapes and dimension, and the fingerprints
+    the run records (:func:`_record_files`, which refuses a resume on changed data)."""
     from meshops.cli.training_run import split_files
 
     fields_read = {"targets": cfg.targets, "inputs": cfg.inputs, "params": cfg.params}
@@ -191,17 +231,19 @@ def _read_series(cfg, resumed: dict | None) -> tuple[list, list, dict, int, dict
     fields = list(cfg.targets) + list(cfg.inputs)
     shapes = _shapes(series[0], fields)
     dim = int(series[0].mesh.pos.shape[1])
+    params = list(cfg.params or [])
     if cfg.val_data:
         val = _read_folder(cfg.val_data, fields_read, "reading val series")
         vs, vd = _shapes(val[0], fields), int(val[0].mesh.pos.shape[1])
         if vs != shapes or vd != dim:
             raise CLIError(f"{val[0].source}: fields {vs} ({vd}-D) but {shapes} ({dim}-D) in "
                            f"{series[0].source}")
-        return series, val, shapes, dim, _record_files(cfg, series, val, resumed)
+        return SeriesData(series, val, shapes, dim, params,
+                          _record_files(cfg, series, val, resumed))
     record = _record_files(cfg, series, None, resumed)
     train_idx, val_idx = split_files(len(series), cfg.val_fraction, cfg.seed, cfg.data)
-    return ([series[i] for i in train_idx], [series[i] for i in val_idx], shapes, dim,
-            record)
+    return SeriesData([series[i] for i in train_idx], [series[i] for i in val_idx], shapes,
+                      dim, params, record)
 
 
 def _summary(cfg, model, train: list, val: list, windows: int, c_state: int,
@@ -226,8 +268,9 @@ def _summary(cfg, model, train: list, val: list, windows: int, c_state: int,
 def _record_files(cfg, series: list, val: list | None, resumed: dict | None) -> dict:
     """The fingerprints a series run records (``data_files``, ``val_files``: every file
     of every series and the parameter file,
-    :func:`~meshops.cli.provenance.series_fingerprint`); resuming, a series added or removed or a file changed since
-    the run was trained is refused (it would redraw the split or train on other data)."""
+    :func:`~meshops.cli.provenance.series_fingerprint`); resuming, a series added or
+    removed or a file changed since the run was trained is refused (it would
+    redraw the split or train on other data)."""
     from meshops.cli.provenance import refuse_changed, series_changes, series_fingerprint
 
     if resumed is not None and resumed.get("data_files") is not None:
@@ -250,6 +293,41 @@ def _check_series_run(ckpt, meta: dict, options: str) -> None:
     if not isinstance(meta.get("targets"), list) or not isinstance(meta.get("inputs"), list):
         raise CheckpointError(f"{ckpt}: a time-series run without its state and input "
                               f"field names in the metadata")
+
+
+# ------------------------------------------------------------- the run's model
+def _model_name(model) -> str:
+    operator = getattr(model, "operator", None)
+    return operator.model_name if operator is not None else model.model_name
+
+
+def describe_model(model) -> str:
+    """How a series run's model predicts, as ``evaluate`` names it."""
+    if getattr(model, "operator", None) is not None:
+        return f"{model.operator.model_name} next-step rollout"
+    basis = model.basis
+    return (f"trajectory basis ({basis.modes.shape[0]} POD modes of whole trajectories, "
+            f"{basis.regressor_name} regression on the "
+            f"{'parameters' if model.identity == 'params' else 'first state'})")
+
+
+def model_rollout(model, sample, series, targets, ckpt: Path):
+    """:func:`~meshops.training.rollout.rollout` of a series run's model: a trajectory
+    basis that tells series apart by their first state gets it (``series``' step 0);
+    a time it cannot predict is one line naming the series (and the run's next-step
+    model, when ``ckpt`` has one beside it)."""
+    from meshops.cli.series_choice import NEURAL
+    from meshops.training.rollout import rollout
+
+    if getattr(model, "identity", None) == "initial":
+        sample.initial = series.channels(targets, sample.x.dtype)[0]
+        sample.initial_time = series.times[:1].to(sample.x.dtype)
+    try:
+        return rollout(model, sample)
+    except ValueError as e:
+        other = Path(ckpt).parent / NEURAL
+        hint = f"; {other} is this run's next-step model" if other.is_file() else ""
+        raise CLIError(f"{series.source}: {e}{hint}") from None
 
 
 # ------------------------------------------------------------------- prediction
@@ -353,7 +431,7 @@ def predict_series(args, model, ckpt, meta) -> int:
     from meshops.data import MeshData
     from meshops.inference import RunSpec
     from meshops.series import write_series
-    from meshops.training.rollout import rollout, rollout_sample
+    from meshops.training.rollout import rollout_sample
 
     _check_rollout_args(args, ckpt, meta)
     spec = RunSpec(model, ckpt, meta, optional_names(args.inputs), optional_names(args.targets))
@@ -380,7 +458,7 @@ def predict_series(args, model, ckpt, meta) -> int:
                                     with_targets=False, times=times)
         except MeshError as e:
             raise CLIError(str(e)) from None
-        pred = rollout(model, sample)  # [steps, N, C]
+        pred = model_rollout(model, sample, s, spec.targets, ckpt)  # [steps, N, C]
         bad = (~torch.isfinite(pred)).nonzero()
         if bad.numel():
             raise CLIError(f"{s.source}: the model in {ckpt} predicts a non-finite value at "
@@ -409,14 +487,14 @@ def evaluate_series(args, model, ckpt, meta) -> int:
     import numpy as np
 
     from meshops.cli._common import progress
-    from meshops.inference import RunSpec
+    from meshops.inference import RunSpec, model_tensor
     from meshops.training.horizon import (
         horizon_statistics,
         nearest_trajectory,
         persistence,
         step_errors,
     )
-    from meshops.training.rollout import rollout, rollout_sample
+    from meshops.training.rollout import rollout_sample
 
     _check_series_run(ckpt, meta, "--horizon/--start")
     if (args.horizon is not None and args.horizon < 1) or args.start < 0:
@@ -438,7 +516,7 @@ def evaluate_series(args, model, ckpt, meta) -> int:
     H = max(lengths)
     names = [s.name for s in test]
     targets, inputs = list(meta["targets"]), list(meta["inputs"])
-    dtype = next(model.parameters()).dtype
+    dtype = model_tensor(model).dtype
 
     def table(preds) -> np.ndarray:
         e = np.full((len(test), H), np.nan)
@@ -452,8 +530,8 @@ def evaluate_series(args, model, ckpt, meta) -> int:
     for s, h in progress(list(zip(test, lengths)), desc="rolling out", unit="series"):
         sample = rollout_sample(s, targets, inputs, start, h,
                                 bool(meta.get("time_input", True)), dtype, with_targets=False)
-        preds.append(rollout(model, sample))
-    results = {"model": (table(preds), f"{model.operator.model_name} next-step rollout")}
+        preds.append(model_rollout(model, sample, s, targets, ckpt))
+    results = {"model": (table(preds), describe_model(model))}
     if not args.no_baselines:
         results["persistence"] = (table([persistence(s, targets, start, h)
                                          for s, h in zip(test, lengths)]),
@@ -466,13 +544,14 @@ def evaluate_series(args, model, ckpt, meta) -> int:
             missing = sum(p is None for p in near)
             if missing == len(near):
                 results["nearest training trajectory"] = (
-                    None, "n/a: no training series is on the test series' meshes")
+                    None, f"n/a: no training series reaches time step {start}")
             else:
                 if missing:
-                    note += f" ({missing} test series have no training series on their mesh)"
+                    note += (f" ({missing} test series have no training series that reaches "
+                             f"time step {start})")
                 results["nearest training trajectory"] = (table(near), note)
     report = {
-        "checkpoint": str(ckpt), "model": model.operator.model_name, "data": str(args.data),
+        "checkpoint": str(ckpt), "model": _model_name(model), "data": str(args.data),
         "n": len(test), "start": start, "horizon": H, "targets": targets,
         "metric": "relative L2 per step, quadrature-weighted, state channels pooled",
         "times": _times(test[int(np.argmax(lengths))], start, H),

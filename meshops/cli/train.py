@@ -11,7 +11,7 @@ from pathlib import Path
 from meshops.cli import train_extras, trust_reports
 from meshops.cli._common import RAW, CLIError, device_or_error, is_main_rank, plural, wrap
 from meshops.cli.config import TrainConfig
-from meshops.cli.lazy import data_loader, take, with_structures
+from meshops.cli.lazy import data_loader, fingerprints, shards_of, take, with_structures
 from meshops.cli.provenance import (
     changes,
     fingerprint,
@@ -92,7 +92,7 @@ class _RunFiles:
         self.cfg, self.files, self.train_idx = cfg, data.files, data.train_idx
         self.val_files, self.shapes, self.sizes = data.val_files, data.shapes, data.sizes
         self.resumed, self.out, self.main_rank = resumed, out, main_rank
-        self.layout, self.fields = data.layout, data.fields
+        self.layout, self.fields, self.known = data.layout, data.fields, data.known
 
     def metadata(self, resolved: str, train_samples) -> dict:
         """The checkpoint metadata; ``resolved`` is the rendered config. Refuses to
@@ -100,9 +100,9 @@ class _RunFiles:
         import yaml
 
         cfg = self.cfg
-        data_files = fingerprint(self.files, "fingerprinting data")
-        val_record = fingerprint(self.val_files, "fingerprinting val data") if cfg.val_data \
-            else None
+        data_files = fingerprint(self.files, "fingerprinting data", known=self.known["data"])
+        val_record = fingerprint(self.val_files, "fingerprinting val data",
+                                 known=self.known["val"]) if cfg.val_data else None
         if self.resumed is not None and self.resumed.get("data_files") is not None:
             _check_same_data(self.resumed, cfg, self.out)
         if val_record and self.main_rank:
@@ -158,6 +158,9 @@ class _TrainData:
     layout: SampleLayout
     workers: int
     fields: TargetFields
+    # fingerprints a lazy run's cache took already, of --data and --val-data ("data",
+    # "val": file name -> [size, mtime_ns, sha256])
+    known: dict
 
 
 def cmd_train(args) -> int:
@@ -223,7 +226,7 @@ def _train(args, cfg: TrainConfig) -> int:
                         loss=RelativeLpLoss(quadrature=cfg.quadrature_loss,
                                             fields=data.fields),
                         compile=cfg.compile, checkpoint_blocks=cfg.checkpoint_blocks,
-                        num_workers=data.workers):
+                        num_workers=data.workers, shards=shards_of(cfg, data.train)):
         return 0
     return train_extras.train_members(args, cfg, out, cmd_train)
 
@@ -292,8 +295,11 @@ def _read_data(cfg: TrainConfig, main_rank: bool, dry_run: bool, dtype: str) -> 
         val_files = [files[i] for i in val_idx]
     c_in = sum(field_channels(shapes[k]) for k in layout.input_fields)
     c_out = sum(field_channels(shapes[k]) for k in cfg.targets)
+    known = {"data": fingerprints(samples),
+             "val": fingerprints(val_samples) if cfg.val_data else {}}
     return _TrainData(files, shapes, train_idx, train_samples, val_samples, val_files,
-                      (c_in, c_out, dim), layout, workers, target_fields(cfg, shapes))
+                      (c_in, c_out, dim), layout, workers, target_fields(cfg, shapes),
+                      known)
 
 
 def target_fields(cfg: TrainConfig, shapes: dict) -> TargetFields:
@@ -387,8 +393,8 @@ validation data), last.pt (resumable state), history.json (per-epoch losses and
 metrics) and config.yaml (the resolved config, usable as --config). Checkpoints
 record the absolute data folder and a fingerprint of its files (docs/trust.md).
 A non-empty --out that is not a run of the same config, or that holds a finished
-run (last.pt, or a reduced basis' best.pt), needs --overwrite. One run at a time writes a run folder: a second
-run there is refused while the first one runs.
+run (last.pt, or a reduced basis' best.pt), needs --overwrite. One run at a time
+writes a run folder: a second run there is refused while the first one runs.
 """
 
 
@@ -438,7 +444,9 @@ def add_parser(sub) -> None:
                    "galerkin_transformer or patched_transformer (default: chosen from the "
                    "data: reduced_basis for "
                    "a parametric study, one mesh and a parameter vector or constant inputs "
-                   "per sample; pit otherwise)")
+                   "per sample; pit otherwise); with --series also trajectory_basis, and "
+                   "the default a choice between it and a next-step model "
+                   "(docs/time-series.md)")
     g.add_argument("--model-config", nargs="+", action="extend", metavar="KEY=VALUE",
                    dest="model_config",
                    help="model hyperparameters, e.g. width=64 layers=2 heads=4 (defaults: "
@@ -503,6 +511,11 @@ def add_parser(sub) -> None:
                    "$MESHOPS_CACHE_DIR or ~/.cache/meshops/meshes); runs may share it")
     g.add_argument("--workers", type=int, metavar="N", help="DataLoader worker processes "
                    "that read and parse meshes (default 2 when lazy, else 0)")
+    g.add_argument("--shards", type=int, metavar="N", help="deal the training files into N "
+                   "fixed parts, each step taking a batch of every part (default: under "
+                   "torchrun with --lazy, one part per process, each reading only its own; "
+                   "in one process with N times the batch, the steps of such a run; "
+                   "docs/distributed.md)")
     g = p.add_argument_group("output")
     g.add_argument("--out", metavar="RUN", help="run folder (default ./run)")
     g.add_argument("--resume", action="store_true", default=False,

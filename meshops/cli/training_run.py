@@ -107,13 +107,23 @@ def epochs_to_fit(cfg: TrainConfig, model, samples, num_val: float) -> tuple[Tra
     ``--minutes`` from one timed step on ``samples`` (``num_val``: the validation work in
     training samples' forwards), on the faster of one thread and all
     (:func:`meshops.training.defaults.epochs_to_fit`); returns the config and what was
-    done (``""``: nothing)."""
+    done (``""``: nothing). A process of a data-parallel run times its own part of
+    lazily read samples, and every process takes rank 0's choice (all must train the
+    same epochs)."""
+    import torch.distributed as dist
+
     from meshops.training import defaults
 
     if cfg.epochs is not None:
         return cfg, ""
-    epochs, threads, reason = defaults.epochs_to_fit(model, samples, cfg.batch_size,
-                                                     cfg.minutes, num_val, cfg.threads)
+    own = getattr(samples, "own", None)
+    chosen = defaults.epochs_to_fit(model, own() if callable(own) else samples,
+                                    cfg.batch_size, cfg.minutes, num_val, cfg.threads)
+    if dist.is_available() and dist.is_initialized():
+        every = [None] * dist.get_world_size()
+        dist.all_gather_object(every, chosen)
+        chosen = every[0]
+    epochs, threads, reason = chosen
     return cfg.with_options("defaults", epochs=epochs, threads=threads), reason
 
 

@@ -10,8 +10,9 @@ from meshops.models.patched import PatchedTransformer
 from meshops.models.pit import PiT
 from meshops.models.reduced_basis import ReducedBasis
 from meshops.models.slice_transformer import SliceTransformer
+from meshops.models.trajectory_basis import TrajectoryBasis
 from meshops.models.transformer_no import TransformerNO
 
 __all__ = ["MODELS", "GalerkinTransformer", "NeuralOperator", "NextStep", "PatchedTransformer",
-           "PiT", "ReducedBasis", "SliceTransformer", "TransformerNO", "count_parameters",
-           "get_model", "register_model"]
+           "PiT", "ReducedBasis", "SliceTransformer", "TrajectoryBasis", "TransformerNO",
+           "count_parameters", "get_model", "register_model"]

@@ -215,7 +215,8 @@ def _mlp_settings(seconds: float, num: int, rank: int, params: int) -> dict | No
 def fit_reduced_basis(train: Sequence, val: Sequence, *, minutes: float = 10.0, seed: int = 0,
                       regressors: Sequence[str] = ("rbf", "gp", "mlp"),
                       members: int | None = None, log: Callable[[str], None] | None = None,
-                      fields: TargetFields | None = None):
+                      fields: TargetFields | None = None,
+                      score: Callable[[Sequence[Tensor], Sequence], np.ndarray] | None = None):
     """Fit a :class:`~meshops.models.ReducedBasis` (see the module docstring).
 
     Args:
@@ -234,6 +235,10 @@ def fit_reduced_basis(train: Sequence, val: Sequence, *, minutes: float = 10.0, 
         log: Called with a line per finished candidate.
         fields: The target fields whose mean relative error scores the candidates
             (:mod:`meshops.fields`; ``None``: all channels pooled).
+        score: The validation error per sample that chooses the regression instead,
+            ``score(pred, val) -> [V]``, ``pred`` the ``[m, C]`` predictions at each
+            validation sample's target points (default: the relative L2 error of
+            ``fields`` above, quadrature-weighted).
 
     Returns:
         ``(model, report)``: the chosen regression refitted on ``train`` and the
@@ -249,7 +254,10 @@ def fit_reduced_basis(train: Sequence, val: Sequence, *, minutes: float = 10.0, 
     start = time.perf_counter()
     p_tr, y_tr, w, source = _arrays(train)
     p_val, _ = _parameters(val)
-    fit = _Candidates(train, val, p_tr, y_tr, w, p_val, seed, log, fields)
+    if score is None:
+        def score(pred, samples):
+            return _relative_errors(pred, samples, fields)
+    fit = _Candidates(train, val, p_tr, y_tr, w, p_val, seed, log, score)
     fit.run(regressors, members, start + BUDGET_SHARE * 60 * minutes, minutes)
     if not fit.candidates:
         raise ValueError("no regression could be fitted to these parameters")
@@ -268,9 +276,9 @@ class _Candidates:
     """The candidate regressions fitted on the training samples and scored on the
     validation samples, each on its own points."""
 
-    def __init__(self, train, val, p_tr, y_tr, w, p_val, seed, log, fields) -> None:
+    def __init__(self, train, val, p_tr, y_tr, w, p_val, seed, log, score) -> None:
         self.train, self.val, self.p_tr, self.y_tr, self.w = train, val, p_tr, y_tr, w
-        self.p_val, self.seed, self.log, self.fields = p_val, seed, log, fields
+        self.p_val, self.seed, self.log, self.score = p_val, seed, log, score
         self.candidates: list[Candidate] = []
         self.predictions: dict[str, list[Tensor]] = {}
         self.bases: list | None = None      # (mean, modes) at each validation sample
@@ -288,7 +296,7 @@ class _Candidates:
 
     def _add(self, name: str, pred: list[Tensor], seconds: float, settings: dict) -> None:
         self.predictions[name] = pred
-        self.candidates.append(Candidate(name, _relative_errors(pred, self.val, self.fields),
+        self.candidates.append(Candidate(name, self.score(pred, self.val),
                                          seconds, settings))
         if self.log:
             self.log(FitReport(self.candidates[-1:], "", 0, 0, "", 0, 0, 0).lines()[1])

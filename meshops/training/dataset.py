@@ -173,3 +173,10 @@ def prepare_batch(batch, device: torch.device | str | None = None):
         batch.query_batch = qb if qb is not None else torch.zeros(
             batch.query_pos.shape[0], dtype=torch.long, device=batch.query_pos.device)
     return batch
+
+
+def first_sample(data):
+    """The first sample this process may read: a lazily read data set of a
+    data-parallel run reads only its own part (:meth:`meshops.cache.CachedMeshDataset.own`)."""
+    own = getattr(data, "own", None)
+    return own()[0] if callable(own) else data[0]

@@ -97,9 +97,9 @@ def _parametric(dataset: Sequence) -> tuple[bool, str]:
 def data_facts(dataset: Sequence) -> dict[str, Any]:
     """What :func:`choose_defaults` looks at: ``n`` samples, their mean ``points``,
     whether they share ``one_mesh``, whether their inputs are ``constant`` over each mesh,
-    whether they have inputs at all (``has_x``) and the number of target ``channels``. A data set that knows these without
-    reading its samples (:class:`meshops.cache.CachedMeshDataset`) gives them by its
-    ``facts()``."""
+    whether they have inputs at all (``has_x``) and the number of target ``channels``.
+    A data set that knows these without reading its samples
+    (:class:`meshops.cache.CachedMeshDataset`) gives them by its ``facts()``."""
     facts = getattr(dataset, "facts", None)
     if callable(facts):
         return facts()

@@ -26,6 +26,11 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+# Whether the live process group was created by setup(): a later setup() (the Trainer's,
+# after meshops train read its data shard through the group) then owns it as well, and
+# its cleanup() destroys it.
+_CREATED_HERE = False
+
 
 def torchrun_env() -> tuple[int, int, int] | None:
     """``(world_size, rank, local_rank)`` from the environment torchrun sets, or
@@ -109,7 +114,8 @@ def setup(device: str | torch.device | None = None) -> tuple[DistContext, torch.
     Returns:
         ``(context, device)``. Without torchrun (or with ``WORLD_SIZE=1``) the
         context is the single-process one and no process group is created. A
-        process group the caller initialised already is used as it is.
+        process group the caller initialised already is used as it is (and left to
+        the caller, unless an earlier call of this function created it).
 
     Raises:
         ValueError: a device this machine does not have (see :func:`check_device`).
@@ -126,21 +132,22 @@ def setup(device: str | torch.device | None = None) -> tuple[DistContext, torch.
         # One GPU per process; set before init so NCCL binds to the right one.
         device = torch.device("cuda", local)
         torch.cuda.set_device(device)
-    owns = False
+    global _CREATED_HERE
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
                                 init_method="env://", world_size=world, rank=rank)
-        owns = True
-    return DistContext(world, rank, local, owns), device
+        _CREATED_HERE = True
+    return DistContext(world, rank, local, _CREATED_HERE), device
 
 
 def cleanup(ctx: DistContext) -> None:
     """Destroy the process group if :func:`setup` created it (after a last barrier,
     so that no rank leaves while another still waits on a collective)."""
+    global _CREATED_HERE
     if ctx.owns_group and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
-        ctx.owns_group = False
+        ctx.owns_group = _CREATED_HERE = False
 
 
 def wrap_model(model: nn.Module, ctx: DistContext, device: torch.device,
@@ -189,3 +196,63 @@ def barrier(ctx: DistContext) -> None:
     """Wait for every rank (no-op in a single process)."""
     if ctx.active:
         dist.barrier()
+
+
+class ShardSampler(torch.utils.data.Sampler):
+    """The training samples dealt into fixed parts, one per process of a data-parallel
+    run, so that each process reads only its own part (e.g. the files on its node).
+
+    Sample ``i`` belongs to part ``i % parts``. Each epoch permutes every part (from
+    ``(seed, epoch, part)`` alone, so a resumed run draws the same order), and a part
+    shorter than the longest repeats its first samples to even them out (every process
+    takes the same number of steps). With ``part`` the sampler yields that part's
+    sequence (the process of rank ``part``); with ``part=None`` it yields the parts'
+    sequences interleaved ``batch`` at a time (part 0's first ``batch`` samples, part
+    1's, ..., then everyone's second), so that one process with ``parts * batch``
+    samples per step takes the steps of all the processes together: the same
+    gradients as the data-parallel run, up to rounding.
+
+    Args:
+        n: Training samples.
+        parts: Number of parts (the processes of the data-parallel run).
+        part: This process's part, or None for one process taking them all.
+        batch: Samples per step of one part (with ``part=None``).
+        shuffle: Permute each part every epoch.
+        seed: Seed of the permutations.
+    """
+
+    def __init__(self, n: int, parts: int, part: int | None = None, batch: int = 1,
+                 shuffle: bool = True, seed: int = 0) -> None:
+        if parts < 1 or n < parts:
+            raise ValueError(f"ShardSampler: {n} samples cannot be dealt into {parts} parts")
+        if part is not None and not 0 <= part < parts:
+            raise ValueError(f"ShardSampler: part {part} of {parts}")
+        self.n, self.parts, self.part, self.batch = n, parts, part, max(int(batch), 1)
+        self.shuffle, self.seed, self.epoch = shuffle, int(seed), 0
+        self.size = -(-n // parts)  # the longest part
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def sequence(self, part: int) -> list[int]:
+        """Part ``part``'s samples in this epoch's order, padded to :attr:`size`."""
+        from meshops.training.seed import epoch_seed
+
+        idx = list(range(part, self.n, self.parts))
+        if self.shuffle:
+            g = torch.Generator().manual_seed(
+                (epoch_seed(self.seed, self.epoch) * 1_000_003 + part) % 2 ** 63)
+            idx = [idx[k] for k in torch.randperm(len(idx), generator=g).tolist()]
+        while len(idx) < self.size:
+            idx += idx[:self.size - len(idx)]
+        return idx
+
+    def __iter__(self):
+        if self.part is not None:
+            return iter(self.sequence(self.part))
+        seqs = [self.sequence(p) for p in range(self.parts)]
+        return iter([i for a in range(0, self.size, self.batch) for s in seqs
+                     for i in s[a:a + self.batch]])
+
+    def __len__(self) -> int:
+        return self.size if self.part is not None else self.size * self.parts

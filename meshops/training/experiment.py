@@ -174,6 +174,10 @@ class ExperimentLogger(Callback):
 
         if not trainer.val_data:
             return {}
+        if not isinstance(trainer.train_data, (list, tuple)):
+            # a lazily read data set (meshops.cache): the baselines would hold every
+            # training sample in memory at once, which it exists to avoid
+            return {}
         out = {}
         for b in baselines(list(trainer.train_data), list(trainer.val_data), trainer.fields):
             if not b.available:

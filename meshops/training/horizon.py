@@ -14,9 +14,9 @@ The baselines:
   test series, at the same steps after the same start. Closest by the parameters
   (each standardised by its spread over the training series) when the series have
   them, else by the initial state (the quadrature-weighted L2 distance between the
-  states at the start). Only training series on the test series' mesh (the same
-  points, within ``1e-9`` of the mesh's extent) and long enough for the step count;
-  steps beyond the chosen series' end are NaN.
+  states at the start). A training series on other points than the test series (a
+  family of geometries) is moved to the test series' points by linear moving least
+  squares (:func:`on_points_of`); steps beyond the chosen series' end are NaN.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from meshops.series import TimeSeries
 from meshops.training.loss import lp_errors, summarize_errors
 
 __all__ = ["HorizonErrors", "horizon_statistics", "nearest_trajectory", "persistence",
-           "step_errors"]
+           "same_points", "step_errors"]
 
 
 @dataclass
@@ -80,12 +80,39 @@ def persistence(series: TimeSeries, targets: Sequence[str], start: int, steps: i
     return u[None].expand(steps, *u.shape)
 
 
-def _same_points(a: TimeSeries, b: TimeSeries) -> bool:
+def same_points(a: TimeSeries, b: TimeSeries) -> bool:
+    """Whether two series are on the same points (within ``1e-9`` of the extent)."""
     pa, pb = a.mesh.pos, b.mesh.pos
     if pa.shape != pb.shape:
         return False
     scale = max(float(pa.abs().max()), 1.0)
     return bool(((pa - pb).abs() <= 1e-9 * scale).all())
+
+
+def on_points_of(source: TimeSeries, target: TimeSeries, states: Tensor) -> Tensor:
+    """``states [T, N_source, C]`` of ``source`` at ``target``'s points: as they are on
+    the same points, else by linear moving least squares
+    (:func:`meshops.reduced.transfer.mls_weights`, exact for linear fields; where the
+    geometries differ, e.g. a hole that moved, the values are extrapolated from the
+    nearest points)."""
+    if same_points(source, target):
+        return states
+    from meshops.reduced.transfer import mls_weights, transfer
+
+    idx, w = mls_weights(source.mesh.pos.to(torch.float64),
+                         target.mesh.pos.to(torch.float64), degree=1)
+    return transfer(states, idx, w)
+
+
+def _start_distances(train: Sequence[TimeSeries], ok: list[int], s: TimeSeries,
+                     targets: Sequence[str], start: int) -> Tensor:
+    """Quadrature-weighted squared L2 distances between the test series' state at
+    ``start`` and each training series' (moved to the test mesh)."""
+    u0 = s.channels(targets)[start]
+    w = s.mesh.weight.to(torch.float64)[:, None]
+    return torch.stack([
+        (w * (on_points_of(train[j], s, train[j].channels(targets)[start:start + 1])[0]
+              - u0) ** 2).sum() for j in ok])
 
 
 def nearest_trajectory(train: Sequence[TimeSeries], test: Sequence[TimeSeries],
@@ -102,8 +129,9 @@ def nearest_trajectory(train: Sequence[TimeSeries], test: Sequence[TimeSeries],
 
     Returns:
         ``(predictions, chosen, note)``: per test series ``[steps, N, C]`` float64 (NaN
-        past the chosen series' end) or None where no training series is on its mesh,
-        the chosen series' names, and how they were chosen.
+        past the chosen series' end; moved to the test series' points by
+        :func:`on_points_of` where the meshes differ) or None where no training series
+        reaches ``start``, the chosen series' names, and how they were chosen.
     """
     by_params = all(s.params is not None for s in list(train) + list(test)) and bool(train)
     if by_params:
@@ -114,10 +142,12 @@ def nearest_trajectory(train: Sequence[TimeSeries], test: Sequence[TimeSeries],
                 f"({', '.join(train[0].param_names)}, standardised)")
     else:
         note = f"the training series with the nearest state at time step {start} (L2)"
+    if any(not same_points(r, s) for r in train for s in test):
+        note += "; moved to the test mesh by linear moving least squares where meshes differ"
     preds: list[Tensor | None] = []
     chosen: list[str | None] = []
     for s, h in zip(test, steps):
-        ok = [j for j, r in enumerate(train) if len(r) > start and _same_points(r, s)]
+        ok = [j for j, r in enumerate(train) if len(r) > start]
         if not ok:
             preds.append(None)
             chosen.append(None)
@@ -125,12 +155,9 @@ def nearest_trajectory(train: Sequence[TimeSeries], test: Sequence[TimeSeries],
         if by_params:
             d = (((p[ok] - s.params.to(torch.float64)) / scale) ** 2).sum(1)
         else:
-            u0 = s.channels(targets)[start]
-            w = s.mesh.weight.to(torch.float64)[:, None]
-            d = torch.stack([(w * (train[j].channels(targets)[start] - u0) ** 2).sum()
-                             for j in ok])
+            d = _start_distances(train, ok, s, targets, start)
         j = ok[int(torch.argmin(d))]  # ties go to the first
-        u = train[j].channels(targets)[start + 1:start + 1 + h]
+        u = on_points_of(train[j], s, train[j].channels(targets)[start + 1:start + 1 + h])
         if u.shape[0] < h:  # past the end of the chosen series: undefined
             pad = torch.full((h - u.shape[0], *u.shape[1:]), float("nan"), dtype=u.dtype)
             u = torch.cat([u, pad])

@@ -245,7 +245,8 @@ def rollout(model, sample: MeshData, chunk: int = 0) -> Tensor:
     """The model's rollout of ``sample`` in physical units.
 
     Args:
-        model: A :class:`~meshops.models.next_step.NextStep`.
+        model: A :class:`~meshops.models.next_step.NextStep` or a
+            :class:`~meshops.models.trajectory_basis.TrajectoryBasis`.
         sample: From :func:`rollout_sample` (``cond [1, K, C_cond]``).
         chunk: Roll out this many steps per forward call (0: all at once); the state
             carries over, so the result is the same.
@@ -253,7 +254,9 @@ def rollout(model, sample: MeshData, chunk: int = 0) -> Tensor:
     Shapes:
         -> ``[K, N, C]`` on the CPU
     """
-    param = next(model.parameters())
+    from meshops.inference import model_tensor
+
+    param = model_tensor(model)
     c = model.state_channels
     data = sample.clone().to(param.device)
     steps = data.cond.shape[1]

@@ -24,7 +24,7 @@ from meshops.models.conditioning import fit_param_normalizer
 from meshops.normalizer import UnitGaussianNormalizer, decode_outputs, encode_inputs
 from meshops.training import callbacks, distributed, state
 from meshops.training.callbacks import LAST, Callback, Checkpoints, EpochLog
-from meshops.training.dataset import fit_normalizers, make_loader, prepare_batch
+from meshops.training.dataset import first_sample, fit_normalizers, make_loader, prepare_batch
 from meshops.training.loss import (
     RelativeLpLoss,
     lp_errors,
@@ -323,6 +323,12 @@ class Trainer:
             ``best.pt``) is the weighted mean of the fields' relative errors, and
             :meth:`evaluate` reports each field. Default: the ``fields`` of ``loss``
             when it has them, else all channels pooled into one field.
+        shards: Deal the training samples into this many fixed parts
+            (:class:`~meshops.training.distributed.ShardSampler`): under torchrun one per
+            process, each process reading only its own part (a lazily read data set
+            that owns one part, :class:`meshops.cache.CachedMeshDataset`); in one process,
+            the steps of such a run (``batch_size`` is then ``shards`` times a part's).
+            Default: every epoch's permutation dealt out to the processes.
     """
 
     def __init__(self, model: "NeuralOperator", train_data: Sequence,
@@ -340,13 +346,14 @@ class Trainer:
                  find_unused_parameters: bool = False, precompute: bool = True,
                  time_limit: float | None = None, compile: bool | dict = False,
                  checkpoint_blocks: bool = False, callbacks: Sequence = (),
-                 fields: TargetFields | None = None) -> None:
+                 fields: TargetFields | None = None,
+                 shards: int | None = None) -> None:
         # Every argument is checked before a process group exists that an error would
         # leave behind.
         _check_arguments(train_data, val_data, epochs, batch_size, val_batch_size, seed,
                          resume, out_dir, loss, time_limit, compile, callbacks)
         self._check_optimization(model, optimizer, scheduler, lr, weight_decay)
-        self._check_dtype(train_data[0])
+        self._check_dtype(first_sample(train_data))
         if checkpoint_blocks:
             model.set_block_checkpointing(True)
         if precompute:
@@ -360,6 +367,7 @@ class Trainer:
         self.shuffle, self.progress, self.resume = shuffle, progress, resume
         self.metadata = dict(metadata or {})
         self.num_workers, self.find_unused_parameters = num_workers, find_unused_parameters
+        self.shards = shards
         self.out_dir = Path(out_dir) if out_dir is not None else None
         # The target fields of the validation errors: given, or the loss's.
         self.fields = fields if fields is not None else getattr(loss, "fields", None)
@@ -418,15 +426,34 @@ class Trainer:
         processes deals out exactly the permutation a single process would use. The
         loader draws its workers' base seed from its own generator rather than the
         global one, so iterating it does not shift the dropout stream."""
-        self.sampler = DistributedSampler(
-            self.train_data, num_replicas=self.dist.world_size if self.dist.active else 1,
-            rank=self.dist.rank if self.dist.active else 0, shuffle=self.shuffle,
-            seed=epoch_seed(self.seed, 0), drop_last=False)
+        if self.shards:
+            self.sampler = self._shard_sampler()
+        else:
+            self.sampler = DistributedSampler(
+                self.train_data, num_replicas=self.dist.world_size if self.dist.active else 1,
+                rank=self.dist.rank if self.dist.active else 0, shuffle=self.shuffle,
+                seed=epoch_seed(self.seed, 0), drop_last=False)
         self._loader_gen = torch.Generator()
         self.train_loader = make_loader(self.train_data, self.batch_size, sampler=self.sampler,
                                         generator=self._loader_gen,
                                         num_workers=self.num_workers)
         self.steps_per_epoch = len(self.train_loader)
+
+    def _shard_sampler(self) -> distributed.ShardSampler:
+        """``shards``: fixed parts of the training set (see
+        :class:`~meshops.training.distributed.ShardSampler`), one per process of a
+        data-parallel run, or all of them in one process with ``shards`` times the
+        batch of one."""
+        parts, world = int(self.shards), self.dist.world_size if self.dist.active else 1
+        if world > 1 and parts != world:
+            raise ValueError(f"Trainer: shards={parts} but the run has {world} processes")
+        if world == 1 and self.batch_size % parts:
+            raise ValueError(f"Trainer: batch_size {self.batch_size} is not a multiple of "
+                             f"shards={parts} (one process takes each part's batch)")
+        return distributed.ShardSampler(
+            len(self.train_data), parts, self.dist.rank if world > 1 else None,
+            self.batch_size if world > 1 else self.batch_size // parts, self.shuffle,
+            self.seed)
 
     def _make_optimization(self, optimizer, scheduler, lr, weight_decay) -> None:
         """The optimiser (unless given) and the learning-rate schedule, on the model on
