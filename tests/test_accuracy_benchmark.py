@@ -388,3 +388,34 @@ def test_fast_segment_csr_equals_the_row_loop(batched, reduction):
         if counts[i]:
             ref[..., i, :] = rows.sum(-2) / (counts[i] if reduction == "mean" else 1)
     torch.testing.assert_close(out, ref, rtol=1e-14, atol=1e-14)
+
+
+def test_p1_transfer_takes_triangulations_matplotlib_refuses():
+    """A C-grid duplicates the nodes of its wake cut, which matplotlib's triangle finder
+    refuses: the search fallback gives the same P1 values on a valid mesh (1e-12) and
+    exact linear fields on one with a duplicated node."""
+    from scipy.spatial import Delaunay, cKDTree
+
+    from benchmarks.accuracy import classical
+
+    rng = np.random.default_rng(0)
+    p = rng.random((300, 2))
+    t = Delaunay(p).simplices
+    y = np.stack([2 * p[:, 0] + p[:, 1], np.sin(3 * p[:, 0])], 1)
+
+    class S:
+        pass
+
+    s = S()
+    s.points, s.triangles, s.targets = p, t, y
+    q = rng.random((2000, 2)) * 1.2 - 0.1  # some outside: the nearest node's value
+    near = cKDTree(p).query(q)[1]
+    np.testing.assert_allclose(classical._values_by_search(s, q, near),
+                               classical._values_at(s, q), atol=1e-12)
+    # a duplicated node (a copy of node 0 used by the triangles that had it)
+    s.points = np.concatenate([p, p[:1]])
+    s.triangles = np.where(t == 0, len(p), t)
+    s.targets = np.concatenate([y, y[:1]])
+    inside = Delaunay(p).find_simplex(q) >= 0
+    got = classical._values_at(s, q)
+    np.testing.assert_allclose(got[inside, 0], 2 * q[inside, 0] + q[inside, 1], atol=1e-12)
