@@ -42,12 +42,15 @@ def merge(docs: list[dict]) -> dict:
             raise ValueError(f"cannot merge a {d['minutes']:g}-minute {d['threads']}-thread run "
                              f"with a {first['minutes']:g}-minute {first['threads']}-thread one")
     out = {k: v for k, v in first.items() if k not in ("datasets", "runs")}
-    out["runs"] = [{k: d.get(k) for k in ("command", "meshops_commit", "started", "finished",
-                                          "load")} for d in docs]
+    # a stored merge brings its own runs
+    out["runs"] = [r for d in docs for r in (d.get("runs") or [
+        {k: d.get(k) for k in ("command", "meshops_commit", "started", "finished", "load")}])]
     out["datasets"] = {}
     for d in docs:
         for name, ds in d["datasets"].items():
-            have = out["datasets"].setdefault(name, {**ds, "models": {}})
+            have = out["datasets"].setdefault(name, {"models": {}})
+            # a later run's description of the set wins (e.g. its fields)
+            have.update({k: v for k, v in ds.items() if k != "models"})
             have["models"].update(ds["models"])
     out["models"] = [m for m in MODELS if any(m in ds["models"]
                                               for ds in out["datasets"].values())]
@@ -284,7 +287,7 @@ def plot_histories(doc: dict, path) -> int:
                     if h.get("val") is not None]
             if hist:
                 ax.plot([h["s"] / 60 for h in hist], [h["val"] for h in hist], marker=".",
-                        label=LABELS[m])
+                        label=LABELS[m], color=f"C{TRAINED.index(m)}")  # one colour each
         ax.axvline(doc["minutes"] / 2, color="0.7", lw=0.8, ls="--")
         ax.set(title=name, xlabel="training time (min)", yscale="log",
                ylabel="validation rel. L2 (mean of fields)")
