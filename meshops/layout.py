@@ -13,6 +13,9 @@ used alike by training (:class:`meshops.MeshFolderDataset`), ``meshops predict``
   a cell field of the file;
 * **boundary tags**: input channels ``tag:<tag>`` and ``tag:normal``
   (:mod:`meshops.boundary`), appended to the inputs;
+* **geometry features**: inputs named ``geo:distance`` and ``geo:direction`` are not read
+  from the file but computed from its mesh (:mod:`meshops.geometry`: the distance to
+  the domain's boundary and the direction to it);
 * **parameters**: ``params [1, K]`` from the file's ``field_data`` or its folder's
   ``params.csv`` / ``params.json`` (:mod:`meshops.params`).
 """
@@ -29,6 +32,7 @@ from meshops.boundary import TAG_PREFIX, tag_channels, tag_field_names
 from meshops.cells import cell_field, cell_points, cells_to_blocks, point_to_cells
 from meshops.data import MeshData
 from meshops.errors import CheckpointError, MeshError
+from meshops.geometry import GEOMETRY_FIELDS, GEOMETRY_PREFIX, geometry_channels
 from meshops.io import WEIGHT_FIELD
 from meshops.params import read_param_table, sample_params
 
@@ -80,6 +84,15 @@ class SampleLayout:
         if clash:
             raise MeshError(f"field {clash[0]!r}: names starting with {TAG_PREFIX!r} are the "
                             f"channels of boundary tags (--tags); rename the field")
+        bad = [n for n in self.inputs if n.startswith(GEOMETRY_PREFIX)
+               and n not in GEOMETRY_FIELDS]
+        if bad:
+            raise MeshError(f"input {bad[0]!r}: the geometry features are "
+                            f"{', '.join(GEOMETRY_FIELDS)}")
+        geo = [n for n in self.targets if n.startswith(GEOMETRY_PREFIX)]
+        if geo:
+            raise MeshError(f"target {geo[0]!r}: names starting with {GEOMETRY_PREFIX!r} are "
+                            f"geometry features computed from the mesh, inputs only")
         for what, names in (("params", self.params), ("tags", self.tags)):
             dup = sorted({n for n in names if names.count(n) > 1})
             if dup:
@@ -180,6 +193,7 @@ class SampleLayout:
         """
         path = Path(path)
         location = self._resolve_location(mesh, path, need_targets)
+        mesh = self._with_geometry(mesh, path)
         names = self.inputs + (self.targets if need_targets else [])
         where = {n: self._where(mesh, n, path) for n in names}
         if location == "points":
@@ -205,6 +219,28 @@ class SampleLayout:
             sample.params = sample_params(self.params, path, mesh.field_data,
                                           self._table(path.parent))
         return sample
+
+    def _with_geometry(self, mesh, path):
+        """``mesh`` with the geometry features among the inputs as point fields (a shallow
+        copy; ``mesh`` itself unchanged), or ``mesh`` when none is asked for."""
+        wanted = [n for n in self.inputs if n in GEOMETRY_FIELDS]
+        if not wanted:
+            return mesh
+        have = [n for n in wanted if n in (getattr(mesh, "fields", None) or {})
+                or n in (getattr(mesh, "cell_data", None) or {})]
+        if have:
+            raise MeshError(f"{path}: the file has a field {have[0]!r}, the name of a geometry "
+                            f"feature meshops computes; rename the field")
+        try:
+            channels = geometry_channels(mesh)
+        except MeshError as e:
+            raise MeshError(f"{path}: {e}") from None
+        out = copy.copy(mesh)
+        out.fields = dict(mesh.fields)
+        dtype = next((v.dtype for v in mesh.fields.values() if v.is_floating_point()),
+                     mesh.pos.dtype)
+        out.fields.update({n: channels[n].to(dtype) for n in wanted})
+        return out
 
     def prediction_data(self, mesh, predictions: dict) -> tuple[dict, dict]:
         """``(point_data, cell_data)`` to write ``predictions`` (``{name: values}`` at the

@@ -236,12 +236,70 @@ def test_several_fields_get_a_row_each_and_a_verdict_each():
            for k in ("u+v", "p", "mean of fields")}
     assert "**0.024**" in row["u+v"] and "| 0.4 (median" in row["u+v"]
     assert "**0.016**" in row["p"] and "| n/a |" in row["p"]
-    assert "- flow: u+v: meshops loses to Transolver (0.024 vs 0.4, 16.7x), nearest" in md
-    assert "- flow: p: meshops loses to Transolver (0.016 vs 0.03, 1.9x)" in md
+    assert "- flow: u+v: meshops is behind Transolver by 16.7x (0.4 vs 0.024), nearest" in md
+    assert "- flow: p: meshops is behind Transolver by 88 % (0.03 vs 0.016)" in md
     # meshops never reached Transolver's best validation error: said, with its own best
     assert "not reached by meshops (its best 0.2)" in md
     doc["datasets"]["flow"]["models"]["meshops"]["history"].append({"s": 300.0, "val": 0.029})
     assert "reached by meshops after 5.0 min of training" in markdown_table(doc)
+
+
+def test_a_peer_no_better_than_a_trivial_prediction_did_not_learn(tmp_path, capsys):
+    """The heat case: both peers near 1.0, the zero field's error. Their cells say "did not
+    learn", they are neither best nor in the verdict's comparison, and the verdict says
+    so; a peer 5 % or more below the training mean's error (and 1.0) learned."""
+    from benchmarks.accuracy.__main__ import main
+    from benchmarks.accuracy.report import TRIVIAL_RTOL, did_not_learn
+
+    doc = _doc()
+    row = doc["datasets"]["one"]["models"]
+    row["mean"] = {"mean": 0.517, "median": 0.5, "worst": 1.0}
+    row["transolver"] = {"mean": 0.998, "median": 0.99, "worst": 1.0}
+    row["gino"] = {"mean": 0.517 * (1 - TRIVIAL_RTOL) - 1e-9, "median": 0.4, "worst": 0.6}
+    row["pod_rbf"] = {"mean": 0.03, "median": 0.03, "worst": 0.06}
+    assert did_not_learn("transolver", row) and not did_not_learn("gino", row)
+    assert not did_not_learn("mean", row)  # a baseline is what it is
+    # without a training mean: the zero field alone is the bar
+    assert did_not_learn("transolver", {"transolver": {"mean": 0.96}})
+    assert not did_not_learn("transolver", {"transolver": {"mean": 0.94}})
+    md = markdown_table(doc)
+    line = next(x for x in md.splitlines() if x.startswith("| one"))
+    assert "| did not learn (0.998) |" in line and "**0.02**" in line
+    text = verdict(doc["datasets"]["one"])
+    assert text.startswith("meshops is ahead: the closest, POD + RBF, is 50 % above")
+    assert text.endswith("Transolver (0.998) did not learn (no better than the zero field or "
+                         "the training mean), so say nothing of meshops")
+    # --plot: the trained models' validation histories, a panel per data set that has one
+    doc["datasets"]["one"]["models"]["meshops"]["history"] = [{"s": 30.0, "val": 0.5},
+                                                              {"s": 90.0, "val": 0.1}]
+    stored = tmp_path / "r.json"
+    stored.write_text(json.dumps(doc))
+    assert main(["--plot", str(stored)]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {tmp_path / 'r.png'} (1 data sets)"
+    assert (tmp_path / "r.png").stat().st_size > 1000
+
+
+def test_a_result_scored_before_the_fields_is_pooled_not_a_field_error():
+    """A stored peer result without per-field errors (scored over all channels together)
+    is neither a field's error nor the mean of the fields' errors: its cells say
+    "pooled", and it is left out of those rows' verdicts."""
+    def r(uv, p):
+        return {"mean": (uv + p) / 2, "median": uv, "worst": p,
+                "fields": {"u+v": {"mean": uv, "median": uv, "worst": uv},
+                           "p": {"mean": p, "median": p, "worst": p}}}
+    doc = _doc()
+    doc["datasets"] = {"step": {
+        "train": 4, "test": 2, "nodes": 9, "inputs": ["mu"], "targets": ["u", "v", "p"],
+        "fields": ["u+v", "p"],
+        "models": {"meshops": r(0.02, 0.04), "transolver": {"mean": 0.01, "median": 0.01,
+                                                            "worst": 0.02}}}}
+    lines = markdown_table(doc).splitlines()
+    for label in ("u+v", "p"):
+        row = next(x for x in lines if x.startswith(f"| step: {label}"))
+        assert "| pooled only |" in row
+    row = next(x for x in lines if x.startswith("| step: mean of fields"))
+    assert "| pooled 0.01 |" in row and "**0.03**" in row
+    assert "- step: mean of fields: meshops: nothing to compare with" in lines
 
 
 def test_table_option_reads_a_stored_result_or_fails_in_one_line(tmp_path, capsys):
@@ -330,3 +388,34 @@ def test_fast_segment_csr_equals_the_row_loop(batched, reduction):
         if counts[i]:
             ref[..., i, :] = rows.sum(-2) / (counts[i] if reduction == "mean" else 1)
     torch.testing.assert_close(out, ref, rtol=1e-14, atol=1e-14)
+
+
+def test_p1_transfer_takes_triangulations_matplotlib_refuses():
+    """A C-grid duplicates the nodes of its wake cut, which matplotlib's triangle finder
+    refuses: the search fallback gives the same P1 values on a valid mesh (1e-12) and
+    exact linear fields on one with a duplicated node."""
+    from scipy.spatial import Delaunay, cKDTree
+
+    from benchmarks.accuracy import classical
+
+    rng = np.random.default_rng(0)
+    p = rng.random((300, 2))
+    t = Delaunay(p).simplices
+    y = np.stack([2 * p[:, 0] + p[:, 1], np.sin(3 * p[:, 0])], 1)
+
+    class S:
+        pass
+
+    s = S()
+    s.points, s.triangles, s.targets = p, t, y
+    q = rng.random((2000, 2)) * 1.2 - 0.1  # some outside: the nearest node's value
+    near = cKDTree(p).query(q)[1]
+    np.testing.assert_allclose(classical._values_by_search(s, q, near),
+                               classical._values_at(s, q), atol=1e-12)
+    # a duplicated node (a copy of node 0 used by the triangles that had it)
+    s.points = np.concatenate([p, p[:1]])
+    s.triangles = np.where(t == 0, len(p), t)
+    s.targets = np.concatenate([y, y[:1]])
+    inside = Delaunay(p).find_simplex(q) >= 0
+    got = classical._values_at(s, q)
+    np.testing.assert_allclose(got[inside, 0], 2 * q[inside, 0] + q[inside, 1], atol=1e-12)

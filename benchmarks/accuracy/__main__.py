@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.accuracy import datasets
-from benchmarks.accuracy.report import console_table, markdown_table
+from benchmarks.accuracy.report import console_table, markdown_table, plot_histories
 from benchmarks.accuracy.run import MODELS, PEERS, REPO, run_dataset
 
 SCHEMA = "meshops-accuracy-1"
@@ -71,6 +71,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "folder, removed)")
     p.add_argument("--table", type=Path, metavar="FILE.json",
                    help="print the Markdown table of a stored result and exit")
+    p.add_argument("--plot", type=Path, metavar="FILE.json",
+                   help="plot the validation error against training time of a stored "
+                        "result's trained models into FILE.png and exit")
     p.add_argument("--merge", type=Path, nargs="+", metavar="FILE.json",
                    help="combine stored results (same budget and threads; a later file's "
                         "result for a data set and model replaces an earlier one's) into "
@@ -152,18 +155,25 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from benchmarks.reporting import write_json
 
-    if args.table:
+    if args.table or args.plot:
         import json
 
+        stored = args.table or args.plot
         try:
-            doc = json.loads(args.table.read_text())
+            doc = json.loads(stored.read_text())
         except (OSError, ValueError) as e:
-            print(f"error: {args.table}: {e}", file=sys.stderr)
+            print(f"error: {stored}: {e}", file=sys.stderr)
             return 2
         if doc.get("schema") != SCHEMA:
-            print(f"error: {args.table}: not an accuracy result (schema "
+            print(f"error: {stored}: not an accuracy result (schema "
                   f"{doc.get('schema')!r})", file=sys.stderr)
             return 2
+        if args.plot:
+            png = stored.with_suffix(".png")
+            n = plot_histories(doc, png)
+            print(f"wrote {png} ({n} data sets)" if n else
+                  f"{stored}: no trained model has a validation history; nothing plotted")
+            return 0
         print(markdown_table(doc), end="")
         return 0
     if args.merge:
@@ -211,6 +221,8 @@ def main(argv=None) -> int:
     log("")
     log(console_table(doc))
     write_json(out, doc)
+    if plot_histories(doc, out.with_suffix(".png")):
+        log(f"plotted the validation histories into {out.with_suffix('.png')}")
     log(f"\nwrote {out} and {out.with_suffix('.log')}")
     out.with_suffix(".log").write_text("\n".join(log_lines) + "\n")
     return 0

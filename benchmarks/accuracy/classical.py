@@ -55,14 +55,51 @@ def _values_at(src: Sample, points: np.ndarray) -> np.ndarray:
     import matplotlib.tri as mtri
     from scipy.spatial import cKDTree
 
-    tri = mtri.Triangulation(src.points[:, 0], src.points[:, 1], src.triangles)
-    finder = tri.get_trifinder()
-    out = np.empty((len(points), src.targets.shape[1]))
     nearest = cKDTree(src.points).query(points)[1]
+    tri = mtri.Triangulation(src.points[:, 0], src.points[:, 1], src.triangles)
+    try:
+        finder = tri.get_trifinder()
+    except RuntimeError:  # matplotlib refuses e.g. a C-grid's duplicated wake-cut nodes
+        return _values_by_search(src, points, nearest)
+    out = np.empty((len(points), src.targets.shape[1]))
     for c in range(src.targets.shape[1]):
         v = mtri.LinearTriInterpolator(tri, src.targets[:, c], trifinder=finder)(
             points[:, 0], points[:, 1])
         out[:, c] = np.where(np.ma.getmaskarray(v), src.targets[nearest, c], np.ma.getdata(v))
+    return out
+
+
+def _values_by_search(src: Sample, points: np.ndarray, nearest: np.ndarray,
+                      k: int = 32, chunk: int = 8192) -> np.ndarray:
+    """P1 interpolation as :func:`_values_at`, the triangle of each point found among the
+    ``k`` triangles with the nearest centroids (barycentric coordinates all >= -1e-9),
+    the nearest node's value where none holds it. For triangulations matplotlib's
+    finder refuses (duplicated nodes, overlapping cells)."""
+    from scipy.spatial import cKDTree
+
+    p, t, y = src.points[:, :2], src.triangles, src.targets
+    k = min(k, len(t))
+    out = y[nearest].astype(np.float64)
+    tree = cKDTree(p[t].mean(1))
+    for s in range(0, len(points), chunk):
+        q = points[s:s + chunk, :2]
+        cand = tree.query(q, k)[1].reshape(len(q), k)                  # [n, k]
+        a, b, c = (p[t[cand, i]] for i in range(3))                     # [n, k, 2]
+        v0, v1, v2 = b - a, c - a, q[:, None] - a
+        d00, d01, d11 = (v0 * v0).sum(-1), (v0 * v1).sum(-1), (v1 * v1).sum(-1)
+        d20, d21 = (v2 * v0).sum(-1), (v2 * v1).sum(-1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            den = d00 * d11 - d01 * d01
+            l1 = (d11 * d20 - d01 * d21) / den
+            l2 = (d00 * d21 - d01 * d20) / den
+        lam = np.stack([1 - l1 - l2, l1, l2], -1)                      # [n, k, 3]
+        inside = np.isfinite(lam).all(-1) & (lam >= -1e-9).all(-1)
+        found = inside.any(1)
+        j = inside.argmax(1)
+        rows = np.arange(len(q))
+        verts = t[cand[rows, j]]                                        # [n, 3]
+        vals = (lam[rows, j][..., None] * y[verts]).sum(1)              # [n, C]
+        out[s:s + chunk][found] = vals[found]
     return out
 
 

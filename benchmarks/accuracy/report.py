@@ -8,6 +8,23 @@ from meshops.training.standing import standing
 
 #: The neural-network and classical columns meshops is compared with.
 OTHERS = ("mean", "nearest", "pod_rbf", "transolver", "gino")
+#: The trained models, whose results can say "did not learn".
+TRAINED = ("meshops", "transolver", "gino")
+#: A trained model did not learn when its mean error is within this fraction of the
+#: trivial predictions' (or above): the zero field (relative error 1 by definition) and
+#: the interpolated training mean. Such a number says nothing of the model.
+TRIVIAL_RTOL = 0.05
+
+
+def did_not_learn(model: str, row: dict) -> bool:
+    """Whether the trained ``model``'s mean error on a row (``{model: result}``) is no
+    better than predicting zero or the training mean (to :data:`TRIVIAL_RTOL`)."""
+    r = row.get(model) or {}
+    if model not in TRAINED or r.get("mean") is None:
+        return False
+    mean = (row.get("mean") or {}).get("mean")
+    trivial = 1.0 if mean is None else min(1.0, mean)
+    return r["mean"] >= (1 - TRIVIAL_RTOL) * trivial
 
 
 def merge(docs: list[dict]) -> dict:
@@ -25,12 +42,15 @@ def merge(docs: list[dict]) -> dict:
             raise ValueError(f"cannot merge a {d['minutes']:g}-minute {d['threads']}-thread run "
                              f"with a {first['minutes']:g}-minute {first['threads']}-thread one")
     out = {k: v for k, v in first.items() if k not in ("datasets", "runs")}
-    out["runs"] = [{k: d.get(k) for k in ("command", "meshops_commit", "started", "finished",
-                                          "load")} for d in docs]
+    # a stored merge brings its own runs
+    out["runs"] = [r for d in docs for r in (d.get("runs") or [
+        {k: d.get(k) for k in ("command", "meshops_commit", "started", "finished", "load")}])]
     out["datasets"] = {}
     for d in docs:
         for name, ds in d["datasets"].items():
-            have = out["datasets"].setdefault(name, {**ds, "models": {}})
+            have = out["datasets"].setdefault(name, {"models": {}})
+            # a later run's description of the set wins (e.g. its fields)
+            have.update({k: v for k, v in ds.items() if k != "models"})
             have["models"].update(ds["models"])
     out["models"] = [m for m in MODELS if any(m in ds["models"]
                                               for ds in out["datasets"].values())]
@@ -46,12 +66,17 @@ def _models(doc: dict) -> list[str]:
     return [m for m in MODELS if m in seen]
 
 
-def _cell(r: dict | None, best: bool, markdown: bool, spread: bool = True) -> str:
+def _cell(r: dict | None, best: bool, markdown: bool, spread: bool = True,
+          learned: bool = True) -> str:
     if r is None:
         return "not run"
     if r.get("mean") is None:
         note = r.get("note", "no result")
+        if note.startswith("pooled only"):
+            return f"pooled {r['pooled']:.4g}" if "pooled" in r else "pooled only"
         return "n/a" if note.startswith("n/a") else "failed"
+    if not learned:
+        return f"did not learn ({r['mean']:.3g})"
     text = f"{r['mean']:.4g}"
     if markdown and best:
         text = f"**{text}**"
@@ -68,25 +93,48 @@ def rows(name: str, d: dict) -> list[tuple[str, dict]]:
         f in (r.get("fields") or {}) for r in d["models"].values())]
     if len(fields) < 2:
         return [(name, d["models"])]
-    out = [(f"{name}: {f}", {m: (r.get("fields") or {}).get(f, {"note": r.get("note", "")})
-                             for m, r in d["models"].items()}) for f in fields]
-    return out + [(f"{name}: mean of fields", d["models"])]
+
+    def field_result(r: dict, f: str) -> dict:
+        if f in (r.get("fields") or {}):
+            return r["fields"][f]
+        if r.get("mean") is not None:  # a result stored before the metric was per field
+            return {"note": "pooled only: scored over all channels together"}
+        return {"note": r.get("note", "")}
+
+    out = [(f"{name}: {f}", {m: field_result(r, f) for m, r in d["models"].items()})
+           for f in fields]
+    # a pooled error is another quantity than the mean of the fields' errors
+    mean_row = {m: (r if r.get("fields") or r.get("mean") is None else
+                    {"note": "pooled only: scored over all channels together",
+                     "pooled": r["mean"]})
+                for m, r in d["models"].items()}
+    return out + [(f"{name}: mean of fields", mean_row)]
 
 
 def verdict(d: dict) -> str:
     """Where meshops stands on one row (``{"models": {model: result}}``): behind, level
     with (within :data:`meshops.training.standing.LEVEL_RTOL`) or ahead of the others'
     mean errors, in the words ``meshops train`` and ``meshops evaluate`` use."""
-    ours = d["models"].get("meshops")
+    row = d["models"]
+    ours = row.get("meshops")
     if not ours or ours.get("mean") is None:
         return "meshops: no result"
-    others = {LABELS[m]: d["models"][m]["mean"] for m in OTHERS
-              if d["models"].get(m, {}).get("mean") is not None}
-    return standing("meshops", ours["mean"], others)
+    if did_not_learn("meshops", row):
+        return f"meshops did not learn ({ours['mean']:.4g}: no better than a trivial prediction)"
+    failed = [m for m in OTHERS if did_not_learn(m, row)]
+    others = {LABELS[m]: row[m]["mean"] for m in OTHERS
+              if row.get(m, {}).get("mean") is not None and m not in failed}
+    text = standing("meshops", ours["mean"], others)
+    if failed:
+        text += ("; " + ", ".join(f"{LABELS[m]} ({row[m]['mean']:.3g})" for m in failed)
+                 + " did not learn (no better than the zero field or the training mean), "
+                   "so say nothing of meshops")
+    return text
 
 
 def _best(d: dict) -> str | None:
-    ok = {m: r["mean"] for m, r in d["models"].items() if r.get("mean") is not None}
+    ok = {m: r["mean"] for m, r in d["models"].items()
+          if r.get("mean") is not None and not did_not_learn(m, d["models"])}
     return min(ok, key=ok.get) if ok else None
 
 
@@ -109,6 +157,8 @@ def console_table(doc: dict) -> str:
                     lines.append(f"  {LABELS[m]:<24} {r.get('note', 'no result')}")
                 else:
                     note = d["models"][m].get("note")
+                    if did_not_learn(m, models):
+                        note = "did not learn" + (f"; {note}" if note else "")
                     lines.append(f"  {LABELS[m]:<24} {r['mean']:>10.4g} {r['median']:>10.4g} "
                                  f"{r['worst']:>10.4g} {wall:>7.0f}"
                                  + (f"   {note}" if note else ""))
@@ -162,7 +212,8 @@ def markdown_table(doc: dict) -> str:
         for i, (label, row) in enumerate(rows(name, d)):
             best = _best({"models": row})
             out.append("| " + " | ".join([label + (about if i == 0 else "")]
-                                         + [_cell(row.get(m), m == best, True)
+                                         + [_cell(row.get(m), m == best, True,
+                                                  learned=not did_not_learn(m, row))
                                             for m in models]) + " |")
     out += ["", "Where meshops stands:", ""]
     out += [f"- {label}: {verdict({'models': row})}" for name, d in doc["datasets"].items()
@@ -201,7 +252,8 @@ def readme_table(doc: dict, source: str) -> str:
     for name, d in doc["datasets"].items():
         for label, row in rows(name, d):
             best = _best({"models": row})
-            cells = [_cell(row.get(m), m == best, True, spread=False) for m in models]
+            cells = [_cell(row.get(m), m == best, True, spread=False,
+                           learned=not did_not_learn(m, row)) for m in models]
             out.append(f"| {label} | " + " | ".join(cells) + " |")
             verdicts.append(f"- {label}: {verdict({'models': row})}")
     out += ["", *verdicts, "",
@@ -211,3 +263,40 @@ def readme_table(doc: dict, source: str) -> str:
             f"docs/accuracy.md says how each number was made)."]
     return "\n".join(out) + "\n"
 
+
+
+def plot_histories(doc: dict, path) -> int:
+    """Each trained model's validation error against its training time, a panel per data
+    set (log scale), written to ``path`` (PNG); the number of panels drawn (data sets
+    without a history are left out)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(name, d) for name, d in doc["datasets"].items()
+              if any((d["models"].get(m) or {}).get("history") for m in TRAINED)]
+    if not panels:
+        return 0
+    cols = min(len(panels), 3)
+    n_rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(n_rows, cols, figsize=(4.2 * cols, 3.3 * n_rows), squeeze=False)
+    for ax, (name, d) in zip(axes.flat, panels):
+        for m in TRAINED:
+            hist = [h for h in (d["models"].get(m) or {}).get("history") or []
+                    if h.get("val") is not None]
+            if hist:
+                ax.plot([h["s"] / 60 for h in hist], [h["val"] for h in hist], marker=".",
+                        label=LABELS[m], color=f"C{TRAINED.index(m)}")  # one colour each
+        ax.axvline(doc["minutes"] / 2, color="0.7", lw=0.8, ls="--")
+        ax.set(title=name, xlabel="training time (min)", yscale="log",
+               ylabel="validation rel. L2 (mean of fields)")
+        ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.suptitle(f"validation error against training time ({doc['minutes']:g} min budget; "
+                 f"the dashed line is half of it)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return len(panels)

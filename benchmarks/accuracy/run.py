@@ -89,6 +89,30 @@ def _peer(model: str, data: Path, desc: dict, train_names, val_names, test, args
     return out
 
 
+def _one_model(model, name, data, desc, names, train, test, fine, columns, args, work,
+               log, run_config):
+    """One model's test result on a data set, and the meshops run's config (for the
+    peers' split)."""
+    if model == "meshops":
+        r = run_meshops(data, desc["inputs"], desc.get("fields") or list(desc["targets"]),
+                        args.minutes, work / "meshops",
+                        thread_env(args.threads), log, args.grace,
+                        fine=fine is not None)
+        run_config = r.get("run_config")
+        out = score(r["predictions"], test, columns) if "predictions" in r else {}
+        if "fine_predictions" in r:
+            out["fine"] = score(r["fine_predictions"], fine, columns)
+        out.update({k: v for k, v in r.items()
+                    if k not in ("predictions", "fine_predictions")})
+    elif model in PEERS:
+        tr, va = split_of_run(run_config, len(names))
+        out = _peer(model, data, desc, [names[i] for i in tr], [names[i] for i in va],
+                    test, args, work, log, columns)
+    else:
+        out = _classical(model, train, test, columns)
+    return out, run_config
+
+
 def run_dataset(name: str, data: Path, models: Sequence[str], args, work: Path,
                 log: Callable[[str], None]) -> dict:
     """Every model of ``models`` on the data set in ``data``; the result's ``models``
@@ -113,22 +137,14 @@ def run_dataset(name: str, data: Path, models: Sequence[str], args, work: Path,
     run_config = None
     for model in models:
         t0 = time.perf_counter()
-        if model == "meshops":
-            r = run_meshops(data, inputs, fields, args.minutes, work / "meshops",
-                            thread_env(args.threads), log, args.grace,
-                            fine=fine is not None)
-            run_config = r.get("run_config")
-            out = score(r["predictions"], test, columns) if "predictions" in r else {}
-            if "fine_predictions" in r:
-                out["fine"] = score(r["fine_predictions"], fine, columns)
-            out.update({k: v for k, v in r.items()
-                        if k not in ("predictions", "fine_predictions")})
-        elif model in PEERS:
-            tr, va = split_of_run(run_config, len(names))
-            out = _peer(model, data, desc, [names[i] for i in tr], [names[i] for i in va],
-                        test, args, work, log, columns)
-        else:
-            out = _classical(model, train, test, columns)
+        try:
+            out, run_config = _one_model(model, name, data, desc, names, train, test, fine,
+                                         columns, args, work, log, run_config)
+        except Exception as e:  # one model's failure must not lose the others' results
+            import traceback
+
+            log("".join(traceback.format_exception(e)).rstrip())
+            out = {"note": f"failed: {type(e).__name__}: {e}"}
         out.setdefault("wall_s", round(time.perf_counter() - t0, 1))
         res["models"][model] = out
         per_field = "".join(f"; {f} {v['mean']:.4g}" for f, v in out.get("fields", {}).items()

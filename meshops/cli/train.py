@@ -417,7 +417,9 @@ def add_parser(sub) -> None:
     g = p.add_argument_group("data")
     g.add_argument("--data", metavar="DIR", help="folder of training meshes")
     g.add_argument("--inputs", metavar="A,B",
-                   help='input point fields, comma-separated; "" for geometry-only problems')
+                   help='input point fields, comma-separated ("" for geometry-only problems); '
+                        'geo:distance and geo:direction are computed from each mesh (the '
+                        'distance and direction to the domain boundary)')
     g.add_argument("--targets", metavar="U+V,P", help="target fields, comma-separated: all "
                    "point data, or all cell data (then the model trains on the cells). Each "
                    "field has its own relative error and the loss is their mean, so a small "
