@@ -70,7 +70,7 @@ def _values_at(src: Sample, points: np.ndarray) -> np.ndarray:
 
 
 def _values_by_search(src: Sample, points: np.ndarray, nearest: np.ndarray,
-                      k: int = 32, chunk: int = 8192) -> np.ndarray:
+                      k: int = 64, chunk: int = 4096) -> np.ndarray:
     """P1 interpolation as :func:`_values_at`, the triangle of each point found among the
     ``k`` triangles with the nearest centroids (barycentric coordinates all >= -1e-9),
     the nearest node's value where none holds it. For triangulations matplotlib's
