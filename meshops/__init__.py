@@ -19,8 +19,9 @@ The package, by concept:
 Meshes and their quadrature
     ``io`` (read, write), ``data`` (``MeshData``), ``quadrature`` (nodal weights),
     ``cells`` (cell-centred samples), ``pointcloud`` (weights of bare clouds),
-    ``surface`` (STL and other surfaces), ``boundary`` (tagged boundaries), ``layout``
-    (how a file becomes a sample), ``refine`` (mesh-independence check).
+    ``surface`` (STL and other surfaces), ``boundary`` (tagged boundaries),
+    ``geometry`` (distance and direction to the boundary), ``layout`` (how a file
+    becomes a sample), ``refine`` (mesh-independence check).
 Data sets on disk
     ``datasets`` (a folder of meshes), ``cache`` (parsed meshes, read lazily),
     ``series`` (time series), ``params`` (per-sample parameter vectors),

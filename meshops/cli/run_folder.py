@@ -52,7 +52,7 @@ def option_label(key: str, args, out: Path) -> str:
 def differences(cfg: TrainConfig, recorded: dict, keys, only_set: bool = False) -> list:
     """``[(key, now, recorded)]`` for the ``keys`` whose values differ. ``model_config``
     compares the hyperparameters set now with the recorded ones; with ``only_set`` an
-    option left to the data now (``None``) is not compared."""
+    option left to the data now (``None``, a schedule ``"auto"``) is not compared."""
     out = []
     for key in keys:
         if key not in recorded:
@@ -65,9 +65,13 @@ def differences(cfg: TrainConfig, recorded: dict, keys, only_set: bool = False) 
                 changed.update({k: None for k in then if k not in (now or {})})
             if changed:
                 out.append((key, changed, {k: then.get(k) for k in changed}))
-        elif (now is not None or not only_set) and now != then:
+        elif (not only_set or not _left_to_data(key, now)) and now != then:
             out.append((key, now, then))
     return out
+
+
+def _left_to_data(key: str, value) -> bool:
+    return value is None or (key == "scheduler" and value == "auto")
 
 
 def _say(value) -> str:
