@@ -428,3 +428,9 @@ def test_a_full_disk_while_caching_is_one_line_and_leaves_no_entry(tmp_path):
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert len(list((cache / SAMPLE).rglob("*.pt"))) == 4
+
+
+def test_lazy_reading_workers_leave_the_training_step_two_cores():
+    from meshops.cli.lazy import default_workers
+
+    assert [default_workers(c) for c in (None, 1, 2, 3, 4, 16)] == [0, 0, 0, 1, 2, 2]

@@ -89,6 +89,15 @@ def take(samples, indices: Sequence[int]):
     return subset(indices) if callable(subset) else [samples[i] for i in indices]
 
 
+def default_workers(cores: int | None) -> int:
+    """DataLoader workers for lazily read data on a machine of ``cores`` cores: two,
+    leaving two cores to the training step; none on 2 cores or fewer, where workers take
+    the step's cores (profile of a 30k-point mesh batch on 2 cores: 84 ms per step
+    reading in the main process, 119 ms with two workers, 71 ms in memory;
+    ``benchmarks/results/large-data-profile-100-cpu-2core.txt``)."""
+    return max(0, min(2, (cores or 1) - 2))
+
+
 def with_structures(samples, model, workers: int):
     """Cached samples with ``model``'s mesh structures cached beside them (in-memory
     samples are left as they are: the Trainer builds theirs)."""
@@ -202,7 +211,8 @@ def data_loader(cfg, dtype, layout=None) -> tuple[Callable, int, str]:
     ``--lazy`` or ``--cache DIR`` read lazily, ``--no-lazy`` in memory; otherwise lazily
     when the estimated parsed size of ``--data`` and ``--val-data`` exceeds
     :data:`AUTO_FRACTION` of the available memory. ``--workers`` defaults to 2 worker
-    processes for lazily read data (reading overlaps with the steps), none in memory.
+    processes for lazily read data where the machine has cores to spare for them
+    (:func:`default_workers`), none in memory.
     """
     from functools import partial
 
@@ -225,7 +235,7 @@ def data_loader(cfg, dtype, layout=None) -> tuple[Callable, int, str]:
                    f"(--no-lazy reads it into memory anyway)")
     if not lazy and not cfg.cache:
         return partial(load_folder, layout=layout), cfg.workers or 0, ""
-    workers = cfg.workers if cfg.workers is not None else min(2, os.cpu_count() or 1)
+    workers = cfg.workers if cfg.workers is not None else default_workers(os.cpu_count())
     cache = Path(cfg.cache) if cfg.cache else default_cache_dir()
     parts = data_parts(cfg)
     if parts is not None:
