@@ -512,7 +512,8 @@ def add_parser(sub) -> None:
     g.add_argument("--cache", metavar="DIR", help="the cache folder (implies --lazy; default "
                    "$MESHOPS_CACHE_DIR or ~/.cache/meshops/meshes); runs may share it")
     g.add_argument("--workers", type=int, metavar="N", help="DataLoader worker processes "
-                   "that read and parse meshes (default 2 when lazy, else 0)")
+                   "that read and parse meshes (default when lazy: 2, leaving 2 cores "
+                   "to the training step, none on 2 cores; in memory 0)")
     g.add_argument("--shards", type=int, metavar="N", help="deal the training files into N "
                    "fixed parts, each step taking a batch of every part (default: under "
                    "torchrun with --lazy, one part per process, each reading only its own; "
