@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     print(verdict)
     lines.append(verdict)
     if args.out is not None:
-        from meshops._atomic import atomic_write
+        from meshops.utils.atomic import atomic_write
         atomic_write(args.out, lambda tmp: Path(tmp).write_text("\n".join(lines) + "\n"))
     return 0 if ok else 1
 

@@ -102,7 +102,7 @@ def evaluate_targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
                       f"peak {fmt_mem(m)} above inputs; time {fmt_time(_val(r, 'fwdbwd_s'))}"))
 
     # T3 Galerkin linear: t(4N)/t(N) <= 4.5 from 16k to 1M, with glibc's default
-    # allocator and with meshops.allocator.keep_freed_memory() (no page faults per step)
+    # allocator and with meshops.utils.allocator.keep_freed_memory() (no page faults per step)
     ns = [16384, 65536, 262144, 1048576]
     for tid, case, how in (("T3", "galerkin", "system malloc"),
                            ("T3k", "galerkin_keepmem", "keep_freed_memory()")):

@@ -1,5 +1,5 @@
 """``python -m benchmarks.chunked_predict``: peak memory of a prediction on meshes of up
-to 5 million points, in chunks (:func:`meshops.chunked.predict_chunked`) and in one piece
+to 5 million points, in chunks (:func:`meshops.inference.chunked.predict_chunked`) and in one piece
 (``model.predict``), each case in its own process.
 
 The mesh is a uniform ``s x s`` grid of the unit square (``s = round(sqrt(N))``), nodal
@@ -33,8 +33,8 @@ def _rss() -> int:
 def case(points: int, chunk: int, seed: int = 0, save: str | None = None) -> dict:
     import torch
 
-    from meshops.chunked import predict_chunked
-    from meshops.data import MeshData
+    from meshops.inference.chunked import predict_chunked
+    from meshops.mesh.data import MeshData
     from meshops.models import PiT
 
     torch.manual_seed(seed)

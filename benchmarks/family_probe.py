@@ -85,8 +85,8 @@ def main(argv=None) -> int:
 
     from meshops.cli.config import TrainConfig
     from meshops.cli.training_run import build_model
-    from meshops.fields import TargetFields
-    from meshops.inference import field_channels
+    from meshops.datasets.fields import TargetFields
+    from meshops.inference.predict import field_channels
 
     torch.set_num_threads(1)
     train, val, desc, specs, shapes, dim = _samples(args.data, torch.float32)

@@ -19,7 +19,7 @@ import textwrap
 
 CHILD = textwrap.dedent("""
     import json, resource, sys, time, torch
-    from meshops.allocator import keep_freed_memory
+    from meshops.utils.allocator import keep_freed_memory
     from meshops.nn.galerkin import GalerkinAttention
     mode, n, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     if mode == "keep" and not keep_freed_memory():

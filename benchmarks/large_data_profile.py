@@ -33,7 +33,7 @@ def _model():
 
 def _dataset(data: Path, cache: Path, model, workers: int):
     from meshops.cli.lazy import load_folder_cached, with_structures
-    from meshops.layout import SampleLayout
+    from meshops.datasets.layout import SampleLayout
 
     layout = SampleLayout(["f"], ["u"], [], [])
     _, ds, _, _ = load_folder_cached(data, ["f"], ["u"], torch.float32, layout=layout,
@@ -44,8 +44,8 @@ def _dataset(data: Path, cache: Path, model, workers: int):
 def _read_parts(ds, n: int) -> dict[str, float]:
     """Seconds per sample: archive check, torch.load, and the rest of
     :meth:`MeshCache.read` (header checks, unpacking the tensors)."""
-    from meshops._checkpoint import verify_archive
-    from meshops.cache import STRUCTURED
+    from meshops.datasets.cache import STRUCTURED
+    from meshops.utils.checkpoint import verify_archive
 
     out = {"check": 0.0, "load": 0.0, "read": 0.0}
     for i in range(n):

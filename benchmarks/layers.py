@@ -189,7 +189,7 @@ def build_galerkin(n: int, impl: str, device: str) -> Runner:
 def build_galerkin_keepmem(n: int, impl: str, device: str) -> Runner:
     """``build_galerkin`` in a process whose glibc keeps freed memory (the builder runs in
     a fresh child before anything is timed, so the setting covers the whole measurement)."""
-    from meshops.allocator import keep_freed_memory
+    from meshops.utils.allocator import keep_freed_memory
 
     if not keep_freed_memory():
         raise RuntimeError("galerkin_keepmem needs glibc (meshops.keep_freed_memory)")
@@ -310,7 +310,7 @@ def cases() -> list[Case]:
              ref_desc="dense (QK^T diag w) V", must=(16384, 65536, 262144, 1048576)),
         Case("layers", "galerkin_keepmem", B + "build_galerkin_keepmem", _P4,
              [16384, 65536], impls=("lib",),
-             desc="GalerkinAttention, glibc keeping freed memory (meshops.allocator)",
+             desc="GalerkinAttention, glibc keeping freed memory (meshops.utils.allocator)",
              must=(16384, 65536, 262144, 1048576)),
         Case("layers", "fourier", B + "build_fourier", _P4, [1024, 4096],
              desc="FourierAttention(64, heads=4, pos_dim=2)",

@@ -39,7 +39,7 @@ MODEL = ["--model", "pit", "--model-config", "width=16", "blocks=1", "num_latent
 
 def write_folder(root: Path, n: int, cells: int) -> Path:
     """``n`` meshes ``root/m_00000.vtu ...`` (kept when already complete)."""
-    from meshops.io import mesh_from_arrays, write_mesh
+    from meshops.mesh.io import mesh_from_arrays, write_mesh
 
     root.mkdir(parents=True, exist_ok=True)
     done = root / ".complete"

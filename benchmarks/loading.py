@@ -12,7 +12,7 @@ on a shared machine the CPU time is what an idle one would take as wall time (th
 readers are single-threaded numpy).
 
 With ``--compare N`` (default 60) the NACA reader's per-cell path (quadrature of
-:func:`meshops.io.mesh_from_arrays`, the only path before issue 13) and its vectorised
+:func:`meshops.mesh.io.mesh_from_arrays`, the only path before issue 13) and its vectorised
 path are timed on the same N samples, alternating in blocks of 10.
 """
 

@@ -53,7 +53,7 @@ def make_model(name: str, preset: Optional[str], **overrides: Any):
 
 
 def make_sample(n: int, device: str, seed: int = 0, target: bool = False):
-    from meshops.data import MeshData
+    from meshops.mesh.data import MeshData
 
     g = torch.Generator().manual_seed(seed)
     pos = torch.rand(n, 2, generator=g)

@@ -33,8 +33,8 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "navier_stokes_
 def write_folders(npz: Path, root: Path, num_train: int = 400) -> tuple[Path, Path]:
     """``root/train`` and ``root/test`` (.vtu files with vx, vy, p and the constant field
     mu, and params.csv), written once."""
-    from meshops.datasets import export_to_folder
-    from meshops.io import mesh_from_arrays
+    from meshops.datasets.folder import export_to_folder
+    from meshops.mesh.io import mesh_from_arrays
 
     train, test = root / "train", root / "test"
     if (train / "params.csv").is_file() and (test / "params.csv").is_file():

@@ -22,7 +22,7 @@ import time
 import torch
 from torch_geometric.data import Batch
 
-from meshops.data import MeshData
+from meshops.mesh.data import MeshData
 from meshops.models import GalerkinTransformer, PatchedTransformer
 from meshops.training.loss import RelativeLpLoss
 

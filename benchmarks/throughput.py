@@ -146,7 +146,7 @@ def main(argv=None) -> int:
         f"{r['samples_per_s']:.2f} samples/s, {r['step_s']:.4f} s/step (median of epochs "
         f"2-{args.epochs})" + (f", peak {r['peak_gib']:.2f} GiB" if r["peak_gib"] else ""))
     if args.out is not None:
-        from meshops._atomic import atomic_write
+        from meshops.utils.atomic import atomic_write
         head = [f"# python -m benchmarks.throughput {shlex.join(argv or sys.argv[1:])}",
                 f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {_machine(args.device)}, "
                 f"load before {load}, after "

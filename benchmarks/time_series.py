@@ -146,8 +146,8 @@ def ablation(args) -> int:
     import torch
 
     from data_adapters.unsteady_heat import export_heat_series
+    from meshops.datasets.series import read_series_folder
     from meshops.models.next_step import NextStep
-    from meshops.series import read_series_folder
     from meshops.training.dataset import make_loader, prepare_batch
     from meshops.training.rollout import rollout_windows, series_statistics
     from meshops.training.seed import seed_everything

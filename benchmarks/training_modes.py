@@ -94,7 +94,7 @@ def _memory_child(case: str, checkpoint: bool, reps: int, device: str) -> dict:
     from torch_geometric.data import Batch
 
     from benchmarks.harness import hwm_bytes, malloc_trim, reset_hwm, rss_bytes
-    from meshops.data import MeshData
+    from meshops.mesh.data import MeshData
     from meshops.models import get_model
     from meshops.training.dataset import prepare_batch
     from meshops.training.loss import RelativeLpLoss

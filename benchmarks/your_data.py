@@ -1,6 +1,6 @@
 """``python -m benchmarks.your_data``: the figures of ``docs/your-data.md``.
 
-1. **Midpoint rule on cells** (:mod:`meshops.cells`): the error of ``sum_c |K_c|
+1. **Midpoint rule on cells** (:mod:`meshops.mesh.cells`): the error of ``sum_c |K_c|
    f(x_c)`` against the exact integral of ``f = exp(x) sin(pi y)`` (2-D) and ``exp(x)
    sin(pi y) cos(z)`` (3-D) on randomly distorted meshes of the unit square / cube
    (the generators of ``tests/_meshes.py``), refined 4 -> 32 (2-D) and 2 -> 8 (3-D)
@@ -44,8 +44,8 @@ def _meshes():
 
 def midpoint_orders() -> list[tuple[str, list[int], list[float], float]]:
     """``(mesh, sizes, errors, order)`` of the midpoint rule on cells."""
-    from meshops.cells import cell_points
-    from meshops.io import mesh_from_arrays
+    from meshops.mesh.cells import cell_points
+    from meshops.mesh.io import mesh_from_arrays
 
     m = _meshes()
     f2 = lambda p: np.exp(p[:, 0]) * np.sin(np.pi * p[:, 1])  # noqa: E731
@@ -73,8 +73,8 @@ def family(num: int = 12, seed: int = 0):
     (projection), so the bound is a 2-D minimisation with the weighted Gram matrix."""
     from scipy.optimize import minimize
 
-    from meshops.data import MeshData
-    from meshops.io import mesh_from_arrays
+    from meshops.mesh.data import MeshData
+    from meshops.mesh.io import mesh_from_arrays
 
     pts, cells = _meshes().square_mesh(6, "triangle")
     mesh = mesh_from_arrays(pts, cells)

@@ -7,14 +7,14 @@ offline stand-ins.
   (``NACA_Cylinder_{X,Y,Q}.npy``; C-grid quads, weights from the cells).
 * :class:`MeshFolderDataset` / :func:`export_to_folder`: one mesh file per sample
   (any meshio format), inputs and targets in the point data; defined in
-  :mod:`meshops.datasets` and re-exported here.
+  :mod:`meshops.datasets.folder` and re-exported here.
 * :func:`make_elasticity_standin` / :func:`make_airfoil_standin`: synthetic
   **stand-ins** for the two benchmarks (FEM and panel-method data, generated and
   cached offline; labelled ``standin=True``).
 
 Every sample is a :class:`meshops.MeshData` with ``pos``, ``weight``, ``fields``,
 ``x [N, C_in]`` and ``y [N, C_out]``, all floating tensors in one dtype (float32 by
-default; see :mod:`meshops.datasets`), so examples can switch between the adapters.
+default; see :mod:`meshops.datasets.folder`), so examples can switch between the adapters.
 """
 
 from data_adapters.elasticity import ElasticityDataset, load_elasticity

@@ -11,7 +11,7 @@ star-shaped void centred at ``(0.5, 0.5)``; the standard split is train ``[:1000
 test ``[-200:]`` (sample index along the last axis).
 
 **Quadrature weights.** The files carry no cells, so the weights are estimated with
-:func:`meshops.pointcloud.point_cloud_weights` (``"knn"`` by default: the benchmark
+:func:`meshops.mesh.pointcloud.point_cloud_weights` (``"knn"`` by default: the benchmark
 points are much denser near the void, and the kNN estimate gives those points
 proportionally smaller weights, where the Monte Carlo ``"uniform"`` rule would not).
 The weights are normalised to the measure of the domain, ``|D| = 1 - |void|``. The
@@ -46,10 +46,10 @@ import torch
 from data_adapters._geometry import periodic_radius, polygon_distance, star_polygon
 from data_adapters._npy import check_finite, check_shape, open_npy
 from data_adapters.splits import split_indices
-from meshops.data import MeshData
-from meshops.datasets import add_inputs_targets, as_float_dtype
+from meshops.datasets.folder import add_inputs_targets, as_float_dtype
 from meshops.errors import MeshError
-from meshops.pointcloud import point_cloud_weights
+from meshops.mesh.data import MeshData
+from meshops.mesh.pointcloud import point_cloud_weights
 
 XY_FILE = "Random_UnitCell_XY_10.npy"
 SIGMA_FILE = "Random_UnitCell_sigma_10.npy"

@@ -44,7 +44,7 @@ from data_adapters.parametric import (
     permutation_split,
     write_parametric_folders,
 )
-from meshops.datasets import as_float_dtype
+from meshops.datasets.folder import as_float_dtype
 from meshops.errors import MeshError
 
 #: Where the archives are looked for: ``$MESHOPS_DEV_DATA``, else ``shared/data`` beside

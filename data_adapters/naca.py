@@ -10,9 +10,9 @@ Standard split: train ``[:1000]``, test ``[1000:1200]``; target Mach, ``Q[:, 4]`
 
 Each sample becomes a :class:`meshops.MeshData` on the C-grid: node ``(i, j)`` is
 point ``i * n1 + j`` (C order, as ``X[s].ravel()``), the cells are the grid's quads
-(:func:`meshops.quadrature.structured_grid_cells`), and the quadrature weights come
+(:func:`meshops.mesh.quadrature.structured_grid_cells`), and the quadrature weights come
 from those quads (row sums of the bilinear mass matrix), through
-:func:`meshops.io.mesh_from_arrays`, which validates the grid.
+:func:`meshops.mesh.io.mesh_from_arrays`, which validates the grid.
 
 **Wake cut.** On a C-grid the first grid line ``j = 0`` runs along the wake, round
 the airfoil and back along the wake, so the wake-cut nodes exist twice (the two
@@ -32,7 +32,7 @@ reader accepts any grid size ``(n0, n1)``; the benchmark's is 221 x 51.
 
 **Speed.** All samples share the grid's cells, whose corners are four shifted slices
 of the node arrays: a grid without degenerate or tangled cells gets its weights (the
-same Gauss rule as :func:`meshops.quadrature.quadrature_weights`, equal to rounding)
+same Gauss rule as :func:`meshops.mesh.quadrature.quadrature_weights`, equal to rounding)
 and its checks from whole-array operations (``python -m benchmarks.loading`` times
 it); only grids with bad cells take the per-cell path above.
 """
@@ -48,17 +48,17 @@ import torch
 
 from data_adapters._npy import check_finite, check_shape, open_npy
 from data_adapters.splits import split_indices
-from meshops.data import MeshData
-from meshops.datasets import add_inputs_targets, as_float_dtype
+from meshops.datasets.folder import add_inputs_targets, as_float_dtype
 from meshops.errors import MeshError
-from meshops.io import mesh_from_arrays
-from meshops.quadrature import cell_basis, cube_corners, gauss_cube, structured_grid_cells
+from meshops.mesh.data import MeshData
+from meshops.mesh.io import mesh_from_arrays
+from meshops.mesh.quadrature import cell_basis, cube_corners, gauss_cube, structured_grid_cells
 
 X_FILE = "NACA_Cylinder_X.npy"
 Y_FILE = "NACA_Cylinder_Y.npy"
 Q_FILE = "NACA_Cylinder_Q.npy"
 CHANNELS = ("density", "u", "v", "p", "mach")
-# Same relative tolerance as meshops.quadrature for "zero measure": area <= rtol * h^2.
+# Same relative tolerance as meshops.mesh.quadrature for "zero measure": area <= rtol * h^2.
 _DEGENERATE_RTOL = 1e-10
 
 
@@ -76,7 +76,7 @@ def classify_quads(points: np.ndarray, quads: np.ndarray) -> tuple[np.ndarray, n
     diagonal): its corners are collinear or coincide. It is *tangled* when the
     corner triangles have both signs beyond that tolerance: the bilinear Jacobian
     changes sign inside (a non-convex, folded or bow-tie quad), as in
-    :func:`meshops.quadrature.quadrature_weights`. A quad with one collapsed side
+    :func:`meshops.mesh.quadrature.quadrature_weights`. A quad with one collapsed side
     (a triangle) is neither.
 
     Args:
@@ -101,7 +101,7 @@ def classify_quads(points: np.ndarray, quads: np.ndarray) -> tuple[np.ndarray, n
 
 
 class _GridQuadRule:
-    """The bilinear-quad quadrature of :func:`meshops.quadrature.quadrature_weights`
+    """The bilinear-quad quadrature of :func:`meshops.mesh.quadrature.quadrature_weights`
     (3 x 3 Gauss points, Jacobians also checked at the 4 corners) and the checks of
     :func:`classify_quads`, set up once for structured 2-D grids, where the corners of
     all cells are four shifted slices of the node arrays (no gathers, no scatter-add)."""
@@ -118,9 +118,9 @@ class _GridQuadRule:
     def weights(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray | None:
         """Nodal weights ``[n0*n1]`` of the grid with node coordinates ``X, Y [n0, n1]``
         from all its quads (cells and nodes in the order of
-        :func:`meshops.quadrature.structured_grid_cells`), or None when a cell is
+        :func:`meshops.mesh.quadrature.structured_grid_cells`), or None when a cell is
         degenerate or tangled by the criteria of :func:`classify_quads` or of
-        :func:`meshops.quadrature.quadrature_weights` (the caller then takes the
+        :func:`meshops.mesh.quadrature.quadrature_weights` (the caller then takes the
         per-cell path, which drops, warns or raises)."""
         n0, n1 = X.shape
         x = [c.reshape(-1) for c in (X[:-1, :-1], X[1:, :-1], X[1:, 1:], X[:-1, 1:])]
@@ -292,7 +292,7 @@ class NacaDataset(torch.utils.data.Dataset):
     def _sample_per_cell(self, s: int, points: np.ndarray, Q: np.ndarray,
                          source: str) -> MeshData:
         """The general path: classify every cell, drop degenerate ones (or raise),
-        raise on tangled ones, weights from :func:`meshops.io.mesh_from_arrays`."""
+        raise on tangled ones, weights from :func:`meshops.mesh.io.mesh_from_arrays`."""
         n0, n1 = self.grid_shape
         quads = self.quads
         degenerate, tangled = classify_quads(points, quads)

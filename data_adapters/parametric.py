@@ -37,10 +37,10 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from meshops.data import MeshData
-from meshops.datasets import add_inputs_targets
+from meshops.datasets.folder import add_inputs_targets
 from meshops.errors import MeshError
-from meshops.io import mesh_from_arrays, write_mesh
+from meshops.mesh.data import MeshData
+from meshops.mesh.io import mesh_from_arrays, write_mesh
 
 #: Sidecar of parameters beside the mesh files of a folder.
 PARAMS_FILE = "params.json"
@@ -202,7 +202,7 @@ def write_parametric_folders(dataset: ParametricSet, root, overwrite: bool = Fal
         MeshError: ``root`` exists (without ``overwrite``), a sample lacks a field
             or its params, or a mesh cannot be written. Nothing is left behind then.
     """
-    from meshops._progress import progress as progress_bar
+    from meshops.utils.progress import progress as progress_bar
 
     root = Path(root)
     if root.exists() and not overwrite:

@@ -54,9 +54,9 @@ def export_heat_series(out, npz=None, n_train: int = 80, seed: int = 0,
         MeshError: a missing or malformed archive, or ``out`` already holding an
             export (unless ``overwrite``).
     """
-    from meshops._atomic import atomic_folder
-    from meshops.io import mesh_from_arrays, write_mesh
-    from meshops.params import write_param_table
+    from meshops.datasets.params import write_param_table
+    from meshops.mesh.io import mesh_from_arrays, write_mesh
+    from meshops.utils.atomic import atomic_folder
 
     npz = Path(npz) if npz is not None else data_dir() / FILES["heat"]
     d = _load(npz, ["params", "points", "triangles", "u"])

@@ -107,7 +107,7 @@ batch = torch.zeros(len(pos), dtype=torch.long)
 x = torch.randn(len(pos), 64)                 # [N, 64]
 h, c = x, 64
 from meshops.nn import *
-from meshops.surface import read_surface
+from meshops.mesh.surface import read_surface
 from torch_geometric.nn import GCNConv
 x_in, pos_in, w_in = x, pos, weight           # a mesh, and a latent mesh of every 4th point
 pos_lat = pos[::4]

@@ -24,7 +24,7 @@ Cd]``, ``pos_src [B, Ns, d]``, ``pos_dst [B, Nd, d]`` (or None when not given),
 ``weight [B, Ns]`` (zero on padding, so padding drops out of every sum) and the masks
 (or None); keyword arguments of ``forward``/``dense`` beyond these come after them.  A
 check of its own that reads tensor values runs only when
-``meshops._checks.checking()`` (eager calls, not under ``torch.compile``).  Padded
+``meshops.utils.checks.checking()`` (eager calls, not under ``torch.compile``).  Padded
 destination rows of its result are zeroed by the base.  For softmax
 attention call :func:`meshops.nn.functional.weighted_attention`; for a neighbourhood
 layer derive from :class:`meshops.nn.LocalAttentionBase` and implement

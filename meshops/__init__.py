@@ -14,45 +14,50 @@ Where to start:
   a model from ``meshops.models`` on samples), ``meshops.nn`` (the layers in your own
   PyG model).
 
-The package, by concept:
+The package, by concept (each subpackage's docstring says what it holds and what it
+may import; ``tests/test_import_graph.py`` checks that direction):
 
-Meshes and their quadrature
-    ``io`` (read, write), ``data`` (``MeshData``), ``quadrature`` (nodal weights),
-    ``cells`` (cell-centred samples), ``pointcloud`` (weights of bare clouds),
-    ``surface`` (STL and other surfaces), ``boundary`` (tagged boundaries),
-    ``geometry`` (distance and direction to the boundary), ``layout`` (how a file
-    becomes a sample), ``refine`` (mesh-independence check).
-Data sets on disk
-    ``datasets`` (a folder of meshes), ``cache`` (parsed meshes, read lazily),
-    ``series`` (time series), ``params`` (per-sample parameter vectors),
-    ``fields`` (target fields, each with its own relative error), ``normalizer``
-    (per-channel normalisation).
-Models and their training
-    ``nn`` (layers), ``models`` (neural operators and the reduced basis), ``reduced``
-    (POD and regressions for parametric studies), ``training`` (Trainer, losses,
-    defaults, baselines), ``search`` (neighbours, sampling), ``kernels`` (the fused
-    CPU attention kernel).
-Using a trained run
-    ``inference`` (``load_run``, ``predict_mesh``), ``chunked`` (huge meshes in bounded
-    memory), ``export`` (``torch.export`` and ONNX), ``trust`` (distance to the training
-    set), ``plot`` (pictures).
-The command line and the rest
-    ``cli`` (the ``meshops`` command), ``errors`` (``MeshError``, ``CheckpointError``),
-    ``allocator`` (``keep_freed_memory``), ``version``.
+``utils``
+    helpers for all: files written completely or not at all, progress bars, memory.
+``search``
+    neighbours, farthest-point sampling, partitions (several backends).
+``kernels``
+    the fused CPU attention kernel.
+``mesh``
+    meshes as functions: ``read_mesh``, ``write_mesh``, ``MeshData``, quadrature
+    weights, cells, point clouds, surfaces, boundaries, distance to the boundary.
+``nn``
+    the layers, each a quadrature of an integral operator (for your own PyG model).
+``reduced``
+    the mathematics of reduced bases: POD, thin-plate splines, Gaussian processes.
+``datasets``
+    data sets on disk: a folder of meshes, caches read lazily, time series, parameter
+    files, target fields, normalisers.
+``models``
+    neural operators (PiT, the slice transformer, ...) and the reduced basis.
+``inference``
+    using a trained model: ``load_run``, ``predict_mesh``, huge meshes in bounded
+    memory, ``torch.export`` and ONNX, the trust report, plots.
+``training``
+    ``Trainer``, losses, defaults chosen from the data, baselines, fitting a reduced
+    basis.
+``runs``
+    the main job in Python: a folder of meshes to a trained run, and its use.
+``cli``
+    the ``meshops`` command, a thin shell over ``runs``.
 
-Modules whose names begin with an underscore (``_atomic``, ``_checks``, ...) are private
-helpers: no part of the API, free to change.
+The root holds only these, ``errors`` (``MeshError``, ``CheckpointError``) and
+``version``.
 """
 
-from meshops.allocator import keep_freed_memory
-from meshops.data import MeshData
-from meshops.datasets import MeshFolderDataset, export_to_folder, list_mesh_files
+from meshops.datasets.folder import MeshFolderDataset, export_to_folder, list_mesh_files
+from meshops.datasets.normalizer import UnitGaussianNormalizer
 from meshops.errors import CheckpointError, MeshError
-from meshops.inference import RunSpec, load_run, predict_mesh
-from meshops.io import mesh_from_arrays, read_mesh, write_mesh
-from meshops.normalizer import UnitGaussianNormalizer
-from meshops.pointcloud import point_cloud_weights
-from meshops.quadrature import grid_weights, quadrature_weights, structured_grid_cells
+from meshops.inference.predict import RunSpec, load_run, predict_mesh
+from meshops.mesh.data import MeshData
+from meshops.mesh.io import mesh_from_arrays, read_mesh, write_mesh
+from meshops.mesh.pointcloud import point_cloud_weights
+from meshops.mesh.quadrature import grid_weights, quadrature_weights, structured_grid_cells
 from meshops.search import (
                             available_backends,
                             cells_to_edge_index,
@@ -64,6 +69,7 @@ from meshops.search import (
                             radius,
                             radius_graph,
 )
+from meshops.utils.allocator import keep_freed_memory
 from meshops.version import __version__
 
 __all__ = [

@@ -11,7 +11,7 @@ import torch
 from _meshes import square_mesh
 
 from meshops import cli
-from meshops.io import mesh_from_arrays, write_mesh
+from meshops.mesh.io import mesh_from_arrays, write_mesh
 
 # A run of a second or two: the tests check what is recorded and refused, not accuracy.
 SMALL = ["--inputs", "f", "--targets", "u", "--model", "transformer_no", "--model-config",

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-import meshops.cache as cache
+import meshops.datasets.cache as cache
 from meshops.cli import main
 from meshops.training import trainer as trainer_mod
 

@@ -46,9 +46,9 @@ def write_heat_series(root, params: np.ndarray, steps: int = 11, dt: float = 0.0
     (columns file, kappa, a) when ``table``. Returns the series' paths."""
     import meshio
 
-    from meshops.io import mesh_from_arrays, write_mesh
-    from meshops.params import write_param_table
-    from meshops.series import write_series
+    from meshops.datasets.params import write_param_table
+    from meshops.datasets.series import write_series
+    from meshops.mesh.io import mesh_from_arrays, write_mesh
 
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,7 @@ from data_adapters.naca import CHANNELS, Q_FILE, X_FILE, Y_FILE
 from data_adapters.standins.cgrid import c_grid
 from data_adapters.standins.naca4 import naca4
 from meshops.errors import MeshError
-from meshops.io import read_mesh
+from meshops.mesh.io import read_mesh
 
 F64 = torch.float64
 
@@ -494,7 +494,7 @@ def test_folder_order_cache_and_export_guard(tmp_path, elasticity_dir):
     samples = load_elasticity(elasticity_dir, "all", n_train=12, n_test=4)[:3]
     root = tmp_path / "nat"
     root.mkdir()
-    from meshops.io import write_mesh
+    from meshops.mesh.io import write_mesh
     for k, name in zip(range(3), ["s_10.vtu", "s_2.vtu", "s_1.vtk"]):
         write_mesh(root / name, samples[k])
     (root / ".s_3.vtu.tmp").write_text("interrupted write")
@@ -663,7 +663,7 @@ def test_naca_fast_weights_leave_a_folded_grid_to_the_per_cell_path():
     each stays convex: the vectorised weights must decline it (they summed to 1.2 on
     the unit square), and the per-cell path refuses the overlap."""
     from data_adapters.naca import _GRID_RULE
-    from meshops.quadrature import quadrature_weights, structured_grid_cells
+    from meshops.mesh.quadrature import quadrature_weights, structured_grid_cells
 
     X, Y = np.meshgrid(np.linspace(0, 1, 6), np.linspace(0, 1, 6), indexing="ij")
     assert abs(_GRID_RULE.weights(X, Y).sum() - 1.0) < 1e-12

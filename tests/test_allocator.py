@@ -1,4 +1,4 @@
-"""meshops.allocator: freed memory is reused without page faults (glibc only)."""
+"""meshops.utils.allocator: freed memory is reused without page faults (glibc only)."""
 
 import platform
 import subprocess
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from meshops import allocator
+from meshops.utils import allocator
 
 glibc = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
                            reason="keep_freed_memory sets glibc malloc parameters")
@@ -16,11 +16,11 @@ glibc = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0
 # Allocates and frees a 64 MiB array, then counts the minor page faults of allocating
 # and filling a second one.  Run in a fresh interpreter: the setting is process-wide.
 # numpy's plain malloc, not torch: torch's 64-byte-aligned blocks are not always
-# reused under glibc < 2.38 (see meshops/allocator.py), which would make this flaky.
+# reused under glibc < 2.38 (see meshops/utils/allocator.py), which would make this flaky.
 PROBE = textwrap.dedent("""
     import resource, sys
     import numpy as np
-    from meshops.allocator import keep_freed_memory
+    from meshops.utils.allocator import keep_freed_memory
     if sys.argv[1] == "keep":
         assert keep_freed_memory() is True
     faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt

@@ -12,8 +12,8 @@ import torch
 from _meshes import square_mesh
 
 from meshops import cli
-from meshops.data import MeshData
-from meshops.io import mesh_from_arrays, write_mesh
+from meshops.mesh.data import MeshData
+from meshops.mesh.io import mesh_from_arrays, write_mesh
 from meshops.models import NeuralOperator, get_model
 from meshops.training import Trainer
 from meshops.training.baselines import correspondence, mean_field_baseline, nearest_sample_baseline
@@ -211,7 +211,7 @@ def test_evaluate_reports_both_baselines(tmp_path, capsys):
     meta = NeuralOperator.from_checkpoint(run / "best.pt").metadata
     train_k = [int(Path(n).stem[1:]) for n in meta["split"]["train"]]
     assert len(train_k) == 8
-    from meshops.io import read_mesh
+    from meshops.mesh.io import read_mesh
     mesh = read_mesh(test / "s00.vtu")
     x, y, w = mesh.pos[:, 0].numpy(), mesh.pos[:, 1].numpy(), mesh.weight.numpy()
     truth = [a * np.sin(np.pi * x) + y for a in test_params]
@@ -251,7 +251,7 @@ def test_baseline_errors_leave_zero_targets_out_instead_of_raising():
     samples with the count left out (issue 12 item 6)."""
     import numpy as np
 
-    from meshops.data import MeshData
+    from meshops.mesh.data import MeshData
     from meshops.training.baselines import error_stats, format_table, per_sample_errors
 
     pos = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)

@@ -17,7 +17,7 @@ import torch
 from torch_geometric.data import Batch
 
 import meshops
-from meshops.data import MeshData
+from meshops.mesh.data import MeshData
 from meshops.models import get_model
 
 PACKAGE = os.path.dirname(meshops.__file__) + os.sep

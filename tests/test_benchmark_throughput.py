@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from benchmarks.throughput import main, measure
-from meshops.data import MeshData
+from meshops.mesh.data import MeshData
 from meshops.training.defaults import PARAMETRIC_PIT
 
 

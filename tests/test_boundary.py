@@ -14,11 +14,11 @@ from _meshes import annulus_quads, cube_mesh, square_mesh, tetra_cube
 from _tiny_run import one_line_error
 
 from meshops import cli
-from meshops.boundary import NORMAL_FIELD, boundary, tag_channels
-from meshops.cells import cell_points
+from meshops.datasets.layout import SampleLayout
 from meshops.errors import MeshError
-from meshops.io import mesh_from_arrays, read_mesh
-from meshops.layout import SampleLayout
+from meshops.mesh.boundary import NORMAL_FIELD, boundary, tag_channels
+from meshops.mesh.cells import cell_points
+from meshops.mesh.io import mesh_from_arrays, read_mesh
 
 NAMES = {"left": 1, "right": 2, "bottom": 3, "top": 4, "inner": 5}
 
@@ -370,7 +370,7 @@ def test_predict_computes_the_tag_channels(tag_run, tmp_path):
     data, out = tag_run
     assert cli.main(["predict", str(out), str(data / "s1.msh"), "-o", str(tmp_path),
                      "--format", ".vtu"]) == 0
-    from meshops.data import MeshData
+    from meshops.mesh.data import MeshData
     from meshops.models import NeuralOperator
     model = NeuralOperator.from_checkpoint(out / "best.pt")
     s = SampleLayout([], ["u"], tags=["wall", "inlet"]).view(read_mesh(data / "s1.msh"),

@@ -49,7 +49,7 @@ def test_info_refuses_junk_from_its_first_bytes(tmp_path, capsys, no_meshio_read
 
 def test_a_file_larger_than_the_free_memory_is_not_read(tmp_path, capsys, monkeypatch,
                                                         no_meshio_reader):
-    import meshops._memory as memory
+    import meshops.utils.memory as memory
 
     write_folder(tmp_path, n=1)
     monkeypatch.setattr(memory, "available_bytes", lambda device=None: 1000)

@@ -1,4 +1,4 @@
-"""The on-disk cache of parsed meshes and mesh structures (meshops.cache) and lazy
+"""The on-disk cache of parsed meshes and mesh structures (meshops.datasets.cache) and lazy
 training (``meshops train --lazy / --cache``): keys follow the file content, bad
 entries are detected and rebuilt or refused, interrupted builds resume, two processes
 share a cache, and training through the cache is training in memory."""
@@ -15,7 +15,8 @@ from _meshes import square_mesh
 from _tiny_run import one_line_error
 
 from meshops import cli
-from meshops.cache import (
+from meshops.cli.lazy import FolderReader
+from meshops.datasets.cache import (
     CACHE_VERSION,
     SAMPLE,
     STRUCTURED,
@@ -23,8 +24,7 @@ from meshops.cache import (
     CacheError,
     MeshCache,
 )
-from meshops.cli.lazy import FolderReader
-from meshops.io import mesh_from_arrays, write_mesh
+from meshops.mesh.io import mesh_from_arrays, write_mesh
 from meshops.training.dataset import fit_normalizers
 from meshops.training.defaults import data_facts
 
@@ -222,7 +222,8 @@ def test_a_cache_folder_of_another_layout_is_refused(tmp_path, capsys, folder):
 def test_workers_error_reaches_the_command_as_one_line():
     wrapped = ("Caught CacheError in DataLoader worker process 0.\nOriginal Traceback (most "
                "recent call last):\n  File \"x.py\", line 1, in f\n    raise CacheError(msg)\n"
-               "meshops.cache.CacheError: a.vtu: changed since this run checked the cache\n")
+               "meshops.datasets.cache.CacheError: a.vtu: changed since this run checked the "
+               "cache\n")
     assert str(CacheError(wrapped)) == "a.vtu: changed since this run checked the cache"
 
 
@@ -375,7 +376,7 @@ class _PidLog(torch.utils.data.Dataset):
         return self.n
 
     def __getitem__(self, i):
-        from meshops.data import MeshData
+        from meshops.mesh.data import MeshData
 
         (self.folder / str(os.getpid())).touch()
         pos = torch.rand(5, 2)

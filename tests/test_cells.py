@@ -13,11 +13,11 @@ from _meshes import annulus_quads, cube_mesh, square_mesh, tetra_cube
 from _tiny_run import one_line_error
 
 from meshops import cli
-from meshops.cells import cell_field, cell_points, cells_to_blocks, point_to_cells
-from meshops.datasets import MeshFolderDataset
+from meshops.datasets.folder import MeshFolderDataset
+from meshops.datasets.layout import SampleLayout
 from meshops.errors import MeshError
-from meshops.io import mesh_from_arrays, read_mesh, write_mesh
-from meshops.layout import SampleLayout
+from meshops.mesh.cells import cell_field, cell_points, cells_to_blocks, point_to_cells
+from meshops.mesh.io import mesh_from_arrays, read_mesh, write_mesh
 from meshops.models import NeuralOperator
 
 MESHES_2D = [("quad", 0.25), ("triangle", 0.25), ("mixed", 0.25)]
@@ -260,7 +260,7 @@ def test_predict_writes_cell_data_equal_to_the_model(cell_run, tmp_path):
     model = NeuralOperator.from_checkpoint(out / "best.pt")
     sample = SampleLayout(["f"], ["p"]).view(read_mesh(data / "c2.vtu"), data / "c2.vtu")
     x = sample.fields["f"].reshape(-1, 1).float()
-    from meshops.data import MeshData
+    from meshops.mesh.data import MeshData
     want = model.predict(MeshData(pos=sample.pos.float(), weight=sample.weight.float(), x=x))
     got = np.concatenate([b for b, c in zip(written.cell_data["p_pred"], written.cells)
                           if c.type != "line"])

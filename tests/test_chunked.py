@@ -1,4 +1,4 @@
-"""Chunked prediction (meshops.chunked, ``meshops predict --chunk-size``): the global
+"""Chunked prediction (meshops.inference.chunked, ``meshops predict --chunk-size``): the global
 context once, the output points in chunks, each output the one the whole forward pass
 gives (float64, per model)."""
 
@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from meshops.chunked import can_chunk, predict_chunked
-from meshops.data import MeshData
+from meshops.datasets.normalizer import UnitGaussianNormalizer
+from meshops.inference.chunked import can_chunk, predict_chunked
+from meshops.mesh.data import MeshData
 from meshops.models import (
     GalerkinTransformer,
     PatchedTransformer,
@@ -15,7 +16,6 @@ from meshops.models import (
     SliceTransformer,
     TransformerNO,
 )
-from meshops.normalizer import UnitGaussianNormalizer
 
 N, M = 300, 140
 
@@ -121,7 +121,7 @@ def test_predict_command_in_chunks_writes_the_one_piece_prediction(tmp_path, cap
     from _meshes import square_mesh
 
     from meshops import cli
-    from meshops.io import mesh_from_arrays, read_mesh, write_mesh
+    from meshops.mesh.io import mesh_from_arrays, read_mesh, write_mesh
 
     data = tmp_path / "data"
     data.mkdir()

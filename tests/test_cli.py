@@ -15,7 +15,7 @@ import yaml
 from _meshes import cube_mesh, square_mesh
 
 from meshops import cli
-from meshops.io import mesh_from_arrays, read_mesh, write_mesh
+from meshops.mesh.io import mesh_from_arrays, read_mesh, write_mesh
 from meshops.models import NeuralOperator
 
 # A small transformer: the tests check the pipeline, not the accuracy.
@@ -63,7 +63,7 @@ def run(data, tmp_path_factory):
 
 
 def _data(pos, weight, x):
-    from meshops.data import MeshData
+    from meshops.mesh.data import MeshData
 
     return MeshData(pos=pos, weight=weight, x=x)
 
@@ -172,7 +172,7 @@ def test_geometry_only_training(data, tmp_path):
     assert cli.main(["predict", str(out), str(data / "s1.vtu"), "-o", str(tmp_path / "p")]) == 0
     mesh = read_mesh(tmp_path / "p" / "s1.vtu")
     assert mesh.fields["g_pred"].shape == (mesh.pos.shape[0], 2)
-    from meshops.data import MeshData
+    from meshops.mesh.data import MeshData
 
     n = mesh.pos.shape[0]
     expected = model.predict(MeshData(pos=mesh.pos.float(), weight=mesh.weight.float(),
@@ -308,8 +308,8 @@ def test_plot_prediction_png(run, data, tmp_path, capsys):
 
 
 def test_triangulation_of_quads_and_clouds(tmp_path):
-    from meshops.data import MeshData
-    from meshops.plot import plot_comparison, plot_fields, triangulate
+    from meshops.inference.plot import plot_comparison, plot_fields, triangulate
+    from meshops.mesh.data import MeshData
 
     pts, cells = square_mesh(3, "mixed")
     mesh = mesh_from_arrays(pts, cells)

@@ -12,9 +12,9 @@ import pytest
 import torch
 from _meshes import square_mesh
 
-import meshops.inference
+import meshops.inference.predict
 from meshops import cli
-from meshops.io import mesh_from_arrays, read_mesh, write_mesh
+from meshops.mesh.io import mesh_from_arrays, read_mesh, write_mesh
 from meshops.models import NeuralOperator
 
 SMALL = ["--model", "transformer_no", "--model-config", "width=8", "layers=1", "heads=2"]
@@ -87,7 +87,7 @@ def test_predict_refuses_a_non_finite_prediction(run, tmp_path, capsys, monkeypa
         out[3, 0] = float("nan")
         return out
 
-    monkeypatch.setattr(meshops.inference, "predict_mesh", broken)
+    monkeypatch.setattr(meshops.inference.predict, "predict_mesh", broken)
     code, _, err = _run_cli(capsys, ["predict", str(run), str(src), "-o", str(tmp_path / "p")])
     assert code == 2 and err.startswith(f"meshops: error: {src / 's0.vtu'}: the model in ")
     assert "predicts a non-finite value (nan) at point 3" in err
@@ -135,7 +135,7 @@ def test_evaluate_says_the_relative_error_is_undefined_for_a_zero_target(run, tm
     for k in range(3):
         mesh = read_mesh(data / f"s{k}.vtu")
         x = mesh.fields["f"].reshape(-1, 1).float()
-        from meshops.data import MeshData
+        from meshops.mesh.data import MeshData
         pred = model.predict(MeshData(pos=mesh.pos.float(), weight=mesh.weight.float(), x=x))
         pred = pred[:, 0].double().numpy()
         truth, w = mesh.fields["u"].double().numpy(), mesh.weight.double().numpy()

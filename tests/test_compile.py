@@ -12,7 +12,7 @@ import torch._dynamo
 from torch_geometric.data import Batch
 
 import meshops
-from meshops.data import MeshData
+from meshops.mesh.data import MeshData
 from meshops.models.inputs import read_inputs
 from meshops.models.pit import LatentMesh, PiT
 from meshops.models.transformer_no import TransformerNO

@@ -17,7 +17,7 @@ from data_adapters.parametric import (
     write_parametric_folders,
 )
 from meshops.errors import MeshError
-from meshops.io import read_mesh
+from meshops.mesh.io import read_mesh
 
 
 def _square(n=4):

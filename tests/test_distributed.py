@@ -17,7 +17,7 @@ import torch
 from _folders import write_folder
 
 from meshops.cli import main as cli_main
-from meshops.datasets import list_mesh_files
+from meshops.datasets.folder import list_mesh_files
 from meshops.training.distributed import ShardSampler
 from meshops.training.splits import validation_split
 

@@ -12,8 +12,8 @@ import pytest
 
 from meshops.cli.config import TrainConfig
 from meshops.cli.run_folder import RESUME_MAY_CHANGE
-from meshops.export import FIXED_MESH, REFUSED
-from meshops.io import FIELD_FORMATS
+from meshops.inference.export import FIXED_MESH, REFUSED
+from meshops.mesh.io import FIELD_FORMATS
 from meshops.models import MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +73,7 @@ def test_the_export_table_is_every_registered_model():
 
 def test_a_rule_the_generator_cannot_say_stops_the_build(monkeypatch):
     import meshops.cli.run_folder as run_folder
-    import meshops.io as io
+    import meshops.mesh.io as io
 
     monkeypatch.setattr(run_folder, "RESUME_MAY_CHANGE", RESUME_MAY_CHANGE + ("seed",))
     with pytest.raises(ValueError, match=r"RESUME_MAY_CHANGE has \['seed'\], which RESUME_WHY"):

@@ -15,7 +15,7 @@ import torch
 import meshops
 from data_adapters.elasticity import SIGMA_FILE, XY_FILE
 from data_adapters.naca import Q_FILE, X_FILE, Y_FILE
-from meshops.data import MeshData
+from meshops.mesh.data import MeshData
 from meshops.models import NeuralOperator
 from meshops.training import relative_lp
 from meshops.training.splits import validation_split

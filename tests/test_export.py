@@ -1,5 +1,5 @@
-"""Issue 22, item 4: ``meshops export`` / :func:`meshops.export.export_model`. The exported
-program (torch.export ``.pt2``, ONNX through SDPA) reproduces the model's ``predict``
+"""Issue 22, item 4: ``meshops export`` / :func:`meshops.inference.export.export_model`.
+The exported program (torch.export ``.pt2``, ONNX through SDPA) reproduces the model's ``predict``
 within 1e-5, loads without meshops operators, and refuses what it cannot do."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from _tiny_run import one_line_error, tiny_args
 from test_cli import _write_dataset
 
 from meshops import cli
-from meshops.data import MeshData
-from meshops.export import ExportError, export_model, load_exported, read_info
+from meshops.datasets.normalizer import UnitGaussianNormalizer
+from meshops.inference.export import ExportError, export_model, load_exported, read_info
+from meshops.mesh.data import MeshData
 from meshops.models import get_model
-from meshops.normalizer import UnitGaussianNormalizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -130,8 +130,8 @@ def test_cli_export_checks_the_file_against_the_run(run, tmp_path, capsys):
     info = read_info(tmp_path / "m.pt2")
     assert info["input_fields"] == ["f"] and info["target_fields"] == ["u"]
     # predictions of the file equal `meshops predict`'s on another mesh
-    from meshops.inference import RunSpec, load_run, mesh_sample, predict_mesh
-    from meshops.io import read_mesh
+    from meshops.inference.predict import RunSpec, load_run, mesh_sample, predict_mesh
+    from meshops.mesh.io import read_mesh
 
     model, ckpt, meta = load_run(out, "cpu")
     spec = RunSpec(model, ckpt, meta)
@@ -195,9 +195,9 @@ def _program_matches_predict(path, run_dir, mesh_file, **inputs):
     """The exported file against `meshops predict`'s computation (the run's layout:
     cells, tag channels, parameters) on ``mesh_file``, the file's inputs taken from that
     sample; ``inputs`` replaces some of them. Returns the sample and the output."""
-    from meshops.inference import RunSpec, load_run, mesh_sample
-    from meshops.io import read_mesh
-    from meshops.layout import SampleLayout
+    from meshops.datasets.layout import SampleLayout
+    from meshops.inference.predict import RunSpec, load_run, mesh_sample
+    from meshops.mesh.io import read_mesh
 
     model, ckpt, meta = load_run(run_dir, "cpu")
     spec = RunSpec(model, ckpt, meta)
@@ -227,8 +227,8 @@ def test_cli_export_of_a_cell_run_predicts_at_the_cells(tmp_path, tmp_path_facto
                          str(data / "c1.vtu"), *extra]) == 0
         assert "pos holds the cells' centroids" in capsys.readouterr().out
         s, y, info = _program_matches_predict(tmp_path / name, out, data / "c1.vtu")
-        from meshops.cells import cell_points
-        from meshops.io import read_mesh
+        from meshops.mesh.cells import cell_points
+        from meshops.mesh.io import read_mesh
 
         cp = cell_points(read_mesh(data / "c1.vtu"))
         assert info["location"] == "cells" and y.shape[0] == cp.num_cells
@@ -281,7 +281,7 @@ def test_a_reduced_basis_exports_with_its_mesh_built_in(tmp_path, monkeypatch, r
     from test_reduced_basis import _params, _samples
 
     from meshops.reduced import fit as fit_module
-    from meshops.reduced.fit import fit_reduced_basis
+    from meshops.training.fit_reduced import fit_reduced_basis
 
     monkeypatch.setattr(fit_module, "MLP_EPOCHS", 30)
     for as_params in (False, True):  # constant input fields, or a vector per sample

@@ -15,7 +15,7 @@ from _meshes import square_mesh
 from torch import nn
 
 from meshops import MeshError
-from meshops.io import mesh_from_arrays
+from meshops.mesh.io import mesh_from_arrays
 from meshops.models import NeuralOperator, register_model
 from meshops.training import (
     RelativeLpLoss,

@@ -17,7 +17,7 @@ from _folders import run_cli
 from _meshes import square_mesh
 
 from meshops.errors import MeshError
-from meshops.io import FIELD_FORMATS, mesh_from_arrays, read_mesh, write_mesh
+from meshops.mesh.io import FIELD_FORMATS, mesh_from_arrays, read_mesh, write_mesh
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

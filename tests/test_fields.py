@@ -16,8 +16,8 @@ from _folders import run_cli
 from _meshes import square_mesh
 from _tiny_run import one_line_error
 
-from meshops.fields import TargetFields, target_names
-from meshops.io import mesh_from_arrays, write_mesh
+from meshops.datasets.fields import TargetFields, target_names
+from meshops.mesh.io import mesh_from_arrays, write_mesh
 from meshops.training import Trainer, assemble, lp_errors, relative_lp
 
 # ----------------------------------------------------------------- TargetFields

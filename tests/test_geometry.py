@@ -1,7 +1,7 @@
-"""Geometry features (:mod:`meshops.geometry`): the distance to the domain's boundary and
+"""Geometry features (:mod:`meshops.mesh.geometry`): the distance to the domain's boundary and
 the direction to it, against the exact functions of the domain (float64), on two
 refinements of one domain (discretisation consistency), in 3-D, and as inputs of a
-:class:`~meshops.layout.SampleLayout` (``geo:distance``, ``geo:direction``)."""
+:class:`~meshops.datasets.layout.SampleLayout` (``geo:distance``, ``geo:direction``)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from meshops import MeshError
-from meshops.geometry import boundary_facets, geometry_channels
-from meshops.io import mesh_from_arrays, write_mesh
-from meshops.layout import SampleLayout
+from meshops.datasets.layout import SampleLayout
+from meshops.mesh.geometry import boundary_facets, geometry_channels
+from meshops.mesh.io import mesh_from_arrays, write_mesh
 
 
 def _square(n: int, jitter: float = 0.0, seed: int = 0):
@@ -104,7 +104,7 @@ def test_layout_computes_geometry_inputs_from_the_mesh(tmp_path):
     f = tmp_path / "a.vtu"
     write_mesh(f, mesh_from_arrays(pts, [("triangle", tri)],
                                    {"f": pts[:, 0], "u": pts[:, 1]}))
-    from meshops.io import read_mesh
+    from meshops.mesh.io import read_mesh
 
     layout = SampleLayout(["f", "geo:distance", "geo:direction"], ["u"])
     sample = layout.view(read_mesh(f), f)

@@ -152,3 +152,64 @@ def test_the_private_import_scan_sees_one_inside_a_function(tmp_path):
     f = tmp_path / "m.py"
     f.write_text("def g():\n    from meshops.training.trainer import Trainer, _make_logger\n")
     assert private_imports([f]) == [f"{f}:2: meshops.training.trainer._make_logger"]
+
+
+#: The packages from the bottom up (issue 29, item 2): a package imports only those on
+#: its own layer's left or on lower layers, never one above. ``errors`` and ``version``
+#: are below everything; the root ``meshops`` (its re-exports) above everything.
+LAYERS = [
+    ["utils"],
+    ["search", "kernels"],
+    ["mesh", "nn"],
+    ["reduced"],
+    ["datasets"],
+    ["models"],
+    ["inference"],
+    ["training"],
+    ["runs"],
+    ["cli"],
+]
+RANK = {pkg: (i, j) for i, layer in enumerate(LAYERS) for j, pkg in enumerate(layer)}
+
+
+def _package(module: str) -> str:
+    """``meshops.mesh.io`` -> ``mesh``; ``meshops.errors`` -> ``errors``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "meshops"
+
+
+def layering_violations(graph: dict[str, set[str]]) -> list[str]:
+    """``a -> b`` for every import of a module ``b`` in a package that ``a``'s package
+    may not import (a higher layer, or one to its right on the same layer)."""
+    out = []
+    for a, targets in sorted(graph.items()):
+        pa = _package(a)
+        for b in sorted(targets):
+            pb = _package(b)
+            if pa == pb or pb in ("errors", "version") or pa in ("meshops", "__main__"):
+                continue
+            if pa in ("errors", "version") or pb == "meshops" or RANK[pb] > RANK[pa]:
+                out.append(f"{a} -> {b}")
+    return out
+
+
+def test_every_package_has_a_layer():
+    packages = {_package(n) for n in package_modules(ROOT)} - {"meshops"}
+    assert packages - {"errors", "version", "__main__"} == set(RANK)
+
+
+def test_the_packages_import_only_downwards():
+    assert layering_violations(import_graph(package_modules(ROOT))) == []
+
+
+def test_the_layering_scan_sees_an_upward_import():
+    """Control: the inference importing the training (a layer up), the mesh importing
+    the layers (same layer, to its right) and a package importing the root are found."""
+    graph = {"meshops.inference.predict": {"meshops.training.trainer", "meshops.errors"},
+             "meshops.mesh.io": {"meshops.nn.mlp", "meshops.utils.atomic"},
+             "meshops.nn.mlp": {"meshops.mesh.io"},
+             "meshops.datasets.cache": {"meshops"}}
+    assert layering_violations(graph) == [
+        "meshops.datasets.cache -> meshops",
+        "meshops.inference.predict -> meshops.training.trainer",
+        "meshops.mesh.io -> meshops.nn.mlp"]

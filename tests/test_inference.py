@@ -1,4 +1,4 @@
-"""meshops.inference: load a run, check a mesh against it, predict and split the
+"""meshops.inference.predict: load a run, check a mesh against it, predict and split the
 output into named fields, as library calls (the CLI's predict/evaluate use them)."""
 
 import numpy as np
@@ -8,7 +8,7 @@ from _meshes import square_mesh
 
 import meshops
 from meshops import CheckpointError, MeshError, RunSpec, load_run, predict_mesh
-from meshops.data import MeshData
+from meshops.mesh.data import MeshData
 from meshops.models import get_model
 
 

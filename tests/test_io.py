@@ -17,7 +17,7 @@ from torch_geometric.loader import DataLoader
 
 from meshops import MeshData, MeshError
 from meshops.cli import main as cli_main
-from meshops.io import mesh_from_arrays, read_mesh, write_mesh
+from meshops.mesh.io import mesh_from_arrays, read_mesh, write_mesh
 
 ANNULUS = Path(__file__).parents[1] / "examples" / "meshes" / "annulus.vtu"
 
@@ -301,7 +301,7 @@ def test_coordinates_whose_weights_float32_cannot_hold_are_refused(tmp_path, cap
 def test_write_after_a_killed_write_removes_its_temporary_file(tmp_path):
     # A writer killed with SIGKILL mid-write cannot clean up after itself.
     script = ("import os, signal, sys\n"
-              "from meshops._atomic import atomic_write\n"
+              "from meshops.utils.atomic import atomic_write\n"
               "def write(tmp):\n"
               "    open(tmp, 'wb').write(b'x' * 1000)\n"
               "    os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -314,7 +314,7 @@ def test_write_after_a_killed_write_removes_its_temporary_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["next.vtu"]
     # A live writer's temporary file (this process's, by its name) and files that
     # are not ours stay.
-    from meshops._atomic import _host, clean_stale_temporaries
+    from meshops.utils.atomic import _host, clean_stale_temporaries
     live = tmp_path / f".other.meshops-{_host()}-{os.getpid()}-abc.tmp.vtu"
     live.write_text("being written")
     (tmp_path / ".mesh.notours.tmp.vtu").write_text("someone else's")

@@ -9,7 +9,7 @@ import torch
 from torch_geometric.data import Batch
 
 import meshops.search.graph as graph_mod
-from meshops.data import MeshData
+from meshops.mesh.data import MeshData
 from meshops.models import GalerkinTransformer, PatchedTransformer, TransformerNO
 from meshops.models.structures import MeshStructures
 from meshops.nn.patch import PatchAttention

@@ -33,8 +33,8 @@ import torch
 from torch_geometric.data import Batch
 
 from meshops import MeshData
+from meshops.mesh.quadrature import quadrature_weights
 from meshops.models import get_model
-from meshops.quadrature import quadrature_weights
 from meshops.training.loss import relative_lp
 
 K = 4                 # cosine modes per axis

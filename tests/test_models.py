@@ -14,13 +14,13 @@ from _meshes import square_mesh
 from torch_geometric.data import Batch
 
 from meshops import MeshData
+from meshops.datasets.normalizer import UnitGaussianNormalizer
+from meshops.mesh.quadrature import quadrature_weights
 from meshops.models import MODELS, NeuralOperator, PiT, get_model
 from meshops.models.base import count_parameters
 from meshops.models.inputs import read_inputs
 from meshops.models.latent import fps_latent, grid_latent, voronoi_weights
 from meshops.nn import knn_interpolate
-from meshops.normalizer import UnitGaussianNormalizer
-from meshops.quadrature import quadrature_weights
 from meshops.search.graph import measure_ball_graph
 from meshops.training.loss import relative_lp
 
@@ -374,7 +374,7 @@ def test_pit_latent_meshes():
     assert bool((lw > 0).all())
     # on a uniform grid the stride-2 sub-grid gets the coarse trapezoid rule (the fine
     # nodes midway between coarse ones split their weight)
-    from meshops.quadrature import grid_weights
+    from meshops.mesh.quadrature import grid_weights
     s1 = np.linspace(0, 1, 9)
     X, Y = np.meshgrid(s1, s1, indexing="ij")
     pos = torch.tensor(np.stack([X.ravel(), Y.ravel()], 1), dtype=torch.float32)
@@ -401,7 +401,7 @@ def test_pit_grid_latent_model_and_shared_mesh_path():
     n0, n1 = 15, 9
     xs, ys = np.meshgrid(np.linspace(0, 1, n0), np.linspace(0, 1, n1) ** 1.5, indexing="ij")
     pts = np.stack([xs.ravel(), ys.ravel()], 1)
-    from meshops.quadrature import grid_weights
+    from meshops.mesh.quadrature import grid_weights
     w = grid_weights(xs, ys).float()
     pos = torch.tensor(pts, dtype=torch.float32)
     samples = [MeshData(pos=pos, weight=w, x=torch.randn(n0 * n1, 1)) for _ in range(3)]
@@ -470,7 +470,7 @@ def test_measure_ball_is_mesh_independent_and_count_ball_is_not():
     uni = np.stack(np.meshgrid(s, s, indexing="ij"), -1).reshape(-1, 2)
     g = np.expm1(3 * s) / np.expm1(3)
     grad = np.stack(np.meshgrid(g, g, indexing="ij"), -1).reshape(-1, 2)
-    from meshops.quadrature import grid_weights
+    from meshops.mesh.quadrature import grid_weights
     w_uni = grid_weights(*np.meshgrid(s, s, indexing="ij")).float()
     w_grad = grid_weights(*np.meshgrid(g, g, indexing="ij")).float()
     centre, q = (0.1, 0.1), 0.02            # where the graded mesh is ~5x denser

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import torch
 
-from meshops.quadrature import quadrature_weights
+from meshops.mesh.quadrature import quadrature_weights
 
 IN_CHANNELS = 8
 

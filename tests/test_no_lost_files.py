@@ -12,7 +12,7 @@ import pytest
 from _folders import data, folder_bytes, run, run_cli, sample, train  # noqa: F401 (fixtures)
 from _tiny_run import one_line_error
 
-from meshops.io import read_mesh, write_mesh
+from meshops.mesh.io import read_mesh, write_mesh
 from meshops.models import NeuralOperator
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -20,7 +20,7 @@ from _meshes import square_mesh, tetra_cube
 from _tiny_run import one_line_error
 
 from meshops import MeshError
-from meshops.io import mesh_from_arrays, read_mesh
+from meshops.mesh.io import mesh_from_arrays, read_mesh
 from meshops.training import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -122,12 +122,12 @@ def test_a_device_that_does_not_exist(run, tmp_path, capsys):
 # -------------------------------------------------------------------- pictures
 def test_a_picture_format_matplotlib_cannot_write_is_refused_before_working(
         run, data, tmp_path, capsys, monkeypatch):
-    import meshops.inference
+    import meshops.inference.predict
 
     def no_work(*a, **k):
         raise AssertionError("evaluated before the picture's format was checked")
 
-    monkeypatch.setattr(meshops.inference, "predict_mesh", no_work)
+    monkeypatch.setattr(meshops.inference.predict, "predict_mesh", no_work)
     err = _one_line(capsys, ["evaluate", run, "--data", data, "--plot", tmp_path / "x.xyz"])
     assert "x.xyz: matplotlib cannot write '.xyz' pictures; use one of" in err
     assert ".png" in err
@@ -179,7 +179,7 @@ def test_points_only_in_lower_dimensional_cells_are_not_said_to_be_in_no_cell():
 def test_a_tetra_mesh_with_a_tagged_face_is_drawn_as_its_points(tmp_path):
     from matplotlib.figure import Figure
 
-    from meshops.plot import _draw, _Panel
+    from meshops.inference.plot import _draw, _Panel
 
     pts, cells = _tetra_with_a_face()
     mesh = mesh_from_arrays(pts, cells)

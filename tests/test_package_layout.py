@@ -5,8 +5,8 @@ import ast
 from pathlib import Path
 
 import meshops
-import meshops.datasets
-import meshops.normalizer
+import meshops.datasets.folder
+import meshops.datasets.normalizer
 
 ROOT = Path(meshops.__file__).parent
 
@@ -76,7 +76,7 @@ def _import_closure(start: str, modules: dict[str, Path]) -> set[str]:
 def test_importing_the_models_does_not_import_the_trainer():
     modules = package_modules()
     closure = _import_closure("meshops.models", modules)
-    assert {"meshops.models.base", "meshops.normalizer", "meshops.nn"} <= closure
+    assert {"meshops.models.base", "meshops.datasets.normalizer", "meshops.nn"} <= closure
     assert sorted(m for m in closure if m.startswith("meshops.training")) == []
     # Control: the trainer's closure does reach the models (it loads checkpoints).
     assert "meshops.models.base" in _import_closure("meshops.training", modules)
@@ -88,8 +88,9 @@ def test_old_names_are_the_same_objects():
     import meshops.training
     from meshops.training.dataset import check_finite_fields
 
-    assert meshops.training.UnitGaussianNormalizer is meshops.normalizer.UnitGaussianNormalizer
+    normalizer = meshops.datasets.normalizer
+    assert meshops.training.UnitGaussianNormalizer is normalizer.UnitGaussianNormalizer
     for name in ("MeshFolderDataset", "export_to_folder", "list_mesh_files"):
-        assert getattr(data_adapters, name) is getattr(meshops.datasets, name)
+        assert getattr(data_adapters, name) is getattr(meshops.datasets.folder, name)
         assert getattr(data_adapters.folder, name) is getattr(meshops, name)
-    assert check_finite_fields is meshops.datasets.check_finite_fields
+    assert check_finite_fields is meshops.datasets.folder.check_finite_fields

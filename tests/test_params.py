@@ -15,13 +15,13 @@ from torch_geometric.loader import DataLoader
 
 from benchmarks.your_data import CONFIGS, family, fit_family
 from meshops import cli
-from meshops.data import MeshData
-from meshops.datasets import MeshFolderDataset
+from meshops.datasets.folder import MeshFolderDataset
+from meshops.datasets.params import read_param_table, sample_params
 from meshops.errors import MeshError
-from meshops.io import mesh_from_arrays, read_mesh, write_mesh
+from meshops.mesh.data import MeshData
+from meshops.mesh.io import mesh_from_arrays, read_mesh, write_mesh
 from meshops.models import NeuralOperator, get_model
 from meshops.models.conditioning import fit_param_normalizer, read_params
-from meshops.params import read_param_table, sample_params
 from meshops.training import Trainer
 
 
@@ -427,7 +427,7 @@ def test_params_from_a_config_file(tmp_path, capsys):
 
 
 def test_export_to_folder_writes_the_parameters(tmp_path):
-    from meshops.datasets import export_to_folder
+    from meshops.datasets.folder import export_to_folder
 
     pts, cells = square_mesh(3, "quad")
     samples = []

@@ -13,8 +13,8 @@ import pytest
 import torch
 from _meshes import square_mesh
 
-from meshops.io import mesh_from_arrays, write_mesh
-from meshops.layout import SampleLayout
+from meshops.datasets.layout import SampleLayout
+from meshops.mesh.io import mesh_from_arrays, write_mesh
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -11,7 +11,7 @@ from torch_geometric.data import Batch
 import meshops.models.latent as latent_mod
 import meshops.search.graph as graph_mod
 import meshops.search.neighbourhoods as neighbourhoods_mod
-from meshops.data import MeshData
+from meshops.mesh.data import MeshData
 from meshops.models.pit import PiT
 from meshops.models.structures import MeshStructures
 

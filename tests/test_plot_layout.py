@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from _meshes import square_mesh
 
-from meshops.io import mesh_from_arrays
-from meshops.plot import STACK_ASPECT, _comparison_row, _figure, plot_fields
+from meshops.inference.plot import STACK_ASPECT, _comparison_row, _figure, plot_fields
+from meshops.mesh.io import mesh_from_arrays
 
 
 def _channel(length: float, height: float):

@@ -1,10 +1,10 @@
-"""meshops._progress: bars on a terminal, nothing in a redirected log."""
+"""meshops.utils.progress: bars on a terminal, nothing in a redirected log."""
 
 from __future__ import annotations
 
 import io
 
-from meshops._progress import on_terminal, progress
+from meshops.utils.progress import on_terminal, progress
 
 
 class _Terminal(io.StringIO):
@@ -37,7 +37,7 @@ def test_trainer_draws_no_bar_into_a_redirected_stream(capsys):
     tqdm redraws (issue 15 item 8)."""
     import torch
 
-    from meshops.data import MeshData
+    from meshops.mesh.data import MeshData
     from meshops.models import get_model
     from meshops.training import Trainer
 

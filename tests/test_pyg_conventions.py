@@ -19,7 +19,7 @@ from torch_geometric.loader import DataLoader
 
 import meshops
 from meshops import MeshData, MeshError, cells_to_edge_index, knn_graph, radius_graph
-from meshops.data import MissingFieldError
+from meshops.mesh.data import MissingFieldError
 from meshops.search import available_backends, cells_to_face
 
 BACKENDS = [b for b in ("scipy", "torch") if available_backends()[b]]

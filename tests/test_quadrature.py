@@ -8,8 +8,8 @@ import torch
 from _meshes import annulus_quads, cube_mesh, cube_sphere, square_mesh, tetra_cube
 
 from meshops import MeshError
-from meshops.pointcloud import point_cloud_weights
-from meshops.quadrature import grid_weights, quadrature_weights, structured_grid_cells
+from meshops.mesh.pointcloud import point_cloud_weights
+from meshops.mesh.quadrature import grid_weights, quadrature_weights, structured_grid_cells
 
 RTOL = 1e-12
 A2, A3 = np.array([0.7, -1.3]), np.array([0.7, -1.3, 2.1])

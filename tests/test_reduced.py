@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from meshops.data import MeshData
+from meshops.mesh.data import MeshData
 from meshops.reduced import pod_basis, sample_parameters
 from meshops.reduced.rbf import ThinPlateSpline
 from meshops.training.baselines import baselines, pod_rbf_baseline

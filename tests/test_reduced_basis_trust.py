@@ -14,7 +14,7 @@ from _folders import run_cli
 from _meshes import square_mesh
 from _tiny_run import one_line_error
 
-from meshops.io import mesh_from_arrays, read_mesh, write_mesh
+from meshops.mesh.io import mesh_from_arrays, read_mesh, write_mesh
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -104,7 +104,7 @@ def test_a_parameter_field_that_varies_over_the_mesh_is_refused(tmp_path, capsys
         assert f"{test / 's00.vtu'}: input field 'b' varies over the mesh" in err
     assert not (tmp_path / "pred").exists()
     model = NeuralOperator.from_checkpoint(run / "best.pt")
-    from meshops.datasets import add_inputs_targets
+    from meshops.datasets.folder import add_inputs_targets
 
     sample = add_inputs_targets(read_mesh(test / "s00.vtu"), ["t", "b"], ["u"], torch.float64)
     with pytest.raises(ValueError, match="input channel 1 varies over sample 0"):
@@ -115,7 +115,7 @@ def test_a_parameter_field_that_varies_over_the_mesh_is_refused(tmp_path, capsys
 def _sample(path: Path):
     import torch
 
-    from meshops.datasets import add_inputs_targets
+    from meshops.datasets.folder import add_inputs_targets
 
     return add_inputs_targets(read_mesh(path), ["t", "b"], ["u"], torch.float64)
 
@@ -155,7 +155,7 @@ def test_a_grid_basis_refuses_a_validation_grid_of_another_size():
     meaning for it, and is refused naming the sample."""
     import torch
 
-    from meshops.reduced.fit import fit_reduced_basis
+    from meshops.training.fit_reduced import fit_reduced_basis
 
     def grids(params, n, moved):
         out = []
@@ -163,7 +163,7 @@ def test_a_grid_basis_refuses_a_validation_grid_of_another_size():
             pts, cells = square_mesh(n, "triangle", amount=0.2 if moved else 0.0, seed=k)
             fields = {"t": np.full(len(pts), a), "b": np.full(len(pts), b),
                       "u": exact(pts, a, b)}
-            from meshops.datasets import add_inputs_targets
+            from meshops.datasets.folder import add_inputs_targets
 
             s = add_inputs_targets(mesh_from_arrays(pts, cells, fields), ["t", "b"], ["u"],
                                    torch.float64, source=f"grid{n}-{k}")
@@ -229,10 +229,10 @@ def test_a_parameter_given_twice_counts_once():
     dropped: the spline reproduces the linear family to round-off, and POD + RBF too."""
     import torch
 
-    from meshops.datasets import add_inputs_targets
-    from meshops.reduced.fit import fit_reduced_basis
+    from meshops.datasets.folder import add_inputs_targets
     from meshops.reduced.parameters import informative_columns
     from meshops.training.baselines import pod_rbf_baseline
+    from meshops.training.fit_reduced import fit_reduced_basis
 
     def both(params):
         pts, cells = square_mesh(6, "triangle")

@@ -13,7 +13,7 @@ from _folders import folder_bytes, run_cli
 from _meshes import square_mesh
 from _tiny_run import one_line_error
 
-from meshops.io import mesh_from_arrays, write_mesh
+from meshops.mesh.io import mesh_from_arrays, write_mesh
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

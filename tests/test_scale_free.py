@@ -12,8 +12,8 @@ import pytest
 import torch
 from _folders import run_cli, tiny_model, tiny_samples, train, write_folder
 
-from meshops.data import MeshData
-from meshops.normalizer import UnitGaussianNormalizer
+from meshops.datasets.normalizer import UnitGaussianNormalizer
+from meshops.mesh.data import MeshData
 from meshops.training import Trainer, relative_lp
 
 pytestmark = pytest.mark.usefixtures("one_thread")

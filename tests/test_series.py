@@ -1,4 +1,4 @@
-"""Reading and writing time series (meshops.series): numbered files, ParaView .pvd and
+"""Reading and writing time series (meshops.datasets.series): numbered files, ParaView .pvd and
 XDMF time series, and the errors for broken series (each naming the file and the
 time step)."""
 
@@ -18,8 +18,7 @@ from _series import heat_states, series_params, write_heat_series
 from _tiny_run import one_line_error
 
 from meshops.cli import main as cli_main
-from meshops.io import mesh_from_arrays, write_mesh
-from meshops.series import (
+from meshops.datasets.series import (
     SeriesError,
     list_series,
     read_series,
@@ -27,6 +26,7 @@ from meshops.series import (
     read_state,
     write_series,
 )
+from meshops.mesh.io import mesh_from_arrays, write_mesh
 
 
 @pytest.mark.parametrize("fmt", ["folder", "pvd", "xdmf"])
@@ -220,8 +220,8 @@ def test_a_writer_killed_mid_series_leaves_no_half_series(tmp_path):
     mesh = mesh_from_arrays(pts, cells)
     path = write_series(tmp_path / "s.pvd", mesh, [{"u": np.zeros(9)}] * 2, [0, 1])
     script = ("import os, signal, sys, numpy as np\n"
-              "from meshops.series import write_series\n"
-              "from meshops.io import mesh_from_arrays\n"
+              "from meshops.datasets.series import write_series\n"
+              "from meshops.mesh.io import mesh_from_arrays\n"
               "sys.path.insert(0, sys.argv[2])\n"
               "from _meshes import square_mesh\n"
               "class Die(dict):\n"  # the second step's fields: reading them kills
@@ -238,7 +238,7 @@ def test_a_writer_killed_mid_series_leaves_no_half_series(tmp_path):
     assert len(left) == 3 and left[0].startswith(".s.meshops-") and left[1:] == ["s", "s.pvd"]
     assert read_series(path).fields["u"].abs().sum() == 0  # the old series
     # (the first write to a folder in a process cleans it; this process wrote here before)
-    from meshops._atomic import clean_stale_temporaries
+    from meshops.utils.atomic import clean_stale_temporaries
     assert clean_stale_temporaries(tmp_path) == [tmp_path / left[0]]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s", "s.pvd"]
 

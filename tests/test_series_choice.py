@@ -16,15 +16,15 @@ from _series import series_params, write_heat_series
 from _tiny_run import one_line_error
 
 from meshops.cli import main as cli_main
+from meshops.datasets.series import read_series_folder
 from meshops.models import NeuralOperator, NextStep, TrajectoryBasis
-from meshops.series import read_series_folder
 from meshops.training.rollout import rollout, rollout_sample
 
 TIMES = np.linspace(0.0, 0.6, 7)
 
 
 def _mesh(n=5, amount=0.0, seed=0):
-    from meshops.io import mesh_from_arrays
+    from meshops.mesh.io import mesh_from_arrays
 
     pts, cells = square_mesh(n, "triangle", amount, seed)
     return mesh_from_arrays(pts, cells)
@@ -33,8 +33,8 @@ def _mesh(n=5, amount=0.0, seed=0):
 def _write(root, fields_of, params=None, mesh=None):
     """One .pvd series per row of ``fields_of`` (``[T, N]`` arrays of ``u``), the
     parameters ``p1, p2`` in ``params.csv``."""
-    from meshops.params import write_param_table
-    from meshops.series import write_series
+    from meshops.datasets.params import write_param_table
+    from meshops.datasets.series import write_series
 
     mesh = mesh or _mesh()
     rows = {}
@@ -54,7 +54,7 @@ def _linear_family(pos, p):
 
 
 def _fit(train, val, regressors=("rbf",)):
-    from meshops.reduced.trajectory import fit_trajectory_basis
+    from meshops.training.fit_trajectory import fit_trajectory_basis
 
     model, report = fit_trajectory_basis(train, val, ["u"], minutes=0.5,
                                          regressors=regressors)

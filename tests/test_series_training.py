@@ -14,8 +14,8 @@ from _series import heat_states, series_params, write_heat_series
 from _tiny_run import one_line_error
 
 from meshops.cli import main as cli_main
+from meshops.datasets.series import read_series, read_series_folder
 from meshops.models import NeuralOperator, NextStep
-from meshops.series import read_series, read_series_folder
 from meshops.training.loss import relative_lp
 from meshops.training.rollout import (
     RolloutLoss,
@@ -288,7 +288,7 @@ def test_predict_rollout_writes_the_rollout_as_a_paraview_series(heat, tmp_path,
     assert torch.equal(got[0], truth.fields["u"][2])  # the start state
     assert torch.allclose(got[1:], expected, rtol=0, atol=1e-12)
     # the series' own fields beside the prediction while it has the step
-    from meshops.io import mesh_from_arrays, read_mesh, write_mesh
+    from meshops.mesh.io import mesh_from_arrays, read_mesh, write_mesh
     assert torch.equal(read_mesh(tmp_path / "s01" / "s01_0008.vtu").fields["u"],
                        truth.fields["u"][10])
     assert "u" not in read_mesh(tmp_path / "s01" / "s01_0009.vtu").fields
@@ -349,8 +349,8 @@ def test_time_features_start_at_half_octaves():
 
 
 def test_input_fields_are_taken_at_every_step(tmp_path):
-    from meshops.io import mesh_from_arrays
-    from meshops.series import SeriesError, write_series
+    from meshops.datasets.series import SeriesError, write_series
+    from meshops.mesh.io import mesh_from_arrays
 
     pts, cells, t, u = heat_states(0.1, 1.0, 6, DT)
     f = np.stack([np.cos(k + pts[:, 0]) for k in range(6)])  # a forcing, known per step

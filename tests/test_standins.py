@@ -15,7 +15,7 @@ from data_adapters.standins.elasticity import mesh_unit_cell, void_radius
 from data_adapters.standins.fem import nodal_stress, solve_plane_strain
 from data_adapters.standins.naca4 import naca4
 from data_adapters.standins.panel import solve_panels
-from meshops.io import mesh_from_arrays
+from meshops.mesh.io import mesh_from_arrays
 
 # Small, coarse settings so the generators run in a fraction of a second per sample.
 EL_FAST = dict(h_void=0.03, h_outer=0.1)

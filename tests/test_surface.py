@@ -1,4 +1,4 @@
-"""Tests of meshops.surface: reading, surface quadrature, sampling, signed distance."""
+"""Tests of meshops.mesh.surface: reading, surface quadrature, sampling, signed distance."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 import trimesh
 
 from meshops.errors import MeshError
-from meshops.surface import (
+from meshops.mesh.surface import (
     GEOMETRY_FEATURE_NAMES,
     geometry_features,
     read_surface,

@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from meshops import cli
-from meshops.data import MeshData
+from meshops.mesh.data import MeshData
 from meshops.training.defaults import (
     FIELDS_SLICE,
     FIELDS_TRAIN,

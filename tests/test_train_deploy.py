@@ -15,7 +15,7 @@ from test_training import ToyOperator, make_samples
 from torch_geometric.data import Batch
 
 from meshops import cli
-from meshops.data import MeshData
+from meshops.mesh.data import MeshData
 from meshops.models import get_model
 from meshops.training import Trainer
 from meshops.training.baselines import baselines
@@ -229,13 +229,13 @@ def test_tensorboard_logs_the_baselines_of_one_training_sample(tmp_path):
 
 def test_a_figure_that_cannot_be_drawn_only_warns(tmp_path, monkeypatch):
     pytest.importorskip("tensorboard")
-    import meshops.plot
+    import meshops.inference.plot
     from meshops.training.experiment import TensorBoardLogger
 
     def broken(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(meshops.plot, "plot_comparison", broken)
+    monkeypatch.setattr(meshops.inference.plot, "plot_comparison", broken)
     with pytest.warns(UserWarning, match="figure of epoch 2 was not logged .OSError"):
         _, trainer, history = _fit(epochs=2, callbacks=[TensorBoardLogger(tmp_path / "tb")])
     assert len(history) == 2

@@ -8,7 +8,7 @@ import torch
 from _meshes import square_mesh
 from torch import nn
 
-from meshops.io import mesh_from_arrays
+from meshops.mesh.io import mesh_from_arrays
 from meshops.models import NeuralOperator, register_model
 from meshops.training import RelativeLpLoss, Trainer, assemble, prepare_batch
 from meshops.training.dataset import make_loader

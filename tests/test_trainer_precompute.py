@@ -8,7 +8,7 @@ import pytest
 import torch
 from test_pit_structures import _forbid_searches
 
-from meshops.data import MeshData
+from meshops.mesh.data import MeshData
 from meshops.models.pit import PiT
 from meshops.models.structures import MeshStructures
 from meshops.training import Trainer

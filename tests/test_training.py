@@ -17,7 +17,7 @@ from torch import nn
 from torch_geometric.utils import scatter
 
 from meshops import MeshData, MeshError
-from meshops.io import mesh_from_arrays
+from meshops.mesh.io import mesh_from_arrays
 from meshops.models import NeuralOperator, register_model
 from meshops.training import RelativeLpLoss, relative_lp
 from meshops.training import trainer as trainer_mod

@@ -18,12 +18,12 @@ from scipy.spatial import Delaunay
 from test_cli import _sample, _write_dataset
 
 from meshops import MeshError, cli
-from meshops.data import MeshData
-from meshops.inference import RunSpec, load_run, predict_mesh
-from meshops.io import mesh_from_arrays, read_mesh, write_mesh
+from meshops.inference.predict import RunSpec, load_run, predict_mesh
+from meshops.inference.refine import coarsen_points, mesh_independence, refine_mesh
+from meshops.inference.trust import TrainingSet, describe
+from meshops.mesh.data import MeshData
+from meshops.mesh.io import mesh_from_arrays, read_mesh, write_mesh
 from meshops.models import NeuralOperator, register_model
-from meshops.refine import coarsen_points, mesh_independence, refine_mesh
-from meshops.trust import TrainingSet, describe
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -251,10 +251,10 @@ def test_the_same_shapes_meshed_finer_do_not_extrapolate():
 
 
 def test_the_discretisation_bound_of_the_rms_radius_holds():
-    # the bound the range is widened by (meshops.trust.geometry_tolerance) against the
+    # the bound the range is widened by (meshops.inference.trust.geometry_tolerance) against the
     # rms radius's true error (exact: width / sqrt(12) for x, 1 / sqrt(12) for y): at
     # least the error, and not more than 8x it
-    from meshops.trust import geometry_tolerance
+    from meshops.inference.trust import geometry_tolerance
 
     for n in (4, 8, 16):
         for kind in ("quad", "triangle", "mixed"):
@@ -319,7 +319,7 @@ def test_predict_writes_distance_fields_and_warns_when_extrapolating(run, tmp_pa
     err = capsys.readouterr().err
     assert "far.vtu: the model extrapolates here: mean of f = 50 is outside the training " \
            "range" in err and known not in err
-    from meshops.inference import mesh_sample
+    from meshops.inference.predict import mesh_sample
 
     for name in (Path(known).stem, "far"):
         got = read_mesh(tmp_path / "p" / f"{name}.vtu")

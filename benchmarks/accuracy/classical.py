@@ -132,7 +132,7 @@ def pod_rbf(train: Sequence[Sample], test: Sequence[Sample]) -> list[np.ndarray]
     """
     import torch
 
-    from meshops.data import MeshData
+    from meshops.mesh.data import MeshData
     from meshops.training.baselines import pod_rbf_baseline
 
     def mesh_data(s: Sample) -> MeshData:

@@ -385,7 +385,7 @@ def main(argv=None) -> int:
     log(f"load at the end: {_load()}")
     failed = any(s["failed"] for s in results.values())
     if args.out is not None:
-        from meshops._atomic import atomic_write
+        from meshops.utils.atomic import atomic_write
         head = [f"# python -m benchmarks.reference {shlex.join(argv or sys.argv[1:])}",
                 f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {_device_name(args.device)}, "
                 f"uptime load {_load()}"]

@@ -14,7 +14,7 @@ import numpy as np
 
 from data_adapters import elasticity as geo_elasticity
 from data_adapters import naca as geo_naca
-from meshops._atomic import atomic_write
+from meshops.utils.atomic import atomic_write
 
 SHAPE_FILE = "shape_coords.npy"
 """The airfoil surface points the reference's NACA script reads as its input (its

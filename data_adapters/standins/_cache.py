@@ -23,7 +23,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from meshops._atomic import atomic_write
+from meshops.utils.atomic import atomic_write
 
 ENV_VAR = "MESHOPS_CACHE"
 _EPOCH = (1980, 1, 1, 0, 0, 0)

@@ -12,7 +12,7 @@ on the same kind of grid, so that examples and tests run without the
   the benchmark's 221 x 51 grid (wake-cut nodes doubled at ``j = 0``), 121 x 31 =
   3751 nodes by default (``n_side=41`` points per airfoil surface, ``n_wake=20`` per
   wake side, ``n1=31`` towards a far field 5 chords away), quad cells from
-  :func:`meshops.quadrature.structured_grid_cells`, weights from the quads.
+  :func:`meshops.mesh.quadrature.structured_grid_cells`, weights from the quads.
 * **Flow**: incompressible potential flow from the Hess-Smith panel method
   (:mod:`data_adapters.standins.panel`) with the airfoil's surface nodes as panel
   ends; velocities at the grid nodes are sums of all panel influences (on the
@@ -39,12 +39,12 @@ from data_adapters.standins._cache import describe, generate_or_load
 from data_adapters.standins.cgrid import c_grid
 from data_adapters.standins.naca4 import naca4, naca4_name
 from data_adapters.standins.panel import solve_panels
-from meshops._progress import progress as progress_bar
-from meshops.data import MeshData
-from meshops.datasets import add_inputs_targets, as_float_dtype
+from meshops.datasets.folder import add_inputs_targets, as_float_dtype
 from meshops.errors import MeshError
-from meshops.io import mesh_from_arrays
-from meshops.quadrature import structured_grid_cells
+from meshops.mesh.data import MeshData
+from meshops.mesh.io import mesh_from_arrays
+from meshops.mesh.quadrature import structured_grid_cells
+from meshops.utils.progress import progress as progress_bar
 
 GENERATOR = "airfoil"
 VERSION = 1

@@ -37,7 +37,7 @@ import torch
 
 from data_adapters.parametric import parametric_sample
 from data_adapters.standins._cache import describe, generate_or_load
-from meshops.datasets import as_float_dtype
+from meshops.datasets.folder import as_float_dtype
 from meshops.errors import MeshError
 
 GENERATOR = "boundary_layer"

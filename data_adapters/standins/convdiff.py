@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from meshops.datasets import add_inputs_targets, as_float_dtype
-from meshops.io import mesh_from_arrays
+from meshops.datasets.folder import add_inputs_targets, as_float_dtype
+from meshops.mesh.io import mesh_from_arrays
 
 INPUTS = ("kappa", "wind_x", "wind_y")
 TARGET = "u"

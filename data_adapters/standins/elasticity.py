@@ -39,11 +39,11 @@ import torch
 from data_adapters._geometry import polygon_distance, star_polygon
 from data_adapters.standins._cache import describe, generate_or_load
 from data_adapters.standins.fem import nodal_stress, solve_plane_strain, von_mises_plane_strain
-from meshops._progress import progress as progress_bar
-from meshops.data import MeshData
-from meshops.datasets import add_inputs_targets, as_float_dtype
+from meshops.datasets.folder import add_inputs_targets, as_float_dtype
 from meshops.errors import MeshError
-from meshops.io import mesh_from_arrays
+from meshops.mesh.data import MeshData
+from meshops.mesh.io import mesh_from_arrays
+from meshops.utils.progress import progress as progress_bar
 
 GENERATOR = "elasticity"
 VERSION = 1

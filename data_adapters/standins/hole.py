@@ -33,7 +33,7 @@ import torch
 
 from data_adapters.parametric import parametric_sample
 from data_adapters.standins._cache import describe, generate_or_load
-from meshops.datasets import as_float_dtype
+from meshops.datasets.folder import as_float_dtype
 from meshops.errors import MeshError
 
 GENERATOR = "hole"
@@ -170,7 +170,7 @@ SQUARE = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
 
 
 def _generate(num_samples: int, seed: int, h: float, h_hole: float, progress: bool) -> dict:
-    from meshops._progress import progress as progress_bar
+    from meshops.utils.progress import progress as progress_bar
 
     params = sample_params(num_samples, seed)
     pts, tris, us, npts, ntri = [], [], [], [0], [0]

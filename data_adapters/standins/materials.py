@@ -41,7 +41,7 @@ import torch
 from data_adapters.parametric import parametric_sample
 from data_adapters.standins._cache import describe, generate_or_load
 from data_adapters.standins.fem import lame
-from meshops.datasets import as_float_dtype
+from meshops.datasets.folder import as_float_dtype
 from meshops.errors import MeshError
 
 GENERATOR = "materials"
@@ -203,7 +203,7 @@ def sample_params(num_samples: int, seed: int = 0) -> np.ndarray:
 
 
 def _generate(num_samples: int, seed: int, h: float, progress: bool) -> dict:
-    from meshops._progress import progress as progress_bar
+    from meshops.utils.progress import progress as progress_bar
 
     points, triangles, block = mesh_plate(h)
     solver = PlateSolver(points, triangles, block)

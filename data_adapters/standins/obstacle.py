@@ -40,9 +40,9 @@ import torch
 
 from data_adapters._geometry import polygon_distance, star_polygon
 from data_adapters.standins._cache import describe, generate_or_load
-from meshops.datasets import add_inputs_targets, as_float_dtype
+from meshops.datasets.folder import add_inputs_targets, as_float_dtype
 from meshops.errors import MeshError
-from meshops.io import mesh_from_arrays
+from meshops.mesh.io import mesh_from_arrays
 
 GENERATOR = "obstacle"
 VERSION = 1
@@ -201,7 +201,7 @@ def solve_flow(points, triangles, tol: float = 1e-9, max_newton: int = 20):
 
 
 def _generate(params: np.ndarray, h: float, h_body: float, progress: bool) -> dict:
-    from meshops._progress import progress as progress_bar
+    from meshops.utils.progress import progress as progress_bar
 
     pts, tris, fields, npts, ntri = [], [], {k: [] for k in ("sdf", *TARGETS)}, [0], [0]
     for prm in progress_bar(params, desc="obstacle-flow STAND-IN (FEM)", enabled=progress,

@@ -117,9 +117,9 @@ def write_transient_hole_series(out, n_train: int = 48, n_test: int = 12, seed: 
     Raises:
         MeshError: ``out`` already holds an export (unless ``overwrite``).
     """
-    from meshops._atomic import atomic_folder
-    from meshops.io import mesh_from_arrays, write_mesh
-    from meshops.params import write_param_table
+    from meshops.datasets.params import write_param_table
+    from meshops.mesh.io import mesh_from_arrays, write_mesh
+    from meshops.utils.atomic import atomic_folder
 
     out = Path(out)
     if not overwrite and any((out / split).exists() for split in ("train", "test")):

@@ -14,14 +14,14 @@ import inspect
 import sys
 from pathlib import Path
 
-#: (package, title, blurb), in the order their pages appear.  ``meshops.io`` and
-#: ``meshops.quadrature`` have no ``__all__``: their own public functions are taken.
+#: (package, title, blurb), in the order their pages appear.  ``meshops.mesh.io`` and
+#: ``meshops.mesh.quadrature`` have no ``__all__``: their own public functions are taken.
 PAGES = [
-    ("meshops.io", "Reading and writing meshes",
+    ("meshops.mesh.io", "Reading and writing meshes",
      "Any meshio format in, checked; fields out, atomically."),
-    ("meshops.quadrature", "Quadrature weights",
+    ("meshops.mesh.quadrature", "Quadrature weights",
      "The weights that make every layer an integral: meshes, structured grids, clouds."),
-    ("meshops.surface", "Surfaces",
+    ("meshops.mesh.surface", "Surfaces",
      "STL/OBJ/PLY/GLB surfaces through trimesh: areas, sampling, signed distance."),
     ("meshops.search", "Neighbour search and sampling",
      "PyG's signatures and batch conventions over the fastest installed backend."),

@@ -9,9 +9,9 @@ pages with ``{include}``):
   (:class:`meshops.cli.config.TrainConfig`) under ``--resume``: those of
   ``meshops.cli.run_folder.RESUME_MAY_CHANGE`` may change, every other one is refused;
 * ``field-formats.md`` (docs/trust.md): the components per point each mesh format
-  keeps (``meshops.io._COMPONENTS``, evaluated);
+  keeps (``meshops.mesh.io._COMPONENTS``, evaluated);
 * ``export.md`` (docs/training-and-deployment.md): what ``meshops export`` makes of
-  each registered model (``meshops.export.FIXED_MESH`` and ``REFUSED``).
+  each registered model (``meshops.inference.export.FIXED_MESH`` and ``REFUSED``).
 
 A rule of the code that a table has no words for (a new option that may change under
 ``--resume``, a new format) stops the build with an error naming it, rather than
@@ -79,7 +79,7 @@ def _components(fits) -> str:
 
 def field_formats_md() -> str:
     """The components per point each format keeps."""
-    from meshops.io import _COMPONENTS
+    from meshops.mesh.io import _COMPONENTS
 
     unknown = [f for f in _COMPONENTS if f not in FORMAT_NAMES]
     if unknown:
@@ -91,13 +91,13 @@ def field_formats_md() -> str:
             continue
         note = FORMAT_NOTES.get(fmt)
         rows.append([FORMAT_NAMES[fmt], _components(fits) + (f" ({note})" if note else "")])
-    return ("Generated from `meshops.io` (the formats' round trips of 1 to "
+    return ("Generated from `meshops.mesh.io` (the formats' round trips of 1 to "
             f"{MAX_COMPONENTS} components).\n\n"
             + md_table(["format", "components per point"], rows) + "\n")
 
 
 def _export_row(name: str) -> list[str]:
-    from meshops.export import FIXED_MESH, REFUSED
+    from meshops.inference.export import FIXED_MESH, REFUSED
     from meshops.nn.galerkin import BLOCK_ABOVE
 
     if name in REFUSED:
@@ -118,7 +118,7 @@ def export_md() -> str:
     from meshops.models import MODELS
 
     rows = [_export_row(name) for name in sorted(MODELS) if not name.startswith("_")]
-    return ("Generated from the registered models and `meshops.export.FIXED_MESH` and "
+    return ("Generated from the registered models and `meshops.inference.export.FIXED_MESH` and "
             "`REFUSED`.\n\n" + md_table(["model", "inputs of the program", "sizes"], rows)
             + "\n")
 

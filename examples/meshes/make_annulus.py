@@ -10,7 +10,7 @@ from pathlib import Path
 import gmsh
 import numpy as np
 
-from meshops.io import mesh_from_arrays, write_mesh
+from meshops.mesh.io import mesh_from_arrays, write_mesh
 
 
 def annulus(h: float = 0.08, recombine: bool = True):

@@ -4,12 +4,15 @@
 One module per subcommand (its function and its parser); :mod:`.config` holds the
 typed :class:`TrainConfig` of ``train``, :mod:`.folder` every use of the
 mesh-folder data set. Loading a run and predicting with it is library API
-(:mod:`meshops.inference`).
+(:mod:`meshops.inference.predict`).
 
 Every subcommand has ``--help`` with examples. Errors in the user's data or
 arguments (missing files or fields, empty folders, field shapes that differ
 between files, a checkpoint that does not fit the data, bad config keys) print
 ``meshops: error: ...`` naming the file on stderr and exit with status 2.
+
+Imports :mod:`meshops.runs` and the packages below; nothing in meshops imports it.
+Its modules parse arguments and print; the job itself is :mod:`meshops.runs`.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from meshops.cli.folder import load_folder
 from meshops.cli.info import mesh_summary
 from meshops.cli.training_run import build_model, split_files
 from meshops.errors import CheckpointError, MeshError
-from meshops.inference import RUN_CHECKPOINT, RunSpec, load_run
+from meshops.inference.predict import RUN_CHECKPOINT, RunSpec, load_run
 
 __all__ = ["CLIError", "RUN_CHECKPOINT", "RUN_CONFIG", "RunSpec", "TRAIN_DEFAULTS",
            "TrainConfig", "build_model", "build_parser", "load_config_file", "load_folder",

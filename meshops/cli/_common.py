@@ -42,7 +42,7 @@ def optional_names(value) -> list[str] | None:
 
 def progress(iterable, **kw):
     """A tqdm bar on stderr, shown only on a terminal (no bar spam in logs)."""
-    from meshops._progress import progress as bar
+    from meshops.utils.progress import progress as bar
 
     return bar(iterable, **kw)
 

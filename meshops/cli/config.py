@@ -196,7 +196,7 @@ class TrainConfig:
     data: str | None = _option(None, _opt_str)
     inputs: list[str] | None = _option(None, lambda k, v: names(v, k))
     targets: list[str] | None = _option(None, lambda k, v: names(v, k))
-    # The target fields, each its own relative error (meshops.fields): scalar
+    # The target fields, each its own relative error (meshops.datasets.fields): scalar
     # targets joined by "+" (u+v); None: every target array its own field. Set by
     # "--targets u+v,p", which also sets targets to u,v,p.
     fields: list[str] | None = _option(None, _unset_or(lambda k, v: names(v, k)))
@@ -361,7 +361,7 @@ class TrainConfig:
     def _check_fields(self) -> None:
         """``fields`` join the targets, each once and in their order; ``field_weights``
         name fields."""
-        from meshops.fields import target_names
+        from meshops.datasets.fields import target_names
 
         specs = self.fields if self.fields is not None else self.targets
         if self.fields is not None:
@@ -451,7 +451,7 @@ def _model_config_from_pairs(pairs: Sequence[str]) -> dict:
 def _split_field_specs(options: dict, source: str) -> dict:
     """``targets`` given as field specs (``u+v, p``) become the target arrays
     (``u, v, p``) and the ``fields`` (``u+v, p``)."""
-    from meshops.fields import target_names
+    from meshops.datasets.fields import target_names
 
     targets = options.get("targets")
     if not targets or not any("+" in t for t in targets):

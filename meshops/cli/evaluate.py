@@ -4,7 +4,7 @@ baselines that need no training.
 The per-sample errors are :func:`meshops.training.loss.sample_errors` and their
 statistics :func:`meshops.training.loss.summarize_errors`, the functions behind
 :meth:`meshops.training.Trainer.evaluate`, so the numbers are those of training's
-validation: per target field (:mod:`meshops.fields`) and, with several,
+validation: per target field (:mod:`meshops.datasets.fields`) and, with several,
 their mean; here they are also reported per file.
 """
 
@@ -15,7 +15,6 @@ import math
 import sys
 from pathlib import Path
 
-from meshops import inference  # predict_mesh through its module: tests replace it there
 from meshops.cli import trust_reports
 from meshops.cli._common import RAW, CLIError, device_or_error, optional_names, progress, wrap
 from meshops.cli.folder import folder_dataset, training_samples
@@ -25,9 +24,10 @@ from meshops.cli.integrals import (
     parse_integral,
     print_integrals,
 )
-from meshops.inference import RunSpec, load_run, mesh_sample
-from meshops.io import read_mesh
-from meshops.layout import SampleLayout
+from meshops.datasets.layout import SampleLayout
+from meshops.inference import predict as inference  # tests replace predict_mesh there
+from meshops.inference.predict import RunSpec, load_run, mesh_sample
+from meshops.mesh.io import read_mesh
 
 # The errors of sample_errors, in the order they are printed, with their labels.
 _METRIC_LABELS = (("l2", "rel. L2 (quad)"), ("l2_unweighted", "rel. L2 (plain)"),
@@ -61,7 +61,7 @@ def _keys(fields) -> list[str]:
 
 def _errors_by_field(pred, truth, weight, fields) -> dict:
     """``{field: sample_errors}`` of one sample for each target field (``fields``, a
-    :class:`~meshops.fields.TargetFields`) and, with several, their weighted
+    :class:`~meshops.datasets.fields.TargetFields`) and, with several, their weighted
     mean (:data:`MEAN`, the error training minimises); all in float64."""
     import torch
 
@@ -121,7 +121,7 @@ def _training_overlap(meta: dict, data, files) -> str:
             f"run" if overlap else "")
 
 
-#: Why ``--refine`` is refused for cell targets (see :mod:`meshops.refine`).
+#: Why ``--refine`` is refused for cell targets (see :mod:`meshops.inference.refine`).
 REFINE_CELLS = ("--refine: the targets of this run are cell data; the check compares the "
                 "predictions at the points a mesh and its refinement share, and refined cells "
                 "share no centroid with the original ones: evaluate without --refine")
@@ -140,7 +140,7 @@ def cmd_evaluate(args) -> int:
     import torch
 
     if args.plot:  # before the evaluation, not after it
-        from meshops.plot import check_picture_path
+        from meshops.inference.plot import check_picture_path
 
         check_picture_path(args.plot)
     model, ckpt, meta = load_run(args.run, device_or_error(args.device))
@@ -179,7 +179,7 @@ def cmd_evaluate(args) -> int:
             distances.append(train_set.distance(mesh_sample(model, spec, s).cpu()))
             per_sample[-1]["distance"] = trust_reports.json_number(distances[-1])
         if args.refine:
-            from meshops.refine import mesh_independence
+            from meshops.inference.refine import mesh_independence
 
             independence.append(mesh_independence(model, spec, s))
             per_sample[-1]["refine"] = trust_reports.json_number(independence[-1])
@@ -214,7 +214,7 @@ def cmd_evaluate(args) -> int:
         train, note = training_samples(meta, spec.inputs, spec.targets, layout)
         result["baselines"] = _baseline_report(train, note, tests, names, spec.fields)
     if args.plot:
-        from meshops.plot import plot_comparisons
+        from meshops.inference.plot import plot_comparisons
 
         stats = result["fields"][main_key]["l2"]
         if stats["worst_sample"] is None:  # no defined relative error: rank by absolute
@@ -355,7 +355,7 @@ def add_parser(sub) -> None:
     p.add_argument("--refine", action="store_true",
                    help="mesh-independence check: predict again on a uniformly refined and "
                    "a coarsened copy of each mesh (fields interpolated) and report how far "
-                   "the prediction moves (meshops.refine); meshes with cells and runs "
+                   "the prediction moves (meshops.inference.refine); meshes with cells and runs "
                    "whose targets are point data")
     p.add_argument("--inputs", help="input fields, for checkpoints that do not record them")
     p.add_argument("--targets", help="target fields, for checkpoints that do not record them")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from meshops.cli._common import RAW, CLIError, optional_names, wrap
-from meshops.inference import RunSpec, load_run, mesh_sample
+from meshops.inference.predict import RunSpec, load_run, mesh_sample
 
 #: Largest difference allowed between the exported program and the run on the example
 #: mesh, relative to the prediction's largest magnitude (float32 reassociation is ~1e-7).
@@ -26,7 +26,7 @@ def _example_mesh(args, meta: dict) -> Path:
 
 def _check_output(path: Path, overwrite: bool) -> None:
     """Refuse, before any work, what would end without a checked file at ``path``."""
-    from meshops.export import ExportError, check_path
+    from meshops.inference.export import ExportError, check_path
 
     try:
         check_path(path)
@@ -48,8 +48,8 @@ def _check_output(path: Path, overwrite: bool) -> None:
 def _example_sample(args, model, spec, meta: dict, ckpt):
     """The example mesh as training read it (at the cells for cell targets, with the tag
     channels and the parameters): ``(mesh path, sample)``."""
-    from meshops.io import read_mesh
-    from meshops.layout import SampleLayout
+    from meshops.datasets.layout import SampleLayout
+    from meshops.mesh.io import read_mesh
 
     mesh_path = _example_mesh(args, meta)
     layout = SampleLayout.from_run(meta, spec.inputs, spec.targets, model, ckpt)
@@ -63,7 +63,7 @@ def _export_checked(model, sample, tmp: Path, args, meta: dict, what: str) -> tu
     from the run's prediction, relative)``; above :data:`TOLERANCE` a CLIError."""
     import torch
 
-    from meshops.export import ExportError, export_model, load_exported
+    from meshops.inference.export import ExportError, export_model, load_exported
 
     try:
         info = export_model(model, sample, tmp, dynamic=args.dynamic, metadata=meta)
@@ -86,11 +86,11 @@ def _signature(info: dict) -> str:
 
 
 def cmd_export(args) -> int:
-    from meshops._atomic import atomic_write
+    from meshops.utils.atomic import atomic_write
 
     path = Path(args.output)
     _check_output(path, args.overwrite)
-    from meshops.export import ExportError, check_exportable
+    from meshops.inference.export import ExportError, check_exportable
 
     model, ckpt, meta = load_run(args.run, "cpu")
     try:
@@ -131,7 +131,7 @@ Loading (no meshops needed):
 
 x holds the input fields in the order of the run (RUN/config.yaml's inputs, then
 the channels of its boundary tags), pos the point coordinates, weight the
-quadrature weights (meshops.quadrature, or the mesh's meshops_weight field), params
+quadrature weights (meshops.mesh.quadrature, or the mesh's meshops_weight field), params
 [1, K] the parameters of a --params run; the output is in physical units. For a run
 whose targets are cell data the points are the cells: pos their centroids, weight
 their measures. PiT's latent mesh and neighbour graphs come from searches no

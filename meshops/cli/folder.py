@@ -11,21 +11,21 @@ from pathlib import Path
 from typing import Sequence
 
 from meshops.cli._common import CLIError, progress
-from meshops.inference import field_shape, format_shape
+from meshops.inference.predict import field_shape, format_shape
 
 
 def folder_dataset(root, inputs: Sequence[str], targets: Sequence[str], dtype, layout=None):
     """A :class:`MeshFolderDataset` of ``root``: one sample per mesh file (read as
-    ``layout`` says, a :class:`meshops.layout.SampleLayout` of these inputs and targets:
+    ``layout`` says, a :class:`meshops.datasets.layout.SampleLayout` of these inputs and targets:
     cell samples, parameters, boundary tags)."""
-    from meshops.datasets import MeshFolderDataset
+    from meshops.datasets.folder import MeshFolderDataset
 
     return MeshFolderDataset(root, inputs=inputs, targets=targets, dtype=dtype, layout=layout)
 
 
 def mesh_files(paths: Sequence[str]) -> list[Path]:
     """Mesh files named directly or found in the named folders."""
-    from meshops.datasets import list_mesh_files
+    from meshops.datasets.folder import list_mesh_files
 
     out = []
     for p in map(Path, paths):
@@ -45,7 +45,7 @@ def load_folder(root, inputs: Sequence[str], targets: Sequence[str], dtype,
 
     Returns ``(files, samples, field_shapes, pos_dim)``; the samples carry ``pos``,
     ``weight``, ``x``, ``y``, ``source`` and, with parameters, ``params``. ``layout``
-    (:class:`meshops.layout.SampleLayout`) says how a file becomes a sample; it learns
+    (:class:`meshops.datasets.layout.SampleLayout`) says how a file becomes a sample; it learns
     its location (points or cells) from the first file. Field shapes and the spatial
     dimension must agree across the files (the error names the first that
     disagrees). Input and target values must be finite (checked by the data set),
@@ -72,7 +72,7 @@ def read_sample(ds, i: int, targets: Sequence[str]):
     targets are zero everywhere is refused (CLIError naming the file)."""
     import torch
 
-    from meshops.data import MeshData
+    from meshops.mesh.data import MeshData
     from meshops.training.loss import lp_norms, zero_target
 
     s = ds[i]

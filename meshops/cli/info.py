@@ -9,7 +9,7 @@ import numpy as np
 
 def mesh_summary(mesh) -> dict:
     """Plain-data summary of a :class:`MeshData` (what ``meshops info`` prints)."""
-    from meshops.quadrature import CELL_DIMS
+    from meshops.mesh.quadrature import CELL_DIMS
 
     pos = mesh.pos
     counts = mesh.cell_counts()
@@ -35,7 +35,7 @@ def mesh_summary(mesh) -> dict:
 
 
 def cmd_info(args) -> int:
-    from meshops.io import read_mesh
+    from meshops.mesh.io import read_mesh
 
     for path in args.files:
         info = mesh_summary(read_mesh(path))

@@ -1,6 +1,6 @@
 """``meshops evaluate --integral TAG:FIELD``: integrals of a target over a tagged
 boundary (forces, fluxes), predicted against true, with the boundary's quadrature
-(:class:`meshops.boundary.Boundary`: exact for linear fields on straight facets).
+(:class:`meshops.mesh.boundary.Boundary`: exact for linear fields on straight facets).
 
 ``TAG:FIELD`` integrates the field (each component of a vector field),
 ``TAG:FIELD*n`` a scalar field times the outward unit normal (``integral p n ds``: the
@@ -24,7 +24,7 @@ _ROUND_OFF = 1e-9
 @dataclass
 class Integral:
     """One ``--integral``: ``tag``, target ``field``, ``mode`` (see
-    :meth:`meshops.boundary.Boundary.integrate`) and the text as given."""
+    :meth:`meshops.mesh.boundary.Boundary.integrate`) and the text as given."""
 
     tag: str
     field: str
@@ -59,7 +59,7 @@ def boundary_integrals(mesh, integrals: list, pred: dict, truth: dict, location:
     """``[(true, predicted, scale)]`` of each integral on one mesh (float lists, and the
     integral of the true field's magnitude, below which a true integral is cancellation
     noise); ``pred`` and ``truth`` map target names to values at ``location``."""
-    from meshops.boundary import boundary
+    from meshops.mesh.boundary import boundary
 
     out, cache = [], {}
     for it in integrals:

@@ -1,8 +1,8 @@
-"""``meshops train`` on folders larger than memory: reading through :mod:`meshops.cache`.
+"""``meshops train`` on folders larger than memory: reading through :mod:`meshops.datasets.cache`.
 
 When the parsed data would not fit comfortably in memory (or with ``--lazy`` /
 ``--cache DIR``) the command reads every mesh file once into an on-disk cache and
-trains on a :class:`~meshops.cache.CachedMeshDataset`, which DataLoader worker
+trains on a :class:`~meshops.datasets.cache.CachedMeshDataset`, which DataLoader worker
 processes read one sample at a time. :func:`data_loader` decides; :func:`take` and
 :func:`with_structures` let the command treat both kinds of data alike.
 """
@@ -47,11 +47,11 @@ def load_folder_cached(root, inputs: Sequence[str], targets: Sequence[str], dtyp
                        parts: Optional[Callable] = None) -> tuple[list, object, dict, int]:
     """:func:`~meshops.cli.folder.load_folder` through the cache folder ``cache``:
     ``(files, samples, field_shapes, pos_dim)`` with ``samples`` a
-    :class:`~meshops.cache.CachedMeshDataset` (nothing held in memory), building the
+    :class:`~meshops.datasets.cache.CachedMeshDataset` (nothing held in memory), building the
     entries that are missing in ``workers`` processes with a progress bar; in a
-    data-parallel run (``parts(root)``: this process's :class:`~meshops.cache.Part`)
+    data-parallel run (``parts(root)``: this process's :class:`~meshops.datasets.cache.Part`)
     only this process's part of the files."""
-    from meshops.cache import MeshCache
+    from meshops.datasets.cache import MeshCache
 
     reader = FolderReader(root, inputs, targets, dtype, layout)
     # Every option that changes what read_sample makes of a file belongs here: it is
@@ -77,8 +77,8 @@ def load_folder_cached(root, inputs: Sequence[str], targets: Sequence[str], dtyp
 
 def param_file_digests(root) -> dict[str, str]:
     """``{name: SHA-256}`` of the parameter files (params.csv, params.json) in ``root``."""
-    from meshops.cache import file_digest
-    from meshops.params import PARAM_FILES
+    from meshops.datasets.cache import file_digest
+    from meshops.datasets.params import PARAM_FILES
 
     return {n: file_digest(Path(root) / n) for n in PARAM_FILES if (Path(root) / n).is_file()}
 
@@ -139,7 +139,7 @@ def _split_owner(val_fraction: float, seed: int, world: int) -> Callable[[int, i
 def data_parts(cfg) -> Optional[Callable]:
     """Under torchrun: join the process group and give ``parts(root) -> Part``, this
     process's part of each folder's files (see :func:`_split_owner`); None otherwise."""
-    from meshops.cache import Part
+    from meshops.datasets.cache import Part
     from meshops.training import distributed
 
     env = distributed.torchrun_env()
@@ -216,7 +216,7 @@ def data_loader(cfg, dtype, layout=None) -> tuple[Callable, int, str]:
     """
     from functools import partial
 
-    from meshops.cache import default_cache_dir
+    from meshops.datasets.cache import default_cache_dir
     from meshops.training.distributed import torchrun_env
 
     lazy = cfg.lazy

@@ -5,12 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from meshops.cli._common import RAW, CLIError, names, wrap
-from meshops.inference import available_fields
+from meshops.inference.predict import available_fields
 
 
 def cmd_plot(args) -> int:
-    from meshops.io import read_mesh
-    from meshops.plot import check_picture_path, plot_comparison, plot_comparisons, plot_fields
+    from meshops.inference.plot import (
+        check_picture_path,
+        plot_comparison,
+        plot_comparisons,
+        plot_fields,
+    )
+    from meshops.mesh.io import read_mesh
 
     check_picture_path(args.output)
     mesh = read_mesh(args.mesh)

@@ -6,13 +6,13 @@ import copy
 import sys
 from pathlib import Path
 
-from meshops import inference  # predict_mesh through its module: tests replace it there
 from meshops.cli import trust_reports
 from meshops.cli._common import RAW, CLIError, device_or_error, optional_names, progress, wrap
 from meshops.cli.folder import mesh_files
-from meshops.inference import RunSpec, load_run, mesh_sample
-from meshops.layout import SampleLayout
-from meshops.trust import ensemble_members, predict_ensemble
+from meshops.datasets.layout import SampleLayout
+from meshops.inference import predict as inference  # tests replace predict_mesh there
+from meshops.inference.predict import RunSpec, load_run, mesh_sample
+from meshops.inference.trust import ensemble_members, predict_ensemble
 
 
 def _suffix(fmt: str | None, path: Path) -> str:
@@ -24,7 +24,7 @@ def _suffix(fmt: str | None, path: Path) -> str:
 def cmd_predict(args) -> int:
     import torch
 
-    from meshops.io import read_mesh, write_mesh
+    from meshops.mesh.io import read_mesh, write_mesh
 
     model, ckpt, meta = load_run(args.run, device_or_error(args.device))
     if args.rollout is not None or meta.get("series"):
@@ -105,7 +105,7 @@ def _chunking(args) -> dict:
     on a terminal."""
     import sys
 
-    from meshops._progress import on_terminal
+    from meshops.utils.progress import on_terminal
 
     kw = {}
     if args.chunk_size is not None:
@@ -132,7 +132,7 @@ are read as in training (field_data or params.csv / params.json beside the mesh)
 A file that exists in OUTDIR is not replaced without --overwrite. Each file also
 gets the mesh's distance to the training set (train_distance, and its parameter
 and geometry parts train_distance_params, train_distance_geometry; constant
-fields, in units of the training spread, see meshops.trust), with a warning when
+fields, in units of the training spread, see meshops.inference.trust), with a warning when
 the model extrapolates there. A run trained with --ensemble K writes the mean of
 its K members as <target>_pred and their standard deviation as <target>_std.
 

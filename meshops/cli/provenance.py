@@ -76,7 +76,7 @@ def fingerprint(files: Iterable, desc: str | None = None, root=None,
 def param_fingerprint(folder) -> dict[str, list]:
     """The :func:`fingerprint` of the parameter files (params.csv, params.json) of
     ``folder``; empty when it has none."""
-    from meshops.params import PARAM_FILES
+    from meshops.datasets.params import PARAM_FILES
 
     return fingerprint([Path(folder) / n for n in PARAM_FILES if (Path(folder) / n).is_file()])
 
@@ -84,7 +84,7 @@ def param_fingerprint(folder) -> dict[str, list]:
 def param_changes(recorded: dict, folder) -> list[str]:
     """How the parameter files of ``folder`` differ from their :func:`param_fingerprint`
     ``recorded``: changed, missing, or new (``[]`` when none)."""
-    from meshops.params import PARAM_FILES
+    from meshops.datasets.params import PARAM_FILES
 
     return changes(recorded, folder, new_files=False) + [
         f"{n}: new file" for n in PARAM_FILES
@@ -106,7 +106,7 @@ def changes(recorded: dict, folder, names: Sequence[str] | None = None,
         One short phrase per difference (``"s3.vtu: content changed"``), ``[]`` when
         none.
     """
-    from meshops.datasets import list_mesh_files
+    from meshops.datasets.folder import list_mesh_files
 
     folder = Path(folder)
     out = []
@@ -189,7 +189,7 @@ def series_fingerprint(root, series: Sequence, desc: str | None = None) -> dict[
 def series_keys(recorded: dict, names: Sequence[str]) -> list[str]:
     """The entries of a :func:`series_fingerprint` that belong to the series ``names``
     (``name/...``, ``name.pvd``, ``name.xdmf``, ...) or are a parameter file."""
-    from meshops.params import PARAM_FILES
+    from meshops.datasets.params import PARAM_FILES
 
     names = set(names)
     return [k for k in recorded if k in PARAM_FILES or k.split("/")[0] in names
@@ -200,9 +200,9 @@ def series_changes(recorded: dict, root, names: Sequence[str]) -> list[str]:
     """How the series folder ``root`` differs from its :func:`series_fingerprint`
     ``recorded`` for the series ``names`` it held: a changed or missing file, a new
     parameter file, a series added or removed."""
+    from meshops.datasets.params import PARAM_FILES
+    from meshops.datasets.series import list_series, series_name
     from meshops.errors import MeshError
-    from meshops.params import PARAM_FILES
-    from meshops.series import list_series, series_name
 
     out = changes(recorded, root, new_files=False)
     out += [d for d in param_changes({k: v for k, v in recorded.items() if k in PARAM_FILES},

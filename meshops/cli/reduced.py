@@ -22,10 +22,10 @@ def fit_reduced_run(args, cfg, chosen: str, train_samples, val_samples, run) -> 
     """Fit, save ``best.pt``, ``config.yaml`` and ``history.json`` in the run folder, and
     print the candidates next to the baselines on the validation samples (``run``: the
     run's files, :class:`meshops.cli.train._RunFiles`)."""
-    from meshops._atomic import atomic_write
     from meshops.cli.config import RUN_CONFIG
-    from meshops.inference import RUN_CHECKPOINT
-    from meshops.reduced.fit import fit_reduced_basis
+    from meshops.inference.predict import RUN_CHECKPOINT
+    from meshops.training.fit_reduced import fit_reduced_basis
+    from meshops.utils.atomic import atomic_write
 
     out = run.out
     _check_options(args, cfg, val_samples)

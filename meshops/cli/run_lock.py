@@ -92,7 +92,7 @@ def run_lock(out: Path) -> Iterator[None]:
         CLIError: another process holds it (its pid named), or the folder cannot be
             created or written.
     """
-    from meshops._atomic import atomic_write
+    from meshops.utils.atomic import atomic_write
 
     out = Path(out)
     made = _make_folder(out)

@@ -26,7 +26,7 @@ SERIES_KEY = "series"
 def _read_folder(root, fields: dict, desc: str, names=None) -> list:
     """The series of folder ``root`` with the fields of ``fields`` (a run's metadata, or
     the ``targets``, ``inputs`` and ``params`` of its config)."""
-    from meshops.series import read_series_folder
+    from meshops.datasets.series import read_series_folder
 
     names_read = list(fields["targets"]) + list(fields["inputs"])
     return read_series_folder(root, names_read, fields["params"] or (), names, desc)
@@ -99,7 +99,7 @@ def train_series(cfg, args, dtype, resumed: dict | None) -> int:
     from meshops.cli import series_choice
     from meshops.cli.run_folder import clear_run_files
     from meshops.cli.training_run import check_writable_folder, epochs_to_fit, run_training
-    from meshops.inference import field_channels
+    from meshops.inference.predict import field_channels
     from meshops.training.rollout import RolloutLoss, rollout_sample, rollout_windows
 
     _check_series_options(cfg)
@@ -178,7 +178,7 @@ def series_metadata(cfg, data: SeriesData, resolved: str, time_input: bool) -> d
     ``time_input``: whether its model sees the time)."""
     import yaml
 
-    from meshops.inference import field_channels
+    from meshops.inference.predict import field_channels
 
     return {SERIES_KEY: True, "field_shapes": data.shapes,
             "in_channels": sum(field_channels(data.shapes[k]) for k in cfg.inputs),
@@ -334,7 +334,7 @@ def model_rollout(model, sample, series, targets, ckpt: Path):
 def _initial(path: Path, meta: dict) -> list:
     """The series (or the one-file initial state) a ``predict --rollout`` argument
     names: a mesh file, a series, or a folder of series."""
-    from meshops.series import list_series, read_series, read_state
+    from meshops.datasets.series import list_series, read_series, read_state
 
     params = meta.get("params") or ()
     if path.is_file() and path.suffix.lower() not in (".pvd", ".xdmf", ".xmf"):
@@ -428,9 +428,9 @@ def predict_series(args, model, ckpt, meta) -> int:
     import torch
 
     from meshops.cli._common import progress
-    from meshops.data import MeshData
-    from meshops.inference import RunSpec
-    from meshops.series import write_series
+    from meshops.datasets.series import write_series
+    from meshops.inference.predict import RunSpec
+    from meshops.mesh.data import MeshData
     from meshops.training.rollout import rollout_sample
 
     _check_rollout_args(args, ckpt, meta)
@@ -487,7 +487,7 @@ def evaluate_series(args, model, ckpt, meta) -> int:
     import numpy as np
 
     from meshops.cli._common import progress
-    from meshops.inference import RunSpec, model_tensor
+    from meshops.inference.predict import RunSpec, model_tensor
     from meshops.training.horizon import (
         horizon_statistics,
         nearest_trajectory,
@@ -672,7 +672,7 @@ def _plot_horizon(report: dict, path, title: str) -> None:
     (thin lines), on a log scale."""
     from matplotlib.figure import Figure
 
-    from meshops._atomic import atomic_write
+    from meshops.utils.atomic import atomic_write
 
     fig = Figure(figsize=(7.5, 4.2), layout="constrained")
     ax = fig.add_subplot()

@@ -40,7 +40,7 @@ METRIC = ("mean over the steps and series of the relative L2 error of each step 
 def series_errors(model, series, targets, inputs, time_input: bool) -> np.ndarray:
     """Per series, the mean over its steps of the relative L2 error of the model's
     rollout from step 0 (``[S]``; NaN steps, a true state of zero, left out)."""
-    from meshops.inference import model_tensor
+    from meshops.inference.predict import model_tensor
     from meshops.training.horizon import step_errors
     from meshops.training.rollout import rollout, rollout_sample
 
@@ -57,7 +57,7 @@ def series_errors(model, series, targets, inputs, time_input: bool) -> np.ndarra
 
 
 def _not_applicable(cfg, data) -> str | None:
-    from meshops.reduced.trajectory import trajectory_applies
+    from meshops.training.fit_trajectory import trajectory_applies
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return "a distributed run (torchrun)"
@@ -80,7 +80,7 @@ class Plan:
 
     def fit(self, cfg, data, minutes: float, regressors=("rbf", "gp", "mlp"), members=None):
         """Fit the trajectory basis within ``minutes`` (printing its candidates)."""
-        from meshops.reduced.trajectory import fit_trajectory_basis
+        from meshops.training.fit_trajectory import fit_trajectory_basis
 
         print(f"fitting a trajectory basis on {len(data.train)} series of {cfg.data}, "
               f"choosing its regression on {len(data.val)}, within {minutes:.3g} minutes")
@@ -118,7 +118,7 @@ class Plan:
     def begin(self, out: Path, resuming: bool, metadata: dict) -> None:
         """Before training: a new run writes the basis (and removes an earlier run's
         candidates); a resumed one gives the next-step model its best.pt back."""
-        from meshops.inference import RUN_CHECKPOINT
+        from meshops.inference.predict import RUN_CHECKPOINT
 
         if self.mode != "with":
             return
@@ -132,7 +132,7 @@ class Plan:
 
     def choose(self, out: Path, data, metadata: dict) -> str:
         """After training: score the next-step model's best epoch, keep the better."""
-        from meshops.inference import RUN_CHECKPOINT
+        from meshops.inference.predict import RUN_CHECKPOINT
         from meshops.models import NeuralOperator
 
         if self.mode != "with":
@@ -159,7 +159,7 @@ class Plan:
 
 def _write_choice(out: Path, pick: str, scores: dict, val, basis_errors, neural_errors,
                   selected: str) -> None:
-    from meshops._atomic import atomic_write
+    from meshops.utils.atomic import atomic_write
 
     record = {"chosen": pick, "metric": METRIC, "val_series": [s.name for s in val],
               "candidates": {
@@ -221,12 +221,12 @@ def plan(cfg, data, resumed: dict | None, dry_run: bool) -> Plan:
 def fit_only_run(args, cfg, data, p: Plan, metadata_of) -> int:
     """``--model trajectory_basis``: fit the basis alone and write the run
     (``metadata_of(resolved config)``: the run's checkpoint metadata)."""
-    from meshops._atomic import atomic_write
     from meshops.cli.config import RUN_CONFIG
     from meshops.cli.reduced import reduced_options
     from meshops.cli.run_folder import clear_run_files
     from meshops.cli.training_run import check_writable_folder
-    from meshops.inference import RUN_CHECKPOINT
+    from meshops.inference.predict import RUN_CHECKPOINT
+    from meshops.utils.atomic import atomic_write
 
     out = Path(cfg.out)
     if args.resume:

@@ -35,10 +35,10 @@ from meshops.cli.training_run import (
     run_training,
     split_files,
 )
+from meshops.datasets.fields import TargetFields
+from meshops.datasets.layout import SampleLayout
 from meshops.errors import CheckpointError, MeshError
-from meshops.fields import TargetFields
-from meshops.inference import field_channels, format_shape
-from meshops.layout import SampleLayout
+from meshops.inference.predict import field_channels, format_shape
 
 
 def _same_folder(a: str, b: str) -> bool:
@@ -303,7 +303,7 @@ def _read_data(cfg: TrainConfig, main_rank: bool, dry_run: bool, dtype: str) -> 
 
 
 def target_fields(cfg: TrainConfig, shapes: dict) -> TargetFields:
-    """The run's target fields (:mod:`meshops.fields`) from its config and the
+    """The run's target fields (:mod:`meshops.datasets.fields`) from its config and the
     target arrays' shapes."""
     try:
         return TargetFields.from_specs(cfg.field_specs, {k: field_channels(shapes[k])

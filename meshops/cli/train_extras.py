@@ -125,7 +125,7 @@ def train_members(args, cfg, out: Path, train) -> int:
     into ``RUN/ensemble/seed<seed + k>/`` (with the run's epoch count), one by one."""
     import copy
 
-    from meshops.trust import ENSEMBLE
+    from meshops.inference.trust import ENSEMBLE
 
     for k in range(1, cfg.ensemble):
         sub = copy.copy(args)

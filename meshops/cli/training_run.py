@@ -15,7 +15,7 @@ from meshops.cli import train_extras
 from meshops.cli._common import CLIError, is_main_rank, os_reason
 from meshops.cli.config import RUN_CONFIG, TrainConfig
 from meshops.errors import CheckpointError
-from meshops.inference import RUN_CHECKPOINT
+from meshops.inference.predict import RUN_CHECKPOINT
 
 __all__ = ["INFERRED", "build_model", "check_writable_folder", "epochs_to_fit",
            "run_training", "split_files"]
@@ -31,8 +31,8 @@ def build_model(name: str, model_config: dict, in_channels: int, out_channels: i
     is refused, as are parameters for a model that takes none, and a model whose
     training would not fit in the memory of ``device`` (checked on the meta device,
     before anything is allocated; ``dtype``: the training dtype)."""
-    from meshops._memory import module_bytes, skeleton, too_big
     from meshops.models import MODELS, count_parameters
+    from meshops.utils.memory import module_bytes, skeleton, too_big
 
     if name not in MODELS:
         raise CLIError(f"unknown model {name!r}; available: {', '.join(sorted(MODELS))}")
@@ -156,7 +156,7 @@ def run_training(args, cfg, model, train_samples, val_samples, resolved: str, ch
 
 def _start_run(out: Path, resolved: str, chosen: str, summary: str, main_rank: bool) -> None:
     """The run's config.yaml written and what it trains said (main rank)."""
-    from meshops._atomic import atomic_write
+    from meshops.utils.atomic import atomic_write
 
     if main_rank:
         atomic_write(out / RUN_CONFIG, lambda tmp: Path(tmp).write_text(resolved))

@@ -1,6 +1,6 @@
 """The trust reports of ``meshops predict`` and ``meshops evaluate``: distance to the
-training set (:mod:`meshops.trust`) and the mesh-independence check
-(:mod:`meshops.refine`), with their text and JSON forms."""
+training set (:mod:`meshops.inference.trust`) and the mesh-independence check
+(:mod:`meshops.inference.refine`), with their text and JSON forms."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import sys
 from typing import Sequence
 
-from meshops.inference import field_channels
+from meshops.inference.predict import field_channels
 
 #: The point fields ``meshops predict`` writes with the distance to the training set.
 DISTANCE_FIELDS = {"distance": "train_distance", "params_distance": "train_distance_params",
@@ -30,16 +30,16 @@ def param_names(meta: dict) -> list[str] | None:
 
 def training_set_metadata(samples: Sequence, meta: dict) -> dict:
     """What ``meshops train`` stores under ``"training_set"`` in the run's checkpoints."""
-    from meshops.trust import TrainingSet
+    from meshops.inference.trust import TrainingSet
 
     return TrainingSet.from_samples(samples, param_names(meta)).to_dict()
 
 
 def training_set_of(meta: dict, inputs, targets):
-    """The run's :class:`~meshops.trust.TrainingSet`: from the checkpoint, or from its
+    """The run's :class:`~meshops.inference.trust.TrainingSet`: from the checkpoint, or from its
     training files when the checkpoint predates it; ``(None, why not)`` otherwise."""
     from meshops.cli.folder import training_samples
-    from meshops.trust import TrainingSet
+    from meshops.inference.trust import TrainingSet
 
     if meta.get("training_set"):
         return TrainingSet.from_dict(meta["training_set"]), ""
@@ -117,7 +117,7 @@ def print_distance_report(rep: dict, n: int) -> None:
 
 
 def refine_report(per_sample: list[dict]) -> dict:
-    """Statistics of :func:`meshops.refine.mesh_independence` over the samples."""
+    """Statistics of :func:`meshops.inference.refine.mesh_independence` over the samples."""
     from meshops.training.loss import summarize_errors
 
     out = {}

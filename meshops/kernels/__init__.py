@@ -19,6 +19,9 @@ same numbers more slowly.  A loaded kernel is registered as the PyTorch operator
 implementations, so ``torch.compile`` traces through them); none is registered
 without the kernel.  ``MESHOPS_KERNELS=0`` in the environment turns the kernels
 off.
+
+Imports nothing of meshops: the layers of :mod:`meshops.nn` call it, and fall back to
+PyTorch without it.
 """
 
 from meshops.kernels.attention import (

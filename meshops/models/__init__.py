@@ -1,6 +1,14 @@
 """Neural-operator models: encoder -> processor -> decoder on meshes.
 
 Importing this package registers every model with :func:`get_model`.
+
+Each model is an :class:`~meshops.models.base.NeuralOperator`: it saves and loads with
+its config, chooses its own input transform (latent meshes, graphs) and predicts on
+any mesh. The reduced basis (:class:`ReducedBasis`, :class:`TrajectoryBasis`) is one
+of them, built from :mod:`meshops.reduced`.
+
+Imports :mod:`meshops.nn`, :mod:`meshops.reduced`, :mod:`meshops.mesh`,
+:mod:`meshops.datasets` (normalisers) and below; never the training or inference.
 """
 
 from meshops.models.base import MODELS, NeuralOperator, count_parameters, get_model, register_model

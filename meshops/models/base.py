@@ -12,8 +12,10 @@ from typing import Any, Callable
 import torch
 from torch import Tensor, nn
 
-from meshops._atomic import atomic_write
-from meshops._checkpoint import (
+from meshops.datasets.normalizer import UnitGaussianNormalizer, decode_outputs, encode_inputs
+from meshops.errors import CheckpointError
+from meshops.utils.atomic import atomic_write
+from meshops.utils.checkpoint import (
     check_finite,
     check_model_keys,
     check_normalizer_scales,
@@ -21,9 +23,7 @@ from meshops._checkpoint import (
     first_line,
     read_checkpoint,
 )
-from meshops._memory import module_bytes, skeleton, too_big
-from meshops.errors import CheckpointError
-from meshops.normalizer import UnitGaussianNormalizer, decode_outputs, encode_inputs
+from meshops.utils.memory import module_bytes, skeleton, too_big
 from meshops.version import __version__
 
 CHECKPOINT_FORMAT = "meshops-checkpoint-1"

@@ -2,7 +2,7 @@
 
 A parametric study has, besides the mesh and its fields, a few numbers per sample
 (angle of attack, Reynolds number, material constants): ``data.params [B, K]``
-(:mod:`meshops.params`). Repeating them as constant fields at every point makes the
+(:mod:`meshops.datasets.params`). Repeating them as constant fields at every point makes the
 model rediscover at each point that they are constant, and costs ``K`` channels of
 every point. Here they condition the model once per sample, by feature-wise linear
 modulation (FiLM; Perez et al., "FiLM: Visual Reasoning with a General Conditioning
@@ -30,9 +30,9 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from meshops._checks import checking
+from meshops.datasets.normalizer import UnitGaussianNormalizer
 from meshops.nn.mlp import MLP
-from meshops.normalizer import UnitGaussianNormalizer
+from meshops.utils.checks import checking
 
 __all__ = ["ParamConditioning", "fit_param_normalizer", "input_means", "read_params",
            "sample_conditions"]
@@ -132,7 +132,7 @@ def read_params(data, param_channels: int, num_graphs: int, device) -> Tensor:
 
     Raises:
         ValueError: missing params, a shape other than ``[B, K]`` (a single sample may
-            give ``[K]``), or (when :func:`~meshops._checks.checking`) a NaN or infinite value.
+            give ``[K]``), or (when :func:`~meshops.utils.checks.checking`) a NaN or infinite value.
     """
     p = getattr(data, "params", None)
     if p is None:

@@ -12,9 +12,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from meshops._checks import check_pos, checking
-from meshops.models.digest import MESH_ID, same_digest
+from meshops.mesh.digest import MESH_ID, same_digest
 from meshops.nn.points import Points, batch_points
+from meshops.utils.checks import check_pos, checking
 
 __all__ = ["MeshInputs", "read_inputs"]
 
@@ -65,7 +65,7 @@ def read_inputs(data, in_channels: int, pos_dim: int, dtype: torch.dtype,
 
     The checks that read tensor values (finite positions and weights, sorted batch
     vectors, query samples with input points) run when
-    :func:`meshops._checks.checking` says so: eager calls check, a compiled forward
+    :func:`meshops.utils.checks.checking` says so: eager calls check, a compiled forward
     trusts its inputs (each such check is a host synchronisation and a
     ``torch.compile`` graph break). The sample count then comes from a PyG batch's
     ``num_graphs``; when every sample carries the same :data:`MESH_ID` (one fixed mesh,
@@ -180,7 +180,7 @@ def _read_queries(data, pos_dim: int, dtype: torch.dtype, device, batch: Optiona
 
 def _check_queried_samples(points: Points, queries: Points) -> None:
     """Every sample with query points needs input points of positive weight (when
-    :func:`meshops._checks.checking`)."""
+    :func:`meshops.utils.checks.checking`)."""
     if not checking() or points.batch is None or not queries.num_points:
         return
     has_src = torch.zeros(points.num_graphs, dtype=torch.bool, device=points.pos.device)

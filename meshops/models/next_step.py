@@ -46,6 +46,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from meshops.datasets.normalizer import UnitGaussianNormalizer
 from meshops.models.base import (
     MODELS,
     NeuralOperator,
@@ -55,7 +56,6 @@ from meshops.models.base import (
 )
 from meshops.nn.fourier_features import FourierFeatures
 from meshops.nn.mlp import MLP
-from meshops.normalizer import UnitGaussianNormalizer
 
 __all__ = ["NextStep", "condition_channels"]
 
@@ -145,7 +145,7 @@ class NextStep(NeuralOperator):
 
     Example:
         >>> import torch
-        >>> from meshops.data import MeshData
+        >>> from meshops.mesh.data import MeshData
         >>> from meshops.models import NextStep
         >>> model = NextStep("pit", state_channels=1, param_channels=2,
         ...                  model_config={"width": 16, "latent": "input"})

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.functional import gelu
 
-from meshops._checks import checking
+from meshops.mesh.digest import mesh_digest, same_digest
 from meshops.models import latent as latents  # called through it: tests replace them there
 from meshops.models.base import (
     NeuralOperator,
@@ -18,7 +18,6 @@ from meshops.models.base import (
     register_model,
 )
 from meshops.models.conditioning import ParamConditioning, sample_conditions
-from meshops.models.digest import mesh_digest, same_digest
 from meshops.models.inputs import read_inputs
 from meshops.models.structures import MeshStructures, has_structures
 from meshops.nn.block import pit_block
@@ -28,6 +27,7 @@ from meshops.nn.mlp import MLP
 from meshops.nn.points import Points, batch_points
 from meshops.nn.position import PositionAttention, position_kernel
 from meshops.search import graph, neighbourhoods  # called through them, as latents
+from meshops.utils.checks import checking
 
 __all__ = ["LatentMesh", "PiT"]
 
@@ -411,7 +411,7 @@ class PiT(NeuralOperator):
         """The batch's latent mesh and encoder/decoder graphs from the samples'
         :meth:`build_structures` (each sample's offsets added). Checks of the counts
         against the lengths read tensor values: only when
-        :func:`meshops._checks.checking`."""
+        :func:`meshops.utils.checks.checking`."""
         dev, B = inp.pos.device, inp.num_graphs
         n_lat = _counts(data, "mesh_latent_count", B, dev)
         p_lat = torch.cat([n_lat.new_zeros(1), n_lat.cumsum(0)])

@@ -52,7 +52,7 @@ class ReducedBasis(NeuralOperator):
     POD-NN of Hesthaven & Ubbiali, 2018), Gaussian processes with a length scale per
     parameter (``"gp"``), the thin-plate spline of the classical POD + RBF model
     (``"rbf"``), or the mean of the first two (``"gp+mlp"``).
-    :func:`meshops.reduced.fit.fit_reduced_basis` fits them and keeps the one with the
+    :func:`meshops.training.fit_reduced.fit_reduced_basis` fits them and keeps the one with the
     lowest validation error.
 
     Any mesh of the same geometry: on the training points the modes are used as
@@ -83,11 +83,11 @@ class ReducedBasis(NeuralOperator):
         ``params [B, K]`` or ``x [N, K]`` -> ``[N or M, C]``
     """
 
-    #: The inputs it takes (:func:`meshops.inference.input_dtype`): parameters are
+    #: The inputs it takes (:func:`meshops.inference.predict.input_dtype`): parameters are
     #: standardised in float64 (a timestamp-like 1.7e9 + 100 a is quantised in float32).
     input_dtype = torch.float64
     #: Its input channels are parameters, constant over each mesh
-    #: (:meth:`meshops.inference.RunSpec.check_mesh` refuses a field that is not).
+    #: (:meth:`meshops.inference.predict.RunSpec.check_mesh` refuses a field that is not).
     constant_inputs = True
 
     def __init__(self, in_channels: int, out_channels: int, pos_dim: int, num_points: int = 1,

@@ -28,7 +28,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from meshops.models.digest import MESH_ID, sample_mesh_digest
+from meshops.mesh.digest import MESH_ID, sample_mesh_digest
 from meshops.models.inputs import read_inputs
 from meshops.search import graph  # called through it: tests replace the search there
 
@@ -196,7 +196,7 @@ class InterpolatedQueries:
 
 class MeshDigest:
     """PyG-style transform for models with no mesh structures of their own
-    (:class:`~meshops.models.TransformerNO`): stores :data:`~meshops.models.digest.MESH_ID`,
+    (:class:`~meshops.models.TransformerNO`): stores :data:`~meshops.mesh.digest.MESH_ID`,
     the digest of the sample's mesh, so that a compiled forward on a batch of samples of
     one mesh knows their sizes without reading them back from the device."""
 

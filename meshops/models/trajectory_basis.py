@@ -7,7 +7,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from meshops.data import MeshData
+from meshops.mesh.data import MeshData
 from meshops.models.base import NeuralOperator, check_positive_int, register_model
 from meshops.models.reduced_basis import ReducedBasis
 
@@ -37,7 +37,7 @@ class TrajectoryBasis(NeuralOperator):
     over every step) and :math:`c(\mu)` a regression of the identity :math:`\mu`: a
     :class:`~meshops.models.ReducedBasis` whose output channels are the ``T * C``
     columns of a trajectory (its regression chosen on validation series by
-    :func:`meshops.reduced.trajectory.fit_trajectory_basis`). The identity is the
+    :func:`meshops.training.fit_trajectory.fit_trajectory_basis`). The identity is the
     series' parameter vector (``identity="params"``) or, without parameters, the
     leading POD coefficients of its first state (``identity="initial"``).
 

@@ -6,6 +6,9 @@ of the same geometry. Flat PyG batches: ``layer(x, pos, weight, batch=None)``;
 cross forms take ``(src, dst)`` pairs; dense batches: ``layer.dense(...)``.
 Every layer builds on :mod:`meshops.nn.base`; the attention primitive and the choice
 of its implementation are :func:`meshops.nn.functional.weighted_attention`.
+
+Imports :mod:`meshops.kernels`, :mod:`meshops.search` and :mod:`meshops.utils` only:
+the layers take tensors, never a mesh file, a data set or a model.
 """
 
 from meshops.nn import functional

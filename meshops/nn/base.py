@@ -22,7 +22,7 @@ point); padding carries weight 0, so it drops out of every integral.  Edges: PyG
 orientation, ``edge_index[0]`` source, ``edge_index[1]`` destination.
 
 Checks: shapes are always checked; every check that reads tensor values runs when
-:func:`meshops._checks.checking` says so (eager calls, not while ``torch.compile``
+:func:`meshops.utils.checks.checking` says so (eager calls, not while ``torch.compile``
 traces).  Raw tensors are checked once, when the base turns them into
 :class:`~meshops.nn.points.Points`; a given :class:`~meshops.nn.points.Points` was
 checked when it was built (:func:`~meshops.nn.points.batch_points`).
@@ -36,12 +36,12 @@ import torch
 from torch import Tensor
 from torch_geometric.nn.inits import glorot, zeros
 
-from meshops._checks import check_pos, check_weight, checking
 from meshops.nn._utils import as_pair, check_channels
 from meshops.nn.points import Points, batch_points, is_pair, is_points
 
 # called through the module: a test replaces the search there (its owner)
 from meshops.search import neighbourhoods
+from meshops.utils.checks import check_pos, check_weight, checking
 
 __all__ = ["AttentionBase", "GlobalAttentionBase", "LocalAttentionBase", "Points",
            "batch_points", "dense_geometry", "dense_mask", "reset_linear", "scatter_dense"]
@@ -263,7 +263,7 @@ def dense_geometry(pos_src: Optional[Tensor], pos_dst: Optional[Tensor], weight:
                    suffix: Tuple[str, str] = ("_src", "_dst")) -> tuple:
     """Check the geometry of a dense call: positions ``[N, d]`` (one mesh shared by the
     batch) or ``[B, N, d]`` or None, ``weight [Ns]`` or ``[B, Ns]`` (values checked when
-    :func:`meshops._checks.checking`) or None where not ``need_weight``, masks ``[B, N]``
+    :func:`meshops.utils.checks.checking`) or None where not ``need_weight``, masks ``[B, N]``
     or None, all of one batch size (``batch_size``, the features', when given).
 
     Returns:
@@ -361,7 +361,7 @@ class GlobalAttentionBase(AttentionBase):
 
     ``_attend`` returns ``[B, Nd, out_channels]`` (dense) or ``[Nd, out_channels]``
     (flat).  It checks no input the base checked; a check of its own that reads tensor
-    values runs only when :func:`meshops._checks.checking`.
+    values runs only when :func:`meshops.utils.checks.checking`.
     """
 
     #: whether ``_attend`` takes one mesh shared by a dense batch unbatched
@@ -514,7 +514,7 @@ class LocalAttentionBase(AttentionBase):
 
 def _src_dst(edge_index: Tensor, flow: str, n_src: int, n_dst: int) -> Tuple[Tensor, Tensor]:
     """``(source, destination)`` rows of an ``edge_index`` given with ``flow``, the
-    indices range-checked when :func:`meshops._checks.checking`."""
+    indices range-checked when :func:`meshops.utils.checks.checking`."""
     neighbourhoods.check_flow(flow)
     rows = ("source", "destination") if flow == "source_to_target" else ("destination", "source")
     if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 \

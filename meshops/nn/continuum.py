@@ -12,10 +12,10 @@ from typing import Optional
 
 import torch
 
-from meshops._checks import checking
 from meshops.nn._utils import merge_heads, safe_log, split_heads
 from meshops.nn.base import Channels, GlobalAttentionBase, reset_linear
 from meshops.nn.functional import IMPLS, weighted_attention
+from meshops.utils.checks import checking
 
 __all__ = ["ContinuumAttention"]
 

@@ -26,7 +26,6 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import scatter, softmax
 
-from meshops._checks import checking
 from meshops.nn._edge_sum import edge_sum
 from meshops.nn._utils import safe_log
 from meshops.nn.base import Channels, LocalAttentionBase, reset_linear
@@ -35,6 +34,7 @@ from meshops.nn.position import PositionParameters, head_values, project_heads
 # the graph building is the search's (meshops.search.neighbourhoods); its names are
 # part of this module's public face, as before
 from meshops.search.neighbourhoods import check_flow, local_graph, quantile_k
+from meshops.utils.checks import checking
 
 __all__ = ["LocalPositionAttention", "LocalAttention", "local_graph", "quantile_k"]
 
@@ -55,7 +55,7 @@ def _check_k(k: Optional[int], quantile: Optional[float], radius: Optional[float
 def _softmax(logits: Tensor, src: Tensor, dst: Tensor, weight: Tensor, n_dst: int) -> Tensor:
     """Sparse softmax over the edges of each destination, ``log w`` included.  A
     destination whose neighbours all have zero weight is an error (checked when
-    :func:`meshops._checks.checking`)."""
+    :func:`meshops.utils.checks.checking`)."""
     if checking() and not bool((weight > 0).all()):
         mass = scatter(weight[src], dst, dim=0, dim_size=n_dst, reduce="sum")
         has_edge = torch.zeros(n_dst, dtype=torch.bool, device=dst.device)

@@ -32,13 +32,13 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
-from meshops._checks import check_batch, check_length, check_pos, check_weight, checking
 from meshops.nn._utils import check_channels, merge_heads, safe_log, split_heads
 from meshops.nn.base import GlobalAttentionBase, reset_linear
 from meshops.nn.functional import weighted_attention
 from meshops.nn.points import Points, batch_points
 from meshops.search.partition import METHODS as _METHODS
 from meshops.search.partition import partition as _partition
+from meshops.utils.checks import check_batch, check_length, check_pos, check_weight, checking
 
 __all__ = ["PatchAttention", "WindowAttention", "PatchTokenAttention", "patch_attention",
            "rotate_positions", "SHIFT_ANGLE"]

@@ -6,7 +6,7 @@ built: positions, quadrature weights (sources), the sorted batch vector and the 
 of the samples, with the flat ``[N, C]`` <-> dense ``[B, N_max, C]`` maps.  Layers
 given a :class:`Points` check nothing that reads tensor values, so a forward pass on
 them does no host synchronisation and compiles with ``torch.compile(fullgraph=True)``.
-The value checks run when :func:`meshops._checks.checking` says so (eager calls, not
+The value checks run when :func:`meshops.utils.checks.checking` says so (eager calls, not
 while ``torch.compile`` traces); given ``num_graphs`` and ``max_points``,
 :func:`batch_points` reads no tensor value at all.
 """
@@ -18,8 +18,8 @@ from typing import Any, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from meshops._checks import check_batch, check_length, check_pos, check_weight
 from meshops.nn._utils import as_pair
+from meshops.utils.checks import check_batch, check_length, check_pos, check_weight
 
 __all__ = ["Points", "batch_points", "is_pair", "is_points"]
 

@@ -24,7 +24,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from meshops._checks import check_pos, checking
 from meshops.nn import functional
 from meshops.nn._flex import flex_distance_attention
 from meshops.nn._utils import as_pair, safe_log
@@ -35,6 +34,7 @@ from meshops.nn.base import (
     dense_geometry,
     reset_linear,
 )
+from meshops.utils.checks import check_pos, checking
 
 __all__ = ["PositionAttention", "position_kernel"]
 
@@ -80,7 +80,7 @@ def _dense_kernel(pos_src: Tensor, pos_dst: Tensor, weight: Tensor, lam: Tensor)
 
 def _prepare_weight(weight: Tensor, has_dst: Optional[Tensor]) -> Tensor:
     """Reject samples whose source carries no weight (the normalising integral is
-    zero) when they have destination points (when :func:`meshops._checks.checking`:
+    zero) when they have destination points (when :func:`meshops.utils.checks.checking`:
     the test reads the values); scale each sample's weights by their maximum (the
     softmax is invariant to it, and ``log w`` near 0 keeps float32 rounding small).
     ``weight [(B,) Ns]``, ``has_dst [(B,)]`` or None (= all).  An empty source

@@ -9,9 +9,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from meshops._checks import checking
 from meshops.nn._utils import merge_heads, split_heads
 from meshops.nn.base import Channels, GlobalAttentionBase, reset_linear
+from meshops.utils.checks import checking
 
 __all__ = ["SliceAttention"]
 

@@ -4,7 +4,10 @@ A parametric study maps a few scalars per sample (material constants, a Reynolds
 number, loads) to fields on one mesh. The classical answer is a reduced basis: the
 proper orthogonal decomposition (POD) of the training snapshots in the mesh's own
 quadrature inner product, and a regression from the parameters to the modal
-coefficients. This package holds those pieces, each in its own module:
+coefficients. This package holds the mathematics of those pieces, each in its own
+module, on tensors; it imports only :mod:`meshops.mesh`, :mod:`meshops.nn`,
+:mod:`meshops.search` and :mod:`meshops.utils` (fitting a reduced basis to a data set,
+the regression chosen on validation samples, is :mod:`meshops.training.fit_reduced`):
 
 * :mod:`~meshops.reduced.parameters`: the per-sample parameter vector of a sample
   (``params``, or the means of constant input fields);
@@ -17,8 +20,6 @@ coefficients. This package holds those pieces, each in its own module:
   coefficients with the relative L2 loss of the fields;
 * :mod:`~meshops.reduced.transfer`: the modes on other points of the same geometry
   (linear moving least squares);
-* :mod:`~meshops.reduced.fit`: fitting a :class:`~meshops.models.ReducedBasis`, the
-  regression chosen on validation samples.
 
 :func:`meshops.training.baselines.pod_rbf_baseline` (the classical baseline every
 run is compared with) and the :class:`meshops.models.ReducedBasis` model are built

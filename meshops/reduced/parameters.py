@@ -128,7 +128,7 @@ def batch_parameters(data, num_graphs: int) -> Tensor:
         batch = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
     # Its mean would answer another question. A check that depends on the values
     # cannot be traced: an exported program leaves it to the code that feeds it
-    # (meshops.inference.RunSpec.check_mesh makes it for predict and evaluate).
+    # (meshops.inference.predict.RunSpec.check_mesh makes it for predict and evaluate).
     bad = None if torch.compiler.is_compiling() else varying_input(x, batch, num_graphs)
     if bad is not None:
         raise ValueError(f"input channel {bad[0]} varies over sample {bad[1]}: the inputs of "

@@ -23,6 +23,9 @@ and returning PyG's orientation (row 0 source = neighbour for
 turn mesh cells into PyG's ``edge_index`` and ``face``. :func:`measure_ball_graph` and
 :func:`knn_interpolation_weights` are the models' graphs from positions and weights;
 :func:`local_graph` (with :func:`quantile_k`) the neighbourhoods of the local layers.
+
+Imports only :mod:`meshops.utils` and :mod:`meshops.errors`: the mesh and the layers
+build on it.
 """
 
 from meshops.search.backends import available_backends, default_backend

@@ -8,7 +8,9 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from meshops._checks import (
+from meshops.errors import MeshError
+from meshops.search.backends import get_backend, resolve_backend
+from meshops.utils.checks import (
     check_batch,
     check_pos,
     check_real,
@@ -16,8 +18,6 @@ from meshops._checks import (
     per_sample_ints,
     sample_ptr,
 )
-from meshops.errors import MeshError
-from meshops.search.backends import get_backend, resolve_backend
 
 #: Products ``ratio * n`` within this relative distance of an integer count as that
 #: integer, so that e.g. ``0.1 * 30`` (3.0000000000000004 in float64) gives 3 samples,

@@ -26,10 +26,17 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import to_undirected
 
-from meshops._checks import check_batch, check_int, check_pos, check_real, num_samples, sample_ptr
 from meshops.errors import MeshError
 from meshops.search.knn import knn, radius
 from meshops.search.neighbourhoods import check_flow
+from meshops.utils.checks import (
+    check_batch,
+    check_int,
+    check_pos,
+    check_real,
+    num_samples,
+    sample_ptr,
+)
 
 __all__ = ["cells_to_edge_index", "cells_to_face", "knn_graph", "knn_interpolation_weights",
            "interpolation_k", "measure_ball_graph", "radius_graph"]

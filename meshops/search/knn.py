@@ -6,7 +6,9 @@ from typing import Optional
 
 from torch import Tensor
 
-from meshops._checks import (
+from meshops.errors import MeshError
+from meshops.search.backends import get_backend, resolve_backend
+from meshops.utils.checks import (
     check_batch,
     check_int,
     check_pos,
@@ -15,8 +17,6 @@ from meshops._checks import (
     num_samples,
     sample_ptr,
 )
-from meshops.errors import MeshError
-from meshops.search.backends import get_backend, resolve_backend
 
 
 def _prepare(x: Tensor, y: Tensor, batch_x: Optional[Tensor], batch_y: Optional[Tensor],

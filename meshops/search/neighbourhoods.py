@@ -17,10 +17,10 @@ from typing import List, Optional, Union
 import torch
 from torch import Tensor
 
-from meshops._checks import num_samples
 from meshops.errors import MeshError
 from meshops.search.knn import knn
 from meshops.search.knn import radius as radius_search
+from meshops.utils.checks import num_samples
 
 __all__ = ["FLOWS", "check_flow", "local_graph", "quantile_k"]
 

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from meshops._checks import check_batch, check_int, check_pos, num_samples, sample_ptr
 from meshops.errors import MeshError
+from meshops.utils.checks import check_batch, check_int, check_pos, num_samples, sample_ptr
 
 METHODS = ("kd", "voxel", "kmeans")
 

@@ -49,7 +49,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from meshops.fields import TargetFields
+from meshops.datasets.fields import TargetFields
 from meshops.training.loss import sample_errors, summarize_errors
 
 #: The baselines' names, in the order :func:`baselines` returns them.

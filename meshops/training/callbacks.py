@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import torch
 
-from meshops._atomic import atomic_write
 from meshops.training import distributed, state
 from meshops.training.seed import get_rng_state
+from meshops.utils.atomic import atomic_write
 
 if TYPE_CHECKING:  # for the annotations only
     from meshops.training.trainer import Trainer

@@ -10,10 +10,10 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
-from meshops.data import MeshData
-from meshops.datasets import check_finite_fields
+from meshops.datasets.folder import check_finite_fields
+from meshops.datasets.normalizer import UnitGaussianNormalizer
 from meshops.errors import MeshError
-from meshops.normalizer import UnitGaussianNormalizer
+from meshops.mesh.data import MeshData
 
 
 def _stack_fields(mesh: MeshData, names: Sequence[str], role: str, n: int,
@@ -122,7 +122,7 @@ def fit_normalizers(train_samples: Iterable[MeshData]
         ``(input_normalizer, output_normalizer)``; the input normaliser is ``None``
         when the samples have no input channels.
 
-    A data set read lazily from disk (:class:`meshops.cache.CachedMeshDataset`) gives
+    A data set read lazily from disk (:class:`meshops.datasets.cache.CachedMeshDataset`) gives
     them from the statistics it recorded per sample (its ``normalizers()``), rather
     than holding all its samples in memory here.
     """
@@ -177,6 +177,7 @@ def prepare_batch(batch, device: torch.device | str | None = None):
 
 def first_sample(data):
     """The first sample this process may read: a lazily read data set of a
-    data-parallel run reads only its own part (:meth:`meshops.cache.CachedMeshDataset.own`)."""
+    data-parallel run reads only its own part
+    (:meth:`meshops.datasets.cache.CachedMeshDataset.own`)."""
     own = getattr(data, "own", None)
     return own()[0] if callable(own) else data[0]

@@ -99,7 +99,7 @@ def data_facts(dataset: Sequence) -> dict[str, Any]:
     whether they share ``one_mesh``, whether their inputs are ``constant`` over each mesh,
     whether they have inputs at all (``has_x``) and the number of target ``channels``.
     A data set that knows these without reading its samples
-    (:class:`meshops.cache.CachedMeshDataset`) gives them by its ``facts()``."""
+    (:class:`meshops.datasets.cache.CachedMeshDataset`) gives them by its ``facts()``."""
     facts = getattr(dataset, "facts", None)
     if callable(facts):
         return facts()

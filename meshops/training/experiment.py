@@ -175,7 +175,7 @@ class ExperimentLogger(Callback):
         if not trainer.val_data:
             return {}
         if not isinstance(trainer.train_data, (list, tuple)):
-            # a lazily read data set (meshops.cache): the baselines would hold every
+            # a lazily read data set (meshops.datasets.cache): the baselines would hold every
             # training sample in memory at once, which it exists to avoid
             return {}
         out = {}
@@ -212,7 +212,7 @@ class ExperimentLogger(Callback):
     def _draw_median(self, trainer, step: int) -> None:
         from torch_geometric.data import Batch
 
-        from meshops.plot import plot_comparison
+        from meshops.inference.plot import plot_comparison
         from meshops.training.dataset import prepare_batch
 
         i = self.median_sample(trainer)

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from meshops.series import TimeSeries
+from meshops.datasets.series import TimeSeries
 from meshops.training.loss import lp_errors, summarize_errors
 
 __all__ = ["HorizonErrors", "horizon_statistics", "nearest_trajectory", "persistence",

@@ -1,7 +1,7 @@
 """Relative Lp losses between fields on meshes, with or without quadrature weights,
 and per-sample error reports that say where the relative error is undefined.
 
-With several target fields (:class:`~meshops.fields.TargetFields`) every
+With several target fields (:class:`~meshops.datasets.fields.TargetFields`) every
 relative error is taken per field and averaged over the fields with their weights, so
 that a field of small magnitude counts as much as a large one."""
 
@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import scatter
 
-from meshops.fields import TargetFields, field_mean
+from meshops.datasets.fields import TargetFields, field_mean
 
 
 def lp_norms(pred: Tensor, target: Tensor, weight: Tensor | None = None,
@@ -122,7 +122,7 @@ def relative_lp(pred: Tensor, target: Tensor, weight: Tensor | None = None,
     the published benchmarks (Geo-FNO, PiT, Transolver), for comparison.
     With ``fields`` each field's channels make one norm, and a sample's error is the
     weighted mean of its fields' relative errors
-    (:mod:`meshops.fields`); without, all channels are pooled into one norm.
+    (:mod:`meshops.datasets.fields`); without, all channels are pooled into one norm.
 
     A sample whose target (or one of whose fields) is zero everywhere (see
     :func:`zero_target`) has no relative error: it is refused with a ``ValueError``
@@ -269,7 +269,7 @@ class RelativeLpLoss(torch.nn.Module):
         quadrature: Weight the norms with the mesh's quadrature weights (default);
             ``False`` gives the unweighted per-point loss of the published recipes.
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
-        fields: The target fields (:class:`~meshops.fields.TargetFields`):
+        fields: The target fields (:class:`~meshops.datasets.fields.TargetFields`):
             the loss is the weighted mean of their relative errors; ``None`` pools all
             channels into one norm.
     """

@@ -25,8 +25,8 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from meshops.data import MeshData
-from meshops.series import SeriesError, TimeSeries
+from meshops.datasets.series import SeriesError, TimeSeries
+from meshops.mesh.data import MeshData
 from meshops.training.loss import relative_lp
 
 __all__ = ["RolloutLoss", "rollout", "rollout_sample", "rollout_windows",
@@ -254,7 +254,7 @@ def rollout(model, sample: MeshData, chunk: int = 0) -> Tensor:
     Shapes:
         -> ``[K, N, C]`` on the CPU
     """
-    from meshops.inference import model_tensor
+    from meshops.inference.predict import model_tensor
 
     param = model_tensor(model)
     c = model.state_channels

@@ -19,14 +19,14 @@ from typing import Any, Iterator
 
 import torch
 
-from meshops._checkpoint import (
+from meshops.errors import CheckpointError
+from meshops.utils.checkpoint import (
     check_finite,
     check_model_keys,
     check_normalizer_scales,
     first_line,
     read_checkpoint,
 )
-from meshops.errors import CheckpointError
 
 # Exceptions that torch's load_state_dict and the RNG setters raise on a state that
 # does not fit: turned into a CheckpointError naming the file.

@@ -17,11 +17,9 @@ from torch import Tensor, nn
 from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DistributedSampler
 
-from meshops._checkpoint import check_weights_fit
-from meshops._progress import progress as progress_bar
-from meshops.fields import TargetFields
+from meshops.datasets.fields import TargetFields
+from meshops.datasets.normalizer import UnitGaussianNormalizer, decode_outputs, encode_inputs
 from meshops.models.conditioning import fit_param_normalizer
-from meshops.normalizer import UnitGaussianNormalizer, decode_outputs, encode_inputs
 from meshops.training import callbacks, distributed, state
 from meshops.training.callbacks import LAST, Callback, Checkpoints, EpochLog
 from meshops.training.dataset import first_sample, fit_normalizers, make_loader, prepare_batch
@@ -41,6 +39,8 @@ from meshops.training.optim import (
     name_of,
 )
 from meshops.training.seed import MAX_SEED, epoch_seed, seed_everything, set_rng_state
+from meshops.utils.checkpoint import check_weights_fit
+from meshops.utils.progress import progress as progress_bar
 
 if TYPE_CHECKING:
     from meshops.models.base import NeuralOperator
@@ -318,7 +318,7 @@ class Trainer:
         callbacks: :class:`~meshops.training.callbacks.Callback` objects whose hooks
             run at the start and end of :meth:`fit` and after every epoch (e.g.
             :class:`~meshops.training.experiment.TensorBoardLogger`).
-        fields: The target fields (:class:`~meshops.fields.TargetFields`):
+        fields: The target fields (:class:`~meshops.datasets.fields.TargetFields`):
             every relative error (the default loss, the validation metric that picks
             ``best.pt``) is the weighted mean of the fields' relative errors, and
             :meth:`evaluate` reports each field. Default: the ``fields`` of ``loss``
@@ -326,7 +326,7 @@ class Trainer:
         shards: Deal the training samples into this many fixed parts
             (:class:`~meshops.training.distributed.ShardSampler`): under torchrun one per
             process, each process reading only its own part (a lazily read data set
-            that owns one part, :class:`meshops.cache.CachedMeshDataset`); in one process,
+            that owns one part, :class:`meshops.datasets.cache.CachedMeshDataset`); in one process,
             the steps of such a run (``batch_size`` is then ``shards`` times a part's).
             Default: every epoch's permutation dealt out to the processes.
     """

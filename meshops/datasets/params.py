@@ -225,7 +225,7 @@ def write_param_table(folder, names: Sequence[str], rows: Mapping[str, Sequence[
     """
     import io
 
-    from meshops._atomic import atomic_write
+    from meshops.utils.atomic import atomic_write
 
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")

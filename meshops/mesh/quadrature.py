@@ -23,8 +23,8 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
-from meshops._overlap import check_duplicate_cells, check_facets
 from meshops.errors import MeshError
+from meshops.mesh._overlap import check_duplicate_cells, check_facets
 
 # Topological dimension of each supported meshio cell type.
 CELL_DIMS = {
@@ -299,7 +299,7 @@ def quadrature_weights(points, cells: CellsLike, *, source: str = "mesh",
             order), mixed in any combination; vertex cells are accepted and ignored.
         source: Name used in error messages (usually the file name).
         check: Reject degenerate (zero-measure) and tangled cells, duplicated
-            cells and overlapping cells (see :mod:`meshops._overlap`: facets shared
+            cells and overlapping cells (see :mod:`meshops.mesh._overlap`: facets shared
             by more than two cells or by two cells on the same side of it). Either
             node orientation (clockwise or counter-clockwise) is accepted, also
             mixed within a mesh as long as no cells overlap.

@@ -117,7 +117,7 @@ def refine_mesh(mesh):
         ``pos [N, d]`` -> ``pos [N + E (+ F + C), d]`` (E edges, F quad faces, C cells
         of tensor-product type)
     """
-    from meshops.io import mesh_from_arrays
+    from meshops.mesh.io import mesh_from_arrays
 
     source = str(getattr(mesh, "source", None) or "mesh")
     _check_not_a_cloud(mesh)
@@ -183,7 +183,7 @@ def coarsen_points(mesh, factor: int | None = None):
         the fields' values at the kept points and weights that sum to the mesh's
         measure, and the kept points' indices ``[Nc]`` into the mesh.
     """
-    from meshops.data import MeshData
+    from meshops.mesh.data import MeshData
     from meshops.models.latent import fps_latent, voronoi_weights
 
     pos = mesh.pos.to(torch.float64)
@@ -214,7 +214,7 @@ def mesh_independence(model, spec, mesh) -> dict:
 
     Args:
         model: A trained model.
-        spec: Its :class:`~meshops.inference.RunSpec` (field names and shapes).
+        spec: Its :class:`~meshops.inference.predict.RunSpec` (field names and shapes).
         mesh: The sample: a mesh with cells and the input (and optionally target)
             fields.
 
@@ -232,7 +232,7 @@ def mesh_independence(model, spec, mesh) -> dict:
             can be refined, and a refined copy equal to the mesh would report a change
             of 0, perfect mesh independence, for a check that was never made.
     """
-    from meshops.inference import predict_mesh
+    from meshops.inference.predict import predict_mesh
 
     _check_not_a_cloud(mesh)
     n = int(mesh.pos.shape[0])

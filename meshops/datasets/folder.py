@@ -33,11 +33,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from meshops.data import MeshData
+from meshops.datasets.layout import SampleLayout
+from meshops.datasets.params import write_param_table
 from meshops.errors import MeshError
-from meshops.io import read_mesh, write_mesh
-from meshops.layout import SampleLayout
-from meshops.params import write_param_table
+from meshops.mesh.data import MeshData
+from meshops.mesh.io import read_mesh, write_mesh
 
 __all__ = ["DEFAULT_SUFFIXES", "MeshFolderDataset", "add_inputs_targets", "as_float_dtype",
            "check_finite_fields", "export_to_folder", "list_mesh_files", "stack_channels"]
@@ -222,7 +222,7 @@ class MeshFolderDataset(torch.utils.data.Dataset):
     """One mesh file per sample, with input and target arrays in the point data.
 
     Item ``k`` (file ``files[k]``) is the :class:`meshops.MeshData` that
-    :func:`meshops.io.read_mesh` gives (``pos``, ``weight`` from the cells or the
+    :func:`meshops.mesh.io.read_mesh` gives (``pos``, ``weight`` from the cells or the
     stored point-cloud weights, ``fields``, ``cells``, ``source``) plus
 
     * ``x [N, C_in]``: the ``inputs`` point fields concatenated in the given order
@@ -242,19 +242,19 @@ class MeshFolderDataset(torch.utils.data.Dataset):
         cache: Keep parsed samples in memory (each file is read once).
         params: Parameter names: each sample gets ``params [1, K]`` from its file's
             ``field_data`` or the folder's ``params.csv`` / ``params.json``
-            (:mod:`meshops.params`).
-        tags: Boundary tags: their channels (:func:`meshops.boundary.tag_channels`)
+            (:mod:`meshops.datasets.params`).
+        tags: Boundary tags: their channels (:func:`meshops.mesh.boundary.tag_channels`)
             follow the ``inputs`` in ``x``.
-        layout: A :class:`meshops.layout.SampleLayout` with these inputs and targets,
+        layout: A :class:`meshops.datasets.layout.SampleLayout` with these inputs and targets,
             instead of ``params`` and ``tags`` (e.g. a run's, with its location).
 
     Targets stored as cell data make cell samples: one point per cell at its
-    centroid with the cell's measure as weight (:mod:`meshops.cells`); the location
+    centroid with the cell's measure as weight (:mod:`meshops.mesh.cells`); the location
     is taken from the first file (``layout.location``) and every file must agree.
 
     Raises:
         MeshError: a missing or empty folder; a file that cannot be read or is broken
-            (see :func:`meshops.io.read_mesh`, which also rejects fields whose length
+            (see :func:`meshops.mesh.io.read_mesh`, which also rejects fields whose length
             is not N); a missing field (the message lists the available ones);
             channel counts that differ from the first file's; a NaN or infinite
             value in an input or target field (the message names the file, the
@@ -336,12 +336,12 @@ def export_to_folder(samples: Iterable[MeshData], root, fmt: str = ".vtu",
     """Write samples (of any adapter) to a folder that :class:`MeshFolderDataset` reads.
 
     Sample ``k`` goes to ``root/{prefix}_{k:0Wd}{fmt}`` (``W`` digits, at least 4),
-    written atomically by :func:`meshops.io.write_mesh` with its ``fields`` as point
+    written atomically by :func:`meshops.mesh.io.write_mesh` with its ``fields`` as point
     data (a sample without ``fields`` gets its ``x``/``y`` written as ``"x"``/``"y"``).
     Point clouds (no cells) are written as vertex cells with their quadrature
     weights, so they read back with the same weights. With ``param_names``, every
     sample's ``params [1, K]`` is written to ``root/params.csv`` under these names
-    (:mod:`meshops.params`: read back with ``MeshFolderDataset(..., params=...)`` or
+    (:mod:`meshops.datasets.params`: read back with ``MeshFolderDataset(..., params=...)`` or
     ``meshops train --params``). Other per-sample attributes that are not point data
     (``cl``, ``grid_shape``, ...) are not written.
 

@@ -7,7 +7,7 @@ rest of meshops consumes:
 
 * :func:`read_surface` loads the file with trimesh and checks it;
 * :func:`surface_to_meshdata` / :func:`surface_weights` give the surface as a
-  :class:`~meshops.data.MeshData` with a nodal quadrature rule on the surface;
+  :class:`~meshops.mesh.data.MeshData` with a nodal quadrature rule on the surface;
 * :func:`sample_surface` gives a Monte Carlo point cloud of the surface;
 * :func:`signed_distance` / :func:`geometry_features` describe volume query
   points relative to the body (negative inside, positive outside).
@@ -26,9 +26,9 @@ import numpy as np
 import torch
 import trimesh
 
-from meshops._overlap import first_duplicate
-from meshops.data import MeshData
 from meshops.errors import MeshError
+from meshops.mesh._overlap import first_duplicate
+from meshops.mesh.data import MeshData
 
 __all__ = [
     "SURFACE_FORMATS",

@@ -10,7 +10,7 @@ worker processes of a :class:`~torch.utils.data.DataLoader`. Only the list of fi
 and a few numbers per file stay in memory.
 
 Layout of a cache folder (every file a torch file or JSON, written atomically by
-:func:`meshops._atomic.atomic_write`)::
+:func:`meshops.utils.atomic.atomic_write`)::
 
     CACHE/meshops-cache.json         the layout version of the folder
     CACHE/sample/ab/<key>.pt         one parsed sample per file content and settings
@@ -32,7 +32,7 @@ is read again to hash it.
 **Safe to share.** Entries are written to a temporary file and renamed into place, so a
 reader (another run, another worker) sees a whole entry or none; two runs that build
 the same entry write the same bytes. Every read checks the whole entry (the CRC-32 of
-every archive member, :func:`meshops._checkpoint.verify_archive`) and its header
+every archive member, :func:`meshops.utils.checkpoint.verify_archive`) and its header
 (format, version, key): a damaged, truncated or foreign entry is never used. A
 :class:`CachedMeshDataset` rebuilds such an entry from its file when the file's
 content is still the one the run started with, and raises :class:`CacheError`
@@ -58,10 +58,10 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 import torch
 from torch import Tensor
 
-from meshops._atomic import atomic_write
-from meshops.data import MeshData
+from meshops.datasets.normalizer import UnitGaussianNormalizer
 from meshops.errors import CheckpointError, MeshError
-from meshops.normalizer import UnitGaussianNormalizer
+from meshops.mesh.data import MeshData
+from meshops.utils.atomic import atomic_write
 
 __all__ = ["CACHE_VERSION", "CacheError", "CachedMeshDataset", "MeshCache", "Part",
            "default_cache_dir", "file_digest"]
@@ -129,7 +129,7 @@ def _json_digest(obj: Any) -> str:
 def entry_key(kind: str, settings: dict, content: str) -> str:
     """The key of an entry of ``kind`` for ``content`` (a file's digest, or the key of the
     sample entry a structured entry is built from) under ``settings``."""
-    from meshops import __version__
+    from meshops.version import __version__
 
     return _json_digest({"format": FORMAT, "cache_version": CACHE_VERSION,
                          "meshops": __version__, "kind": kind, "settings": settings,
@@ -172,18 +172,19 @@ def sample_meta(sample) -> dict:
     point count and dimension, a digest of ``pos`` (samples of one mesh), the facts
     :func:`meshops.training.defaults.data_facts` reads, the weighted moments of ``x``
     and ``y`` (normalisers, :meth:`CachedMeshDataset.normalizers`) and the descriptors
-    of :func:`meshops.trust.describe` with their :func:`meshops.trust.geometry_tolerance`
+    of :func:`meshops.datasets.descriptors.describe` with their
+    :func:`~meshops.datasets.descriptors.geometry_tolerance`
     (:meth:`CachedMeshDataset.descriptors`)."""
-    from meshops.models.digest import mesh_digest
-    from meshops.training.defaults import data_facts
-    from meshops.trust import describe, geometry_tolerance
+    from meshops.datasets.descriptors import describe, geometry_tolerance
+    from meshops.mesh.digest import mesh_digest
+    from meshops.reduced import constant_inputs
 
     params, geometry = describe(sample)
     meta = {"points": int(sample.pos.shape[0]), "dim": int(sample.pos.shape[1]),
             # + 0.0: -0.0 and 0.0 are one coordinate (torch.equal), not two digests
             "pos_digest": mesh_digest(sample.pos + 0.0),
-            "constant": bool(data_facts([sample])["constant"]),
-            # the training set's descriptors (meshops.trust) without a second read
+            "constant": constant_inputs([sample]),
+            # the training set's descriptors (meshops.inference.trust) without a second read
             "descriptor": [params.tolist(), geometry.tolist(),
                            geometry_tolerance(sample).tolist()]}
     for name in ("x", "y"):
@@ -242,7 +243,7 @@ class MeshCache:
     def write(self, kind: str, key: str, sample, meta: dict, source: str) -> Path:
         """Write ``sample``'s attributes (tensors, strings, numbers, lists of strings)
         as entry ``key``, atomically."""
-        from meshops import __version__
+        from meshops.version import __version__
 
         index, values, data = _pack(sample, source)
         header = {"format": FORMAT, "cache_version": CACHE_VERSION, "meshops": __version__,
@@ -272,7 +273,7 @@ class MeshCache:
             CacheError: missing, truncated, damaged, or not the entry of this key,
                 kind and version (the message says which).
         """
-        from meshops._checkpoint import read_checkpoint
+        from meshops.utils.checkpoint import read_checkpoint
 
         path = self.path(kind, key)
         try:
@@ -390,7 +391,7 @@ class MeshCache:
                progress: bool) -> tuple[dict[int, dict], list[int]]:
         """Step 1 of :meth:`dataset`: the record of every owned file, and those whose
         entry must be built."""
-        from meshops._progress import progress as bar
+        from meshops.utils.progress import progress as bar
 
         records: dict[int, dict] = {}
         todo: list[int] = []
@@ -422,7 +423,7 @@ class MeshCache:
     def _build(self, files, records: dict, todo: list[int], read, workers: int, desc: str,
                progress: bool, save: Callable[[], None], manifest: dict) -> None:
         """Step 2 of :meth:`dataset`: parse the files ``todo`` into entries."""
-        from meshops._progress import progress as bar
+        from meshops.utils.progress import progress as bar
 
         if not todo:
             return
@@ -702,7 +703,7 @@ class CachedMeshDataset(torch.utils.data.Dataset):
         """The same samples with ``transform``'s mesh structures (``model.mesh_transform()``,
         see :mod:`meshops.models.structures`) stored in structured entries, building
         those that are missing; ``transform=None`` gives the bare samples."""
-        from meshops._progress import progress as bar
+        from meshops.utils.progress import progress as bar
 
         if transform is None:
             return CachedMeshDataset(self.root, [r.with_structured(None) for r in self.records],
@@ -733,12 +734,13 @@ class CachedMeshDataset(torch.utils.data.Dataset):
 
     def descriptors(self) -> list:
         """``(parameters, geometry, geometry tolerance)`` of every sample
-        (:func:`meshops.trust.describe`, :func:`meshops.trust.geometry_tolerance`), from
+        (:func:`meshops.datasets.descriptors.describe`,
+        :func:`~meshops.datasets.descriptors.geometry_tolerance`), from
         what the cache recorded (a sample of an older entry that did not record it is
         read)."""
         import numpy as np
 
-        from meshops.trust import describe, geometry_tolerance
+        from meshops.datasets.descriptors import describe, geometry_tolerance
 
         out = []
         for i, r in enumerate(self.records):

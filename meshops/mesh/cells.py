@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from meshops.errors import MeshError
-from meshops.quadrature import CELL_DIMS, cell_weights, top_dimension
+from meshops.mesh.quadrature import CELL_DIMS, cell_weights, top_dimension
 
 __all__ = ["CellPoints", "cell_field", "cell_points", "cells_to_blocks", "point_to_cells"]
 

@@ -21,8 +21,8 @@ on one sample, normalisers included, so it takes and returns physical units:
 
 ``N`` counts the sample's points where the run's targets live: the mesh's vertices,
 or for cell-data targets its cells (``pos`` their centroids, ``weight`` their
-measures; :mod:`meshops.cells`). The input channels of boundary tags
-(:func:`meshops.boundary.tag_channels`) are part of ``x``.
+measures; :mod:`meshops.mesh.cells`). The input channels of boundary tags
+(:func:`meshops.mesh.boundary.tag_channels`) are part of ``x``.
 
 Attention runs through PyTorch's ``scaled_dot_product_attention`` (the SDPA path of
 :func:`meshops.nn.functional.weighted_attention`), not meshops' fused CPU kernel, so
@@ -50,8 +50,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from meshops._atomic import atomic_write
-from meshops.normalizer import decode_outputs, encode_inputs
+from meshops.datasets.normalizer import decode_outputs, encode_inputs
+from meshops.utils.atomic import atomic_write
 
 __all__ = ["FIXED_MESH", "FORMATS", "REFUSED", "ExportError", "check_exportable", "check_path",
            "export_model", "load_exported", "read_info"]
@@ -92,7 +92,7 @@ def _sdpa(model: nn.Module) -> nn.Module:
 
 def _added_structures(model, sample) -> dict[str, Tensor]:
     """What ``model.mesh_transform()`` stores on ``sample`` beyond the mesh digest."""
-    from meshops.models.digest import MESH_ID
+    from meshops.mesh.digest import MESH_ID
 
     make = getattr(model, "mesh_transform", None)
     transform = make() if callable(make) else None
@@ -116,7 +116,7 @@ class _Program(nn.Module):
         self.fixed = fixed  # pos, weight and the mesh structures of a fixed-mesh program
 
     def forward(self, *inputs: Tensor) -> Tensor:
-        from meshops.data import MeshData
+        from meshops.mesh.data import MeshData
 
         m = self.model
         given = dict(zip(self.names, inputs))
@@ -140,7 +140,7 @@ class _ReducedProgram(nn.Module):
         self.dtype = sample.pos.dtype
 
     def forward(self, *inputs: Tensor) -> Tensor:
-        from meshops.data import MeshData
+        from meshops.mesh.data import MeshData
         from meshops.reduced.parameters import batch_parameters
 
         m = self.model
@@ -172,7 +172,7 @@ def _input_names(model, sample, fixed: bool) -> list[str]:
 
 def _info(model, fixed: bool, dynamic: bool, n: int, names: list[str],
           meta: dict) -> dict[str, Any]:
-    from meshops.inference import model_tensor
+    from meshops.inference.predict import model_tensor
 
     cfg = dict(getattr(model, "config", {}) or {})
     return {
@@ -211,7 +211,7 @@ def check_exportable(model) -> None:
 
 def _program(model, sample, dynamic: bool):
     """``(program, args, input names, fixed)`` of ``model`` (an SDPA copy) on ``sample``."""
-    from meshops.data import MeshData
+    from meshops.mesh.data import MeshData
 
     reduced = model.model_name == "reduced_basis"
     structures = {} if reduced else _added_structures(
@@ -239,7 +239,7 @@ def export_model(model, mesh, path, *, dynamic: bool = False,
         model: A :class:`~meshops.models.NeuralOperator` (its normalisers are included).
         mesh: The example sample: ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]`` and,
             for a run with parameters, ``params [1, K]`` (e.g. from
-            :func:`meshops.inference.mesh_sample` of :meth:`meshops.SampleLayout.view`:
+            :func:`meshops.inference.predict.mesh_sample` of :meth:`meshops.SampleLayout.view`:
             at the cell centroids for a run whose targets are cell data, with the tag
             channels in ``x``); for fixed-mesh models (see the module) the mesh built
             into the program.
@@ -260,7 +260,7 @@ def export_model(model, mesh, path, *, dynamic: bool = False,
         mesh ``x [N, C_in]``, ``pos [N, d]``, ``weight [N]``, ``params [1, K]`` ->
         program ``[N, C_out]``
     """
-    from meshops.inference import model_tensor
+    from meshops.inference.predict import model_tensor
 
     path = check_path(path)
     check_exportable(model)

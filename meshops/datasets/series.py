@@ -18,7 +18,7 @@ must increase strictly, and no step may be missing or appear twice; otherwise on
 check of :func:`meshops.read_mesh`; the later ones are compared with it.
 
 Scalar parameters of a series (``params [1, K]``, the library's contract for
-per-sample parameter vectors) are read as :mod:`meshops.params` reads them for a mesh
+per-sample parameter vectors) are read as :mod:`meshops.datasets.params` reads them for a mesh
 file: from the field data of the series' first file, or from a ``params.csv`` (or
 ``params.json``) in the folder that holds the series, keyed by the series' name (the
 folder's name, or the ``.pvd``/``.xdmf`` file's name)::
@@ -46,11 +46,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from meshops.data import MeshData
-from meshops.datasets import DEFAULT_SUFFIXES, check_finite_fields, list_mesh_files
+from meshops.datasets.folder import DEFAULT_SUFFIXES, check_finite_fields, list_mesh_files
+from meshops.datasets.params import read_param_table, sample_params
 from meshops.errors import MeshError
-from meshops.io import WEIGHT_FIELD, mesh_from_arrays, read_meshio
-from meshops.params import read_param_table, sample_params
+from meshops.mesh.data import MeshData
+from meshops.mesh.io import WEIGHT_FIELD, mesh_from_arrays, read_meshio
 
 __all__ = ["SeriesError", "TimeSeries", "list_series", "read_series", "read_series_folder",
            "read_state", "series_name", "write_series"]
@@ -131,7 +131,7 @@ def list_series(root: str | os.PathLike) -> list[Path]:
     Raises:
         SeriesError: no such folder, no series in it, or series beside loose mesh files.
     """
-    from meshops.datasets import natural_key
+    from meshops.datasets.folder import natural_key
 
     root = Path(root)
     if not root.is_dir():
@@ -357,7 +357,7 @@ def read_series(path: str | os.PathLike, fields: Sequence[str] | None = None,
             must have them, with finite values.
         params: Parameter names to read: from the first file's field data or the
             parameter table of the series' folder (see the module docstring).
-        params_table: That table (:func:`meshops.params.read_param_table`), when the
+        params_table: That table (:func:`meshops.datasets.params.read_param_table`), when the
             caller has read it already.
 
     Returns:
@@ -434,7 +434,7 @@ def read_series_folder(root: str | os.PathLike, fields: Sequence[str],
         SeriesError: see :func:`read_series`; a field whose shape, or a mesh whose
             dimension, differs from the first series' (both series named).
     """
-    from meshops._progress import progress
+    from meshops.utils.progress import progress
 
     paths = list_series(root)
     if names is not None:
@@ -499,7 +499,7 @@ def read_state(path: str | os.PathLike, fields: Sequence[str], params: Sequence[
 
 
 def _attach_params(series: TimeSeries, names: list[str], table, raw) -> None:
-    """Set ``series.params [1, K]`` (:func:`meshops.params.sample_params`: the first
+    """Set ``series.params [1, K]`` (:func:`meshops.datasets.params.sample_params`: the first
     file's field data ``raw.field_data``, or the table of the series' folder, keyed by
     the series' name)."""
     if table is None:
@@ -533,8 +533,8 @@ def write_series(path: str | os.PathLike, mesh: MeshData, steps: Sequence[Mappin
     Returns:
         ``path``.
     """
-    from meshops._atomic import atomic_folder, atomic_write
-    from meshops.io import write_mesh
+    from meshops.mesh.io import write_mesh
+    from meshops.utils.atomic import atomic_folder, atomic_write
 
     path = Path(path)
     if path.suffix.lower() != ".pvd":

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from meshops.fields import TargetFields, field_mean
+from meshops.datasets.fields import TargetFields, field_mean
 from meshops.reduced.ensemble import MLPEnsemble, train_ensemble
 from meshops.reduced.parameters import informative_columns, sample_parameters
 from meshops.reduced.pod import pod_basis
@@ -234,7 +234,7 @@ def fit_reduced_basis(train: Sequence, val: Sequence, *, minutes: float = 10.0, 
             the fit is then repeated exactly on one machine.
         log: Called with a line per finished candidate.
         fields: The target fields whose mean relative error scores the candidates
-            (:mod:`meshops.fields`; ``None``: all channels pooled).
+            (:mod:`meshops.datasets.fields`; ``None``: all channels pooled).
         score: The validation error per sample that chooses the regression instead,
             ``score(pred, val) -> [V]``, ``pred`` the ``[m, C]`` predictions at each
             validation sample's target points (default: the relative L2 error of

@@ -5,19 +5,19 @@ used alike by training (:class:`meshops.MeshFolderDataset`), ``meshops predict``
 ``meshops evaluate``, so that a file is read the same way everywhere:
 
 * **where**: at the mesh's points, or at the centroids of its cells with the cells'
-  measures as weights (:mod:`meshops.cells`); decided by where the targets are stored
+  measures as weights (:mod:`meshops.mesh.cells`); decided by where the targets are stored
   (point data or cell data) and recorded in the run;
 * **fields**: the input and target fields; point-data inputs of a cell sample are
   transferred to the cells (cell averages, exact for linear fields); cell-data inputs
   of a point sample are refused, as is a selected name that is both a point field and
   a cell field of the file;
 * **boundary tags**: input channels ``tag:<tag>`` and ``tag:normal``
-  (:mod:`meshops.boundary`), appended to the inputs;
+  (:mod:`meshops.mesh.boundary`), appended to the inputs;
 * **geometry features**: inputs named ``geo:distance`` and ``geo:direction`` are not read
-  from the file but computed from its mesh (:mod:`meshops.geometry`: the distance to
+  from the file but computed from its mesh (:mod:`meshops.mesh.geometry`: the distance to
   the domain's boundary and the direction to it);
 * **parameters**: ``params [1, K]`` from the file's ``field_data`` or its folder's
-  ``params.csv`` / ``params.json`` (:mod:`meshops.params`).
+  ``params.csv`` / ``params.json`` (:mod:`meshops.datasets.params`).
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from typing import Sequence
 
 import torch
 
-from meshops.boundary import TAG_PREFIX, tag_channels, tag_field_names
-from meshops.cells import cell_field, cell_points, cells_to_blocks, point_to_cells
-from meshops.data import MeshData
+from meshops.datasets.params import read_param_table, sample_params
 from meshops.errors import CheckpointError, MeshError
-from meshops.geometry import GEOMETRY_FIELDS, GEOMETRY_PREFIX, geometry_channels
-from meshops.io import WEIGHT_FIELD
-from meshops.params import read_param_table, sample_params
+from meshops.mesh.boundary import TAG_PREFIX, tag_channels, tag_field_names
+from meshops.mesh.cells import cell_field, cell_points, cells_to_blocks, point_to_cells
+from meshops.mesh.data import MeshData
+from meshops.mesh.geometry import GEOMETRY_FIELDS, GEOMETRY_PREFIX, geometry_channels
+from meshops.mesh.io import WEIGHT_FIELD
 
 __all__ = ["LOCATIONS", "SampleLayout"]
 

@@ -26,8 +26,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from meshops.chunked import DEFAULT_CHUNK
 from meshops.errors import CheckpointError, MeshError
+from meshops.inference.chunked import DEFAULT_CHUNK
 
 if TYPE_CHECKING:
     import torch
@@ -55,7 +55,7 @@ def _same_layout(shape: Sequence[int], expected: Sequence[int]) -> bool:
     """A field of per-point ``shape`` holds what the model expects as ``expected``:
     the same shape, or the same number of components with one of them flat (mesh
     formats store a 3x3 tensor as 9 components, row-major, and a 1-vector as a
-    scalar; see :func:`meshops.io.write_mesh`)."""
+    scalar; see :func:`meshops.mesh.io.write_mesh`)."""
     return list(shape) == list(expected) or (
         field_channels(shape) == field_channels(expected)
         and min(len(shape), len(expected)) <= 1)
@@ -68,7 +68,7 @@ def format_shape(shape: Sequence[int]) -> str:
 
 def available_fields(mesh) -> str:
     """The point fields of ``mesh`` (without the quadrature weights), for messages."""
-    from meshops.io import WEIGHT_FIELD
+    from meshops.mesh.io import WEIGHT_FIELD
 
     names = [k for k in (getattr(mesh, "fields", None) or {}) if k != WEIGHT_FIELD]
     return ", ".join(sorted(names)) or "none"
@@ -207,9 +207,9 @@ class RunSpec:
         self.fields = self._fields(meta.get("fields"))
 
     def _fields(self, saved):
-        """The run's target fields (:mod:`meshops.fields`): as saved, or (runs
+        """The run's target fields (:mod:`meshops.datasets.fields`): as saved, or (runs
         saved before fields were recorded) every target its own field."""
-        from meshops.fields import TargetFields
+        from meshops.datasets.fields import TargetFields
 
         if saved is None:
             return TargetFields.from_specs(self.targets, {k: field_channels(self.shapes[k])
@@ -243,7 +243,7 @@ class RunSpec:
             MeshError: naming ``path`` and the missing, misshapen or non-finite field,
                 or the dimension.
         """
-        from meshops.datasets import check_finite_fields
+        from meshops.datasets.folder import check_finite_fields
 
         fields = getattr(mesh, "fields", None) or {}
         for role in roles:
@@ -312,9 +312,9 @@ def predict_mesh(model, spec: RunSpec, mesh, chunk_size: int | None = DEFAULT_CH
 
     With ``chunk_size`` (points; None: never) a mesh with more points is predicted in chunks of that
     many output points, the global context computed once
-    (:func:`meshops.chunked.predict_chunked`: the same values in a bounded memory), with
+    (:func:`meshops.inference.chunked.predict_chunked`: the same values in a bounded memory), with
     a progress bar if ``progress``. A sample with ``params [1, K]``
-    (:class:`meshops.layout.SampleLayout`) passes them to a model conditioned on
+    (:class:`meshops.datasets.layout.SampleLayout`) passes them to a model conditioned on
     parameters.
 
     Shapes:
@@ -323,7 +323,7 @@ def predict_mesh(model, spec: RunSpec, mesh, chunk_size: int | None = DEFAULT_CH
     """
     data = mesh_sample(model, spec, mesh)
     if chunk_size is not None and data.pos.shape[0] > chunk_size:
-        from meshops.chunked import predict_chunked
+        from meshops.inference.chunked import predict_chunked
 
         return predict_chunked(model, data, chunk_size, progress).cpu()
     return model.predict(data).cpu()
@@ -340,7 +340,7 @@ def mesh_sample(model, spec: RunSpec, mesh):
     """
     import torch
 
-    from meshops.data import MeshData
+    from meshops.mesh.data import MeshData
 
     dtype, device = input_dtype(model), model_tensor(model).device
     n = int(mesh.pos.shape[0])

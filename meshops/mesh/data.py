@@ -79,7 +79,8 @@ class MeshData(Data):
         field_data: ``dict[str, numpy array]`` of the file's field data (VTK
             ``FieldData``: per-sample parameters; Gmsh: ``{physical name: [tag, dim]}``),
             ``{}`` when the file has none. File metadata, not batched: it stays with
-            this object and its copies (:mod:`meshops.params`, :mod:`meshops.boundary`).
+            this object and its copies (:mod:`meshops.datasets.params`,
+            :mod:`meshops.mesh.boundary`).
         source: Path of the file the mesh was read from, or ``None``.
 
     Example:

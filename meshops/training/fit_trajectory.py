@@ -6,7 +6,7 @@ one mesh as a parametric study whose samples are whole trajectories.
    trajectories apart (parameters, or first states that differ).
 2. Each series becomes one sample (:func:`trajectory_samples`): ``y [N, T * C]``, its
    states stacked in time, and ``params [1, P]``, its identity.
-3. :func:`meshops.reduced.fit.fit_reduced_basis` fits the POD basis and chooses the
+3. :func:`meshops.training.fit_reduced.fit_reduced_basis` fits the POD basis and chooses the
    regression of its coefficients on the validation series, scored by the metric of a
    rollout (:func:`rollout_errors`: the relative L2 error of each predicted step, the
    first state left out, averaged over the steps), and refits it on every series.
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from meshops.data import MeshData
+from meshops.mesh.data import MeshData
 from meshops.reduced.pod import pod_basis
 
 __all__ = ["fit_trajectory_basis", "rollout_errors", "same_times", "trajectory_applies",
@@ -134,11 +134,11 @@ def fit_trajectory_basis(train: Sequence, val: Sequence, targets: Sequence[str],
                          members: int | None = None):
     """Fit a :class:`~meshops.models.trajectory_basis.TrajectoryBasis` (see the module
     docstring) within ``minutes`` (``seed``, ``log``, ``regressors``, ``members``: as
-    :func:`~meshops.reduced.fit.fit_reduced_basis`).
+    :func:`~meshops.training.fit_reduced.fit_reduced_basis`).
 
     Returns:
         ``(model, report)``: the model refitted on ``train + val`` and the
-        :class:`~meshops.reduced.fit.FitReport` whose candidates' ``errors`` are the
+        :class:`~meshops.training.fit_reduced.FitReport` whose candidates' ``errors`` are the
         validation series' mean errors over the steps (:func:`rollout_errors`).
 
     Raises:
@@ -146,7 +146,7 @@ def fit_trajectory_basis(train: Sequence, val: Sequence, targets: Sequence[str],
             parameters vary and the first states are all the same.
     """
     from meshops.models.trajectory_basis import TrajectoryBasis
-    from meshops.reduced.fit import fit_reduced_basis
+    from meshops.training.fit_reduced import fit_reduced_basis
 
     why = trajectory_applies(train, val, ())
     if why:

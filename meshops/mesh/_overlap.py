@@ -2,7 +2,7 @@
 
 A cell listed twice, or a node pushed across its neighbours, gives every cell a
 valid (positive) measure but a wrong total: the per-cell checks in
-:mod:`meshops.quadrature` cannot see it. Two mesh-level rules can, both by
+:mod:`meshops.mesh.quadrature` cannot see it. Two mesh-level rules can, both by
 sorting:
 
 * **No duplicated cells.** Two cells of one type with the same vertex set (in

@@ -44,12 +44,12 @@ import torch
 from torch import Tensor
 from torch.nn.functional import gelu
 
-from meshops.normalizer import decode_outputs, encode_inputs
+from meshops.datasets.normalizer import decode_outputs, encode_inputs
 
 __all__ = ["DEFAULT_CHUNK", "can_chunk", "predict_chunked"]
 
 #: Output points per chunk when a mesh is predicted in chunks (meshes with fewer points
-#: are predicted in one piece, :func:`meshops.inference.predict_mesh`).
+#: are predicted in one piece, :func:`meshops.inference.predict.predict_mesh`).
 DEFAULT_CHUNK = 65536
 
 #: PiT's encoder works on about this many neighbour pairs per output point of a chunk at
@@ -211,8 +211,8 @@ def predict_chunked(model, data, chunk_size: int = DEFAULT_CHUNK, progress: bool
     Raises:
         ValueError: ``chunk_size < 1``, or the checks of the model's input reader.
     """
-    from meshops._progress import progress as bar
     from meshops.models.inputs import read_inputs
+    from meshops.utils.progress import progress as bar
 
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")

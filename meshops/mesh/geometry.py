@@ -52,8 +52,8 @@ def boundary_facets(pos: np.ndarray, blocks: Sequence[tuple[str, np.ndarray]]) -
         MeshError: No cells of the mesh's dimension, or no boundary facet (a closed
             surface).
     """
-    from meshops._overlap import FACETS, SIMPLEX_FACETS
-    from meshops.quadrature import CELL_DIMS
+    from meshops.mesh._overlap import FACETS, SIMPLEX_FACETS
+    from meshops.mesh.quadrature import CELL_DIMS
 
     d = pos.shape[1]
     rows: list[np.ndarray] = []

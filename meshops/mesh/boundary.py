@@ -30,9 +30,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from meshops._overlap import FACETS, SIMPLEX_FACETS
 from meshops.errors import MeshError
-from meshops.quadrature import CELL_DIMS, cell_weights, top_dimension
+from meshops.mesh._overlap import FACETS, SIMPLEX_FACETS
+from meshops.mesh.quadrature import CELL_DIMS, cell_weights, top_dimension
 
 __all__ = ["GMSH_TAGS", "NORMAL_FIELD", "TAG_PREFIX", "Boundary", "boundary", "tag_channels",
            "tag_field_names"]
@@ -126,7 +126,7 @@ class Boundary:
             facet of zero measure, which has none).
         measure: ``[F]`` facet measures (length, area; 1 for a vertex).
         owner: ``[F]`` the cell each facet bounds, numbered as the top-dimensional
-            cells of :func:`meshops.cells.cell_points`.
+            cells of :func:`meshops.mesh.cells.cell_points`.
     """
 
     tag: str

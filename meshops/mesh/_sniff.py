@@ -89,7 +89,7 @@ def check_mesh_file(path: Path, formats: Sequence[str]) -> None:
     Raises:
         MeshError: naming the file and what it begins with.
     """
-    from meshops._memory import available_bytes, format_bytes
+    from meshops.utils.memory import available_bytes, format_bytes
 
     size = os.path.getsize(path)
     if size == 0:

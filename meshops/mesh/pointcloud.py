@@ -19,7 +19,7 @@ import torch
 from scipy.spatial import ConvexHull, QhullError, cKDTree
 
 from meshops.errors import MeshError
-from meshops.quadrature import check_points
+from meshops.mesh.quadrature import check_points
 
 
 def hull_measure(points: np.ndarray, source: str = "point cloud") -> float:

@@ -12,17 +12,17 @@ import meshio
 import numpy as np
 import torch
 
-from meshops._atomic import atomic_write
-from meshops.data import MeshData
 from meshops.errors import MeshError
-from meshops.pointcloud import point_cloud_weights
-from meshops.quadrature import (
+from meshops.mesh.data import MeshData
+from meshops.mesh.pointcloud import point_cloud_weights
+from meshops.mesh.quadrature import (
     CELL_DIMS,
     check_points,
     check_weight_range,
     quadrature_weights,
     top_dimension,
 )
+from meshops.utils.atomic import atomic_write
 
 # Formats whose meshio writer keeps point and cell data of every name we write
 # (checked by a write/read round trip: STL, OBJ, OFF, Abaqus, Nastran, Medit,
@@ -207,12 +207,12 @@ def mesh_from_arrays(points, cells, point_data: Mapping | None = None,
 
 def _meshio_read(path: Path) -> meshio.Mesh:
     """``meshio.read``, but quiet and bounded: the file is sniffed first (a 1 GB file of
-    junk is refused from its first bytes, see :mod:`meshops._sniff`), and each reader
+    junk is refused from its first bytes, see :mod:`meshops.mesh._sniff`), and each reader
     its suffix allows is tried here, so that a failure is one MeshError with meshio's
     reasons, not meshio's console output and ``sys.exit(1)``."""
     from meshio._helpers import _filetypes_from_path, reader_map
 
-    from meshops._sniff import check_mesh_file
+    from meshops.mesh._sniff import check_mesh_file
 
     try:
         formats = _filetypes_from_path(path)
@@ -255,7 +255,7 @@ def read_mesh(path: str | os.PathLike, fields: Sequence[str] | None = None) -> M
         MeshError: missing or unreadable file, unknown format, and every mesh
             defect listed in :func:`meshops.quadrature_weights`, plus point fields
             whose length is not N, weights that float32 cannot hold (coordinates
-            near 1e30 or 1e-30: see :func:`meshops.quadrature.check_weight_range`),
+            near 1e30 or 1e-30: see :func:`meshops.mesh.quadrature.check_weight_range`),
             VTU arrays whose size does not fit their
             number of components, and unused duplicate points. A file that does not
             begin like its format, or is larger than the free memory, is refused

@@ -27,7 +27,7 @@ How a mesh is drawn depends on its dimension:
   thinned): the triangles of a tetra mesh are tagged boundary faces, a part of it.
 * **1-D** (``pos [N, 1]``): the values against ``x``.
 
-Pictures are written atomically (:func:`meshops._atomic.atomic_write`): a failure
+Pictures are written atomically (:func:`meshops.utils.atomic.atomic_write`): a failure
 never leaves a half-written PNG. The functions build their own
 :class:`matplotlib.figure.Figure` (no pyplot state), so they are safe in scripts,
 notebooks and threads alike.
@@ -43,9 +43,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from meshops._atomic import atomic_write
 from meshops.errors import MeshError
-from meshops.quadrature import CELL_DIMS
+from meshops.mesh.quadrature import CELL_DIMS
+from meshops.utils.atomic import atomic_write
 
 __all__ = ["check_picture_path", "plot_fields", "plot_comparison", "plot_comparisons",
            "triangulate", "relative_l2"]
