@@ -50,8 +50,8 @@ def parse_args(argv=None):
 
 def _samples(data: Path, dtype):
     from benchmarks.accuracy.folder import description
-    from meshops.cli.config import TrainConfig
-    from meshops.cli.folder import load_folder
+    from meshops.runs.config import TrainConfig
+    from meshops.runs.folder import load_folder
     from meshops.training.splits import validation_split
 
     desc = description(data)
@@ -83,21 +83,19 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
 
-    from meshops.cli.config import TrainConfig
-    from meshops.cli.training_run import build_model
     from meshops.datasets.fields import TargetFields
     from meshops.inference.predict import field_channels
+    from meshops.runs.config import TrainConfig
+    from meshops.runs.training_run import build_model
 
     torch.set_num_threads(1)
     train, val, desc, specs, shapes, dim = _samples(args.data, torch.float32)
     fields = TargetFields.from_specs(specs, {k: field_channels(shapes[k])
                                              for k in desc["targets"]})
     c_in = sum(field_channels(shapes[k]) for k in desc["inputs"])
-    # key=value pairs read as --model-config reads them (a throwaway parser)
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model-config", nargs="*", default=[])
-    config = TrainConfig.from_args(parser.parse_args(
-        ["--model-config", *args.model_config])).get("model_config", {})
+    # key=value pairs read as --model-config reads them
+    config = TrainConfig.from_request({"model_config": args.model_config}).get(
+        "model_config", {})
 
     def model_fn():
         return build_model(args.model, config, c_in, fields.num_channels, dim)

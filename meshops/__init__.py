@@ -6,13 +6,14 @@ those weights, so it gives (nearly) the same answer on any mesh of the same geom
 
 Where to start:
 
-* The command line does the main job: ``meshops train`` (a folder of meshes to a run
-  folder), ``meshops evaluate``, ``meshops predict``, ``meshops plot``; see ``meshops
-  --help`` and ``meshops.cli``.
-* In Python: ``read_mesh`` / ``write_mesh`` (meshes as functions), ``load_run`` and
-  ``predict_mesh`` (a trained run on new meshes), ``meshops.training.Trainer`` (training
-  a model from ``meshops.models`` on samples), ``meshops.nn`` (the layers in your own
-  PyG model).
+* The main job, in Python or on the command line: ``fit`` (a folder of meshes to a run
+  folder; ``meshops train``), ``load_run`` and its ``Run``: ``run.predict(mesh)``,
+  ``run.predict_files`` (``meshops predict``), ``run.evaluate`` (``meshops
+  evaluate``), ``run.export`` (``meshops export``); ``meshops --help``.
+* Meshes as functions: ``read_mesh`` / ``write_mesh``, ``MeshData``.
+* A model of your own: ``meshops.nn`` (the layers in your PyG model),
+  ``meshops.models``, ``meshops.training.Trainer`` (training a model on samples),
+  ``load_model`` and ``predict_mesh`` (a checkpoint's model on new meshes).
 
 The package, by concept (each subpackage's docstring says what it holds and what it
 may import; ``tests/test_import_graph.py`` checks that direction):
@@ -36,7 +37,7 @@ may import; ``tests/test_import_graph.py`` checks that direction):
 ``models``
     neural operators (PiT, the slice transformer, ...) and the reduced basis.
 ``inference``
-    using a trained model: ``load_run``, ``predict_mesh``, huge meshes in bounded
+    using a trained model: ``load_model``, ``predict_mesh``, huge meshes in bounded
     memory, ``torch.export`` and ONNX, the trust report, plots.
 ``training``
     ``Trainer``, losses, defaults chosen from the data, baselines, fitting a reduced
@@ -52,12 +53,13 @@ The root holds only these, ``errors`` (``MeshError``, ``CheckpointError``) and
 
 from meshops.datasets.folder import MeshFolderDataset, export_to_folder, list_mesh_files
 from meshops.datasets.normalizer import UnitGaussianNormalizer
-from meshops.errors import CheckpointError, MeshError
-from meshops.inference.predict import RunSpec, load_run, predict_mesh
+from meshops.errors import CheckpointError, MeshError, UsageError
+from meshops.inference.predict import RunSpec, load_model, predict_mesh
 from meshops.mesh.data import MeshData
 from meshops.mesh.io import mesh_from_arrays, read_mesh, write_mesh
 from meshops.mesh.pointcloud import point_cloud_weights
 from meshops.mesh.quadrature import grid_weights, quadrature_weights, structured_grid_cells
+from meshops.runs import Report, Run, fit, load_run
 from meshops.search import (
                             available_backends,
                             cells_to_edge_index,
@@ -73,10 +75,11 @@ from meshops.utils.allocator import keep_freed_memory
 from meshops.version import __version__
 
 __all__ = [
-    "CheckpointError", "MeshData", "MeshError", "MeshFolderDataset", "RunSpec",
+    "CheckpointError", "MeshData", "MeshError", "MeshFolderDataset", "Report", "Run", "RunSpec",
+    "UsageError", "fit", "load_run",
     "UnitGaussianNormalizer", "__version__", "available_backends", "cells_to_edge_index",
     "default_backend", "export_to_folder", "fps", "grid_weights", "keep_freed_memory", "knn",
-    "knn_graph", "list_mesh_files", "load_run", "mesh_from_arrays", "partition",
+    "knn_graph", "list_mesh_files", "load_model", "mesh_from_arrays", "partition",
     "point_cloud_weights", "predict_mesh", "quadrature_weights", "radius", "radius_graph",
     "read_mesh",
     "structured_grid_cells", "write_mesh",

@@ -17,3 +17,12 @@ class CheckpointError(ValueError):
     The message names the file and the problem (the damaged member, the parameter,
     the mismatching key).
     """
+
+
+class UsageError(ValueError):
+    """A request that cannot be honoured: a missing or contradictory option, a run folder
+    that would lose files, data that does not fit the run. :mod:`meshops.cli` prints it
+    as ``meshops: error: ...`` and exits with status 2; in Python it is raised as is.
+
+    The message names the option, file or field and says what to do instead.
+    """

@@ -15,7 +15,6 @@ from _meshes import square_mesh
 from _tiny_run import one_line_error
 
 from meshops import cli
-from meshops.cli.lazy import FolderReader
 from meshops.datasets.cache import (
     CACHE_VERSION,
     SAMPLE,
@@ -25,6 +24,7 @@ from meshops.datasets.cache import (
     MeshCache,
 )
 from meshops.mesh.io import mesh_from_arrays, write_mesh
+from meshops.runs.lazy import FolderReader
 from meshops.training.dataset import fit_normalizers
 from meshops.training.defaults import data_facts
 
@@ -432,6 +432,6 @@ def test_a_full_disk_while_caching_is_one_line_and_leaves_no_entry(tmp_path):
 
 
 def test_lazy_reading_workers_leave_the_training_step_two_cores():
-    from meshops.cli.lazy import default_workers
+    from meshops.runs.lazy import default_workers
 
     assert [default_workers(c) for c in (None, 1, 2, 3, 4, 16)] == [0, 0, 0, 1, 2, 2]

@@ -7,11 +7,14 @@ import math
 import pytest
 import yaml
 
-from meshops.cli import CLIError, TrainConfig, build_parser, main
+from meshops.cli import TrainConfig, UsageError, build_parser, main
 
 
 def _flags(*argv):
-    return build_parser().parse_args(["train", *argv])
+    """The request of ``meshops train`` with these flags."""
+    from meshops.runs.train import TrainRequest
+
+    return TrainRequest.from_args(build_parser().parse_args(["train", *argv]))
 
 
 def _write(path, text):
@@ -95,7 +98,7 @@ BAD_FILE_VALUES = [
                          ids=[f"{k}={v}" for k, v, _ in BAD_FILE_VALUES])
 def test_a_bad_value_in_a_file_names_the_file_and_the_option(tmp_path, key, value, message):
     f = _write(tmp_path / "train.yaml", f"{key}: {value}\n")
-    with pytest.raises(CLIError) as e:
+    with pytest.raises(UsageError) as e:
         TrainConfig.from_file(f)
     assert str(e.value) == f"{f}: {message}"
 
@@ -113,7 +116,7 @@ BAD_FLAGS = [
 
 @pytest.mark.parametrize("argv,message", BAD_FLAGS, ids=[a[0] for a, _ in BAD_FLAGS])
 def test_a_bad_flag_is_named_as_from_the_command_line(argv, message):
-    with pytest.raises(CLIError) as e:
+    with pytest.raises(UsageError) as e:
         TrainConfig.resolve(_flags("--data", "d", "--inputs", "f", "--targets", "u", *argv))
     assert str(e.value) == f"command line: {message}"
 
@@ -131,10 +134,10 @@ def test_the_command_prints_one_line_naming_the_source(tmp_path, capsys):
 
 def test_an_unknown_key_names_the_file_and_the_closest_option(tmp_path):
     f = _write(tmp_path / "train.yaml", "batch-sise: 3\n")
-    with pytest.raises(CLIError, match=r"train\.yaml: unknown key 'batch-sise' \(did you mean "
+    with pytest.raises(UsageError, match=r"train\.yaml: unknown key 'batch-sise' \(did you mean "
                                        r"'batch_size'\?\); valid keys: data, inputs"):
         TrainConfig.from_file(f)
-    with pytest.raises(CLIError, match="defaults: unknown key 'nope'"):
+    with pytest.raises(UsageError, match="defaults: unknown key 'nope'"):
         TrainConfig().with_options("defaults", nope=1)
 
 
@@ -160,12 +163,12 @@ def test_levels_merge_in_order(tmp_path):
 
 
 def test_missing_and_conflicting_options_are_refused(tmp_path):
-    with pytest.raises(CLIError, match=r"^train: missing --data DIR; --targets u "):
+    with pytest.raises(UsageError, match=r"^train: missing --data DIR; --targets u "):
         TrainConfig.resolve(_flags("--inputs", "f"))
-    with pytest.raises(CLIError, match=r"train: field\(s\) \['u'\] are both inputs and targets"):
+    with pytest.raises(UsageError, match=r"train: field\(s\) \['u'\] are both inputs and targets"):
         TrainConfig.resolve(_flags("--data", "d", "--inputs", "u", "--targets", "u"))
     f = _write(tmp_path / "t.yaml", "val_data: v\nval_fraction: 0.1\n")
-    with pytest.raises(CLIError, match="t.yaml: give val_fraction or val_data, not both"):
+    with pytest.raises(UsageError, match="t.yaml: give val_fraction or val_data, not both"):
         TrainConfig.resolve(_flags("--config", str(f)))
 
 
@@ -173,7 +176,7 @@ def test_filled_options_are_checked_and_the_render_reads_back(tmp_path):
     cfg = TrainConfig.resolve(_flags("--data", "d", "--inputs", "f", "--targets", "u"))
     cfg = cfg.with_options(lr="2e-3")  # as meshops train sets the defaults: coerced
     assert cfg.lr == 2e-3 and isinstance(cfg.lr, float)
-    with pytest.raises(CLIError, match=r"^defaults: batch_size: must be >= 1, got 0$"):
+    with pytest.raises(UsageError, match=r"^defaults: batch_size: must be >= 1, got 0$"):
         cfg.with_options(batch_size=0)
     text = cfg.render(model_config={"width": 32, "heads": (4,)})
     written = yaml.safe_load(text)
@@ -205,7 +208,7 @@ def test_an_empty_run_folder_is_refused_naming_the_source(tmp_path, capsys):
     assert capsys.readouterr().err == ("meshops: error: command line: out: expected a folder "
                                        "name, got ''\n")
     f = _write(tmp_path / "t.yaml", "out: none\n")
-    with pytest.raises(CLIError, match=r"t\.yaml: out: expected a folder name, got 'none'$"):
+    with pytest.raises(UsageError, match=r"t\.yaml: out: expected a folder name, got 'none'$"):
         TrainConfig.from_file(f)
 
 

@@ -130,10 +130,10 @@ def test_cli_export_checks_the_file_against_the_run(run, tmp_path, capsys):
     info = read_info(tmp_path / "m.pt2")
     assert info["input_fields"] == ["f"] and info["target_fields"] == ["u"]
     # predictions of the file equal `meshops predict`'s on another mesh
-    from meshops.inference.predict import RunSpec, load_run, mesh_sample, predict_mesh
+    from meshops.inference.predict import RunSpec, load_model, mesh_sample, predict_mesh
     from meshops.mesh.io import read_mesh
 
-    model, ckpt, meta = load_run(out, "cpu")
+    model, ckpt, meta = load_model(out, "cpu")
     spec = RunSpec(model, ckpt, meta)
     mesh = read_mesh(data / "s4.vtu")
     s = mesh_sample(model, spec, mesh)
@@ -196,10 +196,10 @@ def _program_matches_predict(path, run_dir, mesh_file, **inputs):
     cells, tag channels, parameters) on ``mesh_file``, the file's inputs taken from that
     sample; ``inputs`` replaces some of them. Returns the sample and the output."""
     from meshops.datasets.layout import SampleLayout
-    from meshops.inference.predict import RunSpec, load_run, mesh_sample
+    from meshops.inference.predict import RunSpec, load_model, mesh_sample
     from meshops.mesh.io import read_mesh
 
-    model, ckpt, meta = load_run(run_dir, "cpu")
+    model, ckpt, meta = load_model(run_dir, "cpu")
     spec = RunSpec(model, ckpt, meta)
     layout = SampleLayout.from_run(meta, spec.inputs, spec.targets, model, ckpt)
     s = mesh_sample(model, spec, layout.view(read_mesh(mesh_file), mesh_file,
@@ -280,7 +280,7 @@ def test_a_reduced_basis_exports_with_its_mesh_built_in(tmp_path, monkeypatch, r
         pytest.importorskip("onnxruntime")
     from test_reduced_basis import _params, _samples
 
-    from meshops.reduced import fit as fit_module
+    from meshops.training import fit_reduced as fit_module
     from meshops.training.fit_reduced import fit_reduced_basis
 
     monkeypatch.setattr(fit_module, "MLP_EPOCHS", 30)

@@ -7,7 +7,7 @@ import torch
 from _meshes import square_mesh
 
 import meshops
-from meshops import CheckpointError, MeshError, RunSpec, load_run, predict_mesh
+from meshops import CheckpointError, MeshError, RunSpec, load_model, predict_mesh
 from meshops.mesh.data import MeshData
 from meshops.models import get_model
 
@@ -37,7 +37,7 @@ def _mesh(**drop):
 
 
 def test_prediction_is_the_models_on_the_named_fields_split_by_shape(run):
-    model, ckpt, meta = load_run(run, "cpu")
+    model, ckpt, meta = load_model(run, "cpu")
     assert ckpt == run / "best.pt" and meta["targets"] == ["u", "p"]
     spec = RunSpec(model, ckpt, meta)
     mesh = _mesh()
@@ -59,7 +59,7 @@ def test_prediction_is_the_models_on_the_named_fields_split_by_shape(run):
 
 
 def test_a_mesh_without_an_input_field_is_a_mesh_error_naming_it(run):
-    model, ckpt, meta = load_run(run, "cpu")
+    model, ckpt, meta = load_model(run, "cpu")
     with pytest.raises(MeshError, match=r"^case\.vtu: input field 'g' not found .*available "
                                         r"point fields: f$"):
         RunSpec(model, ckpt, meta).check_mesh(_mesh(g=True), "case.vtu")
@@ -67,24 +67,24 @@ def test_a_mesh_without_an_input_field_is_a_mesh_error_naming_it(run):
 
 def test_missing_runs_and_checkpoints_are_named(tmp_path, run):
     with pytest.raises(FileNotFoundError, match=f"^{tmp_path / 'nope'}: no such run folder"):
-        load_run(tmp_path / "nope")
+        load_model(tmp_path / "nope")
     (run / "best.pt").rename(run / "last.pt")
     with pytest.raises(FileNotFoundError, match=r"no best\.pt in this run folder; .*last\.pt "
                                                 r"holds the latest epoch"):
-        load_run(run)
+        load_model(run)
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match=str(bad)):
-        load_run(bad, "cpu")
+        load_model(bad, "cpu")
 
 
 def test_the_field_names_must_agree_with_the_checkpoint(tmp_path, run):
-    model, ckpt, meta = load_run(run, "cpu")
+    model, ckpt, meta = load_model(run, "cpu")
     with pytest.raises(CheckpointError, match="trained with inputs f,g, not f"):
         RunSpec(model, ckpt, meta, inputs=["f"])
     bare = tmp_path / "bare.pt"
     model.save(bare)  # no field metadata
-    m2, c2, meta2 = load_run(bare, "cpu")
+    m2, c2, meta2 = load_model(bare, "cpu")
     with pytest.raises(CheckpointError, match="does not record its inputs"):
         RunSpec(m2, c2, meta2)
     # Given the names, one field per role takes all its channels.

@@ -42,7 +42,7 @@ def test_every_subpackage_says_what_it_holds_and_what_it_may_import():
 def test_the_entry_points_named_are_importable_from_meshops():
     start = meshops.__doc__[meshops.__doc__.index("Where to start:"):
                             meshops.__doc__.index("The package, by concept")]
-    for name in ("read_mesh", "write_mesh", "load_run", "predict_mesh"):
+    for name in ("read_mesh", "write_mesh", "load_model", "predict_mesh"):
         assert f"``{name}``" in start and name in meshops.__all__
         assert callable(getattr(meshops, name))
     assert "``meshops.training.Trainer``" in start

@@ -179,7 +179,7 @@ def choice(tmp_path_factory):
 
 
 def test_the_series_run_keeps_the_candidate_with_the_lower_validation_error(choice, capsys):
-    from meshops.cli.series_choice import series_errors
+    from meshops.runs.series_choice import series_errors
 
     root, _ = choice
     run = root / "run"
@@ -214,7 +214,7 @@ def test_the_series_run_keeps_the_candidate_with_the_lower_validation_error(choi
 
 def test_the_choice_follows_the_validation_errors(choice, tmp_path):
     # The same run, told that the basis did worse: the next-step model is kept.
-    from meshops.cli.series_choice import Plan
+    from meshops.runs.series_choice import Plan
 
     root, _ = choice
     run = tmp_path / "run"

@@ -18,7 +18,7 @@ from scipy.spatial import Delaunay
 from test_cli import _sample, _write_dataset
 
 from meshops import MeshError, cli
-from meshops.inference.predict import RunSpec, load_run, predict_mesh
+from meshops.inference.predict import RunSpec, load_model, predict_mesh
 from meshops.inference.refine import coarsen_points, mesh_independence, refine_mesh
 from meshops.inference.trust import TrainingSet, describe
 from meshops.mesh.data import MeshData
@@ -307,7 +307,7 @@ def run(tmp_path_factory):
 
 def test_predict_writes_distance_fields_and_warns_when_extrapolating(run, tmp_path, capsys):
     out, data = run
-    model, ckpt, meta = load_run(out, "cpu")
+    model, ckpt, meta = load_model(out, "cpu")
     ts = TrainingSet.from_dict(meta["training_set"])
     assert ts.params.shape == (len(meta["split"]["train"]), 1)  # mean of f
     far = _sample(3)
@@ -337,8 +337,8 @@ def test_ensemble_members_and_their_mean_and_std(run, tmp_path):
     out, data = run
     member = out / "ensemble" / "seed5"
     assert (member / "best.pt").is_file()
-    a, ckpt, meta = load_run(out, "cpu")
-    b = load_run(member, "cpu")[0]
+    a, ckpt, meta = load_model(out, "cpu")
+    b = load_model(member, "cpu")[0]
     assert meta["split"] != b.metadata["split"] or not torch.equal(
         next(a.parameters()), next(b.parameters()))  # another seed
     assert cli.main(["predict", str(out), str(data / "s2.vtu"), "-o", str(tmp_path)]) == 0
@@ -357,7 +357,7 @@ def test_evaluate_reports_refinement_and_error_against_distance(run, capsys):
     assert cli.main(["evaluate", str(out), "--data", str(data), "--refine", "--json",
                      "--no-baselines"]) == 0
     result = json.loads(capsys.readouterr().out)
-    model, ckpt, meta = load_run(out, "cpu")
+    model, ckpt, meta = load_model(out, "cpu")
     spec = RunSpec(model, ckpt, meta)
     files = sorted(data.glob("*.vtu"))
     changes = []

@@ -22,23 +22,23 @@ import sys
 import warnings
 
 from meshops.cli import evaluate, export, info, kernels, plot, predict, train
-from meshops.cli._common import CLIError, os_reason
-from meshops.cli.config import (
+from meshops.cli.info import mesh_summary
+from meshops.errors import CheckpointError, MeshError, UsageError
+from meshops.inference.predict import RUN_CHECKPOINT, RunSpec, load_model
+from meshops.runs.common import os_reason
+from meshops.runs.config import (
     RUN_CONFIG,
     TRAIN_DEFAULTS,
     TrainConfig,
     load_config_file,
     resolve_train_config,
 )
-from meshops.cli.folder import load_folder
-from meshops.cli.info import mesh_summary
-from meshops.cli.training_run import build_model, split_files
-from meshops.errors import CheckpointError, MeshError
-from meshops.inference.predict import RUN_CHECKPOINT, RunSpec, load_run
+from meshops.runs.folder import load_folder
+from meshops.runs.training_run import build_model, split_files
 
-__all__ = ["CLIError", "RUN_CHECKPOINT", "RUN_CONFIG", "RunSpec", "TRAIN_DEFAULTS",
+__all__ = ["UsageError", "RUN_CHECKPOINT", "RUN_CONFIG", "RunSpec", "TRAIN_DEFAULTS",
            "TrainConfig", "build_model", "build_parser", "load_config_file", "load_folder",
-           "load_run", "main", "mesh_summary", "resolve_train_config", "split_files"]
+           "load_model", "main", "mesh_summary", "resolve_train_config", "split_files"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
             return args.func(args)
-    except (MeshError, CheckpointError, CLIError) as e:
+    except (MeshError, CheckpointError, UsageError) as e:
         print(f"meshops: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:

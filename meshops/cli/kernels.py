@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from meshops.cli._common import CLIError, wrap
+from meshops.cli._common import wrap
+from meshops.errors import UsageError
 
 
 def cmd_build_kernels(args) -> int:
@@ -21,7 +22,7 @@ def cmd_build_kernels(args) -> int:
         built = build_attention_kernel(force=args.force)
         load_module(attention_kernel().name, built.path)  # one that will not load is no build
     except KernelBuildError as err:
-        raise CLIError(f"cannot build the fused CPU attention kernel: {err}") from None
+        raise UsageError(f"cannot build the fused CPU attention kernel: {err}") from None
     how = "already built" if built.seconds is None else f"built in {built.seconds:.0f} s"
     print(f"fused CPU attention kernel: {built.path} ({how})")
     if not kernels_enabled():

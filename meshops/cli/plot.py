@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from meshops.cli._common import RAW, CLIError, names, wrap
+from meshops.cli._common import RAW, wrap
+from meshops.errors import UsageError
 from meshops.inference.predict import available_fields
+from meshops.runs.common import names
 
 
 def cmd_plot(args) -> int:
@@ -23,14 +25,14 @@ def cmd_plot(args) -> int:
 
     def get(name):
         if name not in fields:
-            raise CLIError(f"{args.mesh}: point field {name!r} not found; available point "
+            raise UsageError(f"{args.mesh}: point field {name!r} not found; available point "
                            f"fields: {available_fields(mesh)}")
         v = fields[name]
         if args.component is not None:
             n = v.shape[0]
             flat = v.reshape(n, -1)
             if not 0 <= args.component < flat.shape[1]:
-                raise CLIError(f"{args.mesh}: field {name!r} has {flat.shape[1]} component(s); "
+                raise UsageError(f"{args.mesh}: field {name!r} has {flat.shape[1]} component(s); "
                                f"--component {args.component} is out of range")
             v = flat[:, args.component]
         return v
@@ -39,12 +41,12 @@ def cmd_plot(args) -> int:
     title = args.title if args.title is not None else Path(args.mesh).name
     if args.truth or args.pred:
         if not (args.truth and args.pred):
-            raise CLIError("plot: --truth and --pred go together")
+            raise UsageError("plot: --truth and --pred go together")
         plot_comparison(mesh, get(args.truth), get(args.pred), args.output,
                         name=args.truth + suffix, title=title)
     else:
         if not args.field:
-            raise CLIError("plot: give --field NAME[,NAME...] or --truth NAME --pred NAME")
+            raise UsageError("plot: give --field NAME[,NAME...] or --truth NAME --pred NAME")
         chosen = names(args.field, "--field")
         pairs = [f"{n}_pred" in fields for n in chosen]
         if all(pairs) and not args.no_compare:

@@ -1,120 +1,23 @@
-"""``meshops predict``: a trained model's predictions written into copies of meshes."""
+"""``meshops predict``: its options and examples; the prediction is
+:func:`meshops.runs.predict.predict_files`."""
 
 from __future__ import annotations
 
-import copy
-import sys
-from pathlib import Path
-
-from meshops.cli import trust_reports
-from meshops.cli._common import RAW, CLIError, device_or_error, optional_names, progress, wrap
-from meshops.cli.folder import mesh_files
-from meshops.datasets.layout import SampleLayout
-from meshops.inference import predict as inference  # tests replace predict_mesh there
-from meshops.inference.predict import RunSpec, load_run, mesh_sample
-from meshops.inference.trust import ensemble_members, predict_ensemble
-
-
-def _suffix(fmt: str | None, path: Path) -> str:
-    if not fmt:
-        return path.suffix
-    return fmt if fmt.startswith(".") else "." + fmt
+from meshops.cli._common import RAW, wrap
 
 
 def cmd_predict(args) -> int:
-    import torch
+    """Load the run (and an ensemble's members), predict, say what was written."""
+    from meshops.runs import load_run
+    from meshops.runs.common import device_or_error
 
-    from meshops.mesh.io import read_mesh, write_mesh
-
-    model, ckpt, meta = load_run(args.run, device_or_error(args.device))
-    if args.rollout is not None or meta.get("series"):
-        from meshops.cli.series import predict_series
-
-        return predict_series(args, model, ckpt, meta)
-    spec = RunSpec(model, ckpt, meta, optional_names(args.inputs), optional_names(args.targets))
-    train_set, why = trust_reports.training_set_of(meta, spec.inputs, spec.targets)
-    # an ensemble run (meshops train --ensemble K): every member predicts
-    members = [model] + [load_run(m, device_or_error(args.device))[0]
-               for m in ensemble_members(args.run)[1:]]
-    if train_set is None:
-        print(f"meshops: note: no distance to the training set ({why})", file=sys.stderr)
-    # as in training: points or cells, parameters, boundary tags
-    layout = SampleLayout.from_run(meta, spec.inputs, spec.targets, model, ckpt)
-    files = mesh_files(args.meshes)
-    out_dir = Path(args.output)
-    targets = {}
-    for f in files:
-        dest = out_dir / (f.stem + _suffix(args.format, f))
-        if dest.resolve() == f.resolve():
-            raise CLIError(f"{f}: the output would overwrite the input; choose another -o "
-                           f"folder or --format")
-        if dest in targets.values():
-            raise CLIError(f"{f}: two inputs would both be written to {dest}")
-        targets[f] = dest
-    # Checked for every file before the first is written: only files this run writes
-    # are replaced, unless the user says so.
-    existing = [d for d in targets.values() if d.exists() or d.is_symlink()]
-    if existing and not args.overwrite:
-        more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
-        raise CLIError(f"{existing[0]}: exists{more}; predict does not replace files it did "
-                       f"not write: pass --overwrite to replace them, or choose another -o "
-                       f"folder")
-    chunking = _chunking(args)
-    written = []
-    for f in progress(files, desc="predicting", unit="mesh"):
-        mesh = read_mesh(f)
-        sample = layout.view(mesh, f, need_targets=False)
-        spec.check_mesh(sample, f)
-        if len(members) > 1:
-            out, std = predict_ensemble(members, spec, sample)
-        else:
-            out, std = inference.predict_mesh(model, spec, sample, **chunking), None
-        bad = (~torch.isfinite(out)).nonzero()
-        if bad.numel():  # the inputs are finite (checked above): the model is at fault
-            raise CLIError(f"{f}: the model in {spec.ckpt} predicts a non-finite value "
-                           f"({out[bad[0, 0], bad[0, 1]].item()}) at {layout.location[:-1]} "
-                           f"{int(bad[0, 0])} although the inputs are finite; nothing written "
-                           f"for this file")
-        fields = {f"{k}_pred": v for k, v in spec.split(out).items()}
-        if std is not None:
-            fields.update({f"{k}_std": v for k, v in spec.split(std).items()})
-        # a cell target's prediction is written as cell data
-        point_data, cell_data = layout.prediction_data(mesh, fields)
-        if train_set is not None:
-            dist = train_set.distance(mesh_sample(model, spec, sample).cpu())
-            trust_reports.warn_extrapolation(f, dist)
-            n = int(mesh.pos.shape[0])
-            point_data.update({name: torch.full((n,), dist[key], dtype=torch.float64)
-                               for key, name in trust_reports.DISTANCE_FIELDS.items()})
-        if cell_data:
-            mesh = copy.copy(mesh)
-            mesh.cell_data = {**(getattr(mesh, "cell_data", None) or {}), **cell_data}
-        written.append(write_mesh(targets[f], mesh, point_data=point_data))
-    fields = ", ".join([f"{k}_pred" for k in spec.targets]
-                       + ([f"{k}_std" for k in spec.targets] if len(members) > 1 else [])
-                       + (list(trust_reports.DISTANCE_FIELDS.values()) if train_set else []))
-    print(f"wrote {len(written)} file(s) with {fields} to {out_dir}/"
-          + (f" (mean and standard deviation of {len(members)} ensemble members)"
-             if len(members) > 1 else ""))
+    run = load_run(args.run, device_or_error(args.device))
+    report = run.predict_files(args.meshes, args.output, format=args.format,
+                               overwrite=args.overwrite, chunk_size=args.chunk_size,
+                               inputs=args.inputs, targets=args.targets,
+                               rollout=args.rollout, start=args.start)
+    print(report.table())
     return 0
-
-
-def _chunking(args) -> dict:
-    """``predict_mesh``'s chunk options where they differ from its defaults: meshes of
-    more than --chunk-size points (0: none) are predicted in chunks, with a progress bar
-    on a terminal."""
-    import sys
-
-    from meshops.utils.progress import on_terminal
-
-    kw = {}
-    if args.chunk_size is not None:
-        if args.chunk_size < 0:
-            raise CLIError(f"--chunk-size must be >= 0 (0: no chunks), got {args.chunk_size}")
-        kw["chunk_size"] = args.chunk_size or None
-    if on_terminal(sys.stderr):
-        kw["progress"] = True
-    return kw
 
 
 PREDICT_EPILOG = """\

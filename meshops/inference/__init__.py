@@ -11,6 +11,6 @@ Imports :mod:`meshops.models` and the packages below it; never the training (the
 whole job, training included, is :mod:`meshops.runs`).
 """
 
-from meshops.inference.predict import RunSpec, load_run, predict_mesh
+from meshops.inference.predict import RunSpec, load_model, predict_mesh
 
-__all__ = ["RunSpec", "load_run", "predict_mesh"]
+__all__ = ["RunSpec", "load_model", "predict_mesh"]

@@ -1,4 +1,4 @@
-"""Use a trained model on new meshes: :func:`load_run`, :class:`RunSpec`, :func:`predict_mesh`.
+"""Use a trained model on new meshes: :func:`load_model`, :class:`RunSpec`, :func:`predict_mesh`.
 
 A run folder written by ``meshops train`` (or any checkpoint saved with the field
 metadata of :class:`~meshops.training.Trainer`) is loaded with the names, shapes
@@ -6,7 +6,7 @@ and channel counts of its input and target fields, so that a mesh read from a fi
 can be checked against what the model expects and its prediction split back into
 named fields::
 
-    model, ckpt, meta = load_run("runs/poisson")
+    model, ckpt, meta = load_model("runs/poisson")
     spec = RunSpec(model, ckpt, meta)
     mesh = read_mesh("case.vtu")
     spec.check_mesh(mesh, "case.vtu")
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["RUN_CHECKPOINT", "RunSpec", "available_fields", "field_channels", "field_shape",
-           "format_shape", "input_dtype", "load_run", "mesh_sample", "predict_mesh"]
+           "format_shape", "input_dtype", "load_model", "mesh_sample", "predict_mesh"]
 
 # The model file of a run folder (lowest validation error; the final model without
 # validation data), as ``meshops train`` writes it.
@@ -75,7 +75,7 @@ def available_fields(mesh) -> str:
 
 
 # ------------------------------------------------------------------- load a run
-def load_run(run, device: str | None = None):
+def load_model(run, device: str | None = None):
     """The model of a run folder (``RUN/best.pt``) or a checkpoint file.
 
     Args:
@@ -158,7 +158,7 @@ class RunSpec:
     Args:
         model: The loaded model (its ``config`` gives the channels and dimension).
         ckpt: The checkpoint's path, named in messages.
-        meta: The checkpoint's metadata (from :func:`load_run`).
+        meta: The checkpoint's metadata (from :func:`load_model`).
         inputs, targets: Field names, needed only for a checkpoint that does not
             record them; when it does, they must agree with it.
 

@@ -20,7 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from meshops.cli._common import CLIError, os_reason
+from meshops.errors import UsageError
+from meshops.runs.common import os_reason
 
 __all__ = ["HOLDER_FILE", "LOCK_FILE", "LOCK_FILES", "run_lock"]
 
@@ -40,7 +41,7 @@ def _make_folder(out: Path) -> list[Path]:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise CLIError(f"{out}: cannot write the run folder ({os_reason(e)})") from None
+        raise UsageError(f"{out}: cannot write the run folder ({os_reason(e)})") from None
     return missing[::-1]
 
 
@@ -62,7 +63,7 @@ def _holder(out: Path) -> str:
 
 
 def _acquire(out: Path):
-    """The held lock of ``out`` (a :class:`filelock.FileLock`), or a CLIError."""
+    """The held lock of ``out`` (a :class:`filelock.FileLock`), or a UsageError."""
     from filelock import FileLock, Timeout
 
     path = out / LOCK_FILE
@@ -71,16 +72,16 @@ def _acquire(out: Path):
         try:
             lock.acquire(timeout=0)
         except Timeout:
-            raise CLIError(f"{out}: another meshops train ({_holder(out)}) is writing this "
+            raise UsageError(f"{out}: another meshops train ({_holder(out)}) is writing this "
                            f"run folder; wait for it to end, or choose another --out") from None
         except OSError as e:
-            raise CLIError(f"{out}: cannot write the run folder ({os_reason(e)})") from None
+            raise UsageError(f"{out}: cannot write the run folder ({os_reason(e)})") from None
         if path.exists():
             return lock
         # The holder before us removed the file as it ended, after we opened it: a lock
         # on a removed file excludes nobody. Take the lock of the path as it is now.
         lock.release()
-    raise CLIError(f"{out}: cannot lock the run folder ({LOCK_FILE} keeps disappearing)")
+    raise UsageError(f"{out}: cannot lock the run folder ({LOCK_FILE} keeps disappearing)")
 
 
 @contextmanager
@@ -89,7 +90,7 @@ def run_lock(out: Path) -> Iterator[None]:
     block; see the module docstring.
 
     Raises:
-        CLIError: another process holds it (its pid named), or the folder cannot be
+        UsageError: another process holds it (its pid named), or the folder cannot be
             created or written.
     """
     from meshops.utils.atomic import atomic_write
@@ -98,7 +99,7 @@ def run_lock(out: Path) -> Iterator[None]:
     made = _make_folder(out)
     try:
         lock = _acquire(out)
-    except CLIError:
+    except UsageError:
         _remove_if_empty(made)
         raise
     try:
@@ -106,7 +107,7 @@ def run_lock(out: Path) -> Iterator[None]:
             atomic_write(out / HOLDER_FILE,
                          lambda tmp: Path(tmp).write_text(f"{os.getpid()}\n"))
         except OSError as e:
-            raise CLIError(f"{out}: cannot write the run folder ({os_reason(e)})") from None
+            raise UsageError(f"{out}: cannot write the run folder ({os_reason(e)})") from None
         yield
     finally:
         # Removed while still held, so that a run that opened the file before this

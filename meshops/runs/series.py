@@ -16,8 +16,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from meshops.cli._common import CLIError, is_main_rank, optional_names, plural
-from meshops.errors import CheckpointError, MeshError
+from meshops.errors import CheckpointError, MeshError, UsageError
+from meshops.runs.report import Report
+from meshops.runs.common import is_main_rank, optional_names, plural
 
 #: Stored in the checkpoint metadata of a time-series run.
 SERIES_KEY = "series"
@@ -90,24 +91,24 @@ class SeriesData:
     record: dict
 
 
-def train_series(cfg, args, dtype, resumed: dict | None) -> int:
+def train_series(cfg, request, dtype, resumed: dict | None) -> int:
     """``meshops train --series``: read the series; on one mesh, fit a trajectory basis
-    (:mod:`meshops.cli.series_choice`); train the next-step model on windows of
+    (:mod:`meshops.runs.series_choice`); train the next-step model on windows of
     ``--rollout-train`` steps, validating on full rollouts; keep the candidate with the
     lower validation error (``resumed``: the metadata of the run being resumed, or
     None)."""
-    from meshops.cli import series_choice
-    from meshops.cli.run_folder import clear_run_files
-    from meshops.cli.training_run import check_writable_folder, epochs_to_fit, run_training
     from meshops.inference.predict import field_channels
+    from meshops.runs import series_choice
+    from meshops.runs.run_folder import clear_run_files
+    from meshops.runs.training_run import check_writable_folder, epochs_to_fit, run_training
     from meshops.training.rollout import RolloutLoss, rollout_sample, rollout_windows
 
     _check_series_options(cfg)
     data = _read_series(cfg, resumed)
-    plan = series_choice.plan(cfg, data, resumed, args.dry_run)
+    plan = series_choice.plan(cfg, data, resumed, request.dry_run)
     if plan.mode == "only":
         return series_choice.fit_only_run(
-            args, cfg, data, plan, lambda resolved: series_metadata(cfg, data, resolved, True))
+            request, cfg, data, plan, lambda resolved: series_metadata(cfg, data, resolved, True))
     train, val = data.train, data.val
     K = cfg.rollout_train
     c_state = sum(field_channels(data.shapes[k]) for k in cfg.targets)
@@ -140,7 +141,7 @@ def train_series(cfg, args, dtype, resumed: dict | None) -> int:
     scale = (model.rate_normalizer.std.detach().double().cpu() * _mean_dt(train)
              if cfg.rollout_loss == "mse" else None)
     trained = run_training(
-        args, cfg, model, windows, val_samples, resolved, chosen, summary, begin,
+        request, cfg, model, windows, val_samples, resolved, chosen, summary, begin,
         loss=RolloutLoss(c_state, last_only=model.push_forward, quadrature=cfg.quadrature_loss,
                          scale=scale),
         # the model carries its own statistics; validation rollouts of different
@@ -185,22 +186,22 @@ def series_metadata(cfg, data: SeriesData, resolved: str, time_input: bool) -> d
             "out_channels": sum(field_channels(data.shapes[k]) for k in cfg.targets),
             "pos_dim": data.dim, **_metadata(cfg, data.train, data.val),
             "time_input": time_input,
-            # --resume compares the options with these (meshops.cli.run_folder)
+            # --resume compares the options with these (meshops.runs.run_folder)
             "train_config": yaml.safe_load(resolved), **data.record}
 
 
 def _check_series_options(cfg) -> None:
     given = [k for k, off in _NOT_FOR_SERIES.items() if getattr(cfg, k) not in off]
     if given:
-        raise CLIError(f"train --series: {', '.join('--' + k.replace('_', '-') for k in given)} "
+        raise UsageError(f"train --series: {', '.join('--' + k.replace('_', '-') for k in given)} "
                        f"{'does' if len(given) == 1 else 'do'} not apply to time series")
 
 
 def _next_step_model(cfg, train: list, c_state: int, c_in: int, dim: int, dtype):
     """The :class:`~meshops.models.NextStep` model of the run, with the statistics of
     the training series, in ``dtype``."""
-    from meshops.cli.training_run import build_model
     from meshops.models.next_step import NextStep, condition_channels
+    from meshops.runs.training_run import build_model
     from meshops.training.distributed import check_device
     from meshops.training.rollout import series_statistics
 
@@ -224,7 +225,7 @@ def _read_series(cfg, resumed: dict | None) -> SeriesData:
     """The training and validation series (``--val-data``, or a split of ``--data`` by
     series, never by time step), their field shapes and dimension, and the fingerprints
     the run records (:func:`_record_files`, which refuses a resume on changed data)."""
-    from meshops.cli.training_run import split_files
+    from meshops.runs.training_run import split_files
 
     fields_read = {"targets": cfg.targets, "inputs": cfg.inputs, "params": cfg.params}
     series = _read_folder(cfg.data, fields_read, "reading series")
@@ -236,7 +237,7 @@ def _read_series(cfg, resumed: dict | None) -> SeriesData:
         val = _read_folder(cfg.val_data, fields_read, "reading val series")
         vs, vd = _shapes(val[0], fields), int(val[0].mesh.pos.shape[1])
         if vs != shapes or vd != dim:
-            raise CLIError(f"{val[0].source}: fields {vs} ({vd}-D) but {shapes} ({dim}-D) in "
+            raise UsageError(f"{val[0].source}: fields {vs} ({vd}-D) but {shapes} ({dim}-D) in "
                            f"{series[0].source}")
         return SeriesData(series, val, shapes, dim, params,
                           _record_files(cfg, series, val, resumed))
@@ -268,10 +269,10 @@ def _summary(cfg, model, train: list, val: list, windows: int, c_state: int,
 def _record_files(cfg, series: list, val: list | None, resumed: dict | None) -> dict:
     """The fingerprints a series run records (``data_files``, ``val_files``: every file
     of every series and the parameter file,
-    :func:`~meshops.cli.provenance.series_fingerprint`); resuming, a series added or
+    :func:`~meshops.runs.provenance.series_fingerprint`); resuming, a series added or
     removed or a file changed since the run was trained is refused (it would
     redraw the split or train on other data)."""
-    from meshops.cli.provenance import refuse_changed, series_changes, series_fingerprint
+    from meshops.runs.provenance import refuse_changed, series_changes, series_fingerprint
 
     if resumed is not None and resumed.get("data_files") is not None:
         split = resumed.get("split") or {}
@@ -288,7 +289,7 @@ def _record_files(cfg, series: list, val: list | None, resumed: dict | None) -> 
 
 def _check_series_run(ckpt, meta: dict, options: str) -> None:
     if not meta.get(SERIES_KEY):
-        raise CLIError(f"{ckpt}: not a time-series run (trained without --series); "
+        raise UsageError(f"{ckpt}: not a time-series run (trained without --series); "
                        f"{options} apply to time-series runs")
     if not isinstance(meta.get("targets"), list) or not isinstance(meta.get("inputs"), list):
         raise CheckpointError(f"{ckpt}: a time-series run without its state and input "
@@ -316,7 +317,7 @@ def model_rollout(model, sample, series, targets, ckpt: Path):
     basis that tells series apart by their first state gets it (``series``' step 0);
     a time it cannot predict is one line naming the series (and the run's next-step
     model, when ``ckpt`` has one beside it)."""
-    from meshops.cli.series_choice import NEURAL
+    from meshops.runs.series_choice import NEURAL
     from meshops.training.rollout import rollout
 
     if getattr(model, "identity", None) == "initial":
@@ -327,7 +328,7 @@ def model_rollout(model, sample, series, targets, ckpt: Path):
     except ValueError as e:
         other = Path(ckpt).parent / NEURAL
         hint = f"; {other} is this run's next-step model" if other.is_file() else ""
-        raise CLIError(f"{series.source}: {e}{hint}") from None
+        raise UsageError(f"{series.source}: {e}{hint}") from None
 
 
 # ------------------------------------------------------------------- prediction
@@ -353,7 +354,7 @@ def _future_times(series, start: int, steps: int, dt_run):
         return t[:last + 1]
     dt = float(t[-1] - t[-2]) if len(t) > 1 else dt_run
     if dt is None:
-        raise CLIError(f"{series.source}: one time step and a run trained on varying time "
+        raise UsageError(f"{series.source}: one time step and a run trained on varying time "
                        f"steps: give a series of at least two steps, whose last step "
                        f"sets dt")
     extra = t[-1] + dt * torch.arange(1, last - len(t) + 2, dtype=torch.float64)
@@ -385,68 +386,68 @@ def _check_rollout_outputs(out_dir: Path, todo: list, overwrite: bool) -> None:
     names = [s.name for s in todo]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
-        raise CLIError(f"two series named {dup[0]!r} would both be written to "
+        raise UsageError(f"two series named {dup[0]!r} would both be written to "
                        f"{out_dir / (dup[0] + '.pvd')}")
     exists = []
     for s in todo:
         pvd, folder = out_dir / f"{s.name}.pvd", out_dir / s.name
         if pvd.resolve() == Path(s.source).resolve():
-            raise CLIError(f"{pvd}: is the input series; a rollout would replace it: "
+            raise UsageError(f"{pvd}: is the input series; a rollout would replace it: "
                            f"choose another -o")
         if folder.exists() or folder.is_symlink():
             why = _not_a_rollout(folder, s.name, s)
             if why:
-                raise CLIError(f"{folder}: {why}; a rollout replaces this folder with its "
+                raise UsageError(f"{folder}: {why}; a rollout replaces this folder with its "
                                f"steps, so nothing was written: choose another -o")
         found = [p for p in (pvd, folder) if p.exists()]
         if found:
             exists.append(found[0])
     if exists and not overwrite:
-        raise CLIError(f"{exists[0]}: already exists ({len(exists)} of the {len(todo)} "
+        raise UsageError(f"{exists[0]}: already exists ({len(exists)} of the {len(todo)} "
                        f"series have an earlier rollout there); pass --overwrite to replace "
                        f"them, or choose another -o")
 
 
-def _check_rollout_args(args, ckpt, meta: dict) -> None:
+def _check_rollout_args(opts, ckpt, meta: dict) -> None:
     _check_series_run(ckpt, meta, "--rollout")
-    if args.rollout is None:
-        raise CLIError(f"{ckpt}: a time-series run predicts rollouts: pass --rollout N (the "
+    if opts.rollout is None:
+        raise UsageError(f"{ckpt}: a time-series run predicts rollouts: pass --rollout N (the "
                        f"number of steps to predict)")
-    if args.rollout < 1 or args.start < 0:
-        raise CLIError(f"--rollout must be >= 1 and --start >= 0, got {args.rollout} and "
-                       f"{args.start}")
-    if args.format not in (None, "vtu", ".vtu"):
-        raise CLIError(f"--format {args.format}: a rollout is written as a .pvd series of "
+    if opts.rollout < 1 or opts.start < 0:
+        raise UsageError(f"--rollout must be >= 1 and --start >= 0, got {opts.rollout} and "
+                       f"{opts.start}")
+    if opts.format not in (None, "vtu", ".vtu"):
+        raise UsageError(f"--format {opts.format}: a rollout is written as a .pvd series of "
                        f".vtu files")
-    if getattr(args, "chunk_size", None) is not None:
-        raise CLIError("--chunk-size does not apply to rollouts")
+    if getattr(opts, "chunk_size", None) is not None:
+        raise UsageError("--chunk-size does not apply to rollouts")
 
 
-def predict_series(args, model, ckpt, meta) -> int:
+def predict_series(model, ckpt, meta, opts) -> Report:
     """``meshops predict RUN SERIES... --rollout N -o OUT``: roll each series out from
     its step ``--start`` and write ``OUT/<name>.pvd`` with one ``.vtu`` per step."""
     import torch
 
-    from meshops.cli._common import progress
     from meshops.datasets.series import write_series
     from meshops.inference.predict import RunSpec
     from meshops.mesh.data import MeshData
+    from meshops.runs.common import progress
     from meshops.training.rollout import rollout_sample
 
-    _check_rollout_args(args, ckpt, meta)
-    spec = RunSpec(model, ckpt, meta, optional_names(args.inputs), optional_names(args.targets))
-    steps, start = args.rollout, args.start
-    out_dir = Path(args.output)
+    _check_rollout_args(opts, ckpt, meta)
+    spec = RunSpec(model, ckpt, meta, optional_names(opts.inputs), optional_names(opts.targets))
+    steps, start = opts.rollout, opts.start
+    out_dir = Path(opts.output)
     todo = []
-    for arg in args.meshes:
+    for arg in opts.meshes:
         todo += _initial(Path(arg), meta)
     _warn_other_dt(todo, meta)
-    _check_rollout_outputs(out_dir, todo, getattr(args, "overwrite", False))
+    _check_rollout_outputs(out_dir, todo, getattr(opts, "overwrite", False))
     dtype = spec.dtype
     written = []
     for s in progress(todo, desc="rolling out", unit="series"):
         if start >= len(s):
-            raise CLIError(f"{s.source}: --start {start} but the series has {len(s)} time "
+            raise UsageError(f"{s.source}: --start {start} but the series has {len(s)} time "
                            f"step(s)")
         step = MeshData(pos=s.mesh.pos, fields={k: v[start] for k, v in s.fields.items()})
         spec.check_mesh(step, s.label(start), roles=("targets",) + (
@@ -457,11 +458,11 @@ def predict_series(args, model, ckpt, meta) -> int:
                                     bool(meta.get("time_input", True)), dtype,
                                     with_targets=False, times=times)
         except MeshError as e:
-            raise CLIError(str(e)) from None
+            raise UsageError(str(e)) from None
         pred = model_rollout(model, sample, s, spec.targets, ckpt)  # [steps, N, C]
         bad = (~torch.isfinite(pred)).nonzero()
         if bad.numel():
-            raise CLIError(f"{s.source}: the model in {ckpt} predicts a non-finite value at "
+            raise UsageError(f"{s.source}: the model in {ckpt} predicts a non-finite value at "
                            f"step {start + int(bad[0, 0]) + 1} of the rollout; nothing "
                            f"written for this series")
         state0 = s.channels(spec.targets)[start]
@@ -474,20 +475,25 @@ def predict_series(args, model, ckpt, meta) -> int:
             frames.append(frame)
         written.append(write_series(out_dir / f"{s.name}.pvd", s.mesh, frames,
                                     times[start:start + steps + 1].tolist()))
-    fields = ", ".join(f"{k}_pred" for k in spec.targets)
-    print(f"wrote {len(written)} series of {steps + 1} steps (the start and {steps} "
-          f"predicted) with {fields} to {out_dir}/ (open the .pvd files in ParaView)")
-    return 0
+    return Report({"written": [str(w) for w in written], "steps": steps,
+                   "fields": [f"{k}_pred" for k in spec.targets], "output": str(out_dir)},
+                  _print_rollouts)
+
+
+def _print_rollouts(r: dict) -> None:
+    print(f"wrote {len(r['written'])} series of {r['steps'] + 1} steps (the start and "
+          f"{r['steps']} predicted) with {', '.join(r['fields'])} to {r['output']}/ (open "
+          f"the .pvd files in ParaView)")
 
 
 # ------------------------------------------------------------------- evaluation
-def evaluate_series(args, model, ckpt, meta) -> int:
+def evaluate_series(model, ckpt, meta, opts) -> Report:
     """``meshops evaluate`` of a time-series run: relative L2 error against the
     horizon, per step, beside persistence and the nearest training trajectory."""
     import numpy as np
 
-    from meshops.cli._common import progress
     from meshops.inference.predict import RunSpec, model_tensor
+    from meshops.runs.common import progress
     from meshops.training.horizon import (
         horizon_statistics,
         nearest_trajectory,
@@ -497,20 +503,20 @@ def evaluate_series(args, model, ckpt, meta) -> int:
     from meshops.training.rollout import rollout_sample
 
     _check_series_run(ckpt, meta, "--horizon/--start")
-    if (args.horizon is not None and args.horizon < 1) or args.start < 0:
-        raise CLIError(f"--horizon must be >= 1 and --start >= 0, got {args.horizon} and "
-                       f"{args.start}")
-    RunSpec(model, ckpt, meta, optional_names(args.inputs), optional_names(args.targets))
-    test = _read_folder(args.data, meta, "reading series")
+    if (opts.horizon is not None and opts.horizon < 1) or opts.start < 0:
+        raise UsageError(f"--horizon must be >= 1 and --start >= 0, got {opts.horizon} and "
+                       f"{opts.start}")
+    RunSpec(model, ckpt, meta, optional_names(opts.inputs), optional_names(opts.targets))
+    test = _read_folder(opts.data, meta, "reading series")
     _warn_other_dt(test, meta)
-    start = args.start
+    start = opts.start
     lengths = []
     for s in test:
         h = len(s) - 1 - start
-        if args.horizon is not None:
-            h = min(h, args.horizon)
+        if opts.horizon is not None:
+            h = min(h, opts.horizon)
         if h < 1:
-            raise CLIError(f"{s.source}: {len(s)} time steps leave no step to predict after "
+            raise UsageError(f"{s.source}: {len(s)} time steps leave no step to predict after "
                            f"--start {start}")
         lengths.append(h)
     H = max(lengths)
@@ -532,7 +538,7 @@ def evaluate_series(args, model, ckpt, meta) -> int:
                                 bool(meta.get("time_input", True)), dtype, with_targets=False)
         preds.append(model_rollout(model, sample, s, targets, ckpt))
     results = {"model": (table(preds), describe_model(model))}
-    if not args.no_baselines:
+    if opts.baselines:
         results["persistence"] = (table([persistence(s, targets, start, h)
                                          for s, h in zip(test, lengths)]),
                                   f"the state at time step {start}, held")
@@ -551,7 +557,7 @@ def evaluate_series(args, model, ckpt, meta) -> int:
                              f"time step {start})")
                 results["nearest training trajectory"] = (table(near), note)
     report = {
-        "checkpoint": str(ckpt), "model": _model_name(model), "data": str(args.data),
+        "checkpoint": str(ckpt), "model": _model_name(model), "data": str(opts.data),
         "n": len(test), "start": start, "horizon": H, "targets": targets,
         "metric": "relative L2 per step, quadrature-weighted, state channels pooled",
         "times": _times(test[int(np.argmax(lengths))], start, H),
@@ -566,21 +572,17 @@ def evaluate_series(args, model, ckpt, meta) -> int:
                                for row in errors]
         report["predictors"][name] = entry
     report["below"] = _below(report["predictors"])
-    if args.plot:
-        _plot_horizon(report, args.plot, f"{ckpt} on {args.data}")
-        report["plot"] = str(args.plot)
-    if args.json:
-        print(json.dumps(_json_report(report)))
-        return 0
-    _print_horizon(report)
-    return 0
+    if opts.plot:
+        _plot_horizon(report, opts.plot, f"{ckpt} on {opts.data}")
+        report["plot"] = str(opts.plot)
+    return Report(report, _print_horizon, _json_report)
 
 
 def _json_report(report: dict) -> dict:
     """``report`` with its non-finite numbers as null (JSON has no ``Infinity``), and a
     note saying so when there were any: an infinite error is a rollout that reached
     non-finite values."""
-    from meshops.cli.trust_reports import json_number
+    from meshops.runs.trust_reports import json_number
 
     def finite(v) -> bool:
         if isinstance(v, dict):
@@ -610,7 +612,7 @@ def _training_series(meta: dict):
     if not Path(root).exists():
         return None, f"n/a: the training data {root} is not here"
     if isinstance(meta.get("data_files"), dict):
-        from meshops.cli.provenance import changes, listing, series_keys
+        from meshops.runs.provenance import changes, listing, series_keys
 
         diff = changes(meta["data_files"], root, series_keys(meta["data_files"], names),
                        new_files=False)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from meshops.cli._common import CLIError
+from meshops.errors import UsageError
 
 #: The most of ``--minutes`` the trajectory basis may take before the next-step model.
 TRAJECTORY_SHARE = 0.3
@@ -181,7 +181,7 @@ def _resumed(out: Path, minutes: float) -> Plan:
     try:
         model = TrajectoryBasis.from_checkpoint(path)
     except (FileNotFoundError, CheckpointError) as e:
-        raise CLIError(f"{out}: --resume of a run with a trajectory basis, but {path} cannot "
+        raise UsageError(f"{out}: --resume of a run with a trajectory basis, but {path} cannot "
                        f"be read ({e}); start a new run with another --out") from None
     meta = model.metadata
     return Plan("with", minutes, "", model, list(meta.get("val_errors") or []),
@@ -194,7 +194,7 @@ def plan(cfg, data, resumed: dict | None, dry_run: bool) -> Plan:
     if cfg.model == "trajectory_basis":
         why = _not_applicable(cfg, data)
         if why:
-            raise CLIError(f"--model trajectory_basis does not apply to {cfg.data}: {why}")
+            raise UsageError(f"--model trajectory_basis does not apply to {cfg.data}: {why}")
         return Plan("only", cfg.minutes)
     if resumed is not None:
         if "trajectory_basis" in (resumed.get("candidates") or []):
@@ -218,23 +218,23 @@ def plan(cfg, data, resumed: dict | None, dry_run: bool) -> Plan:
     return p
 
 
-def fit_only_run(args, cfg, data, p: Plan, metadata_of) -> int:
+def fit_only_run(request, cfg, data, p: Plan, metadata_of) -> int:
     """``--model trajectory_basis``: fit the basis alone and write the run
     (``metadata_of(resolved config)``: the run's checkpoint metadata)."""
-    from meshops.cli.config import RUN_CONFIG
-    from meshops.cli.reduced import reduced_options
-    from meshops.cli.run_folder import clear_run_files
-    from meshops.cli.training_run import check_writable_folder
     from meshops.inference.predict import RUN_CHECKPOINT
+    from meshops.runs.config import RUN_CONFIG
+    from meshops.runs.reduced import reduced_options
+    from meshops.runs.run_folder import clear_run_files
+    from meshops.runs.training_run import check_writable_folder
     from meshops.utils.atomic import atomic_write
 
     out = Path(cfg.out)
-    if args.resume:
-        raise CLIError(f"{out}: a trajectory basis is fitted in one go, there is nothing to "
+    if request.resume:
+        raise UsageError(f"{out}: a trajectory basis is fitted in one go, there is nothing to "
                        f"resume; run again without --resume (and another --out)")
     regressors, members = reduced_options(cfg.model_config, "trajectory_basis")
     resolved = cfg.render()
-    if args.dry_run:
+    if request.dry_run:
         print(resolved, end="")
         return 0
     check_writable_folder(out)
@@ -244,7 +244,7 @@ def fit_only_run(args, cfg, data, p: Plan, metadata_of) -> int:
     try:
         report = p.fit(cfg, data, cfg.minutes, regressors, members)
     except ValueError as e:
-        raise CLIError(str(e)) from None
+        raise UsageError(str(e)) from None
     metadata = metadata_of(resolved)
     atomic_write(out / RUN_CONFIG, lambda tmp: Path(tmp).write_text(resolved))
     p.model.save(out / RUN_CHECKPOINT, **p.candidate_metadata(metadata))

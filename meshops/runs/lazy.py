@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from meshops.cli._common import CLIError
-from meshops.cli.folder import check_same_layout, folder_dataset, load_folder, read_sample
+from meshops.errors import UsageError
+from meshops.runs.folder import check_same_layout, folder_dataset, load_folder, read_sample
 
 #: Without ``--lazy``/``--no-lazy``, the data are read lazily when their parsed size
 #: (estimated from the first file) exceeds this fraction of the available memory: the
@@ -24,7 +24,7 @@ AUTO_FRACTION = 0.25
 
 class FolderReader:
     """``read(path) -> (sample, info)`` for :meth:`MeshCache.dataset`: the sample that
-    :func:`~meshops.cli.folder.load_folder` makes of a file (the same checks), and its
+    :func:`~meshops.runs.folder.load_folder` makes of a file (the same checks), and its
     field shapes and dimension. Picklable: worker processes parse with it."""
 
     def __init__(self, root, inputs: Sequence[str], targets: Sequence[str], dtype,
@@ -45,7 +45,7 @@ class FolderReader:
 def load_folder_cached(root, inputs: Sequence[str], targets: Sequence[str], dtype,
                        desc: str = "reading", layout=None, *, cache, workers: int = 0,
                        parts: Optional[Callable] = None) -> tuple[list, object, dict, int]:
-    """:func:`~meshops.cli.folder.load_folder` through the cache folder ``cache``:
+    """:func:`~meshops.runs.folder.load_folder` through the cache folder ``cache``:
     ``(files, samples, field_shapes, pos_dim)`` with ``samples`` a
     :class:`~meshops.datasets.cache.CachedMeshDataset` (nothing held in memory), building the
     entries that are missing in ``workers`` processes with a progress bar; in a
@@ -58,7 +58,7 @@ def load_folder_cached(root, inputs: Sequence[str], targets: Sequence[str], dtyp
     # part of the key of each entry. So does the content of the folder's parameter
     # file, which gives the samples' values (an edit of it rebuilds every entry).
     params = list(layout.params) if layout else []
-    settings = {"reader": "meshops.cli.folder.read_sample", "inputs": list(inputs),
+    settings = {"reader": "meshops.runs.folder.read_sample", "inputs": list(inputs),
                 "targets": list(targets), "dtype": str(dtype).replace("torch.", ""),
                 "params": params, "tags": list(layout.tags) if layout else [],
                 "param_files": param_file_digests(root) if params else {}}
@@ -146,12 +146,12 @@ def data_parts(cfg) -> Optional[Callable]:
     if env is None or env[0] <= 1:
         return None
     if cfg.shards is not None and cfg.shards != env[0]:
-        raise CLIError(f"--shards {cfg.shards}, but torchrun started {env[0]} processes: a "
+        raise UsageError(f"--shards {cfg.shards}, but torchrun started {env[0]} processes: a "
                        f"data-parallel run has one part per process (leave --shards out)")
     try:
         ctx, _ = distributed.setup(cfg.device)
     except ValueError as e:
-        raise CLIError(str(e)) from None
+        raise UsageError(str(e)) from None
 
     def gather(obj):
         return distributed.all_gather_objects(obj, ctx)
@@ -221,7 +221,7 @@ def data_loader(cfg, dtype, layout=None) -> tuple[Callable, int, str]:
 
     lazy = cfg.lazy
     if lazy is False and cfg.cache:
-        raise CLIError("train: --cache DIR reads the data lazily through the cache; it "
+        raise UsageError("train: --cache DIR reads the data lazily through the cache; it "
                        "cannot be combined with --no-lazy")
     why = ""
     if lazy is None and not cfg.cache:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from meshops.cli._common import CLIError
+from meshops.errors import UsageError
 
 _MODES = (("*n", "normal"), (".n", "flux"))
 # A true integral this small against the integral of the field's magnitude is zero.
@@ -36,21 +36,21 @@ def parse_integral(text: str, targets, shapes: dict) -> Integral:
     """An ``--integral`` value; the field must be one of the run's ``targets``."""
     tag, sep, field = text.rpartition(":")
     if not sep or not tag or not field:
-        raise CLIError(f"--integral {text!r}: expected TAG:FIELD (e.g. wall:p, wall:p*n, "
+        raise UsageError(f"--integral {text!r}: expected TAG:FIELD (e.g. wall:p, wall:p*n, "
                        f"inlet:u.n)")
     mode = "value"
     for suffix, m in _MODES:
         if field.endswith(suffix):
             field, mode = field[:-len(suffix)], m
     if field not in targets:
-        raise CLIError(f"--integral {text!r}: {field!r} is not a target of the model "
+        raise UsageError(f"--integral {text!r}: {field!r} is not a target of the model "
                        f"({', '.join(targets)}); predicted and true integrals need a target")
     shape = shapes.get(field, [])
     if mode == "normal" and shape:
-        raise CLIError(f"--integral {text!r}: *n multiplies a scalar field by the normal; "
+        raise UsageError(f"--integral {text!r}: *n multiplies a scalar field by the normal; "
                        f"{field!r} has {shape} components (use .n for its normal component)")
     if mode == "flux" and not shape:
-        raise CLIError(f"--integral {text!r}: .n takes the normal component of a vector "
+        raise UsageError(f"--integral {text!r}: .n takes the normal component of a vector "
                        f"field; {field!r} is a scalar (use *n for the force of a scalar)")
     return Integral(tag, field, mode, text)
 

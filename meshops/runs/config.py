@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from meshops.cli._common import CLIError, names
+from meshops.errors import UsageError
+from meshops.runs.common import names
 
 __all__ = ["RUN_CONFIG", "TRAIN_DEFAULTS", "TrainConfig", "load_config_file",
            "resolve_train_config"]
@@ -31,23 +32,23 @@ RUN_CONFIG = "config.yaml"
 
 # ------------------------------------------------------------------- coercers
 # Each takes the option's label for messages ("<source>: <key>") and a value as a
-# flag, YAML or TOML gives it, and returns the value of the field or raises CLIError.
+# flag, YAML or TOML gives it, and returns the value of the field or raises UsageError.
 def _to_int(key, v, minimum=None, maximum=None):
     if isinstance(v, bool):
-        raise CLIError(f"{key}: expected an integer, got {v!r}")
+        raise UsageError(f"{key}: expected an integer, got {v!r}")
     if isinstance(v, float) and v.is_integer():
         v = int(v)
     if isinstance(v, str):
         try:
             v = int(v)
         except ValueError:
-            raise CLIError(f"{key}: expected an integer, got {v!r}") from None
+            raise UsageError(f"{key}: expected an integer, got {v!r}") from None
     if not isinstance(v, int):
-        raise CLIError(f"{key}: expected an integer, got {v!r}")
+        raise UsageError(f"{key}: expected an integer, got {v!r}")
     if minimum is not None and v < minimum:
-        raise CLIError(f"{key}: must be >= {minimum}, got {v}")
+        raise UsageError(f"{key}: must be >= {minimum}, got {v}")
     if maximum is not None and v > maximum:
-        raise CLIError(f"{key}: must be <= {maximum}, got {v}")
+        raise UsageError(f"{key}: must be <= {maximum}, got {v}")
     return v
 
 
@@ -59,13 +60,13 @@ def _seed(key, v):
 
 def _to_float(key, v, positive=False, nonneg=False):
     if isinstance(v, bool):
-        raise CLIError(f"{key}: expected a number, got {v!r}")
+        raise UsageError(f"{key}: expected a number, got {v!r}")
     try:
         v = float(v)  # YAML reads 1e-3 (without a dot) as a string
     except (TypeError, ValueError):
-        raise CLIError(f"{key}: expected a number, got {v!r}") from None
+        raise UsageError(f"{key}: expected a number, got {v!r}") from None
     if not math.isfinite(v) or (positive and v <= 0) or (nonneg and v < 0):
-        raise CLIError(f"{key}: must be a finite {'positive' if positive else 'non-negative'} "
+        raise UsageError(f"{key}: must be a finite {'positive' if positive else 'non-negative'} "
                        f"number, got {v}")
     return v
 
@@ -75,14 +76,14 @@ def _to_bool(key, v):
         return v
     if isinstance(v, str) and v.lower() in ("true", "yes", "1", "false", "no", "0"):
         return v.lower() in ("true", "yes", "1")
-    raise CLIError(f"{key}: expected true or false, got {v!r}")
+    raise UsageError(f"{key}: expected true or false, got {v!r}")
 
 
 def _opt_str(key, v):
     if v is None or (isinstance(v, str) and v.lower() in ("", "none", "null")):
         return None
     if not isinstance(v, (str, os.PathLike)):
-        raise CLIError(f"{key}: expected a string, got {v!r}")
+        raise UsageError(f"{key}: expected a string, got {v!r}")
     return str(v)
 
 
@@ -90,7 +91,7 @@ def _folder(key, v):
     """A folder that must be named (the run folder): not empty, not none."""
     path = _opt_str(key, v)
     if path is None:
-        raise CLIError(f"{key}: expected a folder name, got {v!r}")
+        raise UsageError(f"{key}: expected a folder name, got {v!r}")
     return path
 
 
@@ -98,7 +99,7 @@ def _model_name(key, v):
     if v is None or (isinstance(v, str) and v.lower() in ("auto", "none", "null")):
         return None  # chosen from the data
     if not isinstance(v, str) or not v:
-        raise CLIError(f"{key}: expected a model name, got {v!r}")
+        raise UsageError(f"{key}: expected a model name, got {v!r}")
     return v
 
 
@@ -106,7 +107,7 @@ def _model_config(key, v):
     if v is None:
         return {}
     if not isinstance(v, dict):
-        raise CLIError(f"{key}: expected a mapping of hyperparameters, got {v!r}")
+        raise UsageError(f"{key}: expected a mapping of hyperparameters, got {v!r}")
     return {str(a).replace("-", "_"): b for a, b in v.items()}
 
 
@@ -117,7 +118,7 @@ def _grad_clip(key, v):
 def _val_fraction(key, v):
     v = None if v is None else _to_float(key, v, nonneg=True)
     if v is not None and v >= 1:
-        raise CLIError(f"{key}: must be in [0, 1), got {v}")
+        raise UsageError(f"{key}: must be in [0, 1), got {v}")
     return v
 
 
@@ -131,25 +132,25 @@ def _field_weights(key, v):
         for pair in pairs:
             name, sep, w = pair.partition("=")
             if not sep or not name.strip():
-                raise CLIError(f"{key}: expected FIELD=WEIGHT pairs (u+v=1,p=0.5), got {pair!r}")
+                raise UsageError(f"{key}: expected FIELD=WEIGHT pairs (u+v=1,p=0.5), got {pair!r}")
             if name.strip() in v:
-                raise CLIError(f"{key}: field {name.strip()!r} given twice")
+                raise UsageError(f"{key}: field {name.strip()!r} given twice")
             v[name.strip()] = w
     if not isinstance(v, dict):
-        raise CLIError(f"{key}: expected a mapping of field weights, got {v!r}")
+        raise UsageError(f"{key}: expected a mapping of field weights, got {v!r}")
     return {str(f).strip(): _to_float(f"{key}: {f}", w, positive=True) for f, w in v.items()}
 
 
 def _scheduler(key, v):
     v = None if v is None or str(v).lower() in ("none", "constant") else str(v)
     if v not in (None, "auto", "cosine", "onecycle"):
-        raise CLIError(f"{key}: must be auto, cosine, onecycle or none, got {v!r}")
+        raise UsageError(f"{key}: must be auto, cosine, onecycle or none, got {v!r}")
     return v
 
 
 def _dtype(key, v):
     if v not in ("float32", "float64"):
-        raise CLIError(f"{key}: must be float32 or float64, got {v!r}")
+        raise UsageError(f"{key}: must be float32 or float64, got {v!r}")
     return v
 
 
@@ -157,13 +158,13 @@ def _one_of(*choices: str):
     """A coercer that takes one of ``choices``."""
     def coerce(key, v):
         if v not in choices:
-            raise CLIError(f"{key}: must be {' or '.join(choices)}, got {v!r}")
+            raise UsageError(f"{key}: must be {' or '.join(choices)}, got {v!r}")
         return v
     return coerce
 
 
 def _extras():
-    from meshops.cli import train_extras
+    from meshops.runs import train_extras
 
     return train_extras
 
@@ -222,19 +223,19 @@ class TrainConfig:
     dtype: str = _option("float32", _dtype)
     # torch's threads; None: the faster of 1 and all (meshops.training.defaults)
     threads: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))
-    # time series (meshops.cli.series): a next-step model rolled out over K steps
+    # time series (meshops.runs.series): a next-step model rolled out over K steps
     series: bool = _option(False, _to_bool)
     rollout_train: int = _option(2, lambda k, v: _to_int(k, v, minimum=1))
     rollout_grad: str = _option("last", _one_of("all", "last"))
     rollout_loss: str = _option("mse", _one_of("mse", "relative"))
     time_input: bool = _option(True, _to_bool)
-    # speed, memory and logging (meshops.cli.train_extras)
+    # speed, memory and logging (meshops.runs.train_extras)
     amp: str | None = _option(None, lambda k, v: _extras().coerce_amp(k, v))
     compile: bool = _option(False, _to_bool)
     checkpoint_blocks: bool = _option(False, _to_bool)
     logger: list[str] | None = _option(None, lambda k, v: _extras().coerce_loggers(k, v))
     ensemble: int = _option(1, lambda k, v: _to_int(k, v, minimum=1))
-    # Reading (meshops.cli.lazy): None = lazily only when the data would not fit.
+    # Reading (meshops.runs.lazy): None = lazily only when the data would not fit.
     lazy: bool | None = _option(None, _unset_or(_to_bool))
     cache: str | None = _option(None, _opt_str)
     workers: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=0)))
@@ -252,7 +253,7 @@ class TrainConfig:
     def coerce(cls, options: Mapping, source: str) -> dict:
         """Check and normalise a partial set of options from ``source`` (a file's
         path or ``"command line"``): ``batch-size`` is ``batch_size``, unknown keys
-        and bad values raise :class:`CLIError` naming ``source`` and the key."""
+        and bad values raise :class:`UsageError` naming ``source`` and the key."""
         specs = {f.name: f.metadata["coerce"] for f in dataclasses.fields(cls)}
         out = {}
         for key, v in options.items():
@@ -260,7 +261,7 @@ class TrainConfig:
             if k not in specs:
                 close = difflib.get_close_matches(k, list(specs), n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise CLIError(f"{source}: unknown key {key!r}{hint}; valid keys: "
+                raise UsageError(f"{source}: unknown key {key!r}{hint}; valid keys: "
                                f"{', '.join(specs)}")
             out[k] = v
         out = {k: specs[k](f"{source}: {k}", v) for k, v in out.items()}
@@ -278,7 +279,7 @@ class TrainConfig:
         mapping. Unknown keys are an error."""
         path = Path(path)
         if not path.is_file():
-            raise CLIError(f"{path}: no such config file")
+            raise UsageError(f"{path}: no such config file")
         text = path.read_bytes()
         try:
             if path.suffix.lower() == ".toml":
@@ -290,37 +291,40 @@ class TrainConfig:
 
                 cfg = yaml.safe_load(text.decode("utf-8"))
         except Exception as e:  # yaml.YAMLError, tomllib.TOMLDecodeError, UnicodeDecodeError
-            raise CLIError(f"{path}: cannot parse config ({type(e).__name__}: {e})") from None
+            raise UsageError(f"{path}: cannot parse config ({type(e).__name__}: {e})") from None
         if cfg is None:
             cfg = {}
         if not isinstance(cfg, dict):
-            raise CLIError(f"{path}: a config file must be a mapping of options, got "
+            raise UsageError(f"{path}: a config file must be a mapping of options, got "
                            f"{type(cfg).__name__}")
         return cls.coerce(cfg, str(path))
 
     @classmethod
-    def from_args(cls, args) -> dict:
-        """The options given on the command line (argparse leaves absent ones out;
-        ``--model-config`` is a list of ``key=value``)."""
-        cfg = {k: getattr(args, k) for k in cls.keys()
-               if k != "model_config" and hasattr(args, k)}
-        if getattr(args, "model_config", None):
-            cfg["model_config"] = _model_config_from_pairs(args.model_config)
-        return cls.coerce(cfg, "command line")
+    def from_request(cls, options: Mapping, source: str = "options") -> dict:
+        """The options a request sets (:class:`meshops.runs.train.TrainRequest`: the
+        flags given, or :func:`meshops.fit`'s keywords); ``model_config`` is a mapping or
+        a list of ``key=value`` as on the command line."""
+        cfg = {k: v for k, v in options.items() if k != "model_config"}
+        mc = options.get("model_config")
+        if mc:
+            cfg["model_config"] = dict(mc) if isinstance(mc, Mapping) else \
+                _model_config_from_pairs(mc)
+        return cls.coerce(cfg, source)
 
     @classmethod
-    def resolve(cls, args) -> "TrainConfig":
+    def resolve(cls, request) -> "TrainConfig":
         """Defaults, then ``RUN/config.yaml`` (with ``--resume``), then ``--config
         FILE``, then the flags; ``model_config`` mappings are merged, and the highest
-        level that says how to validate (``val_data`` or ``val_fraction``) decides."""
-        flags = cls.from_args(args)
-        from_file = cls.from_file(args.config) if getattr(args, "config", None) else {}
+        level that says how to validate (``val_data`` or ``val_fraction``) decides.
+        ``request`` is a :class:`meshops.runs.train.TrainRequest`."""
+        flags = cls.from_request(request.options, request.source)
+        from_file = cls.from_file(request.config) if getattr(request, "config", None) else {}
         if from_file.get("val_data") and from_file.get("val_fraction") is not None:
-            raise CLIError(f"{args.config}: give val_fraction or val_data, not both")
+            raise UsageError(f"{request.config}: give val_fraction or val_data, not both")
         cfg = cls()
         out = flags.get("out", from_file.get("out", cfg.out))
         levels = [from_file, flags]
-        if getattr(args, "resume", False) and (Path(out) / RUN_CONFIG).is_file():
+        if getattr(request, "resume", False) and (Path(out) / RUN_CONFIG).is_file():
             levels.insert(0, cls.from_file(Path(out) / RUN_CONFIG))
         val = {"val_fraction": cfg.val_fraction, "val_data": None}
         for level in levels:
@@ -341,13 +345,13 @@ class TrainConfig:
         if missing:
             hint = {"data": "--data DIR", "inputs": '--inputs a,b (or --inputs "" for '
                     "geometry-only problems)", "targets": "--targets u"}
-            raise CLIError("train: missing " + "; ".join(hint[k] for k in missing)
+            raise UsageError("train: missing " + "; ".join(hint[k] for k in missing)
                            + " (on the command line or in --config)")
         if not self.targets:
-            raise CLIError("train: --targets needs at least one field name")
+            raise UsageError("train: --targets needs at least one field name")
         both = sorted(set(self.inputs) & set(self.targets))
         if both:
-            raise CLIError(f"train: field(s) {both} are both inputs and targets")
+            raise UsageError(f"train: field(s) {both} are both inputs and targets")
         self._check_fields()
         if not self.series:
             given = [f"--{k.replace('_', '-')}" for k, v in (
@@ -356,7 +360,7 @@ class TrainConfig:
                 ("rollout_loss", self.rollout_loss != "mse"),
                 ("no_time_input", not self.time_input)) if v]
             if given:
-                raise CLIError(f"train: {', '.join(given)} apply to time series: add --series")
+                raise UsageError(f"train: {', '.join(given)} apply to time series: add --series")
 
     def _check_fields(self) -> None:
         """``fields`` join the targets, each once and in their order; ``field_weights``
@@ -368,13 +372,13 @@ class TrainConfig:
             try:
                 flat = target_names(self.fields)
             except ValueError as e:
-                raise CLIError(f"train: fields: {e}") from None
+                raise UsageError(f"train: fields: {e}") from None
             if flat != list(self.targets):
-                raise CLIError(f"train: fields {','.join(self.fields)} must join the targets "
+                raise UsageError(f"train: fields {','.join(self.fields)} must join the targets "
                                f"{','.join(self.targets)}, each once and in their order")
         unknown = sorted(set(self.field_weights) - set(specs))
         if unknown:
-            raise CLIError(f"train: field_weights: {unknown} are not target fields (the "
+            raise UsageError(f"train: field_weights: {unknown} are not target fields (the "
                            f"fields are {','.join(specs)})")
 
     @property
@@ -443,7 +447,7 @@ def _model_config_from_pairs(pairs: Sequence[str]) -> dict:
         key, sep, value = pair.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or not key:
-            raise CLIError(f"--model-config: expected key=value, got {pair!r}")
+            raise UsageError(f"--model-config: expected key=value, got {pair!r}")
         out[key] = _parse_value(value.strip())
     return out
 
@@ -457,12 +461,12 @@ def _split_field_specs(options: dict, source: str) -> dict:
     if not targets or not any("+" in t for t in targets):
         return options
     if options.get("fields") is not None:
-        raise CLIError(f"{source}: targets {','.join(targets)} join fields with '+' and "
+        raise UsageError(f"{source}: targets {','.join(targets)} join fields with '+' and "
                        f"fields is given too: give one of them")
     try:
         flat = target_names(targets)
     except ValueError as e:
-        raise CLIError(f"{source}: targets: {e}") from None
+        raise UsageError(f"{source}: targets: {e}") from None
     return {**options, "targets": flat, "fields": list(targets)}
 
 

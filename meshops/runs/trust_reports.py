@@ -38,8 +38,8 @@ def training_set_metadata(samples: Sequence, meta: dict) -> dict:
 def training_set_of(meta: dict, inputs, targets):
     """The run's :class:`~meshops.inference.trust.TrainingSet`: from the checkpoint, or from its
     training files when the checkpoint predates it; ``(None, why not)`` otherwise."""
-    from meshops.cli.folder import training_samples
     from meshops.inference.trust import TrainingSet
+    from meshops.runs.folder import training_samples
 
     if meta.get("training_set"):
         return TrainingSet.from_dict(meta["training_set"]), ""

@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from meshops.cli._common import CLIError
-from meshops.cli.config import RUN_CONFIG, TrainConfig
-from meshops.cli.run_lock import LOCK_FILES
+from meshops.errors import UsageError
+from meshops.runs.config import RUN_CONFIG, TrainConfig
+from meshops.runs.run_lock import LOCK_FILES
 
 # What a run of ``meshops train`` writes (removed by --overwrite before a new run, so
 # that a run never leaves another's best.pt behind).
@@ -37,13 +37,13 @@ def _norm(key: str, value):
     return value
 
 
-def option_label(key: str, args, out: Path) -> str:
+def option_label(key: str, request, out: Path) -> str:
     """Where option ``key`` came from: its flag, ``FILE: key`` for a ``--config`` file,
     else the run's own ``out/config.yaml``."""
-    given = TrainConfig.from_args(args)
+    given = TrainConfig.from_request(request.options, request.source)
     if key in given:
         return "--" + key.replace("_", "-")
-    config = getattr(args, "config", None)
+    config = getattr(request, "config", None)
     if config and key in TrainConfig.from_file(config):
         return f"{config}: {key}"
     return f"{out / RUN_CONFIG}: {key}"
@@ -78,14 +78,14 @@ def _say(value) -> str:
     return "none" if value is None else str(value)
 
 
-def check_resume_options(cfg: TrainConfig, recorded: dict, args, last: Path) -> None:
+def check_resume_options(cfg: TrainConfig, recorded: dict, request, last: Path) -> None:
     """Refuse a resume whose options differ from those the run in ``last`` was trained
     with (``recorded``: its ``train_config``, or its ``config.yaml`` for older runs)."""
     keys = [k for k in TrainConfig.keys() if k not in RESUME_MAY_CHANGE]
     diff = differences(cfg, recorded, keys)
     if not diff:
         return
-    labels = {k: option_label(k, args, last.parent) for k, _, _ in diff}
+    labels = {k: option_label(k, request, last.parent) for k, _, _ in diff}
     pair = ("val_fraction", "val_data")
     if set(pair) <= set(labels):  # one way of validating replaced by the other: say which
         given = [k for k in pair if labels[k].startswith("--")]
@@ -100,7 +100,7 @@ def check_resume_options(cfg: TrainConfig, recorded: dict, args, last: Path) -> 
     else:
         what = f"{_say(now)} (the run: {_say(then)})"
     more = f" (and {len(diff) - 1} more option(s))" if len(diff) > 1 else ""
-    raise CLIError(f"{last}: --resume continues the run exactly, but {label} is {what}"
+    raise UsageError(f"{last}: --resume continues the run exactly, but {label} is {what}"
                    f"{more}; only --epochs (without a learning-rate schedule), --minutes and "
                    f"--device may change: leave the option out, or start a new run with "
                    f"another --out")
@@ -119,7 +119,7 @@ def recorded_config(out: Path) -> dict | None:
         if not isinstance(raw, dict) or set(raw) != set(TrainConfig.keys()):
             return None
         return TrainConfig.coerce(raw, str(path))
-    except (CLIError, OSError, ValueError, UnicodeDecodeError, yaml.YAMLError):
+    except (UsageError, OSError, ValueError, UnicodeDecodeError, yaml.YAMLError):
         return None
 
 
@@ -135,27 +135,27 @@ def check_out_folder(out: Path, cfg: TrainConfig, overwrite: bool, resume: bool 
     if fitted:  # finished: a reduced basis writes best.pt and no last.pt
         what = (f" and a {fitted} is fitted in one go, there is nothing to resume"
                 if resume else "")
-        raise CLIError(f"{out}: already holds a fitted {fitted} (best.pt){what}; pass "
+        raise UsageError(f"{out}: already holds a fitted {fitted} (best.pt){what}; pass "
                        f"--overwrite to replace it, or choose another --out")
-    # the lock of this run (meshops.cli.run_lock) is no content
+    # the lock of this run (meshops.runs.run_lock) is no content
     entries = sorted(p.name for p in out.iterdir() if p.name not in LOCK_FILES)
     if not entries:
         return
     hint = "pass --overwrite to replace it, or choose another --out"
     if (out / "last.pt").exists():
-        raise CLIError(f"{out}: already holds a training run (last.pt); pass --resume to "
+        raise UsageError(f"{out}: already holds a training run (last.pt); pass --resume to "
                        f"continue it, --overwrite to replace it, or choose another --out")
     recorded = recorded_config(out)
     if recorded is None:
         shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
-        raise CLIError(f"{out}: the folder is not empty ({shown}) and is not a meshops run; "
+        raise UsageError(f"{out}: the folder is not empty ({shown}) and is not a meshops run; "
                        f"training writes {RUN_CONFIG}, {', '.join(RUN_FILES)} into it: pass "
                        f"--overwrite to allow that, or choose another --out")
     diff = differences(cfg, recorded, [k for k in TrainConfig.keys()
                                        if k not in ("out", "device")], only_set=True)
     if diff:
         key, now, then = diff[0]
-        raise CLIError(f"{out}: holds a meshops run of another config ({key}: "
+        raise UsageError(f"{out}: holds a meshops run of another config ({key}: "
                        f"{_say(then)} there, {_say(now)} now); {hint}")
 
 

@@ -1,5 +1,5 @@
 """The parts of ``meshops train`` shared by its two kinds of data, mesh folders
-(:mod:`meshops.cli.train`) and time series (:mod:`meshops.cli.series`): the model
+(:mod:`meshops.cli.train`) and time series (:mod:`meshops.runs.series`): the model
 built from the data's channels, the split of the files, the run folder's write check,
 the epochs fitted to the time budget, and the training itself with its report."""
 
@@ -11,11 +11,11 @@ import os
 import sys
 from pathlib import Path
 
-from meshops.cli import train_extras
-from meshops.cli._common import CLIError, is_main_rank, os_reason
-from meshops.cli.config import RUN_CONFIG, TrainConfig
-from meshops.errors import CheckpointError
+from meshops.errors import CheckpointError, UsageError
 from meshops.inference.predict import RUN_CHECKPOINT
+from meshops.runs import train_extras
+from meshops.runs.common import is_main_rank, os_reason
+from meshops.runs.config import RUN_CONFIG, TrainConfig
 
 __all__ = ["INFERRED", "build_model", "check_writable_folder", "epochs_to_fit",
            "run_training", "split_files"]
@@ -35,7 +35,7 @@ def build_model(name: str, model_config: dict, in_channels: int, out_channels: i
     from meshops.utils.memory import module_bytes, skeleton, too_big
 
     if name not in MODELS:
-        raise CLIError(f"unknown model {name!r}; available: {', '.join(sorted(MODELS))}")
+        raise UsageError(f"unknown model {name!r}; available: {', '.join(sorted(MODELS))}")
     cls = MODELS[name]
     params = inspect.signature(cls.__init__).parameters
     accepted = {k for k, p in params.items() if k != "self"
@@ -44,17 +44,17 @@ def build_model(name: str, model_config: dict, in_channels: int, out_channels: i
     inferred = {"in_channels": in_channels, "out_channels": out_channels, "pos_dim": pos_dim,
                 "param_channels": param_channels}
     if param_channels and "param_channels" not in accepted and not open_kw:
-        raise CLIError(f"model {name!r} does not take parameter vectors (--params): it has no "
+        raise UsageError(f"model {name!r} does not take parameter vectors (--params): it has no "
                        f"param_channels argument")
     for key, value in model_config.items():
         if key in inferred:
             if value != inferred[key]:
-                raise CLIError(f"model_config: {key} = {value!r} but the data has "
+                raise UsageError(f"model_config: {key} = {value!r} but the data has "
                                f"{inferred[key]} (it is set from the data; leave it out)")
         elif key not in accepted and not open_kw:
             close = difflib.get_close_matches(key, sorted(accepted - set(INFERRED)), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise CLIError(f"model_config: unknown key {key!r} for model {name!r}{hint}; "
+            raise UsageError(f"model_config: unknown key {key!r} for model {name!r}{hint}; "
                            f"valid keys: {', '.join(sorted(accepted - set(INFERRED)))}")
     kwargs = dict(model_config)
     kwargs.update({k: v for k, v in inferred.items() if k in accepted or open_kw})
@@ -66,11 +66,11 @@ def build_model(name: str, model_config: dict, in_channels: int, out_channels: i
                       f"training it ({count_parameters(shapes):,} parameters, 4 copies: "
                       f"weights, gradients, 2 optimiser moments)")
         if why:
-            raise CLIError(f"{described}: {why}; choose a smaller model_config")
+            raise UsageError(f"{described}: {why}; choose a smaller model_config")
         del shapes
         return cls(**kwargs)
     except (TypeError, ValueError) as e:
-        raise CLIError(f"{described}: {e}") from None
+        raise UsageError(f"{described}: {e}") from None
 
 
 def split_files(n: int, val_fraction: float | None, seed: int, data: str
@@ -82,7 +82,7 @@ def split_files(n: int, val_fraction: float | None, seed: int, data: str
     try:
         return validation_split(n, val_fraction or 0.0, seed)
     except ValueError as e:
-        raise CLIError(f"{data}: {e}; add files, pass --val-data DIR or "
+        raise UsageError(f"{data}: {e}; add files, pass --val-data DIR or "
                        f"--val-fraction 0") from None
 
 
@@ -99,7 +99,7 @@ def check_writable_folder(out: Path) -> None:
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        raise CLIError(f"{out}: cannot write the run folder ({os_reason(e)})") from None
+        raise UsageError(f"{out}: cannot write the run folder ({os_reason(e)})") from None
 
 
 def epochs_to_fit(cfg: TrainConfig, model, samples, num_val: float) -> tuple[TrainConfig, str]:
@@ -127,17 +127,17 @@ def epochs_to_fit(cfg: TrainConfig, model, samples, num_val: float) -> tuple[Tra
     return cfg.with_options("defaults", epochs=epochs, threads=threads), reason
 
 
-def run_training(args, cfg, model, train_samples, val_samples, resolved: str, chosen: str,
+def run_training(request, cfg, model, train_samples, val_samples, resolved: str, chosen: str,
                  summary: str, begin, **trainer_options) -> bool:
     """The end of ``meshops train`` for a built model and its samples (mesh folders in
-    :func:`meshops.cli.train.cmd_train`, time series in :mod:`meshops.cli.series`):
+    :func:`meshops.cli.train.cmd_train`, time series in :mod:`meshops.runs.series`):
     ``--dry-run`` prints the resolved config and returns False; otherwise ``begin()``
     records the run's data and prepares its folder (returning the checkpoint metadata),
     ``config.yaml`` is written, the :class:`~meshops.training.Trainer` trains
     (``trainer_options``: the loss, ...) and ``best.pt`` is left; returns True."""
     main_rank = is_main_rank()
     out = Path(cfg.out)
-    if args.dry_run:
+    if request.dry_run:
         if main_rank:
             print(resolved, end="")
             if chosen:
@@ -146,9 +146,9 @@ def run_training(args, cfg, model, train_samples, val_samples, resolved: str, ch
         return False
     metadata = begin()
     _start_run(out, resolved, chosen, summary, main_rank)
-    trainer = _trainer(args, cfg, model, train_samples, val_samples, metadata, main_rank,
+    trainer = _trainer(request, cfg, model, train_samples, val_samples, metadata, main_rank,
                        trainer_options)
-    history = _fit(trainer, args)
+    history = _fit(trainer, request)
     if trainer.dist.is_main:
         _report(trainer, history, model, metadata, out, val_samples is None)
     return True
@@ -165,7 +165,7 @@ def _start_run(out: Path, resolved: str, chosen: str, summary: str, main_rank: b
         print(f"training {summary}; writing {out}/")
 
 
-def _trainer(args, cfg, model, train_samples, val_samples, metadata: dict, main_rank: bool,
+def _trainer(request, cfg, model, train_samples, val_samples, metadata: dict, main_rank: bool,
              options: dict):
     """The :class:`~meshops.training.Trainer` of the run, with the loggers it asks for
     (``options``: the Trainer's other arguments; ``callbacks`` there replaces them)."""
@@ -180,29 +180,29 @@ def _trainer(args, cfg, model, train_samples, val_samples, metadata: dict, main_
         model, train_samples, val_samples, epochs=cfg.epochs, batch_size=cfg.batch_size,
         lr=cfg.lr, weight_decay=cfg.weight_decay, scheduler=cfg.schedule,
         grad_clip=cfg.grad_clip, seed=cfg.seed, device=cfg.device, out_dir=out,
-        resume=args.resume, metadata=metadata, progress=sys.stderr.isatty(), log=print,
+        resume=request.resume, metadata=metadata, progress=sys.stderr.isatty(), log=print,
         amp=cfg.amp or False, **options)
 
 
-def _fit(trainer, args) -> list:
+def _fit(trainer, request) -> list:
     """``trainer.fit()``, its failures as one line."""
     from meshops.training.experiment import LoggerError
 
     try:
         return trainer.fit()
     except FloatingPointError as e:
-        raise CLIError(str(e)) from None
+        raise UsageError(str(e)) from None
     except LoggerError as e:  # before the first epoch: nothing trained is lost
-        raise CLIError(f"--logger {e.logger}: {e}; repair or remove it, set "
+        raise UsageError(f"--logger {e.logger}: {e}; repair or remove it, set "
                        f"MLFLOW_TRACKING_URI to another store, or choose another --logger") \
             from None
     except CheckpointError as e:  # a damaged, truncated or malicious RUN/last.pt
-        raise CLIError(str(e)) from None
+        raise UsageError(str(e)) from None
     except ValueError as e:
-        if not args.resume:
+        if not request.resume:
             raise
         # e.g. RUN/last.pt was saved for another model config
-        raise CLIError(str(e)) from None
+        raise UsageError(str(e)) from None
 
 
 def _report(trainer, history: list, model, metadata: dict, out: Path,
@@ -220,7 +220,7 @@ def _report(trainer, history: list, model, metadata: dict, out: Path,
         why = (f"the model predicts non-finite values on {last['failed']} of "
                f"{last['n']} validation meshes" if last.get("failed") else
                f"{trainer.metric} is {last.get(trainer.metric)}")
-        raise CLIError(f"no epoch had a finite validation error ({why}), so there is no "
+        raise UsageError(f"no epoch had a finite validation error ({why}), so there is no "
                        f"best model: {out / RUN_CHECKPOINT} was not written; "
                        f"{out / 'last.pt'} holds the model after epoch {trainer.epoch}")
     elif history:

@@ -59,7 +59,7 @@ def fingerprint(files: Iterable, desc: str | None = None, root=None,
     ``known``: fingerprints taken already (a lazy run's cache has them), used for the
     files whose size and modification time are still those.
     """
-    from meshops.cli._common import progress
+    from meshops.runs.common import progress
 
     out = {}
     known = known or {}
@@ -150,10 +150,10 @@ def same_content(files: Sequence, recorded: dict) -> dict[str, str]:
 def refuse_changed(diff: Sequence[str], last: Path) -> None:
     """Refuse to resume the run of checkpoint ``last`` when its data changed (``diff``:
     the phrases of :func:`changes`, :func:`param_changes` or :func:`series_changes`)."""
-    from meshops.cli._common import CLIError
+    from meshops.errors import UsageError
 
     if diff:
-        raise CLIError(f"{last}: the data behind this run changed since it was trained "
+        raise UsageError(f"{last}: the data behind this run changed since it was trained "
                        f"({listing(list(diff))}); --resume continues on the files it was "
                        f"trained on: restore them, or start a new run with another --out")
 

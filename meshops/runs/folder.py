@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from meshops.cli._common import CLIError, progress
+from meshops.errors import UsageError
 from meshops.inference.predict import field_shape, format_shape
+from meshops.runs.common import progress
 
 
 def folder_dataset(root, inputs: Sequence[str], targets: Sequence[str], dtype, layout=None):
@@ -32,7 +33,7 @@ def mesh_files(paths: Sequence[str]) -> list[Path]:
         if p.is_dir():
             found = list_mesh_files(p)
             if not found:
-                raise CLIError(f"{p}: no mesh files in this folder")
+                raise UsageError(f"{p}: no mesh files in this folder")
             out += found
         else:
             out.append(p)
@@ -50,7 +51,7 @@ def load_folder(root, inputs: Sequence[str], targets: Sequence[str], dtype,
     dimension must agree across the files (the error names the first that
     disagrees). Input and target values must be finite (checked by the data set),
     and a mesh whose targets are zero everywhere is refused: the relative L2 loss is
-    undefined for it. (:func:`meshops.cli.lazy.load_folder_cached` is the same
+    undefined for it. (:func:`meshops.runs.lazy.load_folder_cached` is the same
     through an on-disk cache, for folders larger than memory.)
     """
     ds = folder_dataset(root, inputs, targets, dtype, layout)
@@ -69,7 +70,7 @@ def read_sample(ds, i: int, targets: Sequence[str]):
     """The lean training sample of file ``i`` of a :func:`folder_dataset` ``ds``, with
     the shapes of its input fields (those of its layout: tags' channels too) and
     targets, and its dimension: ``(sample, {field: shape}, pos_dim)``. A mesh whose
-    targets are zero everywhere is refused (CLIError naming the file)."""
+    targets are zero everywhere is refused (UsageError naming the file)."""
     import torch
 
     from meshops.mesh.data import MeshData
@@ -82,7 +83,7 @@ def read_sample(ds, i: int, targets: Sequence[str]):
     zero = torch.zeros_like(y)
     if targets and bool(zero_target(lp_norms(zero, y, s.weight.to(torch.float64))[1])
                         | zero_target(lp_norms(zero, y)[1])):
-        raise CLIError(f"{path}: the target field(s) {', '.join(targets)} are zero "
+        raise UsageError(f"{path}: the target field(s) {', '.join(targets)} are zero "
                        f"everywhere (or at every point of positive weight); the relative "
                        f"L2 loss and error are undefined for this mesh: leave it out of "
                        f"the training data")
@@ -96,10 +97,10 @@ def check_same_layout(path, sh: dict, dim: int, shapes: dict, first_dim: int, fi
     """File ``path`` has the field shapes and dimension of the first file ``first``."""
     for k in shapes:
         if sh[k] != shapes[k]:
-            raise CLIError(f"{path}: field {k!r} is {format_shape(sh[k])} but it is "
+            raise UsageError(f"{path}: field {k!r} is {format_shape(sh[k])} but it is "
                            f"{format_shape(shapes[k])} in {Path(first).name}")
     if dim != first_dim:
-        raise CLIError(f"{path}: the mesh is {dim}-D but {Path(first).name} is {first_dim}-D")
+        raise UsageError(f"{path}: the mesh is {dim}-D but {Path(first).name} is {first_dim}-D")
 
 
 def training_samples(meta: dict, inputs: Sequence[str], targets: Sequence[str], layout=None):
@@ -109,8 +110,8 @@ def training_samples(meta: dict, inputs: Sequence[str], targets: Sequence[str], 
     (``meta["data_files"]`` and ``meta["param_files"]``, see :mod:`.provenance`)."""
     import torch
 
-    from meshops.cli.provenance import changes, listing, param_changes
     from meshops.errors import MeshError
+    from meshops.runs.provenance import changes, listing, param_changes
 
     root, train = meta.get("data"), (meta.get("split") or {}).get("train")
     if not root or not train:

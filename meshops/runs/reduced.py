@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from meshops.cli._common import CLIError
+from meshops.errors import UsageError
 
 # Options of gradient training that a fitted reduced basis does not use: a note (they
 # are chosen from the data for the other models, and a config file may set them) ...
@@ -18,21 +18,21 @@ _REFUSED = {"ensemble": 1, "amp": None, "compile": False, "checkpoint_blocks": F
             "logger": None}
 
 
-def fit_reduced_run(args, cfg, chosen: str, train_samples, val_samples, run) -> int:
+def fit_reduced_run(request, cfg, chosen: str, train_samples, val_samples, run) -> int:
     """Fit, save ``best.pt``, ``config.yaml`` and ``history.json`` in the run folder, and
     print the candidates next to the baselines on the validation samples (``run``: the
     run's files, :class:`meshops.cli.train._RunFiles`)."""
-    from meshops.cli.config import RUN_CONFIG
     from meshops.inference.predict import RUN_CHECKPOINT
+    from meshops.runs.config import RUN_CONFIG
     from meshops.training.fit_reduced import fit_reduced_basis
     from meshops.utils.atomic import atomic_write
 
     out = run.out
-    _check_options(args, cfg, val_samples)
+    _check_options(request, cfg, val_samples)
     unused = [f"--{k.replace('_', '-')}" for k in _TRAINING_ONLY
               if getattr(cfg, k) is not None]
     regressors, members = reduced_options(cfg.model_config)
-    if args.dry_run:
+    if request.dry_run:
         print(cfg.render(), end="")
         if chosen:
             print(f"# defaults from the data: {chosen}", file=sys.stderr)
@@ -51,7 +51,7 @@ def fit_reduced_run(args, cfg, chosen: str, train_samples, val_samples, run) -> 
                                           seed=cfg.seed, regressors=regressors,
                                           members=members, log=print, fields=run.fields)
     except ValueError as e:
-        raise CLIError(str(e)) from None
+        raise UsageError(str(e)) from None
     lines = report.lines()
     print(lines[0])
     print(lines[-1])
@@ -86,19 +86,19 @@ def _history(report) -> dict:
             "parameters": report.parameters, "seconds": report.seconds}
 
 
-def _check_options(args, cfg, val_samples) -> None:
+def _check_options(request, cfg, val_samples) -> None:
     """What a reduced basis cannot do, refused before anything is written."""
-    if args.resume:
-        raise CLIError(f"{cfg.out}: a reduced basis is fitted in one go, there is nothing "
+    if request.resume:
+        raise UsageError(f"{cfg.out}: a reduced basis is fitted in one go, there is nothing "
                        f"to resume; run again without --resume (and another --out)")
     given = [k for k, default in _REFUSED.items() if getattr(cfg, k) != default]
     if given:
         flag = "--" + given[0].replace("_", "-")
-        raise CLIError(f"{flag} does not apply to reduced_basis (it is fitted, not trained "
+        raise UsageError(f"{flag} does not apply to reduced_basis (it is fitted, not trained "
                        f"by epochs: nothing to compile, checkpoint, log or average over "
                        f"seeds); leave it out, or pass --model pit to train a neural operator")
     if not val_samples:
-        raise CLIError("the reduced_basis model chooses its regression on validation "
+        raise UsageError("the reduced_basis model chooses its regression on validation "
                        "samples: use --val-fraction > 0 or --val-data DIR")
 
 
@@ -111,19 +111,19 @@ def reduced_options(model_config: dict, model: str = "reduced_basis"
 
     extra = sorted(set(model_config) - {"regressors", "members"})
     if extra:
-        raise CLIError(f"model_config for {model}: unknown key(s) {', '.join(extra)}; "
+        raise UsageError(f"model_config for {model}: unknown key(s) {', '.join(extra)}; "
                        f"valid: regressors=A,B (from {', '.join(REGRESSORS)}), members=N")
     regressors = model_config.get("regressors", ["rbf", "gp", "mlp"])
     if isinstance(regressors, str):
         regressors = [r.strip() for r in regressors.split(",") if r.strip()]
     if not isinstance(regressors, list) or not regressors or \
             any(r not in REGRESSORS for r in regressors):
-        raise CLIError(f"model_config for {model}: regressors must name some of "
+        raise UsageError(f"model_config for {model}: regressors must name some of "
                        f"{', '.join(REGRESSORS)}, got {regressors!r}")
     members = model_config.get("members")
     if members is not None and (isinstance(members, bool) or not isinstance(members, int)
                                 or members < 1):
-        raise CLIError(f"model_config for {model}: members must be an integer >= 1, "
+        raise UsageError(f"model_config for {model}: members must be an integer >= 1, "
                        f"got {members!r}")
     return regressors, members
 
