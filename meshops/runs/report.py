@@ -1,0 +1,58 @@
+"""What an evaluation, a prediction or an export of a run reports: one object with the
+numbers (``report["fields"]``, ...), the JSON ``meshops evaluate --json`` prints and the
+table the command prints otherwise."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from typing import Any, Callable, Mapping
+
+
+class Report(Mapping):
+    """A read-only mapping of a report's entries, with its two renderings.
+
+    Args:
+        data: The entries (``checkpoint``, ``fields``, ``baselines``, ... for an
+            evaluation; see the function that made it).
+        printer: Prints the table of ``data`` on ``sys.stdout`` (the command's output).
+        jsonable: ``data`` as JSON allows (non-finite numbers as ``null``); default
+            ``data`` itself.
+    """
+
+    def __init__(self, data: dict, printer: Callable[[dict], None],
+                 jsonable: Callable[[dict], Any] | None = None) -> None:
+        self._data, self._printer = data, printer
+        self._jsonable = jsonable or (lambda d: d)
+
+    def __getitem__(self, key: str):
+        return self._data[key]
+
+    def __iter__(self):
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def to_dict(self) -> dict:
+        """The entries as JSON allows them (what :meth:`to_json` writes)."""
+        return self._jsonable(self._data)
+
+    def to_json(self) -> str:
+        """One JSON object: what ``--json`` prints."""
+        return json.dumps(self.to_dict())
+
+    def table(self) -> str:
+        """The text the command prints, lines joined (no trailing newline)."""
+        # The printers are the command's; captured here so that both say the same.
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self._printer(self._data)
+        return out.getvalue().rstrip("\n")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(self._data)})"
+
+    def _repr_pretty_(self, p, cycle) -> None:  # IPython shows the table
+        p.text(self.table())

@@ -1,0 +1,156 @@
+"""A trained run in Python: :func:`fit` trains one from a folder of meshes as ``meshops
+train`` does, :func:`load_run` opens one, and a :class:`Run` predicts, evaluates and
+exports as ``meshops predict``, ``evaluate`` and ``export`` do, with the same defaults,
+files and numbers (the commands are thin shells over these functions)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from meshops.errors import UsageError
+from meshops.inference.predict import load_model
+from meshops.runs.evaluate import EvaluateOptions, evaluate_run
+from meshops.runs.export import ExportOptions, export_run
+from meshops.runs.predict import PredictOptions, Predictor, predict_files
+from meshops.runs.report import Report
+
+
+class Run:
+    """A trained run: the model of its ``best.pt`` with what training recorded.
+
+    Args:
+        path: The run folder (``RUN/best.pt`` is used) or a checkpoint file.
+        device: Where the model runs (default ``cuda`` when available).
+
+    Attributes:
+        model: The :class:`~meshops.models.NeuralOperator` (or reduced basis).
+        checkpoint: The checkpoint file it was loaded from.
+        metadata: What training recorded: fields, shapes, data files, split, config.
+
+    Example::
+
+        run = meshops.load_run("runs/poisson")
+        fields = run.predict("case.vtu")           # {"u_pred": tensor [N, ...], ...}
+        report = run.evaluate("test/")              # per field and sample, baselines
+        print(report.table())
+    """
+
+    def __init__(self, path, device: str | None = None) -> None:
+        self.path, self.device = Path(path), device
+        self.model, self.checkpoint, self.metadata = load_model(path, device)
+
+    # ------------------------------------------------------------------ predict
+    def _members(self) -> list:
+        """The other members of an ensemble run (``meshops train --ensemble K``)."""
+        from meshops.inference.trust import ensemble_members
+
+        return [load_model(m, self.device)[0] for m in ensemble_members(self.path)[1:]]
+
+    def predict(self, mesh, *, chunk_size: int | None = None) -> dict:
+        """The fields ``meshops predict`` writes into a copy of ``mesh``.
+
+        Args:
+            mesh: A mesh file, or a :class:`~meshops.mesh.data.MeshData` with the run's
+                input fields (and parameters, boundary tags as in training).
+            chunk_size: Predict meshes of more points this many at a time (0: never).
+
+        Returns:
+            ``{name: tensor}``: ``<target>_pred`` for every target (``[N]`` or ``[N, C]``,
+            on the cells for a run trained on cell data), ``<target>_std`` of an
+            ensemble, and the mesh's distances to the training set (``train_distance``,
+            ...) where the run recorded its training set.
+        """
+        from meshops.mesh.io import read_mesh
+
+        if self.metadata.get("series"):
+            raise UsageError(f"{self.checkpoint}: a time-series run predicts rollouts: "
+                             f"Run.predict_files(series, output, rollout=N)")
+        path = mesh if isinstance(mesh, (str, Path)) else (getattr(mesh, "source", None)
+                                                           or "the mesh")
+        mesh = read_mesh(mesh) if isinstance(mesh, (str, Path)) else mesh
+        predictor = Predictor(self.model, self.checkpoint, self.metadata, self._members())
+        chunking = {} if chunk_size is None else {"chunk_size": chunk_size or None}
+        point_data, cell_data = predictor.fields(mesh, path, chunking)
+        return {**point_data, **cell_data}
+
+    def predict_files(self, meshes, output, **options) -> Report:
+        """``meshops predict``: every mesh of ``meshes`` (files or folders) written to the
+        folder ``output`` with the predicted fields; a time-series run's rollouts with
+        ``rollout=N``. ``options`` are :class:`~meshops.runs.predict.PredictOptions`'."""
+        meshes = [meshes] if isinstance(meshes, (str, Path)) else list(meshes)
+        opts = PredictOptions([str(m) for m in meshes], str(output), **options)
+        return predict_files(self.model, self.checkpoint, self.metadata, self._members(),
+                             opts)
+
+    # ----------------------------------------------------------------- evaluate
+    def evaluate(self, data, **options) -> Report:
+        """``meshops evaluate``: the errors on the folder ``data`` per target field and
+        sample, beside the baselines that need no training. ``options`` are
+        :class:`~meshops.runs.evaluate.EvaluateOptions`' (``plot``, ``refine``,
+        ``integrals``, ``baselines``, ...). ``report["fields"][field]["l2"]["mean"]``
+        is a number; ``report.table()`` the command's table; ``report.to_json()`` its
+        ``--json``."""
+        return evaluate_run(self.model, self.checkpoint, self.metadata,
+                            EvaluateOptions(str(data), **options))
+
+    # ------------------------------------------------------------------- export
+    def export(self, output, **options) -> Report:
+        """``meshops export``: the model as a ``.pt2`` or ``.onnx`` program of tensors,
+        written only once it reproduces the run's prediction. ``options`` are
+        :class:`~meshops.runs.export.ExportOptions`' (``mesh``, ``dynamic``,
+        ``overwrite``)."""
+        return export_run(self.path, ExportOptions(str(output), **options))
+
+    def __repr__(self) -> str:
+        m = self.metadata
+        return (f"Run({str(self.path)!r}: {self.model.model_name}, inputs "
+                f"{list(m.get('inputs') or [])} -> targets {list(m.get('targets') or [])})")
+
+
+def load_run(path, device: str | None = None) -> Run:
+    """The run of a folder written by ``meshops train`` or :func:`fit` (or a checkpoint
+    file); see :class:`Run`."""
+    return Run(path, device)
+
+
+def fit(data=None, inputs: Sequence[str] | str | None = None,
+        targets: Sequence[str] | str | None = None, *, out=None, minutes: float | None = None,
+        config=None, resume: bool = False, overwrite: bool = False, **options) -> Run:
+    """Train a run as ``meshops train`` does, with the same defaults, choices, files and
+    printed report, and return it.
+
+    Args:
+        data: Folder of training meshes (``--data``).
+        inputs: Input fields (``[]`` or ``""``: geometry only; ``geo:distance`` ...).
+        targets: Target fields; ``"u+v"`` joins the components of one vector field.
+        out: The run folder (default ``./run``).
+        minutes: The wall-clock budget (default 10).
+        config: A YAML or TOML file of options, below the keywords.
+        resume: Continue the run in ``out``.
+        overwrite: Start a new run in a folder that holds another one.
+        **options: Any other option of ``meshops train`` by its long name (``model``,
+            ``model_config`` as a mapping, ``epochs``, ``seed``, ``params``,
+            ``val_data``, ``series``, ...).
+
+    Returns:
+        The :class:`Run` of ``out`` (its ``best.pt``).
+
+    Raises:
+        UsageError: options that contradict each other or the data, a run folder that
+            would lose files; ``MeshError`` for meshes that cannot be read.
+
+    Example::
+
+        run = meshops.fit("data/", inputs=["f"], targets=["u"], minutes=2, out="runs/a")
+    """
+    from meshops.runs.config import TrainConfig
+    from meshops.runs.train import TrainRequest, train
+
+    given = {"data": data, "inputs": inputs, "targets": targets, "out": out,
+             "minutes": minutes, **options}
+    request = TrainRequest({k: v for k, v in given.items() if v is not None},
+                           None if config is None else str(config), resume, overwrite,
+                           source="fit()")
+    train(request)
+    return load_run(TrainConfig.resolve(request).out)

@@ -1,0 +1,173 @@
+"""Issue 29, item 1: the main job as a Python API. ``meshops.fit`` trains the run
+``meshops train`` trains (same defaults and files: bit for bit on a tiny set), and a
+``Run``'s ``evaluate``, ``predict_files``, ``predict`` and ``export`` give what the
+commands print and write; the commands are shells over them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from _folders import SMALL, folder_bytes, run_cli, write_folder
+from _series import series_params, write_heat_series
+
+import meshops
+from meshops.errors import UsageError
+from meshops.mesh.io import read_mesh
+
+# SMALL (tests/_folders.py) as fit()'s keywords
+SMALL_KW = {"inputs": ["f"], "targets": ["u"], "model": "transformer_no",
+            "model_config": {"width": 8, "layers": 1, "heads": 2}, "epochs": 1,
+            "batch_size": 2}
+
+
+def _tensors(path) -> dict:
+    """The weights and normalisers of a checkpoint, flat."""
+    out = {}
+
+    def walk(prefix, v):
+        if isinstance(v, torch.Tensor):
+            out[prefix] = v
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                walk(f"{prefix}.{k}", x)
+
+    ckpt = torch.load(path, weights_only=True)
+    walk("w", ckpt["state_dict"])
+    walk("n", ckpt.get("normalizers"))
+    return out
+
+
+def _same_run(a, b) -> None:
+    """Two run folders hold the same model and history, and the same config but for
+    the run folder itself."""
+    wa, wb = _tensors(a / "best.pt"), _tensors(b / "best.pt")
+    assert wa.keys() == wb.keys() and len(wa) > 2
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    ha, hb = (json.loads((r / "history.json").read_text()) for r in (a, b))
+    strip = lambda h: [{k: v for k, v in e.items() if k != "time_s"} for e in h]  # noqa: E731
+    assert strip(ha) == strip(hb) and len(strip(ha)) >= 1
+    ca, cb = (yaml.safe_load((r / "config.yaml").read_text()) for r in (a, b))
+    assert ca.pop("out") == str(a) and cb.pop("out") == str(b)
+    assert ca == cb
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_folder(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture(scope="module")
+def runs(data, tmp_path_factory):
+    """The same tiny run trained by the command and by fit()."""
+    root = tmp_path_factory.mktemp("runs")
+    assert meshops.cli.main(["train", "--data", str(data), *SMALL, "--out",
+                             str(root / "cli")]) == 0
+    run = meshops.fit(str(data), out=str(root / "api"), **SMALL_KW)
+    return root / "cli", root / "api", run
+
+
+def test_fit_trains_the_run_the_command_trains_bit_for_bit(runs):
+    cli_run, api_run, run = runs
+    _same_run(cli_run, api_run)
+    assert isinstance(run, meshops.Run) and run.checkpoint == api_run / "best.pt"
+
+
+def test_fit_takes_the_data_s_defaults_as_the_command_does(data, tmp_path, capsys):
+    """Without --model and --epochs both choose the model and fit the epochs to the
+    budget from the same data: the configs they write agree on every option."""
+    code, out, err = run_cli(capsys, ["train", "--data", data, "--inputs", "f", "--targets",
+                                      "u", "--epochs", "1", "--out", tmp_path / "cli",
+                                      "--dry-run"])
+    assert code == 0, err
+    from meshops.runs.train import TrainRequest, train
+
+    train(TrainRequest({"data": str(data), "inputs": ["f"], "targets": ["u"], "epochs": 1,
+                        "out": str(tmp_path / "api")}, dry_run=True, source="fit()"))
+    api_out = capsys.readouterr().out
+    say = lambda text: [ln for ln in text.splitlines() if not ln.startswith("out:")]  # noqa: E731
+    assert say(out) == say(api_out) and any(ln.startswith("model:") for ln in say(out))
+
+
+def test_evaluate_reports_what_the_command_prints(runs, data, capsys):
+    cli_run, _, run = runs
+    report = meshops.load_run(cli_run).evaluate(str(data))
+    code, out, err = run_cli(capsys, ["evaluate", cli_run, "--data", data, "--json"])
+    assert code == 0, err
+    assert json.loads(report.to_json()) == json.loads(out)
+    code, table, err = run_cli(capsys, ["evaluate", cli_run, "--data", data])
+    assert report.table() == table.rstrip("\n")
+    # the numbers are there to use: the per-sample errors' mean is the reported mean
+    per = [s["u"]["l2"] for s in report["samples"]]
+    assert report["fields"]["u"]["l2"]["mean"] == pytest.approx(np.mean(per), rel=1e-12)
+    assert set(report["baselines"]) >= {"nearest training sample"}
+
+
+def test_predict_files_and_predict_give_what_the_command_writes(runs, data, tmp_path,
+                                                                capsys):
+    cli_run, _, _ = runs
+    run = meshops.load_run(cli_run, "cpu")
+    report = run.predict_files(data, tmp_path / "api")
+    code, out, err = run_cli(capsys, ["predict", cli_run, data, "-o", tmp_path / "cli"])
+    assert code == 0, err
+    assert report.table().replace("/api/", "/cli/") == out.rstrip("\n")
+    assert len(report["written"]) == 4 and "u_pred" in report["fields"]
+    assert folder_bytes(tmp_path / "api") == folder_bytes(tmp_path / "cli")
+    # one mesh in memory: the fields written for it
+    fields = run.predict(data / "s1.vtu")
+    written = read_mesh(tmp_path / "cli" / "s1.vtu").fields
+    for name in report["fields"]:
+        assert np.allclose(np.asarray(fields[name], dtype=np.float64).reshape(-1),
+                           np.asarray(written[name], dtype=np.float64).reshape(-1),
+                           rtol=1e-6, atol=1e-12), name
+
+
+def test_export_checks_the_program_as_the_command_does(runs, tmp_path, capsys):
+    cli_run, _, run = runs
+    report = run.export(tmp_path / "m.pt2", dynamic=True)
+    assert (tmp_path / "m.pt2").is_file()
+    assert 0 <= report["difference"] <= report["tolerance"] == 1e-5
+    code, out, err = run_cli(capsys, ["export", cli_run, "-o", tmp_path / "c.pt2",
+                                      "--dynamic"])
+    assert code == 0, err
+    assert out.splitlines()[0].split(": ", 1)[1] == report.table().splitlines()[0].split(
+        ": ", 1)[1]
+
+
+def test_a_time_series_run_in_python(tmp_path, capsys):
+    """fit(series=True) trains the command's series run; evaluate gives its horizon
+    report; predict on one mesh is refused with the way to roll out."""
+    params = series_params(6, seed=2)
+    write_heat_series(tmp_path / "train", params[:4], steps=6, fmt="pvd")
+    write_heat_series(tmp_path / "test", params[4:], steps=6, fmt="pvd")
+    flags = ["--series", "--data", tmp_path / "train", "--inputs", "", "--targets", "u",
+             "--model", "transformer_no", "--model-config", "width=8", "layers=1",
+             "heads=2", "--epochs", "1", "--batch-size", "4", "--rollout-train", "2"]
+    code, _, err = run_cli(capsys, ["train", *flags, "--out", tmp_path / "cli"])
+    assert code == 0, err
+    run = meshops.fit(str(tmp_path / "train"), [], ["u"], out=str(tmp_path / "api"),
+                      series=True, model="transformer_no",
+                      model_config={"width": 8, "layers": 1, "heads": 2}, epochs=1,
+                      batch_size=4, rollout_train=2)
+    _same_run(tmp_path / "cli", tmp_path / "api")
+    report = run.evaluate(tmp_path / "test")
+    capsys.readouterr()
+    code, out, err = run_cli(capsys, ["evaluate", tmp_path / "api", "--data",
+                                      tmp_path / "test", "--json"])
+    assert json.loads(report.to_json()) == json.loads(out)
+    assert report["horizon"] == 5 and "persistence" in report["predictors"]
+    with pytest.raises(UsageError, match="predicts rollouts: Run.predict_files"):
+        run.predict(tmp_path / "test" / "s04.pvd")
+
+
+def test_fit_refuses_as_the_command_does(data, tmp_path):
+    """A bad option is a UsageError naming fit() as its source, before anything is
+    written; the command prints the same message as one line."""
+    with pytest.raises(UsageError, match=r"fit\(\): epochs"):
+        meshops.fit(str(data), ["f"], ["u"], epochs=0, out=str(tmp_path / "r"))
+    with pytest.raises(UsageError, match="unknown key 'epoch'.*did you mean 'epochs'"):
+        meshops.fit(str(data), ["f"], ["u"], epoch=1, out=str(tmp_path / "r"))
+    assert not (tmp_path / "r").exists()
