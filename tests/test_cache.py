@@ -332,7 +332,7 @@ def test_lazy_training_in_worker_processes_is_training_in_memory(tmp_path, capsy
 
 
 def test_lazy_mode_is_chosen_when_the_data_would_not_fit(tmp_path, capsys, monkeypatch):
-    from meshops.cli import lazy
+    from meshops.runs import lazy
 
     data = _folder(tmp_path / "data", 4)
     monkeypatch.setenv("MESHOPS_CACHE_DIR", str(tmp_path / "auto"))

@@ -171,3 +171,33 @@ def test_fit_refuses_as_the_command_does(data, tmp_path):
     with pytest.raises(UsageError, match="unknown key 'epoch'.*did you mean 'epochs'"):
         meshops.fit(str(data), ["f"], ["u"], epoch=1, out=str(tmp_path / "r"))
     assert not (tmp_path / "r").exists()
+
+
+def test_a_default_reduced_basis_exports_and_its_check_passes(tmp_path):
+    """The reduced basis the data chooses fits in float64 while its program takes the
+    float32 arrays of the run's dtype: the check feeds the program what a user would
+    (it fed the float64 sample and failed with a traceback before)."""
+    import meshio
+
+    from data_adapters.standins.convdiff import sample_params, solve_convection_diffusion
+
+    params = sample_params(12, seed=0)
+    points, triangles, u = solve_convection_diffusion(8, params)
+    points = np.column_stack([points, np.zeros(len(points))])
+    (tmp_path / "d").mkdir()
+    for s in range(len(params)):
+        fields = {k: np.full(len(points), v) for k, v in zip(("kappa", "wx", "wy"), params[s])}
+        meshio.write(tmp_path / "d" / f"c{s:02d}.vtu",
+                     meshio.Mesh(points, [("triangle", triangles)],
+                                 point_data={**fields, "u": u[s]}))
+    run = meshops.fit(str(tmp_path / "d"), ["kappa", "wx", "wy"], ["u"], minutes=0.05,
+                      out=str(tmp_path / "run"))
+    assert run.model.model_name == "reduced_basis"
+    report = run.export(tmp_path / "m.pt2")
+    assert report["dtype"] == "float32" and report["difference"] <= 1e-5
+    program = torch.export.load(str(tmp_path / "m.pt2")).module()
+    mesh = read_mesh(tmp_path / "d" / "c03.vtu")
+    x = torch.stack([mesh.fields[k] for k in ("kappa", "wx", "wy")], 1).float()
+    expected = run.predict(tmp_path / "d" / "c03.vtu")["u_pred"].reshape(-1)
+    got = program(x).reshape(-1).double()
+    assert torch.allclose(got, expected.double(), rtol=1e-4, atol=1e-6 * expected.abs().max())

@@ -22,9 +22,9 @@ import sys
 import warnings
 
 from meshops.cli import evaluate, export, info, kernels, plot, predict, train
-from meshops.cli.info import mesh_summary
 from meshops.errors import CheckpointError, MeshError, UsageError
 from meshops.inference.predict import RUN_CHECKPOINT, RunSpec, load_model
+from meshops.mesh.summary import mesh_summary
 from meshops.runs.common import os_reason
 from meshops.runs.config import (
     RUN_CONFIG,

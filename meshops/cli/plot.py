@@ -1,66 +1,18 @@
-"""``meshops plot``: pictures of point fields (truth, prediction, error)."""
+"""``meshops plot``: its options and examples; the picture is
+:func:`meshops.runs.plot.plot_file`."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from meshops.cli._common import RAW, wrap
-from meshops.errors import UsageError
-from meshops.inference.predict import available_fields
-from meshops.runs.common import names
 
 
 def cmd_plot(args) -> int:
-    from meshops.inference.plot import (
-        check_picture_path,
-        plot_comparison,
-        plot_comparisons,
-        plot_fields,
-    )
-    from meshops.mesh.io import read_mesh
+    """Draw the picture and say where it is."""
+    from meshops.runs.plot import PlotOptions, plot_file
 
-    check_picture_path(args.output)
-    mesh = read_mesh(args.mesh)
-    fields = getattr(mesh, "fields", None) or {}
-
-    def get(name):
-        if name not in fields:
-            raise UsageError(f"{args.mesh}: point field {name!r} not found; available point "
-                           f"fields: {available_fields(mesh)}")
-        v = fields[name]
-        if args.component is not None:
-            n = v.shape[0]
-            flat = v.reshape(n, -1)
-            if not 0 <= args.component < flat.shape[1]:
-                raise UsageError(f"{args.mesh}: field {name!r} has {flat.shape[1]} component(s); "
-                               f"--component {args.component} is out of range")
-            v = flat[:, args.component]
-        return v
-
-    suffix = f"[{args.component}]" if args.component is not None else ""
-    title = args.title if args.title is not None else Path(args.mesh).name
-    if args.truth or args.pred:
-        if not (args.truth and args.pred):
-            raise UsageError("plot: --truth and --pred go together")
-        plot_comparison(mesh, get(args.truth), get(args.pred), args.output,
-                        name=args.truth + suffix, title=title)
-    else:
-        if not args.field:
-            raise UsageError("plot: give --field NAME[,NAME...] or --truth NAME --pred NAME")
-        chosen = names(args.field, "--field")
-        pairs = [f"{n}_pred" in fields for n in chosen]
-        if all(pairs) and not args.no_compare:
-            if len(chosen) == 1:
-                plot_comparison(mesh, get(chosen[0]), get(f"{chosen[0]}_pred"), args.output,
-                                name=chosen[0] + suffix, title=title)
-            else:
-                plot_comparisons([(mesh, get(n), get(f"{n}_pred"), None, n + suffix)
-                                  for n in chosen],
-                                 args.output, title=title)
-        else:
-            plot_fields(mesh, [get(n) for n in chosen], [n + suffix for n in chosen],
-                        args.output, suptitle=title)
-    print(f"wrote {args.output}")
+    path = plot_file(PlotOptions(args.mesh, args.output, args.field, args.truth, args.pred,
+                                 args.component, args.title, not args.no_compare))
+    print(f"wrote {path}")
     return 0
 
 

@@ -171,8 +171,6 @@ def evaluate_run(model, ckpt, meta: dict, opts: EvaluateOptions) -> Report:
     the distances to the training set, boundary integrals and the mesh-independence
     check asked for; a time-series run's errors against the horizon
     (:func:`meshops.runs.series.evaluate_series`)."""
-    import torch
-
     if opts.plot:  # before the evaluation, not after it
         from meshops.inference.plot import check_picture_path
 
@@ -181,95 +179,130 @@ def evaluate_run(model, ckpt, meta: dict, opts: EvaluateOptions) -> Report:
         from meshops.runs.series import evaluate_series
 
         return evaluate_series(model, ckpt, meta, opts)
-    spec = RunSpec(model, ckpt, meta, optional_names(opts.inputs), optional_names(opts.targets))
-    layout = _run_layout(opts, meta, spec, model, ckpt)
-    integrals = [parse_integral(t, spec.targets, spec.shapes) for t in opts.integrals or []]
-    ds = folder_dataset(opts.data, layout.inputs, spec.targets, torch.float64, layout)
-    names = [Path(f).name for f in ds.files]
-    keys = _keys(spec.fields)
-    errors, per_sample, tests, integral_rows = [], [], [], []
-    train_set, why = trust_reports.training_set_of(meta, spec.inputs, spec.targets)
-    distances, independence = [], []
-    for i in progress(range(len(ds)), desc="evaluating", unit="mesh"):
-        s = ds[i]
-        tests.append(s)
-        spec.check_mesh(s, ds.files[i], roles=("inputs", "targets"))
-        pred = inference.predict_mesh(model, spec, s)
-        if integrals:
-            integral_rows.append(boundary_integrals(
-                read_mesh(ds.files[i]), integrals, spec.split(pred.to(torch.float64)),
-                spec.split(s.y.to(torch.float64)), layout.location))
-        values = _errors_by_field(pred, s.y, s.weight, spec.fields)
-        errors.append(values)
-        bad = (~torch.isfinite(pred)).nonzero()
-        if bad.numel():  # the inputs are finite (checked above): the model is at fault
-            print(f"meshops: warning: {ds.files[i]}: the model predicts a non-finite value "
-                  f"({pred[bad[0, 0], bad[0, 1]].item()}) at point {int(bad[0, 0])} although "
-                  f"the inputs are finite; counted as a failure (error inf)", file=sys.stderr)
-        per_sample.append({"file": names[i], **{
-            key: {m: _json_number(v) for m, v in e.items()} for key, e in values.items()}})
-        if train_set is not None:
-            distances.append(train_set.distance(mesh_sample(model, spec, s).cpu()))
-            per_sample[-1]["distance"] = trust_reports.json_number(distances[-1])
-        if opts.refine:
-            from meshops.inference.refine import mesh_independence
-
-            independence.append(mesh_independence(model, spec, s))
-            per_sample[-1]["refine"] = trust_reports.json_number(independence[-1])
-        for key, e in values.items():
-            if not bad.numel() and (math.isnan(e["l2"]) or math.isnan(e["l2_unweighted"])):
-                # undefined, not huge: say so once per file and target
-                print(f"meshops: warning: {ds.files[i]}: target {key!r} is zero everywhere; "
-                      f"its relative L2 error is undefined and left out of the relative "
-                      f"statistics (absolute L2 error {e['abs_l2']:.4e})", file=sys.stderr)
-    result = {
-        "checkpoint": str(ckpt), "model": model.model_name, "data": str(opts.data),
-        "n": len(ds), "inputs": spec.inputs, "targets": spec.targets,
-        "fields": _statistics(errors, names, keys),
-        "failed": [n for n, e in zip(names, errors)
-                   if any(math.isinf(v["l2"]) for v in e.values())],
-        "samples": per_sample,
-    }
-    note = _training_overlap(meta, opts.data, ds.files)
-    if note:
-        result["note"] = note
-    main_key = keys[-1]  # the mean over the fields, or the only field
-    if distances:
-        result["distance"] = trust_reports.distance_report(
-            distances, [e[main_key]["l2"] for e in errors])
-    else:
-        result["distance"] = {"note": f"n/a: {why}"}
-    if independence:
-        result["refine"] = trust_reports.refine_report(independence)
-    if integrals:
-        result["integrals"] = integral_report(integrals, integral_rows, names)
-    if opts.baselines and tests:
-        train, note = training_samples(meta, spec.inputs, spec.targets, layout)
-        result["baselines"] = _baseline_report(train, note, tests, names, spec.fields)
+    ev = _Evaluation(model, ckpt, meta, opts)
+    for i in progress(range(len(ev.ds)), desc="evaluating", unit="mesh"):
+        ev.add(i)
+    result = ev.result()
     if opts.plot:
-        from meshops.inference.plot import plot_comparisons
-
-        stats = result["fields"][main_key]["l2"]
-        if stats["worst_sample"] is None:  # no defined relative error: rank by absolute
-            stats = result["fields"][main_key]["abs_l2"]
-        picks = [("median", names.index(stats["median_sample"])),
-                 ("worst", names.index(stats["worst_sample"]))]
-        items = []
-        for label, i in picks:
-            s = ds[i]
-            pred = spec.split(inference.predict_mesh(model, spec, s).to(torch.float64))
-            truth = spec.split(s.y.to(torch.float64))
-            for name in spec.targets:
-                items.append((s, truth[name].numpy(), pred[name].numpy(),
-                              f"{label}: {names[i]}", name))
-        plot_comparisons(items, opts.plot,
-                         title=f"{ckpt} on {opts.data}: median and worst samples "
-                               f"(of {len(ds)})")
-        result["plot"] = str(opts.plot)
-    result["description"] = spec.describe()
+        ev.plot(result)
+    result["description"] = ev.spec.describe()
     return Report(result, _print_report, lambda r: {
         k: _json_stats(v) if k in ("fields", "baselines") else v
         for k, v in r.items() if k != "description"})
+
+
+class _Evaluation:
+    """One evaluation under way: the run and the data set, and what each sample gave
+    (errors, distances, integrals, the mesh-independence check)."""
+
+    def __init__(self, model, ckpt, meta: dict, opts: EvaluateOptions) -> None:
+        import torch
+
+        self.model, self.ckpt, self.meta, self.opts = model, ckpt, meta, opts
+        spec = self.spec = RunSpec(model, ckpt, meta, optional_names(opts.inputs),
+                                   optional_names(opts.targets))
+        self.layout = _run_layout(opts, meta, spec, model, ckpt)
+        self.integrals = [parse_integral(t, spec.targets, spec.shapes)
+                          for t in opts.integrals or []]
+        self.ds = folder_dataset(opts.data, self.layout.inputs, spec.targets, torch.float64,
+                                 self.layout)
+        self.names = [Path(f).name for f in self.ds.files]
+        self.keys = _keys(spec.fields)
+        self.train_set, self.why = trust_reports.training_set_of(meta, spec.inputs,
+                                                                 spec.targets)
+        self.errors, self.per_sample, self.tests, self.integral_rows = [], [], [], []
+        self.distances, self.independence = [], []
+
+    def add(self, i: int) -> None:
+        """Predict on sample ``i`` and record its errors (warnings on stderr for a model
+        that fails, and for a target that is zero everywhere)."""
+        import torch
+
+        spec, s, path = self.spec, self.ds[i], self.ds.files[i]
+        self.tests.append(s)
+        spec.check_mesh(s, path, roles=("inputs", "targets"))
+        pred = inference.predict_mesh(self.model, spec, s)
+        if self.integrals:
+            self.integral_rows.append(boundary_integrals(
+                read_mesh(path), self.integrals, spec.split(pred.to(torch.float64)),
+                spec.split(s.y.to(torch.float64)), self.layout.location))
+        values = _errors_by_field(pred, s.y, s.weight, spec.fields)
+        self.errors.append(values)
+        bad = (~torch.isfinite(pred)).nonzero()
+        if bad.numel():  # the inputs are finite (checked above): the model is at fault
+            print(f"meshops: warning: {path}: the model predicts a non-finite value "
+                  f"({pred[bad[0, 0], bad[0, 1]].item()}) at point {int(bad[0, 0])} although "
+                  f"the inputs are finite; counted as a failure (error inf)", file=sys.stderr)
+        row = {"file": self.names[i], **{
+            key: {m: _json_number(v) for m, v in e.items()} for key, e in values.items()}}
+        self.per_sample.append(row)
+        if self.train_set is not None:
+            self.distances.append(self.train_set.distance(
+                mesh_sample(self.model, spec, s).cpu()))
+            row["distance"] = trust_reports.json_number(self.distances[-1])
+        if self.opts.refine:
+            from meshops.inference.refine import mesh_independence
+
+            self.independence.append(mesh_independence(self.model, spec, s))
+            row["refine"] = trust_reports.json_number(self.independence[-1])
+        for key, e in values.items():
+            if not bad.numel() and (math.isnan(e["l2"]) or math.isnan(e["l2_unweighted"])):
+                # undefined, not huge: say so once per file and target
+                print(f"meshops: warning: {path}: target {key!r} is zero everywhere; "
+                      f"its relative L2 error is undefined and left out of the relative "
+                      f"statistics (absolute L2 error {e['abs_l2']:.4e})", file=sys.stderr)
+
+    def result(self) -> dict:
+        """The report's entries: statistics per field, failures, per-sample rows, and
+        the distances, mesh independence, integrals and baselines asked for."""
+        spec, names, errors = self.spec, self.names, self.errors
+        result = {
+            "checkpoint": str(self.ckpt), "model": self.model.model_name,
+            "data": str(self.opts.data), "n": len(self.ds), "inputs": spec.inputs,
+            "targets": spec.targets, "fields": _statistics(errors, names, self.keys),
+            "failed": [n for n, e in zip(names, errors)
+                       if any(math.isinf(v["l2"]) for v in e.values())],
+            "samples": self.per_sample,
+        }
+        note = _training_overlap(self.meta, self.opts.data, self.ds.files)
+        if note:
+            result["note"] = note
+        main_key = self.keys[-1]  # the mean over the fields, or the only field
+        result["distance"] = trust_reports.distance_report(
+            self.distances, [e[main_key]["l2"] for e in errors]) if self.distances else \
+            {"note": f"n/a: {self.why}"}
+        if self.independence:
+            result["refine"] = trust_reports.refine_report(self.independence)
+        if self.integrals:
+            result["integrals"] = integral_report(self.integrals, self.integral_rows, names)
+        if self.opts.baselines and self.tests:
+            train, note = training_samples(self.meta, spec.inputs, spec.targets, self.layout)
+            result["baselines"] = _baseline_report(train, note, self.tests, names,
+                                                   spec.fields)
+        return result
+
+    def plot(self, result: dict) -> None:
+        """Truth, prediction and error of the median and the worst sample."""
+        import torch
+
+        from meshops.inference.plot import plot_comparisons
+
+        spec, names, key = self.spec, self.names, self.keys[-1]
+        stats = result["fields"][key]["l2"]
+        if stats["worst_sample"] is None:  # no defined relative error: rank by absolute
+            stats = result["fields"][key]["abs_l2"]
+        items = []
+        for label in ("median", "worst"):
+            i = names.index(stats[f"{label}_sample"])
+            s = self.ds[i]
+            pred = spec.split(inference.predict_mesh(self.model, spec, s).to(torch.float64))
+            truth = spec.split(s.y.to(torch.float64))
+            items += [(s, truth[name].numpy(), pred[name].numpy(), f"{label}: {names[i]}",
+                       name) for name in spec.targets]
+        plot_comparisons(items, self.opts.plot,
+                         title=f"{self.ckpt} on {self.opts.data}: median and worst samples "
+                               f"(of {len(self.ds)})")
+        result["plot"] = str(self.opts.plot)
 
 
 def _print_report(result: dict) -> None:

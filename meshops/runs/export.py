@@ -1,5 +1,5 @@
-"""Exporting a run (``meshops export``, :meth:`meshops.runs.Run.export`): its model as a ``torch.export`` (``.pt2``) or ONNX file, checked
-against the run's own prediction."""
+"""Exporting a run (``meshops export``, :meth:`meshops.runs.Run.export`): its model as
+a ``torch.export`` (``.pt2``) or ONNX file, checked against the run's own prediction."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Sequence
 
 from meshops.errors import UsageError
 from meshops.inference.predict import RunSpec, load_model, mesh_sample
-from meshops.runs.report import Report
 from meshops.runs.common import optional_names
+from meshops.runs.report import Report
 
 #: Largest difference allowed between the exported program and the run on the example
 #: mesh, relative to the prediction's largest magnitude (float32 reassociation is ~1e-7).
@@ -74,8 +74,11 @@ def _export_checked(model, sample, tmp: Path, opts, meta: dict, what: str) -> tu
     except ExportError as e:
         raise UsageError(str(e)) from None
     ref = model.predict(sample).to(torch.float64)
+    # the arrays a user gives: the program's dtype, params in float64 (info["dtype"])
+    dtypes = {k: torch.float64 if k == "params" else getattr(torch, info["dtype"])
+              for k in info["inputs"]}
     with torch.no_grad():
-        out = load_exported(tmp)(*(getattr(sample, k) for k in info["inputs"]))
+        out = load_exported(tmp)(*(getattr(sample, k).to(dtypes[k]) for k in info["inputs"]))
     diff = float((out.to(torch.float64) - ref).abs().max()) / max(float(ref.abs().max()), 1e-30)
     if not diff <= TOLERANCE:
         raise UsageError(f"{what} by {diff:.2e} (relative), over {TOLERANCE:g}; nothing written")

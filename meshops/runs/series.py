@@ -9,7 +9,6 @@ the common time step of the training data (or null).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import sys
@@ -17,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meshops.errors import CheckpointError, MeshError, UsageError
-from meshops.runs.report import Report
 from meshops.runs.common import is_main_rank, optional_names, plural
+from meshops.runs.report import Report
 
 #: Stored in the checkpoint metadata of a time-series run.
 SERIES_KEY = "series"
@@ -100,8 +99,8 @@ def train_series(cfg, request, dtype, resumed: dict | None) -> int:
     from meshops.inference.predict import field_channels
     from meshops.runs import series_choice
     from meshops.runs.run_folder import clear_run_files
-    from meshops.runs.training_run import check_writable_folder, epochs_to_fit, run_training
-    from meshops.training.rollout import RolloutLoss, rollout_sample, rollout_windows
+    from meshops.runs.training_run import check_writable_folder, run_training
+    from meshops.training.rollout import RolloutLoss
 
     _check_series_options(cfg)
     data = _read_series(cfg, resumed)
@@ -109,22 +108,10 @@ def train_series(cfg, request, dtype, resumed: dict | None) -> int:
     if plan.mode == "only":
         return series_choice.fit_only_run(
             request, cfg, data, plan, lambda resolved: series_metadata(cfg, data, resolved, True))
+    cfg, model, windows, val_samples, chosen = _next_step_setup(cfg, data, plan, dtype)
     train, val = data.train, data.val
-    K = cfg.rollout_train
-    c_state = sum(field_channels(data.shapes[k]) for k in cfg.targets)
-    c_in = sum(field_channels(data.shapes[k]) for k in cfg.inputs)
-    windows = rollout_windows(train, cfg.targets, cfg.inputs, K, cfg.time_input, dtype)
-    val_samples = [rollout_sample(s, cfg.targets, cfg.inputs, 0, len(s) - 1, cfg.time_input,
-                                  dtype) for s in val] or None
-    cfg, reason = _options_from_data(cfg, train)
-    model = _next_step_model(cfg, train, c_state, c_in, data.dim, dtype)
-    # A validation rollout of T - 1 steps costs (T - 1) / K training windows' forwards.
-    val_equiv = sum(math.ceil((len(s) - 1) / K) for s in val)
-    # the epochs fit the time the trajectory basis left; the run records --minutes
-    cfg, fitted = epochs_to_fit(plan.budget(cfg), model, windows, val_equiv)
-    cfg = cfg.with_options("defaults", minutes=plan.minutes)
-    chosen = "; ".join(c for c in (reason, fitted, plan.note) if c)
     resolved = cfg.render(model_config=model.operator_config)
+    c_state = sum(field_channels(data.shapes[k]) for k in cfg.targets)
     summary = _summary(cfg, model, train, val, len(windows), c_state, data.dim)
     metadata = dict(series_metadata(cfg, data, resolved, cfg.time_input), **plan.metadata())
     out = Path(cfg.out)
@@ -153,6 +140,32 @@ def train_series(cfg, request, dtype, resumed: dict | None) -> int:
     if trained and is_main_rank():
         plan.choose(out, data, metadata)
     return 0
+
+
+def _next_step_setup(cfg, data: SeriesData, plan, dtype):
+    """The next-step model of a series run and what it trains on: ``(cfg with the
+    options the data chose, model, training windows, validation rollouts, the reasons
+    said)``; the epochs fit the time the trajectory basis left."""
+    from meshops.inference.predict import field_channels
+    from meshops.runs.training_run import epochs_to_fit
+    from meshops.training.rollout import rollout_sample, rollout_windows
+
+    train, val = data.train, data.val
+    K = cfg.rollout_train
+    c_state = sum(field_channels(data.shapes[k]) for k in cfg.targets)
+    c_in = sum(field_channels(data.shapes[k]) for k in cfg.inputs)
+    windows = rollout_windows(train, cfg.targets, cfg.inputs, K, cfg.time_input, dtype)
+    val_samples = [rollout_sample(s, cfg.targets, cfg.inputs, 0, len(s) - 1, cfg.time_input,
+                                  dtype) for s in val] or None
+    cfg, reason = _options_from_data(cfg, train)
+    model = _next_step_model(cfg, train, c_state, c_in, data.dim, dtype)
+    # A validation rollout of T - 1 steps costs (T - 1) / K training windows' forwards.
+    val_equiv = sum(math.ceil((len(s) - 1) / K) for s in val)
+    # the epochs fit the time the trajectory basis left; the run records --minutes
+    cfg, fitted = epochs_to_fit(plan.budget(cfg), model, windows, val_equiv)
+    cfg = cfg.with_options("defaults", minutes=plan.minutes)
+    return cfg, model, windows, val_samples, "; ".join(
+        c for c in (reason, fitted, plan.note) if c)
 
 
 def _options_from_data(cfg, train: list):
@@ -490,39 +503,60 @@ def _print_rollouts(r: dict) -> None:
 def evaluate_series(model, ckpt, meta, opts) -> Report:
     """``meshops evaluate`` of a time-series run: relative L2 error against the
     horizon, per step, beside persistence and the nearest training trajectory."""
-    import numpy as np
-
     from meshops.inference.predict import RunSpec, model_tensor
     from meshops.runs.common import progress
-    from meshops.training.horizon import (
-        horizon_statistics,
-        nearest_trajectory,
-        persistence,
-        step_errors,
-    )
     from meshops.training.rollout import rollout_sample
 
     _check_series_run(ckpt, meta, "--horizon/--start")
     if (opts.horizon is not None and opts.horizon < 1) or opts.start < 0:
         raise UsageError(f"--horizon must be >= 1 and --start >= 0, got {opts.horizon} and "
-                       f"{opts.start}")
+                         f"{opts.start}")
     RunSpec(model, ckpt, meta, optional_names(opts.inputs), optional_names(opts.targets))
     test = _read_folder(opts.data, meta, "reading series")
     _warn_other_dt(test, meta)
-    start = opts.start
+    start, lengths = opts.start, _horizons(test, opts)
+    targets, inputs = list(meta["targets"]), list(meta["inputs"])
+    dtype = model_tensor(model).dtype
+    table = _step_table(test, lengths, start, targets)
+    preds = []
+    for s, h in progress(list(zip(test, lengths)), desc="rolling out", unit="series"):
+        sample = rollout_sample(s, targets, inputs, start, h,
+                                bool(meta.get("time_input", True)), dtype, with_targets=False)
+        preds.append(model_rollout(model, sample, s, targets, ckpt))
+    results = {"model": (table(preds), describe_model(model))}
+    if opts.baselines:
+        results.update(_series_baselines(meta, test, lengths, start, targets, table))
+    report = {"checkpoint": str(ckpt), "model": _model_name(model), "data": str(opts.data),
+              **_horizon_report(results, test, lengths, start, targets)}
+    if opts.plot:
+        _plot_horizon(report, opts.plot, f"{ckpt} on {opts.data}")
+        report["plot"] = str(opts.plot)
+    return Report(report, _print_horizon, _json_report)
+
+
+def _horizons(test: list, opts) -> list[int]:
+    """The steps each test series is rolled out: to its end from ``opts.start``, at most
+    ``opts.horizon``."""
     lengths = []
     for s in test:
-        h = len(s) - 1 - start
+        h = len(s) - 1 - opts.start
         if opts.horizon is not None:
             h = min(h, opts.horizon)
         if h < 1:
-            raise UsageError(f"{s.source}: {len(s)} time steps leave no step to predict after "
-                           f"--start {start}")
+            raise UsageError(f"{s.source}: {len(s)} time steps leave no step to predict "
+                             f"after --start {opts.start}")
         lengths.append(h)
+    return lengths
+
+
+def _step_table(test: list, lengths: list, start: int, targets: list):
+    """``table(preds) -> [series, H]``: each rollout's relative L2 error per step (NaN
+    past a series' end, or for a predictor with no rollout of it)."""
+    import numpy as np
+
+    from meshops.training.horizon import step_errors
+
     H = max(lengths)
-    names = [s.name for s in test]
-    targets, inputs = list(meta["targets"]), list(meta["inputs"])
-    dtype = model_tensor(model).dtype
 
     def table(preds) -> np.ndarray:
         e = np.full((len(test), H), np.nan)
@@ -532,32 +566,41 @@ def evaluate_series(model, ckpt, meta, opts) -> Report:
                                        s.mesh.weight)
         return e
 
-    preds = []
-    for s, h in progress(list(zip(test, lengths)), desc="rolling out", unit="series"):
-        sample = rollout_sample(s, targets, inputs, start, h,
-                                bool(meta.get("time_input", True)), dtype, with_targets=False)
-        preds.append(model_rollout(model, sample, s, targets, ckpt))
-    results = {"model": (table(preds), describe_model(model))}
-    if opts.baselines:
-        results["persistence"] = (table([persistence(s, targets, start, h)
-                                         for s, h in zip(test, lengths)]),
-                                  f"the state at time step {start}, held")
-        train, why = _training_series(meta)
-        if train is None:
-            results["nearest training trajectory"] = (None, why)
-        else:
-            near, chosen, note = nearest_trajectory(train, test, targets, start, lengths)
-            missing = sum(p is None for p in near)
-            if missing == len(near):
-                results["nearest training trajectory"] = (
-                    None, f"n/a: no training series reaches time step {start}")
-            else:
-                if missing:
-                    note += (f" ({missing} test series have no training series that reaches "
-                             f"time step {start})")
-                results["nearest training trajectory"] = (table(near), note)
+    return table
+
+
+def _series_baselines(meta, test, lengths, start, targets, table) -> dict:
+    """``{name: (errors or None, note)}`` of persistence and the nearest training
+    trajectory."""
+    from meshops.training.horizon import nearest_trajectory, persistence
+
+    out = {"persistence": (table([persistence(s, targets, start, h)
+                                  for s, h in zip(test, lengths)]),
+                           f"the state at time step {start}, held")}
+    name = "nearest training trajectory"
+    train, why = _training_series(meta)
+    if train is None:
+        return {**out, name: (None, why)}
+    near, chosen, note = nearest_trajectory(train, test, targets, start, lengths)
+    missing = sum(p is None for p in near)
+    if missing == len(near):
+        return {**out, name: (None, f"n/a: no training series reaches time step {start}")}
+    if missing:
+        note += (f" ({missing} test series have no training series that reaches time step "
+                 f"{start})")
+    return {**out, name: (table(near), note)}
+
+
+def _horizon_report(results: dict, test: list, lengths: list, start: int,
+                    targets: list) -> dict:
+    """The report of the predictors' error tables (``results``: name -> (errors,
+    note)): statistics per step, the mean over all steps, the steps each is below."""
+    import numpy as np
+
+    from meshops.training.horizon import horizon_statistics
+
+    names, H = [s.name for s in test], max(lengths)
     report = {
-        "checkpoint": str(ckpt), "model": _model_name(model), "data": str(opts.data),
         "n": len(test), "start": start, "horizon": H, "targets": targets,
         "metric": "relative L2 per step, quadrature-weighted, state channels pooled",
         "times": _times(test[int(np.argmax(lengths))], start, H),
@@ -572,10 +615,7 @@ def evaluate_series(model, ckpt, meta, opts) -> Report:
                                for row in errors]
         report["predictors"][name] = entry
     report["below"] = _below(report["predictors"])
-    if opts.plot:
-        _plot_horizon(report, opts.plot, f"{ckpt} on {opts.data}")
-        report["plot"] = str(opts.plot)
-    return Report(report, _print_horizon, _json_report)
+    return report
 
 
 def _json_report(report: dict) -> dict:
