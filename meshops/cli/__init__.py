@@ -1,10 +1,9 @@
 """The ``meshops`` command: ``info``, ``train``, ``predict``, ``evaluate``, ``export``,
 ``plot``, ``build-kernels``.
 
-One module per subcommand (its function and its parser); :mod:`.config` holds the
-typed :class:`TrainConfig` of ``train``, :mod:`.folder` every use of the
-mesh-folder data set. Loading a run and predicting with it is library API
-(:mod:`meshops.inference.predict`).
+One module per subcommand: its parser (options, help, examples) and its ``cmd_*``
+function, which calls :mod:`meshops.runs` (the job: :func:`meshops.fit`,
+:class:`meshops.runs.Run`) and prints what it returns.
 
 Every subcommand has ``--help`` with examples. Errors in the user's data or
 arguments (missing files or fields, empty folders, field shapes that differ
