@@ -8,10 +8,11 @@ from meshops.cli._common import RAW, wrap
 
 def cmd_plot(args) -> int:
     """Draw the picture and say where it is."""
-    from meshops.runs.plot import PlotOptions, plot_file
+    from meshops.runs.plot import plot_file
 
-    path = plot_file(PlotOptions(args.mesh, args.output, args.field, args.truth, args.pred,
-                                 args.component, args.title, not args.no_compare))
+    path = plot_file(args.mesh, args.output, field=args.field, truth=args.truth,
+                     pred=args.pred, component=args.component, title=args.title,
+                     compare=not args.no_compare)
     print(f"wrote {path}")
     return 0
 

@@ -12,32 +12,36 @@ from meshops.runs.common import names
 
 
 @dataclass
-class PlotOptions:
-    """What ``meshops plot`` is asked.
+class _Plot:
+    mesh: str
+    output: str
+    field: str | list | None
+    truth: str | None
+    pred: str | None
+    component: int | None
+    title: str | None
+    compare: bool
+
+
+def plot_file(mesh, output, *, field=None, truth: str | None = None, pred: str | None = None,
+              component: int | None = None, title: str | None = None,
+              compare: bool = True) -> str:
+    """Draw a picture of the point fields of a mesh file (``meshops plot``).
 
     Args:
         mesh: The mesh file.
         output: The picture (``.png``, ``.pdf``, ``.svg``, ...).
-        field: ``NAME[,NAME...]``: the fields (each beside its ``NAME_pred`` when the
-            file has it, unless ``compare`` is off).
+        field: ``"NAME[,NAME...]"`` or a list: the fields, each beside its ``NAME_pred``
+            and their difference when the file has it (unless ``compare`` is off).
         truth, pred: Two fields compared (instead of ``field``).
         component: One component of vector fields (default: the magnitude).
         title: The figure's title (default the file's name).
         compare: Compare ``NAME`` with ``NAME_pred`` where the file has both.
+
+    Returns:
+        The picture's path.
     """
-
-    mesh: str
-    output: str
-    field: str | list | None = None
-    truth: str | None = None
-    pred: str | None = None
-    component: int | None = None
-    title: str | None = None
-    compare: bool = True
-
-
-def plot_file(opts: PlotOptions) -> str:
-    """Draw the picture ``opts`` asks for; returns its path."""
+    opts = _Plot(mesh, output, field, truth, pred, component, title, compare)
     from meshops.inference.plot import (
         check_picture_path,
         plot_comparison,
