@@ -19,13 +19,13 @@ Why this is ours rather than scikit-learn's ``GaussianProcessRegressor`` (issue 
 basis hands this class (the five parametric sets of the accuracy benchmark, their
 training/validation split, the validation fields' mean relative L2 error), with the same
 kernel (``ConstantKernel * Matern(nu=2.5, ARD) + WhiteKernel``), start, bounds and
-fitting subset (``benchmarks/results/gp-library-cpu-1thread-loaded.txt``). With one
-start, scikit-learn is level on navier_stokes and materials and behind on convdiff (by
-4 %), heat (by 13 % in the mean, though its worst sample is better) and boundary_layer
-(12x: scipy's L-BFGS-B stops in the all-noise optimum for most coefficients). With five
-random restarts it is level on four sets and 10 % behind on heat, but takes 1.8 to 5.5
-times as long. So the fit stays here: as accurate, or more, in less time. (The times
-were taken on a loaded machine, the two alternating on one thread each.)
+fitting subset (``benchmarks/results/gp-library-cpu-1thread.txt``, on a quiet machine,
+the two alternating on one thread each). With one start, scikit-learn is level on
+navier_stokes and materials and behind on convdiff (by 4 %), heat (by 13 % in the mean,
+though its worst sample is better: 0.18 against 1.13) and boundary_layer (12x: scipy's
+L-BFGS-B stops in the all-noise optimum for most coefficients). With five random
+restarts it is level on four sets and 10 % behind on heat, but takes 2.0 to 5.4 times
+as long. So the fit stays here: as accurate, or more, in less time.
 """
 
 from __future__ import annotations
