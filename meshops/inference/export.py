@@ -271,31 +271,11 @@ def export_model(model, mesh, path, *, dynamic: bool = False,
             to = torch.float64 if k == "params" else dtype
             setattr(sample, k, getattr(mesh, k).to(to).cpu())
     program, args, names, fixed = _program(_sdpa(model).cpu(), sample, dynamic)
-    shapes = None
-    if dynamic:
-        # the Galerkin layers switch to row blocks above BLOCK_ABOVE points
-        from meshops.nn.galerkin import BLOCK_ABOVE
-
-        top = BLOCK_ABOVE if model.model_name == "galerkin_transformer" else None
-        pts = torch.export.Dim("points", min=2, max=top)
-        # forward(*inputs): the inputs are one (variadic) argument
-        shapes = (tuple(None if k == "params" else {0: pts} for k in names),)
+    shapes = _dynamic_shapes(model, names) if dynamic else None
     info = _info(model, fixed, dynamic, int(sample.pos.shape[0]), names, dict(metadata or {}))
     try:
         with torch.no_grad(), _exporters_quiet():
-            ep = torch.export.export(program, args, dynamic_shapes=shapes)
-            _check_no_meshops_ops(ep)
-            if path.suffix == ".pt2":
-                atomic_write(path, lambda tmp: torch.export.save(
-                    ep, tmp, extra_files={INFO: json.dumps(info)}))
-            else:
-                ep = _for_onnx(ep)
-                onnx_program = torch.onnx.export(
-                    ep, args, input_names=names, output_names=["y"],
-                    dynamo=True, dynamic_shapes=shapes, opset_version=ONNX_OPSET,
-                    verbose=False)
-                onnx_program.model.metadata_props["meshops"] = json.dumps(info)
-                atomic_write(path, lambda tmp: onnx_program.save(tmp))
+            _write_program(path, program, args, names, shapes, info)
     except ExportError:
         raise
     except Exception as e:  # the exporters raise many types; the first line says why
@@ -304,6 +284,34 @@ def export_model(model, mesh, path, *, dynamic: bool = False,
                           f"({type(e).__name__}: {first})"
                           + ("; try without dynamic sizes" if dynamic else "")) from e
     return info
+
+
+def _dynamic_shapes(model, names: list[str]) -> tuple:
+    """``torch.export``'s dynamic shapes: any number of points (at least 2)."""
+    # the Galerkin layers switch to row blocks above BLOCK_ABOVE points
+    from meshops.nn.galerkin import BLOCK_ABOVE
+
+    top = BLOCK_ABOVE if model.model_name == "galerkin_transformer" else None
+    pts = torch.export.Dim("points", min=2, max=top)
+    # forward(*inputs): the inputs are one (variadic) argument
+    return (tuple(None if k == "params" else {0: pts} for k in names),)
+
+
+def _write_program(path: Path, program, args, names: list[str], shapes, info: dict) -> None:
+    """Export ``program`` and write it to ``path`` (``.pt2`` or ``.onnx``) with ``info``,
+    atomically."""
+    ep = torch.export.export(program, args, dynamic_shapes=shapes)
+    _check_no_meshops_ops(ep)
+    if path.suffix == ".pt2":
+        atomic_write(path, lambda tmp: torch.export.save(
+            ep, tmp, extra_files={INFO: json.dumps(info)}))
+        return
+    ep = _for_onnx(ep)
+    onnx_program = torch.onnx.export(ep, args, input_names=names, output_names=["y"],
+                                     dynamo=True, dynamic_shapes=shapes,
+                                     opset_version=ONNX_OPSET, verbose=False)
+    onnx_program.model.metadata_props["meshops"] = json.dumps(info)
+    atomic_write(path, lambda tmp: onnx_program.save(tmp))
 
 
 @contextmanager

@@ -192,50 +192,22 @@ def _limits(*arrays: np.ndarray, symmetric: bool = False) -> tuple[float, float]
 
 def _draw(fig, ax_spec, panel: _Panel, max_scatter: int, cloud_edge_factor: float,
           window=None):
+    """One panel: a coloured surface or point scatter in 3-D, the coloured
+    triangulation in 2-D, a line in 1-D; with its colour bar."""
     from matplotlib.colors import Normalize
 
-    mesh = panel.mesh
-    pos = _numpy(mesh.pos).astype(np.float64)
+    pos = _numpy(panel.mesh.pos).astype(np.float64)
     d = pos.shape[1]
-    vals = panel.values
-    lo, hi = panel.limits or _limits(vals)
+    lo, hi = panel.limits or _limits(panel.values)
     norm = Normalize(vmin=lo, vmax=hi)
     if d == 3:
         ax = fig.add_subplot(*ax_spec, projection="3d")
-        # A surface mesh is drawn as its surface; a volume mesh's triangles are tagged
-        # boundary faces (a part of the boundary), so it is drawn as points.
-        volume = any(len(c) and CELL_DIMS.get(t, 0) == 3 for t, c in _cells(mesh))
-        tris = None if volume else _surface_triangles(mesh)
-        if tris is not None:
-            from mpl_toolkits.mplot3d.art3d import Poly3DCollection
-
-            coll = Poly3DCollection(pos[tris], cmap=panel.cmap, norm=norm, linewidths=0)
-            coll.set_array(vals[tris].mean(axis=1))
-            ax.add_collection3d(coll)
-            mappable = coll
-        else:
-            idx = np.arange(len(pos))
-            if len(idx) > max_scatter:
-                idx = idx[np.linspace(0, len(pos) - 1, max_scatter).astype(np.int64)]
-            size = max(0.5, min(20.0, 4000.0 / len(idx)))
-            mappable = ax.scatter(pos[idx, 0], pos[idx, 1], pos[idx, 2], c=vals[idx],
-                                  cmap=panel.cmap, norm=norm, s=size, depthshade=False)
-        lo_b, hi_b = pos.min(0), pos.max(0)
-        ax.set_xlim(lo_b[0], hi_b[0])
-        ax.set_ylim(lo_b[1], hi_b[1])
-        ax.set_zlim(lo_b[2], hi_b[2])
-        try:
-            ax.set_box_aspect(np.maximum(hi_b - lo_b, 1e-12 * max(float((hi_b - lo_b).max()), 1)))
-        except Exception:  # older matplotlib
-            pass
-        ax.set_xlabel("x")
-        ax.set_ylabel("y")
-        ax.set_zlabel("z")
+        mappable = _draw_3d(ax, panel, pos, norm, max_scatter)
     elif d == 2:
         ax = fig.add_subplot(*ax_spec)
-        tri = triangulate(mesh, cloud_edge_factor)
-        mappable = ax.tripcolor(tri, vals, shading="gouraud", cmap=panel.cmap, norm=norm,
-                                rasterized=True)
+        tri = triangulate(panel.mesh, cloud_edge_factor)
+        mappable = ax.tripcolor(tri, panel.values, shading="gouraud", cmap=panel.cmap,
+                                norm=norm, rasterized=True)
         ax.set_aspect("equal")
         if window is not None:  # e.g. the body in a large far-field domain
             ax.set_xlim(*window[0])
@@ -245,7 +217,7 @@ def _draw(fig, ax_spec, panel: _Panel, max_scatter: int, cloud_edge_factor: floa
     elif d == 1:
         ax = fig.add_subplot(*ax_spec)
         order = np.argsort(pos[:, 0], kind="stable")
-        ax.plot(pos[order, 0], vals[order], lw=1.5)
+        ax.plot(pos[order, 0], panel.values[order], lw=1.5)
         ax.set_ylim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
         ax.set_xlabel("x")
         ax.grid(alpha=0.3)
@@ -258,6 +230,42 @@ def _draw(fig, ax_spec, panel: _Panel, max_scatter: int, cloud_edge_factor: floa
         if panel.label:
             cb.set_label(panel.label)
     return ax
+
+
+def _draw_3d(ax, panel: _Panel, pos: np.ndarray, norm, max_scatter: int):
+    """A 3-D panel on ``ax``: a surface mesh as its coloured surface, anything else as
+    at most ``max_scatter`` points. Returns the colour mappable."""
+    mesh, vals = panel.mesh, panel.values
+    # A surface mesh is drawn as its surface; a volume mesh's triangles are tagged
+    # boundary faces (a part of the boundary), so it is drawn as points.
+    volume = any(len(c) and CELL_DIMS.get(t, 0) == 3 for t, c in _cells(mesh))
+    tris = None if volume else _surface_triangles(mesh)
+    if tris is not None:
+        from mpl_toolkits.mplot3d.art3d import Poly3DCollection
+
+        coll = Poly3DCollection(pos[tris], cmap=panel.cmap, norm=norm, linewidths=0)
+        coll.set_array(vals[tris].mean(axis=1))
+        ax.add_collection3d(coll)
+        mappable = coll
+    else:
+        idx = np.arange(len(pos))
+        if len(idx) > max_scatter:
+            idx = idx[np.linspace(0, len(pos) - 1, max_scatter).astype(np.int64)]
+        size = max(0.5, min(20.0, 4000.0 / len(idx)))
+        mappable = ax.scatter(pos[idx, 0], pos[idx, 1], pos[idx, 2], c=vals[idx],
+                              cmap=panel.cmap, norm=norm, s=size, depthshade=False)
+    lo_b, hi_b = pos.min(0), pos.max(0)
+    ax.set_xlim(lo_b[0], hi_b[0])
+    ax.set_ylim(lo_b[1], hi_b[1])
+    ax.set_zlim(lo_b[2], hi_b[2])
+    try:
+        ax.set_box_aspect(np.maximum(hi_b - lo_b, 1e-12 * max(float((hi_b - lo_b).max()), 1)))
+    except Exception:  # older matplotlib
+        pass
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.set_zlabel("z")
+    return mappable
 
 
 def _aspect(rows: Sequence[Sequence[_Panel | None]], window=None) -> float | None:

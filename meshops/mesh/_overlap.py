@@ -155,18 +155,9 @@ def _same_side(points: np.ndarray, facets: np.ndarray, g1: np.ndarray,
     return strict1 & strict2 & ((dot1 > 0) == (dot2 > 0))
 
 
-def check_facets(points: np.ndarray, blocks: list[tuple[int, str, np.ndarray]],
-                 source: str) -> None:
-    """Refuse facets shared by more than 2 cells, or by 2 cells on one side of it.
-
-    Only for cells whose dimension is the space's (see the module docstring).
-
-    Args:
-        points: ``[N, d]`` coordinates.
-        blocks: ``(block index, cell type, connectivity [M, n])`` of the cells, all of
-            dimension ``d``.
-    """
-    cells = _Cells(blocks)
+def _facets_by_size(points: np.ndarray, blocks: list, cells: "_Cells"):
+    """Every cell's facets, by vertex count: ``{count: [(facets as listed, their sorted
+    vertex ids (the key), their cells), ...]}``, and the cells' centroids ``[M, d]``."""
     # Facets by vertex count; triangle faces of tetrahedra, wedges and pyramids
     # (and quad faces of hexahedra, wedges and pyramids) meet each other.
     # Each facet as listed, with its vertex ids sorted (the key), and its cell.
@@ -192,7 +183,22 @@ def check_facets(points: np.ndarray, blocks: list[tuple[int, str, np.ndarray]],
             # edge of a C-grid) has no side to be on: leave it out.
             real = (key[:, 1:] != key[:, :-1]).all(axis=1)
             by_size.setdefault(len(local), []).append((f[real], key[real], ids[real]))
-    centroid = np.concatenate(centroids)
+    return by_size, np.concatenate(centroids)
+
+
+def check_facets(points: np.ndarray, blocks: list[tuple[int, str, np.ndarray]],
+                 source: str) -> None:
+    """Refuse facets shared by more than 2 cells, or by 2 cells on one side of it.
+
+    Only for cells whose dimension is the space's (see the module docstring).
+
+    Args:
+        points: ``[N, d]`` coordinates.
+        blocks: ``(block index, cell type, connectivity [M, n])`` of the cells, all of
+            dimension ``d``.
+    """
+    cells = _Cells(blocks)
+    by_size, centroid = _facets_by_size(points, blocks, cells)
     for s, parts in by_size.items():
         facets = np.concatenate([p[0] for p in parts])
         owner = np.concatenate([p[2] for p in parts])

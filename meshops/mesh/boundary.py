@@ -253,6 +253,27 @@ def _outward_normals(x: np.ndarray, centres: np.ndarray) -> np.ndarray:
     return n
 
 
+def _tagged_facets(mesh, blocks: list, tag: str, tdim: int, source: str) -> list:
+    """``[(cell type, connectivity), ...]`` of the facets ``tag`` marks; refused when it
+    marks cells of the mesh's own dimension, or nothing."""
+    array, value, what = _resolve(mesh, tag, tdim, source)
+    arrays = mesh.cell_data[array]
+    facets = []
+    for b, (ctype, conn) in enumerate(blocks):
+        tags = _numpy(arrays[b]).reshape(-1)
+        if ctype in _FACET_TYPES[tdim]:
+            sel = tags == value
+            if sel.any():
+                facets.append((ctype, conn[sel]))
+        elif CELL_DIMS.get(ctype) == tdim and (tags == value).any():
+            raise MeshError(f"{source}: tag {tag!r} ({what}) marks {ctype} cells, a "
+                            f"{tdim}-D region; boundary tags mark {tdim - 1}-D facets")
+    if not facets:
+        raise MeshError(f"{source}: tag {tag!r} ({what}) marks no {tdim - 1}-D facets "
+                        f"({' or '.join(_FACET_TYPES[tdim])} cells)")
+    return facets
+
+
 def boundary(mesh, tag: str, source: str | None = None) -> Boundary:
     """The facets of ``tag`` with outward normals and the boundary's quadrature.
 
@@ -279,21 +300,7 @@ def boundary(mesh, tag: str, source: str | None = None) -> Boundary:
     if tdim != d:
         raise MeshError(f"{source}: boundary tags need a mesh that fills its space; this is a "
                         f"{tdim}-D mesh in {d}-D (outward normals are not defined)")
-    array, value, what = _resolve(mesh, tag, tdim, source)
-    arrays = mesh.cell_data[array]
-    facets = []
-    for b, (ctype, conn) in enumerate(blocks):
-        tags = _numpy(arrays[b]).reshape(-1)
-        if ctype in _FACET_TYPES[tdim]:
-            sel = tags == value
-            if sel.any():
-                facets.append((ctype, conn[sel]))
-        elif CELL_DIMS.get(ctype) == tdim and (tags == value).any():
-            raise MeshError(f"{source}: tag {tag!r} ({what}) marks {ctype} cells, a "
-                            f"{tdim}-D region; boundary tags mark {tdim - 1}-D facets")
-    if not facets:
-        raise MeshError(f"{source}: tag {tag!r} ({what}) marks no {tdim - 1}-D facets "
-                        f"({' or '.join(_FACET_TYPES[tdim])} cells)")
+    facets = _tagged_facets(mesh, blocks, tag, tdim, source)
     by_size, centres = _cell_facets(pos, blocks, tdim)
     normals, measures, owners, nodes = [], [], [], []
     for ctype, conn in facets:

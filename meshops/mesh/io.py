@@ -333,6 +333,47 @@ def _check_format_holds_fields(path: Path, fmt: str, point_data: Mapping,
             f"lost; write {', '.join(sorted(set(FIELD_FORMATS.values())))} instead")
 
 
+def _meshio_mesh(path: Path, mesh: MeshData, point_data) -> "meshio.Mesh":
+    """``mesh`` with its fields and ``point_data`` as a :class:`meshio.Mesh`: points in
+    3-D, a cloud as vertex cells with its weights, tensors as their components."""
+    pos = _numpy(mesh.pos).astype(np.float64, copy=False)
+    n = len(pos)
+    cells = getattr(mesh, "cells", None)
+    if not cells:  # a point cloud: one vertex cell per point, so ParaView shows it
+        cells = [("vertex", np.arange(n)[:, None])]
+    data = {k: _numpy(v) for k, v in (getattr(mesh, "fields", None) or {}).items()}
+    for k, v in (point_data or {}).items():
+        v = _numpy(v)
+        if len(v) != n:
+            raise MeshError(f"{path}: point_data {k!r} has {len(v)} values but the mesh has "
+                            f"{n} points")
+        data[k] = v
+    if all(t == "vertex" for t, _ in cells):  # keep a cloud's weights in the file
+        data[WEIGHT_FIELD] = _numpy(mesh.weight)
+    if pos.shape[1] < 3:  # most formats store 3-D points
+        pos = np.hstack([pos, np.zeros((n, 3 - pos.shape[1]))])
+    cell_data = {k: [_numpy(a) for a in v]
+                 for k, v in (getattr(mesh, "cell_data", None) or {}).items()}
+    # Tensors as their components (no format keeps more than one axis per point).
+    data = {k: v.reshape(len(v), -1) if v.ndim > 2 else v for k, v in data.items()}
+    cell_data = {k: [a.reshape(len(a), -1) if a.ndim > 2 else a for a in v]
+                 for k, v in cell_data.items()}
+    return meshio.Mesh(pos, [(t, _numpy(c)) for t, c in cells], point_data=data,
+                       cell_data=cell_data)
+
+
+def _format_of(path: Path) -> str:
+    """meshio's format name for ``path``'s suffix."""
+    types = meshio.extension_to_filetypes.get(path.suffix.lower())
+    if not types:
+        raise MeshError(f"{path}: cannot tell the mesh format from the suffix "
+                        f"{path.suffix!r}; pass file_format")
+    # ".msh" is both ANSYS and Gmsh to meshio; Gmsh is what this field means by
+    # it. Gmsh 2.2 (read by every Gmsh and FEniCS tool) stores mixed cell types
+    # without the entity tags that meshio's 4.1 writer demands.
+    return "gmsh22" if "gmsh" in types else types[0]
+
+
 def write_mesh(path: str | os.PathLike, mesh: MeshData,
                point_data: Mapping[str, "torch.Tensor | np.ndarray"] | None = None,
                file_format: str | None = None) -> Path:
@@ -362,40 +403,9 @@ def write_mesh(path: str | os.PathLike, mesh: MeshData,
             length, or a failed write. Nothing is written then.
     """
     path = Path(path)
-    pos = _numpy(mesh.pos).astype(np.float64, copy=False)
-    n = len(pos)
-    cells = getattr(mesh, "cells", None)
-    if not cells:  # a point cloud: one vertex cell per point, so ParaView shows it
-        cells = [("vertex", np.arange(n)[:, None])]
-    data = {k: _numpy(v) for k, v in (getattr(mesh, "fields", None) or {}).items()}
-    for k, v in (point_data or {}).items():
-        v = _numpy(v)
-        if len(v) != n:
-            raise MeshError(f"{path}: point_data {k!r} has {len(v)} values but the mesh has "
-                            f"{n} points")
-        data[k] = v
-    if all(t == "vertex" for t, _ in cells):  # keep a cloud's weights in the file
-        data[WEIGHT_FIELD] = _numpy(mesh.weight)
-    if pos.shape[1] < 3:  # most formats store 3-D points
-        pos = np.hstack([pos, np.zeros((n, 3 - pos.shape[1]))])
-    cell_data = {k: [_numpy(a) for a in v]
-                 for k, v in (getattr(mesh, "cell_data", None) or {}).items()}
-    # Tensors as their components (no format keeps more than one axis per point).
-    data = {k: v.reshape(len(v), -1) if v.ndim > 2 else v for k, v in data.items()}
-    cell_data = {k: [a.reshape(len(a), -1) if a.ndim > 2 else a for a in v]
-                 for k, v in cell_data.items()}
-    out = meshio.Mesh(pos, [(t, _numpy(c)) for t, c in cells], point_data=data,
-                      cell_data=cell_data)
-    fmt = file_format
-    if fmt is None:
-        types = meshio.extension_to_filetypes.get(path.suffix.lower())
-        if not types:
-            raise MeshError(f"{path}: cannot tell the mesh format from the suffix "
-                            f"{path.suffix!r}; pass file_format")
-        # ".msh" is both ANSYS and Gmsh to meshio; Gmsh is what this field means by
-        # it. Gmsh 2.2 (read by every Gmsh and FEniCS tool) stores mixed cell types
-        # without the entity tags that meshio's 4.1 writer demands.
-        fmt = "gmsh22" if "gmsh" in types else types[0]
+    out = _meshio_mesh(path, mesh, point_data)
+    data, cell_data = out.point_data, out.cell_data
+    fmt = file_format or _format_of(path)
     _check_format_holds_fields(path, fmt, data, cell_data)
     # Inline XML keeps XDMF a single file, so the rename below is atomic for it too.
     kwargs = {"data_format": "XML"} if fmt == "xdmf" else {}

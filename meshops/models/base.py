@@ -232,12 +232,7 @@ class NeuralOperator(nn.Module):
         path = Path(path)
         state = read_checkpoint(path, map_location)
         check_model_keys(state, path, CHECKPOINT_FORMAT)
-        name = state["model"]
-        if name not in MODELS:
-            raise CheckpointError(f"{path}: unknown model {name!r}; available: {sorted(MODELS)}")
-        model_cls = MODELS[name]
-        if cls is not NeuralOperator and not issubclass(model_cls, cls):
-            raise CheckpointError(f"{path}: holds a {model_cls.__name__}, not a {cls.__name__}")
+        name, model_cls = state["model"], _saved_class(cls, state, path)
         if state["version"] != __version__:
             warnings.warn(f"{path}: saved by meshops {state['version']}, loading with "
                           f"{__version__}", UserWarning, stacklevel=2)
@@ -252,23 +247,37 @@ class NeuralOperator(nn.Module):
                 input=UnitGaussianNormalizer(norms["input"]) if "input" in norms else None,
                 output=UnitGaussianNormalizer(norms["output"]) if "output" in norms else None)
 
-        # First on the meta device (shapes, no storage): a config that does not
-        # describe the saved weights, or that would not fit in memory, is refused
-        # before anything is allocated (an edited config in a 35 KB file could ask for
-        # gigabytes).
-        try:
-            shapes = skeleton(build)
-        except (TypeError, ValueError) as e:
-            raise CheckpointError(f"{path}: its config cannot build a {name} model "
-                                  f"({first_line(e)})") from None
-        what = f"the {name} model its config describes"
-        check_weights_fit(shapes, state["state_dict"], path, what)
-        device = map_location if isinstance(map_location, (str, torch.device)) else None
-        why = too_big(module_bytes(shapes), device, what)
-        if why:
-            raise CheckpointError(f"{path}: {why}")
-        del shapes
+        _check_buildable(build, state, path, name, map_location)
         model = build()
         model.load_state_dict(state["state_dict"])
         model.metadata = state.get("metadata", {})
         return model.to(map_location) if isinstance(map_location, (str, torch.device)) else model
+
+
+def _saved_class(cls, state: dict, path: Path) -> type:
+    """The registered class of the model a checkpoint holds, which must be ``cls`` or
+    a subclass of it (``NeuralOperator``: any)."""
+    name = state["model"]
+    if name not in MODELS:
+        raise CheckpointError(f"{path}: unknown model {name!r}; available: {sorted(MODELS)}")
+    model_cls = MODELS[name]
+    if cls is not NeuralOperator and not issubclass(model_cls, cls):
+        raise CheckpointError(f"{path}: holds a {model_cls.__name__}, not a {cls.__name__}")
+    return model_cls
+
+
+def _check_buildable(build, state: dict, path: Path, name: str, map_location) -> None:
+    """Build the model on the meta device first (shapes, no storage): a config that does
+    not describe the saved weights, or that would not fit in memory, is refused before
+    anything is allocated (an edited config in a 35 KB file could ask for gigabytes)."""
+    try:
+        shapes = skeleton(build)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}: its config cannot build a {name} model "
+                              f"({first_line(e)})") from None
+    what = f"the {name} model its config describes"
+    check_weights_fit(shapes, state["state_dict"], path, what)
+    device = map_location if isinstance(map_location, (str, torch.device)) else None
+    why = too_big(module_bytes(shapes), device, what)
+    if why:
+        raise CheckpointError(f"{path}: {why}")

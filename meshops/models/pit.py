@@ -67,6 +67,27 @@ class LatentMesh:
                                            num_graphs=num_graphs)
 
 
+def _check_pit_options(heads, blocks, num_latent, latent, grid_shape, pos_dim, ball,
+                       quantile_in, quantile_out, lam_min, lam_max) -> None:
+    """:class:`PiT`'s options, each refused with a ValueError naming it."""
+    check_positive_int(heads, "heads")
+    check_positive_int(blocks, "blocks", minimum=0)
+    check_positive_int(num_latent, "num_latent")
+    if latent not in _LATENTS:
+        raise ValueError(f"latent must be one of {_LATENTS}, got {latent!r}")
+    if latent == "grid":
+        if grid_shape is None or len(grid_shape) != pos_dim or min(grid_shape) < 1:
+            raise ValueError(f"latent='grid' needs grid_shape with pos_dim={pos_dim} "
+                             f"positive sizes, got {grid_shape!r}")
+    if ball not in _BALLS:
+        raise ValueError(f"ball must be one of {_BALLS}, got {ball!r}")
+    for name, q in (("quantile_in", quantile_in), ("quantile_out", quantile_out)):
+        if not 0.0 < q <= 1.0:
+            raise ValueError(f"{name} must be in (0, 1], got {q!r}")
+    if not 0 < lam_min <= lam_max:
+        raise ValueError(f"need 0 < lam_min <= lam_max, got {lam_min}, {lam_max}")
+
+
 @register_model("pit")
 class PiT(NeuralOperator):
     r"""Position-induced Transformer with quadrature-weighted position attention.
@@ -219,22 +240,8 @@ class PiT(NeuralOperator):
                  param_channels: int = 0, condition_on_inputs: bool = False) -> None:
         super().__init__()
         check_model_sizes(in_channels, out_channels, pos_dim, width)
-        check_positive_int(heads, "heads")
-        check_positive_int(blocks, "blocks", minimum=0)
-        check_positive_int(num_latent, "num_latent")
-        if latent not in _LATENTS:
-            raise ValueError(f"latent must be one of {_LATENTS}, got {latent!r}")
-        if latent == "grid":
-            if grid_shape is None or len(grid_shape) != pos_dim or min(grid_shape) < 1:
-                raise ValueError(f"latent='grid' needs grid_shape with pos_dim={pos_dim} "
-                                 f"positive sizes, got {grid_shape!r}")
-        if ball not in _BALLS:
-            raise ValueError(f"ball must be one of {_BALLS}, got {ball!r}")
-        for name, q in (("quantile_in", quantile_in), ("quantile_out", quantile_out)):
-            if not 0.0 < q <= 1.0:
-                raise ValueError(f"{name} must be in (0, 1], got {q!r}")
-        if not 0 < lam_min <= lam_max:
-            raise ValueError(f"need 0 < lam_min <= lam_max, got {lam_min}, {lam_max}")
+        _check_pit_options(heads, blocks, num_latent, latent, grid_shape, pos_dim, ball,
+                           quantile_in, quantile_out, lam_min, lam_max)
         self.in_channels, self.out_channels, self.pos_dim = in_channels, out_channels, pos_dim
         self.width, self.heads, self.latent = width, heads, latent
         self.num_latent = num_latent

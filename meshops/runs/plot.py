@@ -53,21 +53,7 @@ def plot_file(mesh, output, *, field=None, truth: str | None = None, pred: str |
     check_picture_path(opts.output)
     mesh = read_mesh(opts.mesh)
     fields = getattr(mesh, "fields", None) or {}
-
-    def get(name):
-        if name not in fields:
-            raise UsageError(f"{opts.mesh}: point field {name!r} not found; available point "
-                             f"fields: {available_fields(mesh)}")
-        v = fields[name]
-        if opts.component is not None:
-            flat = v.reshape(v.shape[0], -1)
-            if not 0 <= opts.component < flat.shape[1]:
-                raise UsageError(f"{opts.mesh}: field {name!r} has {flat.shape[1]} "
-                                 f"component(s); --component {opts.component} is out of "
-                                 f"range")
-            v = flat[:, opts.component]
-        return v
-
+    get = lambda name: _field(mesh, name, opts)  # noqa: E731
     suffix = f"[{opts.component}]" if opts.component is not None else ""
     title = opts.title if opts.title is not None else Path(opts.mesh).name
     if opts.truth or opts.pred:
@@ -90,3 +76,20 @@ def plot_file(mesh, output, *, field=None, truth: str | None = None, pred: str |
         plot_fields(mesh, [get(n) for n in chosen], [n + suffix for n in chosen],
                     opts.output, suptitle=title)
     return str(opts.output)
+
+
+def _field(mesh, name: str, opts: _Plot):
+    """The point field ``name`` of ``mesh`` (its component ``opts.component``), or a
+    UsageError naming the file and the fields it has."""
+    fields = getattr(mesh, "fields", None) or {}
+    if name not in fields:
+        raise UsageError(f"{opts.mesh}: point field {name!r} not found; available point "
+                         f"fields: {available_fields(mesh)}")
+    v = fields[name]
+    if opts.component is None:
+        return v
+    flat = v.reshape(v.shape[0], -1)
+    if not 0 <= opts.component < flat.shape[1]:
+        raise UsageError(f"{opts.mesh}: field {name!r} has {flat.shape[1]} component(s); "
+                         f"--component {opts.component} is out of range")
+    return flat[:, opts.component]

@@ -83,6 +83,15 @@ def fps(pos: Tensor, batch: Optional[Tensor] = None, ratio: Optional[float] = No
     ptr = sample_ptr(batch, pos.shape[0], b)
     sizes = [ptr[i + 1] - ptr[i] for i in range(b)]
 
+    counts = _counts(ratio, num, sizes, fn)
+    starts = _starts(start, random_start, sizes, counts, fn)
+    name = resolve_backend("fps", backend, pos.device, fn, dim=pos.shape[1])
+    return get_backend(name).fps(pos, ptr, counts, starts)
+
+
+def _counts(ratio, num, sizes: list, fn: str) -> list[int]:
+    """The points to sample from each sample (of ``sizes`` points): from ``ratio`` or
+    ``num``, exactly one given, checked."""
     if (ratio is None) == (num is None):
         raise MeshError(f"{fn}: give exactly one of ratio and num, got "
                         f"ratio={ratio!r} and num={num!r}")
@@ -92,26 +101,28 @@ def fps(pos: Tensor, batch: Optional[Tensor] = None, ratio: Optional[float] = No
             raise MeshError(f"{fn}: ratio must be in (0, 1], got {ratio}")
         counts = [ratio_count(ratio, n) for n in sizes]
     else:
-        counts = list(per_sample_ints(num, "num", fn, b))
+        counts = list(per_sample_ints(num, "num", fn, len(sizes)))
         for i, (c, n) in enumerate(zip(counts, sizes)):
             if c < 1:
                 raise MeshError(f"{fn}: num must be >= 1, got {c} for sample {i}")
             if c > n:
                 raise MeshError(f"{fn}: num={c} exceeds the number of points in "
                                 f"sample {i} ({n})")
+    return counts
 
+
+def _starts(start, random_start: bool, sizes: list, counts: list, fn: str) -> list[int]:
+    """Each sample's local start index: 0, ``start`` (checked), or drawn."""
     if random_start:
         if start is not None:
             raise MeshError(f"{fn}: give start or random_start=True, not both")
         starts = [int(torch.randint(n, ())) if n else 0 for n in sizes]
     elif start is None:
-        starts = [0] * b
+        starts = [0] * len(sizes)
     else:
-        starts = list(per_sample_ints(start, "start", fn, b))
+        starts = list(per_sample_ints(start, "start", fn, len(sizes)))
         for i, (s, n, c) in enumerate(zip(starts, sizes, counts)):
             if c and not 0 <= s < n:
                 raise MeshError(f"{fn}: start={s} is out of range for sample {i} "
                                 f"with {n} points (local indices 0..{n - 1})")
-
-    name = resolve_backend("fps", backend, pos.device, fn, dim=pos.shape[1])
-    return get_backend(name).fps(pos, ptr, counts, starts)
+    return starts

@@ -635,9 +635,21 @@ class Trainer:
         if self._net is None and self.normalize:
             fit_param_normalizer(self.model, self.train_data)
         idx = distributed.shard(len(data), self.dist)
+        local = self._errors_of(torch.utils.data.Subset(data, idx))
+        gathered = distributed.all_gather_objects((idx, local), self.dist)
+        order = np.concatenate([np.asarray(i, dtype=np.int64) for i, _ in gathered])
+        values = torch.cat([e for _, e in gathered]).numpy()[np.argsort(order, kind="stable")]
+        # Per sample, for callbacks (the median sample's figure): columns l2,
+        # l2_unweighted, abs_l2, then each field's l2, in the order of ``data``.
+        self.last_errors = values
+        return self._error_statistics(values, data)
+
+    def _errors_of(self, subset) -> torch.Tensor:
+        """``[n, 3 + fields]`` float64 errors of this rank's samples: relative L2
+        (weighted, plain), absolute L2, then each field's relative L2."""
         # A Subset, not a list of the samples: a lazily read data set stays on disk.
-        loader = make_loader(torch.utils.data.Subset(data, idx), self.val_batch_size,
-                             generator=torch.Generator(), num_workers=self.num_workers)
+        loader = make_loader(subset, self.val_batch_size, generator=torch.Generator(),
+                             num_workers=self.num_workers)
         # The bare model, not DDP: ranks may hold different numbers of batches, and a
         # DDP forward would wait for the others (it broadcasts buffers).
         model = self.model
@@ -660,14 +672,12 @@ class Trainer:
         finally:
             model.train(was_training)
         width = 3 + (1 if self.fields is None else len(self.fields))
-        local = torch.cat(errs).cpu() if errs else torch.zeros(0, width, dtype=torch.float64)
-        gathered = distributed.all_gather_objects((idx, local), self.dist)
-        order = np.concatenate([np.asarray(i, dtype=np.int64) for i, _ in gathered])
-        values = torch.cat([e for _, e in gathered]).numpy()[np.argsort(order, kind="stable")]
-        # Per sample, for callbacks (the median sample's figure): columns l2,
-        # l2_unweighted, abs_l2, then each field's l2, in the order of ``data``.
-        self.last_errors = values
-        out: dict[str, float] = {"n": int(values.shape[0])}
+        return torch.cat(errs).cpu() if errs else torch.zeros(0, width, dtype=torch.float64)
+
+    def _error_statistics(self, values: np.ndarray, data) -> dict[str, Any]:
+        """:meth:`evaluate`'s statistics of the per-sample errors ``values``; warnings
+        name the samples with an all-zero target and those the model failed on."""
+        out: dict[str, Any] = {"n": int(values.shape[0])}
         for j, name in enumerate(("l2", "l2_unweighted", "abs_l2")):
             out.update(_statistics(values[:, j], name))
         if self.fields is not None and len(self.fields) > 1:
@@ -678,10 +688,11 @@ class Trainer:
         failed = np.flatnonzero(np.isinf(values[:, 0]))
         out["failed"] = int(failed.size)
         name = (lambda i: getattr(data[int(i)], "source", None) or f"sample {int(i)}")
+        # stacklevel 3: the caller of evaluate(), through this helper
         if undefined.size and self.dist.is_main:
-            warn_zero_targets([name(i) for i in undefined], stacklevel=2)
+            warn_zero_targets([name(i) for i in undefined], stacklevel=3)
         if failed.size and self.dist.is_main:
-            warn_failed([name(i) for i in failed], stacklevel=2)
+            warn_failed([name(i) for i in failed], stacklevel=3)
         return out
 
     def fit(self, resume: bool | None = None) -> list[dict[str, Any]]:
