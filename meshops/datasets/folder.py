@@ -330,6 +330,29 @@ class MeshFolderDataset(torch.utils.data.Dataset):
         return self._channels
 
 
+def _earlier_export(root: Path, prefix: str, fmt: str, overwrite: bool) -> list[Path]:
+    """The files of an earlier export in ``root`` (``PREFIX_<k>.FMT``), refused unless
+    ``overwrite``."""
+    if root.exists() and not root.is_dir():
+        raise MeshError(f"{root}: exists and is not a folder")
+    pattern = re.compile(rf"^{re.escape(prefix)}_\d+{re.escape(fmt)}$")
+    old = [p for p in root.iterdir() if pattern.match(p.name)] if root.is_dir() else []
+    if old and not overwrite:
+        raise MeshError(f"{root}: already holds {len(old)} exported files such as {old[0].name}; "
+                        "pass overwrite=True to replace them or choose another folder")
+    return old
+
+
+def _check_params(samples, param_names: Sequence[str]) -> None:
+    """Every sample has ``params [1, len(param_names)]``."""
+    for k in range(len(samples)):
+        p = getattr(samples[k], "params", None)
+        if p is None or tuple(p.shape) != (1, len(param_names)):
+            shape = "none" if p is None else list(p.shape)
+            raise MeshError(f"export_to_folder: sample {k} has params {shape}, not [1, "
+                            f"{len(param_names)}] for the names {list(param_names)}")
+
+
 def export_to_folder(samples: Iterable[MeshData], root, fmt: str = ".vtu",
                      prefix: str = "sample", overwrite: bool = False,
                      param_names: Sequence[str] | None = None) -> list[Path]:
@@ -368,20 +391,9 @@ def export_to_folder(samples: Iterable[MeshData], root, fmt: str = ".vtu",
     samples = samples if hasattr(samples, "__len__") else list(samples)
     if not fmt.startswith("."):
         fmt = "." + fmt
-    if root.exists() and not root.is_dir():
-        raise MeshError(f"{root}: exists and is not a folder")
-    pattern = re.compile(rf"^{re.escape(prefix)}_\d+{re.escape(fmt)}$")
-    old = [p for p in root.iterdir() if pattern.match(p.name)] if root.is_dir() else []
-    if old and not overwrite:
-        raise MeshError(f"{root}: already holds {len(old)} exported files such as {old[0].name}; "
-                        "pass overwrite=True to replace them or choose another folder")
+    old = _earlier_export(root, prefix, fmt, overwrite)
     if param_names is not None:
-        for k in range(len(samples)):
-            p = getattr(samples[k], "params", None)
-            if p is None or tuple(p.shape) != (1, len(param_names)):
-                shape = "none" if p is None else list(p.shape)
-                raise MeshError(f"export_to_folder: sample {k} has params {shape}, not [1, "
-                                f"{len(param_names)}] for the names {list(param_names)}")
+        _check_params(samples, param_names)
     width = max(4, len(str(max(len(samples) - 1, 0))))
     written = []
     for k in range(len(samples)):

@@ -347,6 +347,36 @@ def _read_xdmf_steps(path: Path):
     return data, times, labels, mesh, first
 
 
+def _read_steps(path: Path) -> tuple:
+    """``(point data per step, times, step labels, the first step's meshio mesh, its
+    file)`` of a folder of numbered files, a ``.pvd`` or an ``.xdmf``."""
+    if path.is_dir():
+        return _read_file_steps(path, _numbered_steps(path), True)
+    if path.suffix.lower() == ".pvd" and path.is_file():
+        return _read_file_steps(path, _pvd_steps(path), False)
+    if path.suffix.lower() in (".xdmf", ".xmf") and path.is_file():
+        return _read_xdmf_steps(path)
+    if not path.exists():
+        raise SeriesError(f"{path}: no such time series")
+    raise SeriesError(f"{path}: not a time series (a folder of numbered mesh files, a "
+                      f".pvd or an .xdmf file)")
+
+
+def _check_step(pd: Mapping, names: Sequence[str], n: int, label: str) -> None:
+    """One step has every field of ``names``, with ``n`` finite values each."""
+    for name in names:
+        if name not in pd:
+            avail = ", ".join(sorted(x for x in pd if x != WEIGHT_FIELD)) or "none"
+            raise SeriesError(f"{label}: point field {name!r} not found; available: {avail}")
+        if len(pd[name]) != n:
+            raise SeriesError(f"{label}: point field {name!r} has {len(pd[name])} values "
+                              f"but the mesh has {n} points")
+    try:
+        check_finite_fields(pd, names, label)
+    except MeshError as e:
+        raise SeriesError(str(e)) from None
+
+
 def read_series(path: str | os.PathLike, fields: Sequence[str] | None = None,
                 params: Sequence[str] = (), params_table=None) -> TimeSeries:
     """Read one time series (a folder of numbered files, a ``.pvd`` or an ``.xdmf``).
@@ -375,17 +405,7 @@ def read_series(path: str | os.PathLike, fields: Sequence[str] | None = None,
         (torch.Size([100, 441]), tensor([0., 1., 2.]), tensor([[5.5378, 1.5724]]))
     """
     path = Path(path)
-    if path.is_dir():
-        data, times, labels, raw, first = _read_file_steps(path, _numbered_steps(path), True)
-    elif path.suffix.lower() == ".pvd" and path.is_file():
-        data, times, labels, raw, first = _read_file_steps(path, _pvd_steps(path), False)
-    elif path.suffix.lower() in (".xdmf", ".xmf") and path.is_file():
-        data, times, labels, raw, first = _read_xdmf_steps(path)
-    elif not path.exists():
-        raise SeriesError(f"{path}: no such time series")
-    else:
-        raise SeriesError(f"{path}: not a time series (a folder of numbered mesh files, a "
-                          f".pvd or an .xdmf file)")
+    data, times, labels, raw, first = _read_steps(path)
     mesh = mesh_from_arrays(raw.points, raw.cells, data[0], source=first)
     n = int(mesh.pos.shape[0])
     names = list(fields) if fields is not None else \
@@ -394,18 +414,7 @@ def read_series(path: str | os.PathLike, fields: Sequence[str] | None = None,
                         times=torch.tensor(times, dtype=torch.float64), steps=labels,
                         fields={})
     for k, pd in enumerate(data):
-        for name in names:
-            if name not in pd:
-                avail = ", ".join(sorted(x for x in pd if x != WEIGHT_FIELD)) or "none"
-                raise SeriesError(f"{series.label(k)}: point field {name!r} not found; "
-                                  f"available: {avail}")
-            if len(pd[name]) != n:
-                raise SeriesError(f"{series.label(k)}: point field {name!r} has "
-                                  f"{len(pd[name])} values but the mesh has {n} points")
-        try:
-            check_finite_fields(pd, names, series.label(k))
-        except MeshError as e:
-            raise SeriesError(str(e)) from None
+        _check_step(pd, names, n, series.label(k))
     for name in names:
         arr = np.stack([np.asarray(pd[name]) for pd in data])
         if arr.dtype.kind == "f":

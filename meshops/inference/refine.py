@@ -97,6 +97,35 @@ def _check_not_a_cloud(mesh) -> None:
                         f"check needs a mesh with lines, faces or volumes")
 
 
+def _children(cells, n: int, source: str) -> tuple[list, list[tuple]]:
+    """The cells of the uniform refinement, and the corners each new node lies between
+    (new nodes numbered from ``n``, one per edge, quad face or tensor-product cell)."""
+    keys: dict[tuple, int] = {}
+    new_support: list[tuple] = []
+    blocks = []
+    for cell_type, conn in cells:
+        conn = np.asarray(conn, dtype=np.int64)
+        if cell_type == "vertex":
+            blocks.append((cell_type, conn))
+            continue
+        if cell_type not in _RULES:
+            raise MeshError(f"{source}: cannot refine {cell_type} cells uniformly (supported: "
+                            f"{', '.join(_RULES)})")
+        supports, children = _RULES[cell_type]
+        local = np.empty((conn.shape[0], conn.shape[1] + len(supports)), dtype=np.int64)
+        local[:, :conn.shape[1]] = conn
+        for j, sup in enumerate(supports):
+            for c, row in enumerate(conn[:, list(sup)]):
+                key = tuple(sorted(int(v) for v in row))
+                if key not in keys:
+                    keys[key] = n + len(new_support)
+                    new_support.append(key)
+                local[c, conn.shape[1] + j] = keys[key]
+        child = local[:, np.asarray(children)].reshape(-1, len(children[0]))
+        blocks.append((cell_type, child))
+    return blocks, new_support
+
+
 def refine_mesh(mesh):
     """Uniform refinement of a mesh's cells, point fields interpolated linearly.
 
@@ -125,29 +154,7 @@ def refine_mesh(mesh):
     pos = mesh.pos.to(torch.float64).numpy()
     n = pos.shape[0]
     fields = {k: v.to(torch.float64).numpy().reshape(n, -1) for k, v in mesh.fields.items()}
-    keys: dict[tuple, int] = {}
-    new_support: list[tuple] = []
-    blocks = []
-    for cell_type, conn in cells:
-        conn = np.asarray(conn, dtype=np.int64)
-        if cell_type == "vertex":
-            blocks.append((cell_type, conn))
-            continue
-        if cell_type not in _RULES:
-            raise MeshError(f"{source}: cannot refine {cell_type} cells uniformly (supported: "
-                            f"{', '.join(_RULES)})")
-        supports, children = _RULES[cell_type]
-        local = np.empty((conn.shape[0], conn.shape[1] + len(supports)), dtype=np.int64)
-        local[:, :conn.shape[1]] = conn
-        for j, sup in enumerate(supports):
-            for c, row in enumerate(conn[:, list(sup)]):
-                key = tuple(sorted(int(v) for v in row))
-                if key not in keys:
-                    keys[key] = n + len(new_support)
-                    new_support.append(key)
-                local[c, conn.shape[1] + j] = keys[key]
-        child = local[:, np.asarray(children)].reshape(-1, len(children[0]))
-        blocks.append((cell_type, child))
+    blocks, new_support = _children(cells, n, source)
     # a new node is the mean of the corners it lies between (linear / multilinear basis)
     def extend(values: np.ndarray) -> np.ndarray:
         extra = np.stack([values[list(s)].mean(0) for s in new_support]) if new_support \

@@ -282,6 +282,28 @@ def cell_weights(points: np.ndarray, cell_type: str, conn: np.ndarray
     return np.concatenate(measures), np.concatenate(nodes)
 
 
+def _nodal_weights(pts: np.ndarray, blocks: list, tdim: int, check: bool,
+                   source: str) -> np.ndarray:
+    """``[N]``: every ``tdim``-D cell's measure shared among its nodes, chunk by chunk;
+    with ``check``, each chunk's cells checked (degenerate or inverted)."""
+    weight = np.zeros(len(pts))
+    for b, (ctype, conn) in enumerate(blocks):
+        if CELL_DIMS[ctype] != tdim:
+            continue
+        for start in range(0, len(conn), _CHUNK):
+            c = conn[start:start + _CHUNK]
+            x = pts[c]  # [M, n, d]
+            if ctype in _SIMPLICES:
+                vol, w_node = _simplex_weights(x)
+                signed = None
+            else:
+                vol, w_node, signed = _tensor_weights(ctype, x)
+            if check:
+                _check_cells_valid(ctype, b, start, c, x, vol, signed, source)
+            np.add.at(weight, c.ravel(), w_node.ravel())
+    return weight
+
+
 def quadrature_weights(points, cells: CellsLike, *, source: str = "mesh",
                        check: bool = True) -> torch.Tensor:
     """Nodal quadrature weights ``w_i = integral of phi_i`` of a mesh.
@@ -329,21 +351,7 @@ def quadrature_weights(points, cells: CellsLike, *, source: str = "mesh",
         raise MeshError(f"{source}: no line, surface or volume cells to integrate over")
     if tdim > pts.shape[1]:
         raise MeshError(f"{source}: {tdim}-D cells in a {pts.shape[1]}-D point set")
-    weight = np.zeros(len(pts))
-    for b, (ctype, conn) in enumerate(blocks):
-        if CELL_DIMS[ctype] != tdim:
-            continue
-        for start in range(0, len(conn), _CHUNK):
-            c = conn[start:start + _CHUNK]
-            x = pts[c]  # [M, n, d]
-            if ctype in _SIMPLICES:
-                vol, w_node = _simplex_weights(x)
-                signed = None
-            else:
-                vol, w_node, signed = _tensor_weights(ctype, x)
-            if check:
-                _check_cells_valid(ctype, b, start, c, x, vol, signed, source)
-            np.add.at(weight, c.ravel(), w_node.ravel())
+    weight = _nodal_weights(pts, blocks, tdim, check, source)
     if check:
         top = [(b, t, c) for b, (t, c) in enumerate(blocks) if CELL_DIMS[t] == tdim]
         check_duplicate_cells(top, len(pts), source)

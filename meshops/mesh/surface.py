@@ -151,6 +151,27 @@ def _merge_exact(vertices: np.ndarray, faces: np.ndarray) -> tuple[np.ndarray, n
 
 
 # ----------------------------------------------------------------------------- read
+def _triangles(loaded, name: str, ext: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(vertices [V, 3], faces [F, 3])`` of what trimesh loaded: one mesh, or every
+    mesh of a scene; a file without triangles is refused."""
+    if isinstance(loaded, trimesh.Scene):
+        meshes = ([g for g in loaded.dump() if isinstance(g, trimesh.Trimesh)]
+                  if loaded.geometry else [])
+        if not meshes:
+            raise MeshError(f"{name}: the file holds no triangles (empty, or not a valid "
+                            f".{ext} file)")
+        vertices = np.concatenate([np.asarray(m.vertices, dtype=np.float64) for m in meshes])
+        offsets = np.cumsum([0] + [len(m.vertices) for m in meshes[:-1]])
+        faces = np.concatenate([np.asarray(m.faces, dtype=np.int64).reshape(-1, 3) + o
+                                for m, o in zip(meshes, offsets)])
+        return vertices, faces
+    if isinstance(loaded, trimesh.Trimesh):
+        return (np.asarray(loaded.vertices, dtype=np.float64),
+                np.asarray(loaded.faces, dtype=np.int64).reshape(-1, 3))
+    # PointCloud, Path2D/3D: a valid file, but not a triangulated surface
+    raise MeshError(f"{name}: the file holds no triangles (got a {type(loaded).__name__})")
+
+
 def read_surface(path: PathLike) -> trimesh.Trimesh:
     """Load a triangulated surface from an STL, OBJ, PLY, OFF, GLB or glTF file.
 
@@ -201,22 +222,7 @@ def read_surface(path: PathLike) -> trimesh.Trimesh:
         raise MeshError(f"{name}: could not be read as .{ext}: {type(exc).__name__}: "
                         f"{exc}") from exc
 
-    if isinstance(loaded, trimesh.Scene):
-        meshes = ([g for g in loaded.dump() if isinstance(g, trimesh.Trimesh)]
-                  if loaded.geometry else [])
-        if not meshes:
-            raise MeshError(f"{name}: the file holds no triangles (empty, or not a valid "
-                            f".{ext} file)")
-        vertices = np.concatenate([np.asarray(m.vertices, dtype=np.float64) for m in meshes])
-        offsets = np.cumsum([0] + [len(m.vertices) for m in meshes[:-1]])
-        faces = np.concatenate([np.asarray(m.faces, dtype=np.int64).reshape(-1, 3) + o
-                                for m, o in zip(meshes, offsets)])
-    elif isinstance(loaded, trimesh.Trimesh):
-        vertices = np.asarray(loaded.vertices, dtype=np.float64)
-        faces = np.asarray(loaded.faces, dtype=np.int64).reshape(-1, 3)
-    else:  # PointCloud, Path2D/3D: a valid file, but not a triangulated surface
-        raise MeshError(f"{name}: the file holds no triangles (got a {type(loaded).__name__})")
-
+    vertices, faces = _triangles(loaded, name, ext)
     _check_arrays(vertices, faces, name)
     vertices, faces = _merge_exact(vertices, faces)
     _check_repeated_faces(vertices, faces, name)  # STL repeats only show once merged

@@ -166,6 +166,30 @@ def flex_weighted_attention(q: Tensor, k: Tensor, v: Tensor, log_w: Tensor, scal
     return _call(q, k, v, score_mod, scale, compiled)[..., :C]
 
 
+def _distance_score(pos_dst: Tensor, pos_src: Tensor, lam_h: Tensor, log_w: Tensor,
+                    dtype: torch.dtype):
+    """FlexAttention's ``score_mod`` of the position kernel:
+    ``score + log w_j - lambda_h |x_i - y_j|^2``."""
+    # float32 (or float64) arithmetic in the score_mod whatever the value dtype; one
+    # tensor per coordinate, each indexed once (FlexAttention differentiates captured
+    # tensors indexed once per score_mod); contiguous: the CPU template fails to lower
+    # a captured strided view
+    cdt = torch.float32 if dtype in _LOW else dtype
+    xs = [pos_dst[..., i].to(cdt).contiguous() for i in range(pos_dst.shape[-1])]
+    ys = [pos_src[..., i].to(cdt).contiguous() for i in range(pos_src.shape[-1])]
+    lam_h = lam_h.to(cdt).contiguous()
+    lw = log_w.to(cdt).contiguous()
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        d2 = None
+        for x, y in zip(xs, ys):
+            diff = x[b, q_idx] - y[b, kv_idx]
+            d2 = diff * diff if d2 is None else d2 + diff * diff
+        return score + lw[b, kv_idx] - lam_h[h] * d2
+
+    return score_mod
+
+
 def flex_distance_attention(pos_dst: Tensor, pos_src: Tensor, lam: Tensor, log_w: Tensor,
                             v: Tensor, compiled: bool = True) -> Tensor:
     r"""Position attention ``softmax_j(-lam_h |x_i - y_j|^2 + log w_j) v_j`` with the
@@ -213,23 +237,7 @@ def flex_distance_attention(pos_dst: Tensor, pos_src: Tensor, lam: Tensor, log_w
     if why is not None:
         raise ValueError(f"impl='flex': {why}")
     vv = _pad(vv, MIN_HEAD_DIM)
-    # float32 (or float64) arithmetic in the score_mod whatever the value dtype; one
-    # tensor per coordinate, each indexed once (FlexAttention differentiates captured
-    # tensors indexed once per score_mod); contiguous: the CPU template fails to lower
-    # a captured strided view
-    cdt = torch.float32 if v.dtype in _LOW else v.dtype
-    xs = [pos_dst[..., i].to(cdt).contiguous() for i in range(pos_dst.shape[-1])]
-    ys = [pos_src[..., i].to(cdt).contiguous() for i in range(pos_src.shape[-1])]
-    lam_h = lam_h.to(cdt).contiguous()
-    lw = log_w.to(cdt).contiguous()
-
-    def score_mod(score, b, h, q_idx, kv_idx):
-        d2 = None
-        for x, y in zip(xs, ys):
-            diff = x[b, q_idx] - y[b, kv_idx]
-            d2 = diff * diff if d2 is None else d2 + diff * diff
-        return score + lw[b, kv_idx] - lam_h[h] * d2
-
+    score_mod = _distance_score(pos_dst, pos_src, lam_h, log_w, v.dtype)
     out = _call(q, k, vv, score_mod, 1.0, compiled)[..., :c]
     if shared:
         return out.reshape(H, B, Nd, c).permute(1, 2, 0, 3)

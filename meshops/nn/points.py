@@ -120,6 +120,34 @@ def _no_layout(batch: Optional[Tensor], n: int, size: int, nmax: Optional[int] =
     return (n, None, None) if batch is None else (-1, None, None)
 
 
+def _checked_sides(pos_src, pos_dst, b_src, b_dst, n_src, n_dst, weight,
+                   suffixes: tuple[str, str], prefix: str) -> tuple:
+    """:func:`batch_points`' checks of both sides: ``(n_src, n_dst, batch_src,
+    batch_dst)``, the counts from the positions where not given, the batch vectors
+    checked (and made, where None); each error names its array."""
+    s, d = suffixes
+    if n_src is None and pos_src is None:
+        raise ValueError("give pos or num_points")
+    n_src = pos_src.shape[0] if n_src is None else n_src
+    n_dst = pos_dst.shape[0] if n_dst is None else n_dst
+    if pos_src is not None and pos_dst is not None and pos_src.shape[-1] != pos_dst.shape[-1]:
+        raise ValueError(f"pos_src and pos_dst have different dimensions "
+                         f"({pos_src.shape[-1]} and {pos_dst.shape[-1]})")
+    for p, n, name in ((pos_src, n_src, "pos" + s), (pos_dst, n_dst, "pos" + d)):
+        if p is not None:
+            check_pos(p, prefix + name, n=n)
+    if (b_src is None) != (b_dst is None):
+        raise ValueError("batch_src and batch_dst must both be given or both be None")
+    check_length(b_src, n_src, prefix + "batch" + s)
+    check_length(b_dst, n_dst, prefix + "batch" + d)
+    same = b_dst is b_src
+    b_src = check_batch(b_src, n_src, prefix + "batch" + s)
+    b_dst = b_src if same else check_batch(b_dst, n_dst, prefix + "batch" + d)
+    if weight is not None:
+        check_weight(weight, n_src, prefix + "weight")
+    return n_src, n_dst, b_src, b_dst
+
+
 def batch_points(pos: Any, weight: Optional[Tensor], batch: Any = None,
                  num_points: Any = None, dense: bool = True, num_graphs: Optional[int] = None,
                  max_points: Any = None, prefix: str = ""
@@ -156,25 +184,8 @@ def batch_points(pos: Any, weight: Optional[Tensor], batch: Any = None,
     pos_src, pos_dst = as_pair(pos)
     b_src, b_dst = as_pair(batch)
     n_src, n_dst = as_pair(num_points)
-    if n_src is None and pos_src is None:
-        raise ValueError("give pos or num_points")
-    n_src = pos_src.shape[0] if n_src is None else n_src
-    n_dst = pos_dst.shape[0] if n_dst is None else n_dst
-    if pos_src is not None and pos_dst is not None and pos_src.shape[-1] != pos_dst.shape[-1]:
-        raise ValueError(f"pos_src and pos_dst have different dimensions "
-                         f"({pos_src.shape[-1]} and {pos_dst.shape[-1]})")
-    for p, n, name in ((pos_src, n_src, "pos" + s), (pos_dst, n_dst, "pos" + d)):
-        if p is not None:
-            check_pos(p, prefix + name, n=n)
-    if (b_src is None) != (b_dst is None):
-        raise ValueError("batch_src and batch_dst must both be given or both be None")
-    check_length(b_src, n_src, prefix + "batch" + s)
-    check_length(b_dst, n_dst, prefix + "batch" + d)
-    same = b_dst is b_src
-    b_src = check_batch(b_src, n_src, prefix + "batch" + s)
-    b_dst = b_src if same else check_batch(b_dst, n_dst, prefix + "batch" + d)
-    if weight is not None:
-        check_weight(weight, n_src, prefix + "weight")
+    n_src, n_dst, b_src, b_dst = _checked_sides(pos_src, pos_dst, b_src, b_dst, n_src, n_dst,
+                                                weight, (s, d), prefix)
     if num_graphs is None:
         size = max([int(b.max()) + 1 for b in (b_src, b_dst) if b is not None and b.numel()],
                    default=1)

@@ -160,6 +160,12 @@ def position_kernel(pos_src: Tensor, pos_dst: Tensor, weight: Tensor,
         src, dst = batch_points((pos_src, pos_dst), weight, (b_src, b_dst))
         w = _prepare_weight(src.to_dense(weight).to(pos_src.dtype), dst.mask.any(-1))
         return _dense_kernel(src.to_dense(pos_src), dst.to_dense(pos_dst), w, lam)
+    return _dense_form_kernel(pos_src, pos_dst, weight, mask, lam)
+
+
+def _dense_form_kernel(pos_src: Tensor, pos_dst: Tensor, weight: Tensor,
+                       mask: Optional[Tensor], lam: Tensor) -> Tensor:
+    """:func:`position_kernel` of one mesh pair or a dense batch."""
     ps, pd, w, m_src, _, B = dense_geometry(pos_src, pos_dst, weight, mask, None,
                                             pos_src.shape[-2], pos_dst.shape[-2])
     w = w.to(ps.dtype)

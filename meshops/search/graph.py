@@ -115,14 +115,19 @@ def knn_graph(x: Tensor, k: int, batch: Optional[Tensor] = None, loop: bool = Fa
         x = torch.nn.functional.normalize(x, dim=1)
     edge = knn(x, x, need, batch, batch, backend=backend)
     if not loop and edge.numel():
-        # Drop the point itself; where coincident points pushed it out of its own
-        # k + 1 nearest, drop the farthest instead, so every point keeps exactly k.
-        center, nbr = edge.view(2, -1, need)
-        drop = nbr == center
-        drop[:, -1] |= ~drop.any(dim=1)
-        keep = ~drop
-        edge = torch.stack([center[keep], nbr[keep]])
+        edge = _without_self(edge, need)
     return _orient(edge, flow)
+
+
+def _without_self(edge: Tensor, need: int) -> Tensor:
+    """Each point's ``need`` nearest (``[2, N * need]``) less the point itself; where
+    coincident points pushed it out of its own ``need`` nearest, less the farthest, so
+    that every point keeps exactly ``need - 1``."""
+    center, nbr = edge.view(2, -1, need)
+    drop = nbr == center
+    drop[:, -1] |= ~drop.any(dim=1)
+    keep = ~drop
+    return torch.stack([center[keep], nbr[keep]])
 
 
 def radius_graph(x: Tensor, r: float, batch: Optional[Tensor] = None, loop: bool = False,

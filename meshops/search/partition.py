@@ -199,14 +199,20 @@ def partition(pos: Tensor, num_parts: int, method: str = "kd",
             raise MeshError(f"{fn}: num_parts={num_parts} exceeds the number of points "
                             f"in sample {i} ({n})")
 
+    parts = _sample_parts(pos, ptr, num_parts, method, kmeans_iters)
     out = torch.empty(pos.shape[0], dtype=torch.long)
-    if method == "kmeans":
-        parts = [kmeans_parts(pos[ptr[i]:ptr[i + 1]], num_parts, kmeans_iters).cpu()
-                 for i in range(b)]
-    else:
-        pn = pos.detach().cpu().numpy().astype(np.float64, copy=False)
-        local = kd_parts if method == "kd" else voxel_parts
-        parts = [torch.from_numpy(local(pn[ptr[i]:ptr[i + 1]], num_parts)) for i in range(b)]
     for i, ids in enumerate(parts):
         out[ptr[i]:ptr[i + 1]] = ids + i * num_parts
     return out.to(pos.device)
+
+
+def _sample_parts(pos: Tensor, ptr: list, num_parts: int, method: str,
+                  kmeans_iters: int) -> list[Tensor]:
+    """Each sample's part ids (``[n_b]``, on the CPU), by ``method``."""
+    b = len(ptr) - 1
+    if method == "kmeans":
+        return [kmeans_parts(pos[ptr[i]:ptr[i + 1]], num_parts, kmeans_iters).cpu()
+                for i in range(b)]
+    pn = pos.detach().cpu().numpy().astype(np.float64, copy=False)
+    local = kd_parts if method == "kd" else voxel_parts
+    return [torch.from_numpy(local(pn[ptr[i]:ptr[i + 1]], num_parts)) for i in range(b)]
