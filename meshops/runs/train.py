@@ -183,6 +183,8 @@ class TrainRequest:
         resume: Continue the run in ``out`` from its ``last.pt``.
         overwrite: Start a new run in a folder that holds another one.
         dry_run: Read the data, print the resolved config and write nothing.
+        source: Where the options come from, for messages (``"command line"``,
+            ``"fit()"``).
     """
 
     options: dict
@@ -190,7 +192,7 @@ class TrainRequest:
     resume: bool = False
     overwrite: bool = False
     dry_run: bool = False
-    source: str = "options"  # where the options come from, for messages
+    source: str = "options"
 
     @classmethod
     def from_args(cls, args) -> "TrainRequest":
