@@ -155,8 +155,10 @@ def test_the_private_import_scan_sees_one_inside_a_function(tmp_path):
 
 
 #: The packages from the bottom up (issue 29, item 2): a package imports only those on
-#: its own layer's left or on lower layers, never one above. ``errors`` and ``version``
-#: are below everything; the root ``meshops`` (its re-exports) above everything.
+#: lower layers or to its left on its own layer, so the whole is one order; a layer
+#: groups packages that import neither of each other today (``nn`` may come to import
+#: ``mesh``, never the reverse). ``errors`` and ``version`` are below everything; the
+#: root ``meshops`` (its re-exports) above everything.
 LAYERS = [
     ["utils"],
     ["search", "kernels"],

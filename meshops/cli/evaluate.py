@@ -8,9 +8,12 @@ from meshops.cli._common import RAW, wrap
 
 def cmd_evaluate(args) -> int:
     """Load the run, evaluate it, print the table or the JSON."""
+    from meshops.inference.plot import check_picture_path
     from meshops.runs import load_run
     from meshops.runs.common import device_or_error
 
+    if args.plot:  # a picture that cannot be written is said before anything is loaded
+        check_picture_path(args.plot)
     run = load_run(args.run, device_or_error(args.device))
     report = run.evaluate(args.data, plot=args.plot, refine=args.refine,
                           integrals=args.integral or (), baselines=not args.no_baselines,

@@ -4,10 +4,11 @@ A parametric study maps a few scalars per sample (material constants, a Reynolds
 number, loads) to fields on one mesh. The classical answer is a reduced basis: the
 proper orthogonal decomposition (POD) of the training snapshots in the mesh's own
 quadrature inner product, and a regression from the parameters to the modal
-coefficients. This package holds the mathematics of those pieces, each in its own
-module, on tensors; it imports only :mod:`meshops.mesh`, :mod:`meshops.nn`,
-:mod:`meshops.search` and :mod:`meshops.utils` (fitting a reduced basis to a data set,
-the regression chosen on validation samples, is :mod:`meshops.training.fit_reduced`):
+coefficients. This package holds the mathematics of those pieces, on tensors, each in
+its own module (fitting a reduced basis to a data set, the regression chosen on
+validation samples, is :mod:`meshops.training.fit_reduced`). Imports only
+:mod:`meshops.mesh`, :mod:`meshops.nn`, :mod:`meshops.search` and :mod:`meshops.utils`.
+The modules:
 
 * :mod:`~meshops.reduced.parameters`: the per-sample parameter vector of a sample
   (``params``, or the means of constant input fields);

@@ -318,13 +318,13 @@ class TrainConfig:
         level that says how to validate (``val_data`` or ``val_fraction``) decides.
         ``request`` is a :class:`meshops.runs.train.TrainRequest`."""
         flags = cls.from_request(request.options, request.source)
-        from_file = cls.from_file(request.config) if getattr(request, "config", None) else {}
+        from_file = cls.from_file(request.config) if request.config else {}
         if from_file.get("val_data") and from_file.get("val_fraction") is not None:
             raise UsageError(f"{request.config}: give val_fraction or val_data, not both")
         cfg = cls()
         out = flags.get("out", from_file.get("out", cfg.out))
         levels = [from_file, flags]
-        if getattr(request, "resume", False) and (Path(out) / RUN_CONFIG).is_file():
+        if request.resume and (Path(out) / RUN_CONFIG).is_file():
             levels.insert(0, cls.from_file(Path(out) / RUN_CONFIG))
         val = {"val_fraction": cfg.val_fraction, "val_data": None}
         for level in levels:

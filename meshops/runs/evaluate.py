@@ -185,10 +185,9 @@ def evaluate_run(model, ckpt, meta: dict, opts: EvaluateOptions) -> Report:
     result = ev.result()
     if opts.plot:
         ev.plot(result)
-    result["description"] = ev.spec.describe()
-    return Report(result, _print_report, lambda r: {
-        k: _json_stats(v) if k in ("fields", "baselines") else v
-        for k, v in r.items() if k != "description"})
+    description = ev.spec.describe()
+    return Report(result, lambda r: _print_report(r, description), lambda r: {
+        k: _json_stats(v) if k in ("fields", "baselines") else v for k, v in r.items()})
 
 
 class _Evaluation:
@@ -202,8 +201,8 @@ class _Evaluation:
         spec = self.spec = RunSpec(model, ckpt, meta, optional_names(opts.inputs),
                                    optional_names(opts.targets))
         self.layout = _run_layout(opts, meta, spec, model, ckpt)
-        self.integrals = [parse_integral(t, spec.targets, spec.shapes)
-                          for t in opts.integrals or []]
+        asked = [opts.integrals] if isinstance(opts.integrals, str) else opts.integrals
+        self.integrals = [parse_integral(t, spec.targets, spec.shapes) for t in asked or []]
         self.ds = folder_dataset(opts.data, self.layout.inputs, spec.targets, torch.float64,
                                  self.layout)
         self.names = [Path(f).name for f in self.ds.files]
@@ -305,12 +304,13 @@ class _Evaluation:
         result["plot"] = str(self.opts.plot)
 
 
-def _print_report(result: dict) -> None:
-    """The table of ``meshops evaluate``."""
+def _print_report(result: dict, description: str) -> None:
+    """The table of ``meshops evaluate`` (``description``: the run's fields, as
+    :meth:`RunSpec.describe` says them)."""
     n, model_name = result["n"], result["model"]
     keys = list(result["fields"])
     print(f"{result['checkpoint']} ({model_name}) on {result['data']}: {n} meshes, "
-          f"{result['description']}")
+          f"{description}")
     print(f"{'field':<12} {'error':<16} {'mean':>10} {'median':>10} {'worst':>10}  "
           f"worst sample")
 

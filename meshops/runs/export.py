@@ -17,14 +17,14 @@ from meshops.runs.report import Report
 TOLERANCE = 1e-5
 
 
-def _example_mesh(opts, meta: dict, ckpt) -> Path:
+def _example_mesh(opts, meta: dict, run) -> Path:
     """``--mesh``, else the first training file the run records."""
     if opts.mesh:
         return Path(opts.mesh)
     root, train = meta.get("data"), (meta.get("split") or {}).get("train")
     if root and train and (Path(root) / train[0]).is_file():
         return Path(root) / train[0]
-    raise UsageError(f"{ckpt}: the run's training files are not here; pass --mesh FILE "
+    raise UsageError(f"{run}: the run's training files are not here; pass --mesh FILE "
                    f"(a mesh with the input fields {', '.join(meta.get('inputs') or []) or '-'})")
 
 
@@ -49,13 +49,13 @@ def _check_output(path: Path, overwrite: bool) -> None:
                 from None
 
 
-def _example_sample(opts, model, spec, meta: dict, ckpt):
+def _example_sample(opts, model, spec, meta: dict, ckpt, run):
     """The example mesh as training read it (at the cells for cell targets, with the tag
     channels and the parameters): ``(mesh path, sample)``."""
     from meshops.datasets.layout import SampleLayout
     from meshops.mesh.io import read_mesh
 
-    mesh_path = _example_mesh(opts, meta, ckpt)
+    mesh_path = _example_mesh(opts, meta, run)
     layout = SampleLayout.from_run(meta, spec.inputs, spec.targets, model, ckpt)
     view = layout.view(read_mesh(mesh_path), mesh_path, need_targets=False)
     spec.check_mesh(view, mesh_path)
@@ -75,7 +75,7 @@ def _export_checked(model, sample, tmp: Path, opts, meta: dict, what: str) -> tu
         raise UsageError(str(e)) from None
     ref = model.predict(sample).to(torch.float64)
     # the arrays a user gives: the program's dtype, params in float64 (info["dtype"])
-    dtypes = {k: torch.float64 if k == "params" else getattr(torch, info["dtype"])
+    dtypes = {k: getattr(torch, info["params_dtype"] if k == "params" else info["dtype"])
               for k in info["inputs"]}
     with torch.no_grad():
         out = load_exported(tmp)(*(getattr(sample, k).to(dtypes[k]) for k in info["inputs"]))
@@ -127,7 +127,7 @@ def export_run(run, opts: ExportOptions) -> Report:
     except ExportError as e:
         raise UsageError(f"{ckpt}: {e}") from None
     spec = RunSpec(model, ckpt, meta, optional_names(opts.inputs), None)
-    mesh_path, sample = _example_sample(opts, model, spec, meta, ckpt)
+    mesh_path, sample = _example_sample(opts, model, spec, meta, ckpt, run)
     # Written beside path and renamed over it only once checked: a file that fails the
     # check, or an export that fails, leaves path as it was.
     done = {}

@@ -147,7 +147,7 @@ def predict_files(model, ckpt, meta: dict, members: Sequence, opts: PredictOptio
     if run.train_set is None:
         print(f"meshops: note: no distance to the training set ({run.why})", file=sys.stderr)
     targets = _destinations(mesh_files(opts.meshes), opts)
-    chunking = _chunking(opts)
+    chunking = chunk_options(opts.chunk_size)
     written = []
     for f in progress(list(targets), desc="predicting", unit="mesh"):
         mesh = read_mesh(f)
@@ -157,7 +157,7 @@ def predict_files(model, ckpt, meta: dict, members: Sequence, opts: PredictOptio
             mesh.cell_data = {**(getattr(mesh, "cell_data", None) or {}), **cell_data}
         written.append(write_mesh(targets[f], mesh, point_data=point_data))
     return Report({"written": [str(w) for w in written], "fields": run.field_names(),
-                   "output": str(opts.output), "members": len(run.members)}, _print_written)
+                   "output": str(Path(opts.output)), "members": len(run.members)}, _print_written)
 
 
 def _print_written(r: dict) -> None:
@@ -166,17 +166,17 @@ def _print_written(r: dict) -> None:
              if r["members"] > 1 else ""))
 
 
-def _chunking(opts) -> dict:
+def chunk_options(chunk_size: int | None) -> dict:
     """``predict_mesh``'s chunk options where they differ from its defaults: meshes of
-    more than --chunk-size points (0: none) are predicted in chunks, with a progress bar
-    on a terminal."""
+    more than ``chunk_size`` points (0: none; None: the default) are predicted in chunks,
+    with a progress bar on a terminal."""
     from meshops.utils.progress import on_terminal
 
     kw = {}
-    if opts.chunk_size is not None:
-        if opts.chunk_size < 0:
-            raise UsageError(f"--chunk-size must be >= 0 (0: no chunks), got {opts.chunk_size}")
-        kw["chunk_size"] = opts.chunk_size or None
+    if chunk_size is not None:
+        if chunk_size < 0:
+            raise UsageError(f"--chunk-size must be >= 0 (0: no chunks), got {chunk_size}")
+        kw["chunk_size"] = chunk_size or None
     if on_terminal(sys.stderr):
         kw["progress"] = True
     return kw

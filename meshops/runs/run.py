@@ -5,6 +5,7 @@ files and numbers (the commands are thin shells over these functions)."""
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 from typing import Sequence
 
@@ -12,7 +13,7 @@ from meshops.errors import UsageError
 from meshops.inference.predict import load_model
 from meshops.runs.evaluate import EvaluateOptions, evaluate_run
 from meshops.runs.export import ExportOptions, export_run
-from meshops.runs.predict import PredictOptions, Predictor, predict_files
+from meshops.runs.predict import PredictOptions, Predictor, chunk_options, predict_files
 from meshops.runs.report import Report
 
 
@@ -41,8 +42,10 @@ class Run:
         self.model, self.checkpoint, self.metadata = load_model(path, device)
 
     # ------------------------------------------------------------------ predict
+    @cached_property
     def _members(self) -> list:
-        """The other members of an ensemble run (``meshops train --ensemble K``)."""
+        """The other members of an ensemble run (``meshops train --ensemble K``), loaded
+        once."""
         from meshops.inference.trust import ensemble_members
 
         return [load_model(m, self.device)[0] for m in ensemble_members(self.path)[1:]]
@@ -56,10 +59,13 @@ class Run:
             chunk_size: Predict meshes of more points this many at a time (0: never).
 
         Returns:
-            ``{name: tensor}``: ``<target>_pred`` for every target (``[N]`` or ``[N, C]``,
-            on the cells for a run trained on cell data), ``<target>_std`` of an
-            ensemble, and the mesh's distances to the training set (``train_distance``,
-            ...) where the run recorded its training set.
+            What ``meshops predict`` adds to the file, by name: ``<target>_pred`` for
+            every target (a tensor ``[N]`` or ``[N, C]`` over the points; for a run
+            trained on cell data, the cell data as written: one array per cell block,
+            NaN on boundary cells), ``<target>_std`` of an ensemble, and the mesh's
+            distances to the training set (``train_distance``, ``..._params``,
+            ``..._geometry``, constant over the points) where the run recorded its
+            training set.
         """
         from meshops.mesh.io import read_mesh
 
@@ -69,9 +75,8 @@ class Run:
         path = mesh if isinstance(mesh, (str, Path)) else (getattr(mesh, "source", None)
                                                            or "the mesh")
         mesh = read_mesh(mesh) if isinstance(mesh, (str, Path)) else mesh
-        predictor = Predictor(self.model, self.checkpoint, self.metadata, self._members())
-        chunking = {} if chunk_size is None else {"chunk_size": chunk_size or None}
-        point_data, cell_data = predictor.fields(mesh, path, chunking)
+        predictor = Predictor(self.model, self.checkpoint, self.metadata, self._members)
+        point_data, cell_data = predictor.fields(mesh, path, chunk_options(chunk_size))
         return {**point_data, **cell_data}
 
     def predict_files(self, meshes, output, **options) -> Report:
@@ -80,8 +85,7 @@ class Run:
         ``rollout=N``. ``options`` are :class:`~meshops.runs.predict.PredictOptions`'."""
         meshes = [meshes] if isinstance(meshes, (str, Path)) else list(meshes)
         opts = PredictOptions([str(m) for m in meshes], str(output), **options)
-        return predict_files(self.model, self.checkpoint, self.metadata, self._members(),
-                             opts)
+        return predict_files(self.model, self.checkpoint, self.metadata, self._members, opts)
 
     # ----------------------------------------------------------------- evaluate
     def evaluate(self, data, **options) -> Report:

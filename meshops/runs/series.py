@@ -432,7 +432,7 @@ def _check_rollout_args(opts, ckpt, meta: dict) -> None:
     if opts.format not in (None, "vtu", ".vtu"):
         raise UsageError(f"--format {opts.format}: a rollout is written as a .pvd series of "
                        f".vtu files")
-    if getattr(opts, "chunk_size", None) is not None:
+    if opts.chunk_size is not None:
         raise UsageError("--chunk-size does not apply to rollouts")
 
 
@@ -455,7 +455,7 @@ def predict_series(model, ckpt, meta, opts) -> Report:
     for arg in opts.meshes:
         todo += _initial(Path(arg), meta)
     _warn_other_dt(todo, meta)
-    _check_rollout_outputs(out_dir, todo, getattr(opts, "overwrite", False))
+    _check_rollout_outputs(out_dir, todo, opts.overwrite)
     dtype = spec.dtype
     written = []
     for s in progress(todo, desc="rolling out", unit="series"):

@@ -69,6 +69,8 @@ def build_model(name: str, model_config: dict, in_channels: int, out_channels: i
             raise UsageError(f"{described}: {why}; choose a smaller model_config")
         del shapes
         return cls(**kwargs)
+    except UsageError:  # a ValueError too: said once, not wrapped again
+        raise
     except (TypeError, ValueError) as e:
         raise UsageError(f"{described}: {e}") from None
 
