@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from _folders import write_folder
+from _procs import kill_group
 
 from meshops.cli import main as cli_main
 from meshops.datasets.folder import list_mesh_files
@@ -97,13 +98,14 @@ def test_two_node_torchrun_on_lazy_data_resumes_after_a_kill_and_equals_one_proc
          "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id",
          "meshops-test", "--max-restarts", "1", "--monitor-interval", "0.5",
          str(HERE / "_lazy_ddp_script.py"), str(logs), *argv],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)
         for _ in range(2)]
     try:
         outputs = [a.communicate(timeout=300)[0] for a in agents]
     finally:
-        for a in agents:  # a hung rendezvous must not outlive the test
-            a.kill()
+        for a in agents:  # a hung rendezvous must not outlive the test, nor its ranks
+            kill_group(a)
     assert [a.returncode for a in agents] == [0, 0], "\n".join(o[-3000:] for o in outputs)
 
     # 1. Killed once, restarted once: each rank ran twice, the second time resumed.

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from _meshes import square_mesh
+from _procs import run_group
 from torch import nn
 from torch_geometric.utils import scatter
 
@@ -413,7 +413,7 @@ def test_ddp_on_two_cpu_processes_matches_single_process(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
            str(HERE / "_ddp_script.py"), str(tmp_path)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=150)
+    proc = run_group(cmd, env, timeout=150)  # a hung rank is killed with the agent
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1))
 
