@@ -3,24 +3,11 @@ truth, prediction and error."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from meshops.errors import UsageError
 from meshops.inference.predict import available_fields
 from meshops.runs.common import names
-
-
-@dataclass
-class _Plot:
-    mesh: str
-    output: str
-    field: str | list | None
-    truth: str | None
-    pred: str | None
-    component: int | None
-    title: str | None
-    compare: bool
 
 
 def plot_file(mesh, output, *, field=None, truth: str | None = None, pred: str | None = None,
@@ -41,7 +28,6 @@ def plot_file(mesh, output, *, field=None, truth: str | None = None, pred: str |
     Returns:
         The picture's path.
     """
-    opts = _Plot(mesh, output, field, truth, pred, component, title, compare)
     from meshops.inference.plot import (
         check_picture_path,
         plot_comparison,
@@ -50,46 +36,45 @@ def plot_file(mesh, output, *, field=None, truth: str | None = None, pred: str |
     )
     from meshops.mesh.io import read_mesh
 
-    check_picture_path(opts.output)
-    mesh = read_mesh(opts.mesh)
+    check_picture_path(output)
+    path, mesh = mesh, read_mesh(mesh)
     fields = getattr(mesh, "fields", None) or {}
-    get = lambda name: _field(mesh, name, opts)  # noqa: E731
-    suffix = f"[{opts.component}]" if opts.component is not None else ""
-    title = opts.title if opts.title is not None else Path(opts.mesh).name
-    if opts.truth or opts.pred:
-        if not (opts.truth and opts.pred):
+    get = lambda name: _field(mesh, fields, name, path, component)  # noqa: E731
+    suffix = f"[{component}]" if component is not None else ""
+    title = title if title is not None else Path(path).name
+    if truth or pred:
+        if not (truth and pred):
             raise UsageError("plot: --truth and --pred go together")
-        plot_comparison(mesh, get(opts.truth), get(opts.pred), opts.output,
-                        name=opts.truth + suffix, title=title)
-        return str(opts.output)
-    if not opts.field:
+        plot_comparison(mesh, get(truth), get(pred), output,
+                        name=truth + suffix, title=title)
+        return str(output)
+    if not field:
         raise UsageError("plot: give --field NAME[,NAME...] or --truth NAME --pred NAME")
-    chosen = names(opts.field, "--field")
-    if all(f"{n}_pred" in fields for n in chosen) and opts.compare:
+    chosen = names(field, "--field")
+    if all(f"{n}_pred" in fields for n in chosen) and compare:
         if len(chosen) == 1:
-            plot_comparison(mesh, get(chosen[0]), get(f"{chosen[0]}_pred"), opts.output,
+            plot_comparison(mesh, get(chosen[0]), get(f"{chosen[0]}_pred"), output,
                             name=chosen[0] + suffix, title=title)
         else:
             plot_comparisons([(mesh, get(n), get(f"{n}_pred"), None, n + suffix)
-                              for n in chosen], opts.output, title=title)
+                              for n in chosen], output, title=title)
     else:
         plot_fields(mesh, [get(n) for n in chosen], [n + suffix for n in chosen],
-                    opts.output, suptitle=title)
-    return str(opts.output)
+                    output, suptitle=title)
+    return str(output)
 
 
-def _field(mesh, name: str, opts: _Plot):
-    """The point field ``name`` of ``mesh`` (its component ``opts.component``), or a
-    UsageError naming the file and the fields it has."""
-    fields = getattr(mesh, "fields", None) or {}
+def _field(mesh, fields: dict, name: str, path, component: int | None):
+    """The point field ``name`` of ``mesh`` (its ``fields``, read from ``path``), or its
+    component ``component``; else a UsageError naming the file and the fields it has."""
     if name not in fields:
-        raise UsageError(f"{opts.mesh}: point field {name!r} not found; available point "
+        raise UsageError(f"{path}: point field {name!r} not found; available point "
                          f"fields: {available_fields(mesh)}")
     v = fields[name]
-    if opts.component is None:
+    if component is None:
         return v
     flat = v.reshape(v.shape[0], -1)
-    if not 0 <= opts.component < flat.shape[1]:
-        raise UsageError(f"{opts.mesh}: field {name!r} has {flat.shape[1]} component(s); "
-                         f"--component {opts.component} is out of range")
-    return flat[:, opts.component]
+    if not 0 <= component < flat.shape[1]:
+        raise UsageError(f"{path}: field {name!r} has {flat.shape[1]} component(s); "
+                         f"--component {component} is out of range")
+    return flat[:, component]

@@ -50,6 +50,11 @@ class Run:
 
         return [load_model(m, self.device)[0] for m in ensemble_members(self.path)[1:]]
 
+    @cached_property
+    def _predictor(self) -> Predictor:
+        """The run set up to predict (its layout, training set and members), once."""
+        return Predictor(self.model, self.checkpoint, self.metadata, self._members)
+
     def predict(self, mesh, *, chunk_size: int | None = None) -> dict:
         """The fields ``meshops predict`` writes into a copy of ``mesh``.
 
@@ -75,8 +80,7 @@ class Run:
         path = mesh if isinstance(mesh, (str, Path)) else (getattr(mesh, "source", None)
                                                            or "the mesh")
         mesh = read_mesh(mesh) if isinstance(mesh, (str, Path)) else mesh
-        predictor = Predictor(self.model, self.checkpoint, self.metadata, self._members)
-        point_data, cell_data = predictor.fields(mesh, path, chunk_options(chunk_size))
+        point_data, cell_data = self._predictor.fields(mesh, path, chunk_options(chunk_size))
         return {**point_data, **cell_data}
 
     def predict_files(self, meshes, output, **options) -> Report:
