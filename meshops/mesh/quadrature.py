@@ -60,6 +60,20 @@ def cube_corners(k: int) -> np.ndarray:
     return np.array(np.meshgrid(*([[0.0, 1.0]] * k), indexing="ij")).reshape(k, -1).T
 
 
+def _extruded(N2: np.ndarray, dNa: np.ndarray, dNb: np.ndarray, c: np.ndarray):
+    """A base cell's basis ``N2 [P, n]`` (derivatives ``dNa``, ``dNb``) times the linear
+    one in the height ``c``: the ``2n`` nodes of the bottom, then the top face, and the
+    derivatives ``[P, 2n, 3]`` along (a, b, c)."""
+    lo, hi = (1 - c)[:, None], c[:, None]
+    N = np.concatenate([N2 * lo, N2 * hi], axis=1)
+    dN = np.stack([
+        np.concatenate([dNa * lo, dNa * hi], axis=1),
+        np.concatenate([dNb * lo, dNb * hi], axis=1),
+        np.concatenate([-N2, N2], axis=1),
+    ], axis=2)
+    return N, dN
+
+
 def _bilinear(a, b):
     """Bilinear basis on the unit square in VTK node order (0,0) (1,0) (1,1) (0,1)."""
     N = np.stack([(1 - a) * (1 - b), a * (1 - b), a * b, (1 - a) * b], axis=1)
@@ -78,29 +92,14 @@ def cell_basis(cell_type: str, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return N, np.stack([dNa, dNb], axis=2)
     if cell_type == "hexahedron":
         a, b, c = p.T
-        Nq, dNa, dNb = _bilinear(a, b)
-        lo, hi = (1 - c)[:, None], c[:, None]
-        N = np.concatenate([Nq * lo, Nq * hi], axis=1)
-        dN = np.stack([
-            np.concatenate([dNa * lo, dNa * hi], axis=1),
-            np.concatenate([dNb * lo, dNb * hi], axis=1),
-            np.concatenate([-Nq, Nq], axis=1),
-        ], axis=2)
-        return N, dN
+        return _extruded(*_bilinear(a, b), c)
     if cell_type == "wedge":
         # Triangle (r, s) = (a, b(1-a)) collapses the edge a = 1; prism height c.
         a, b, c = p.T
         lam = np.stack([(1 - a) * (1 - b), a, b * (1 - a)], axis=1)
         dla = np.stack([-(1 - b), np.ones_like(a), -b], axis=1)
         dlb = np.stack([-(1 - a), np.zeros_like(a), (1 - a)], axis=1)
-        lo, hi = (1 - c)[:, None], c[:, None]
-        N = np.concatenate([lam * lo, lam * hi], axis=1)
-        dN = np.stack([
-            np.concatenate([dla * lo, dla * hi], axis=1),
-            np.concatenate([dlb * lo, dlb * hi], axis=1),
-            np.concatenate([-lam, lam], axis=1),
-        ], axis=2)
-        return N, dN
+        return _extruded(lam, dla, dlb, c)
     if cell_type == "pyramid":
         # Collapsed hexahedron: base bilinear in (a, b) shrinks to the apex as c -> 1.
         # In these coordinates the standard (rational) pyramid basis is polynomial.
