@@ -88,6 +88,21 @@ def test_weighted_attention_rejects_bad_impl_and_fused_dropout():
 
 
 # ------------------------------------------------------------------ validated points
+def test_one_sample_has_no_padding_layout():
+    # A batch of one sample (what the training loop passes at batch size 1, with PyG's
+    # batch vector of zeros) has no padding: its dense form is a view, with no index
+    # copy and no mask for the layers to apply.
+    pos, w = torch.rand(9, 2), torch.rand(9)
+    pts = batch_points(pos, w, torch.zeros(9, dtype=torch.long))
+    assert pts.index is None and pts.mask is None and pts.max_points == 9
+    x = torch.randn(9, 3)
+    dense = pts.to_dense(x)
+    assert dense.shape == (1, 9, 3) and dense.data_ptr() == x.data_ptr()
+    assert pts.to_flat(dense).data_ptr() == x.data_ptr()
+    two = batch_points(pos, w, torch.tensor([0] * 4 + [1] * 5))
+    assert two.mask.shape == (2, 5) and int(two.mask.sum()) == 9
+
+
 def test_batch_points_validates_once_and_layers_trust_it():
     g = torch.Generator().manual_seed(1)
     pos = torch.rand(9, 2, generator=g, dtype=DT)

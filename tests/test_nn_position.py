@@ -520,3 +520,12 @@ def test_empty_source_with_destination_points_is_an_error():
         layer.dense((empty[0][None], None), (empty[1], pd), empty[2])
     with pytest.raises(ValueError, match="sample 0 has destination points but no source"):
         position_kernel(empty[1], pd, empty[2], 1.0)
+
+
+def test_position_kernel_of_a_one_sample_batch_is_the_unbatched_kernel():
+    # a one-sample batch has no padding layout (no mask): the kernel must not need one
+    g = torch.Generator().manual_seed(11)
+    p = torch.rand(10, 2, generator=g, dtype=torch.float64)
+    w = torch.rand(10, generator=g, dtype=torch.float64)
+    batched = position_kernel(p, p, w, 1.0, batch=torch.zeros(10, dtype=torch.long))
+    torch.testing.assert_close(batched[0], position_kernel(p, p, w, 1.0), rtol=0, atol=0)

@@ -90,6 +90,32 @@ def test_batch_padding_and_dense_form_agree_with_one_sample_at_a_time():
     assert bool((dense[~mask] == 0).all())
 
 
+def test_self_attention_chooses_the_slices_once_also_on_a_padded_batch(monkeypatch):
+    # The slice weights of the points are the layer's costliest part (a softmax over
+    # [B, H, N, M]); in self-attention the source's are the destination's. Masking the
+    # padding must not hide that the two sides are one (it did: they were computed twice,
+    # a third of the training step of the slice transformer).
+    layer = _layer()
+    calls = []
+    real = SliceAttention.slice_weights
+
+    def counted(self, x, lin):
+        calls.append(tuple(x.shape))
+        return real(self, x, lin)
+
+    monkeypatch.setattr(SliceAttention, "slice_weights", counted)
+    g = torch.Generator().manual_seed(8)
+    sizes = (11, 17)
+    x = torch.randn(sum(sizes), 5, generator=g, dtype=torch.float64)
+    w = torch.rand(sum(sizes), generator=g, dtype=torch.float64)
+    batch = torch.cat([torch.full((n,), i) for i, n in enumerate(sizes)])
+    layer(x, None, w, batch)
+    assert calls == [(2, 17, 5)]
+    calls.clear()
+    layer(x[:11], None, w[:11], torch.zeros(11, dtype=torch.long))
+    assert calls == [(1, 11, 5)]
+
+
 def test_invariant_to_the_scale_of_the_weights_and_the_order_of_the_points():
     layer = _layer()
     g = torch.Generator().manual_seed(4)

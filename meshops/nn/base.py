@@ -428,7 +428,11 @@ class GlobalAttentionBase(AttentionBase):
             # garbage (even NaN) in padded slots cannot reach real outputs.
             if weight is not None:
                 weight = weight.masked_fill(~m_src, 0)
+            same = x_dst is x_src
             x_src = x_src.masked_fill(~m_src.unsqueeze(-1), 0)
+            # self-attention stays recognisable (``x_dst is x_src``): a layer then
+            # computes what depends on the features once for both sides
+            x_dst = x_src if same else x_dst
             if pos_src is not None:
                 pos_src = pos_src.masked_fill(~m_src.unsqueeze(-1), 0)
         out = self._attend(x_src, x_dst, pos_src, pos_dst, weight, m_src, m_dst, **extra)

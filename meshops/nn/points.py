@@ -91,7 +91,9 @@ def _layout(batch: Optional[Tensor], n: int, size: int, nmax: Optional[int] = No
     samples.  ``nmax`` (the most points of a sample) is read from the batch vector (one
     host synchronisation, here and only here) unless given: then it is checked on the
     device, without a synchronisation (an error when a sample has more points)."""
-    if batch is None:
+    if batch is None or size == 1:
+        # one sample has no padding: its dense form is a view (``x[None]``), with no
+        # index copies and no masks for the layers to apply
         return n, None, None
     # sample boundaries of the sorted vector (a static shape, unlike bincount's)
     bounds = torch.searchsorted(batch, torch.arange(size + 1, device=batch.device,

@@ -158,7 +158,9 @@ def position_kernel(pos_src: Tensor, pos_dst: Tensor, weight: Tensor,
         if mask is not None:
             raise ValueError("mask is for the dense form; the flat form takes batch")
         src, dst = batch_points((pos_src, pos_dst), weight, (b_src, b_dst))
-        w = _prepare_weight(src.to_dense(weight).to(pos_src.dtype), dst.mask.any(-1))
+        has_dst = (torch.full((1,), dst.num_points > 0, device=pos_src.device)
+                   if dst.mask is None else dst.mask.any(-1))
+        w = _prepare_weight(src.to_dense(weight).to(pos_src.dtype), has_dst)
         return _dense_kernel(src.to_dense(pos_src), dst.to_dense(pos_dst), w, lam)
     return _dense_form_kernel(pos_src, pos_dst, weight, mask, lam)
 
