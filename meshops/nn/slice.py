@@ -136,9 +136,11 @@ class SliceAttention(GlobalAttentionBase):
         s_src = self.slice_weights(x_src, self.lin_x)
         f = split_heads(self.lin_f(x_src), self.heads)
         # 2. Tokens: quadrature integrals over each slice                [B, H, M, d]
-        ws = weight[:, None, :, None] * s_src
-        mass = ws.sum(2)                                                  # [B, H, M]
-        z = torch.einsum("bhnm,bhnd->bhmd", ws, f) / (mass + self.EPS)[..., None]
+        #    (the weights go on the d features, not on the M > d slice weights: fewer
+        #    products over the points, forward and backward)
+        mass = torch.einsum("bhnm,bn->bhm", s_src, weight)               # [B, H, M]
+        z = torch.einsum("bhnm,bhnd->bhmd", s_src, weight[:, None, :, None] * f)
+        z = z / (mass + self.EPS)[..., None]
         # 3. Attention among the M tokens                                [B, H, M, d]
         q, k, v = self.lin_qkv(z).chunk(3, dim=-1)
         z = torch.nn.functional.scaled_dot_product_attention(q, k, v)
