@@ -102,6 +102,9 @@ def _layers():
             IN_CHANNELS, 8, heads=2, num_patches=4, method="voxel", mode="token", pos_dim=2),
             1, 40),
         "slice": (lambda: SliceAttention(IN_CHANNELS, 8, heads=2, slices=4), 2, 900),
+        # a temperature per point is a pointwise map: the same order as the plain layer
+        "slice_adaptive": (lambda: SliceAttention(IN_CHANNELS, 8, heads=2, slices=4,
+                                                  adaptive_temperature=True), 2, 900),
     }
     return layers
 

@@ -23,11 +23,19 @@ def reference(layer: SliceAttention, x_src, weight, x_dst=None):
     xd = (layer.lin_x_dst or layer.lin_x)(x_dst)
     w = weight / weight.sum()
     heads = []
+    def tau(h, x):
+        """The temperature of every point ``[N, 1]`` (a column of one value unless
+        adaptive)."""
+        log_tau = float(layer.log_temperature[h].detach()) + torch.zeros(len(x), 1,
+                                                                          dtype=x.dtype)
+        if layer.lin_temperature is not None:
+            log_tau = log_tau + layer.lin_temperature(x)
+        return log_tau.exp()
+
     for h in range(H):
         cols = slice(h * d, (h + 1) * d)
-        taus = math.exp(float(layer.log_temperature[h].detach()))
-        s_src = torch.softmax(layer.lin_slice(xs[:, cols]) / taus, dim=-1)   # [N, M]
-        s_dst = torch.softmax(layer.lin_slice(xd[:, cols]) / taus, dim=-1)
+        s_src = torch.softmax(layer.lin_slice(xs[:, cols]) / tau(h, xs[:, cols]), dim=-1)
+        s_dst = torch.softmax(layer.lin_slice(xd[:, cols]) / tau(h, xd[:, cols]), dim=-1)
         tokens = []
         for j in range(M):
             num = sum(w[i] * s_src[i, j] * f[i, cols] for i in range(len(w)))
@@ -55,6 +63,24 @@ def test_matches_the_reference_in_float64():
     w = torch.rand(30, generator=g, dtype=torch.float64)
     torch.testing.assert_close(layer(x, None, w), reference(layer, x, w), rtol=1e-12,
                                atol=1e-12)
+
+
+def test_adaptive_temperature_matches_the_reference_and_starts_as_the_plain_layer():
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(30, 5, generator=g, dtype=torch.float64)
+    w = torch.rand(30, generator=g, dtype=torch.float64)
+    plain, ada = _layer(), _layer(adaptive_temperature=True)
+    missing = ada.load_state_dict(plain.state_dict(), strict=False).missing_keys
+    assert sorted(missing) == ["lin_temperature.bias", "lin_temperature.weight"]
+    # zero offsets at the start: the same outputs as the plain layer
+    torch.testing.assert_close(ada(x, None, w), plain(x, None, w), rtol=1e-14, atol=1e-14)
+    with torch.no_grad():
+        ada.lin_temperature.weight.copy_(torch.randn(1, 4, generator=g, dtype=torch.float64))
+        ada.lin_temperature.bias.fill_(0.2)
+    got = ada(x, None, w)
+    torch.testing.assert_close(got, reference(ada, x, w), rtol=1e-12, atol=1e-12)
+    assert float((got - plain(x, None, w)).abs().max()) > 1e-3   # the temperature acts
+    assert "adaptive_temperature=True" in repr(ada)
 
 
 def test_cross_form_matches_the_reference():

@@ -70,6 +70,8 @@ class SliceTransformer(InterpolatedQueries, NeuralOperator):
             (default: ``0``)
         condition_on_inputs (bool): also condition on the mean of each input channel.
             (default: ``False``)
+        adaptive_temperature (bool): a slice temperature per point and head
+            (Transolver++; :class:`~meshops.nn.slice.SliceAttention`). (default: ``False``)
 
     Shapes:
         - **input:** ``x [N, in_channels]``, ``pos [N, pos_dim]``, ``weight [N]``,
@@ -81,7 +83,7 @@ class SliceTransformer(InterpolatedQueries, NeuralOperator):
     def __init__(self, in_channels: int, out_channels: int, pos_dim: int = 2, width: int = 64,
                  layers: int = 4, heads: int = 4, slices: int = 32, ffn_ratio: float = 1,
                  pos_encoding: int = 0, interp_k: int = 4, param_channels: int = 0,
-                 condition_on_inputs: bool = False) -> None:
+                 condition_on_inputs: bool = False, adaptive_temperature: bool = False) -> None:
         super().__init__()
         check_model_sizes(in_channels, out_channels, pos_dim, width)
         check_positive_int(layers, "layers", minimum=1)
@@ -95,8 +97,9 @@ class SliceTransformer(InterpolatedQueries, NeuralOperator):
         self.lift = MLP(in_channels + self.pos_enc.out_channels, 2 * width, width, layers=2,
                         activation="gelu")
         self.blocks = nn.ModuleList([
-            TransformerBlock(SliceAttention(width, width, heads=heads, slices=slices), width,
-                             ffn_ratio=ffn_ratio)
+            TransformerBlock(SliceAttention(width, width, heads=heads, slices=slices,
+                                            adaptive_temperature=adaptive_temperature),
+                             width, ffn_ratio=ffn_ratio)
             for _ in range(layers)])
         self.norm_out = nn.LayerNorm(width)
         self.head = nn.Linear(width, out_channels)

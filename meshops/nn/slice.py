@@ -38,7 +38,12 @@ class SliceAttention(GlobalAttentionBase):
         A(u)(y_i) = W_O \big[\textstyle\sum_j s_{ij}(y_i)\, z'_j\big]_{\text{heads}} .
 
     The slice weights :math:`s_{ij}` are a partition of unity at every point (softmax
-    over the slices) with a learned temperature :math:`\tau > 0` per head. Transolver
+    over the slices) with a learned temperature :math:`\tau > 0` per head; with
+    ``adaptive_temperature`` (Transolver++, Luo et al., ICML 2025, §3.2) each point has
+    its own, :math:`\tau_i = \tau \exp(w_\tau^\top W_X u(x_i) + b_\tau)` per head
+    (:math:`w_\tau, b_\tau` start at zero: the layer starts as the plain one), so that
+    slices can be sharp where the field changes fast and smooth elsewhere. A pointwise
+    temperature keeps every token a quadrature integral. Transolver
     averages each slice over the *points* (:math:`w_i = 1`), so a region meshed more
     finely weighs more in its token; with quadrature weights the tokens are integrals
     over the domain, independent of how it is meshed, and the layer is a
@@ -58,6 +63,8 @@ class SliceAttention(GlobalAttentionBase):
         slices (int): slices ``M`` per head. (default: ``32``)
         temperature (float): initial :math:`\tau` (Transolver: 0.5). (default: ``0.5``)
         bias (bool): biases in the projections. (default: ``True``)
+        adaptive_temperature (bool): a temperature per point and head (see above).
+            (default: ``False``)
 
     Shapes:
         - **input (flat):** ``x [N, C]`` or ``(x_src [Ns, Cs], x_dst [Nd, Cd])``,
@@ -79,7 +86,7 @@ class SliceAttention(GlobalAttentionBase):
 
     def __init__(self, in_channels: Channels, out_channels: Optional[int] = None,
                  heads: int = 4, slices: int = 32, temperature: float = 0.5,
-                 bias: bool = True) -> None:
+                 bias: bool = True, adaptive_temperature: bool = False) -> None:
         super().__init__()
         self._init_channels(in_channels, out_channels, heads)
         if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
@@ -99,6 +106,8 @@ class SliceAttention(GlobalAttentionBase):
         self.lin_qkv = torch.nn.Linear(d, 3 * d, bias=False)
         self.lin_out = torch.nn.Linear(self.out_channels, self.out_channels, bias=bias)
         self.log_temperature = torch.nn.Parameter(torch.empty(heads))
+        # per head, the log-temperature offset of each point
+        self.lin_temperature = torch.nn.Linear(d, 1) if adaptive_temperature else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -110,13 +119,19 @@ class SliceAttention(GlobalAttentionBase):
             torch.nn.init.zeros_(self.lin_slice.bias)
         with torch.no_grad():
             self.log_temperature.fill_(math.log(self.init_temperature))
+        if self.lin_temperature is not None:
+            torch.nn.init.zeros_(self.lin_temperature.weight)
+            torch.nn.init.zeros_(self.lin_temperature.bias)
 
     def slice_weights(self, x: Tensor, lin_x: torch.nn.Linear) -> Tensor:
         """``s [B, H, N, M]``: each point's soft membership of the ``M`` slices of every
         head (sums to 1 over the slices), from its features ``x [B, N, C]``."""
-        tau = self.log_temperature.exp().clamp(min=self.MIN_TEMPERATURE)
-        logits = self.lin_slice(split_heads(lin_x(x), self.heads))   # [B, H, N, M]
-        return torch.softmax(logits / tau.to(logits.dtype)[None, :, None, None], dim=-1)
+        h = split_heads(lin_x(x), self.heads)                         # [B, H, N, d]
+        log_tau = self.log_temperature.to(h.dtype)[None, :, None, None]
+        if self.lin_temperature is not None:
+            log_tau = log_tau + self.lin_temperature(h)                # [B, H, N, 1]
+        tau = log_tau.exp().clamp(min=self.MIN_TEMPERATURE)
+        return torch.softmax(self.lin_slice(h) / tau, dim=-1)        # [B, H, N, M]
 
     def _attend(self, x_src, x_dst, pos_src, pos_dst, weight, m_src, m_dst):
         # 0. Weights as fractions of each sample's measure: the tokens are ratios of
@@ -153,4 +168,5 @@ class SliceAttention(GlobalAttentionBase):
         return self.lin_out(out)
 
     def _repr_extra(self) -> str:
-        return f", slices={self.slices}"
+        ada = ", adaptive_temperature=True" if self.lin_temperature is not None else ""
+        return f", slices={self.slices}{ada}"
