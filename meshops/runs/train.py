@@ -42,6 +42,7 @@ from meshops.runs.training_run import (
     build_model,
     check_writable_folder,
     epochs_to_fit,
+    fit_memory,
     run_training,
     split_files,
 )
@@ -247,6 +248,9 @@ def _train(request, cfg: TrainConfig) -> int:
         return fit_reduced_run(request, cfg, chosen, data.train, data.val,
                                _RunFiles(cfg, data, resumed, out, main_rank))
     model = _build_model(cfg, data)
+    # Before anything large is built: a step on the largest mesh must fit the memory.
+    cfg, fitted = fit_memory(cfg, model, data.train)
+    chosen = "; ".join(c for c in (chosen, fitted) if c)
     # Cached data get the model's mesh structures cached too (the Trainer builds those
     # of in-memory samples).
     data.train = with_structures(data.train, model, data.workers)

@@ -17,8 +17,8 @@ from meshops.runs import train_extras
 from meshops.runs.common import is_main_rank, os_reason
 from meshops.runs.config import RUN_CONFIG, TrainConfig
 
-__all__ = ["INFERRED", "build_model", "check_writable_folder", "epochs_to_fit",
-           "run_training", "split_files"]
+__all__ = ["INFERRED", "MEMORY_SHARE", "build_model", "check_writable_folder",
+           "epochs_to_fit", "fit_memory", "run_training", "split_files"]
 
 # Set from the data, never by model_config.
 INFERRED = ("in_channels", "out_channels", "pos_dim", "param_channels")
@@ -127,6 +127,54 @@ def epochs_to_fit(cfg: TrainConfig, model, samples, num_val: float) -> tuple[Tra
         chosen = every[0]
     epochs, threads, reason = chosen
     return cfg.with_options("defaults", epochs=epochs, threads=threads), reason
+
+
+#: The share of the free memory a training step may plan to take (the rest: the data,
+#: the mesh structures, the validation pass, other processes' growth).
+MEMORY_SHARE = 0.8
+
+
+def fit_memory(cfg: TrainConfig, model, samples) -> tuple[TrainConfig, str]:
+    """Check, before training, that a step on the largest training mesh fits the free
+    memory (:mod:`meshops.training.footprint`, measured on the first sample): when it
+    does not but does with the blocks' activations recomputed, ``checkpoint_blocks`` is
+    turned on and said (``note``); when neither fits, a :class:`UsageError` says how much
+    it would take, what is free and what would make it fit. Meshes below the probes'
+    size, and machines whose peaks cannot be read, are not checked.
+
+    Returns:
+        ``(cfg, note)``: the config (``checkpoint_blocks`` perhaps on) and what was done
+        (``""``: nothing).
+    """
+    from meshops.training.dataset import first_sample
+    from meshops.training.footprint import largest_sample, step_memory
+    from meshops.utils.memory import available_bytes, format_bytes
+
+    free = available_bytes(cfg.device)
+    sample = first_sample(samples)
+    plain = None if free is None else step_memory(model, sample, checkpoint=cfg.checkpoint_blocks)
+    if plain is None:
+        return cfg, ""
+    points, batch = largest_sample(samples), cfg.batch_size
+    need = plain.bytes(points, batch)
+    if need <= MEMORY_SHARE * free:
+        return cfg, ""
+    what = (f"a training step on the largest mesh ({points:,} points, batch {batch}) takes "
+            f"about {format_bytes(need)}")
+    if not cfg.checkpoint_blocks:
+        ck = step_memory(model, sample, checkpoint=True)
+        if ck is not None and ck.bytes(points, batch) <= MEMORY_SHARE * free:
+            return cfg.with_options("defaults", checkpoint_blocks=True), (
+                f"{what}, {format_bytes(free)} is free: the blocks' activations are "
+                f"recomputed in the backward pass (--checkpoint-blocks), about "
+                f"{format_bytes(ck.bytes(points, batch))}")
+        if ck is not None:
+            what += f" ({format_bytes(ck.bytes(points, batch))} with --checkpoint-blocks)"
+    smaller = " a smaller --batch-size," if batch > 1 else ""
+    raise UsageError(f"train: {what} but {format_bytes(free)} of memory is free; to fit:"
+                     f"{smaller} a narrower model (--model-config width=...), a machine "
+                     f"with more memory, or meshes coarsened for training (predicting on "
+                     f"the fine ones afterwards)")
 
 
 def run_training(request, cfg, model, train_samples, val_samples, resolved: str, chosen: str,
