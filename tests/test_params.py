@@ -442,3 +442,25 @@ def test_export_to_folder_writes_the_parameters(tmp_path):
     samples[1].params = torch.zeros(1, 3)
     with pytest.raises(MeshError, match=r"sample 1 has params \[1, 3\], not \[1, 2\]"):
         export_to_folder(samples, tmp_path / "other", param_names=["a", "b"])
+
+
+def test_every_film_site_of_the_slice_transformer_acts(one_thread):
+    # layers + 2 sites: the lifted features, each block's output and the decoder's
+    # normalised features, where a parameter can scale the output itself (an answer
+    # linear in a load; the norm before the head would undo a scale applied earlier).
+    # Each site alone, the others at zero (the identity), must change the output.
+    torch.manual_seed(0)
+    model = get_model("slice_transformer", in_channels=1, out_channels=2, param_channels=3,
+                      width=16, layers=2, heads=2, slices=4).eval()
+    film = model.conditioning.film
+    a = _sample(30, 3, 1)
+    c = a.clone()
+    c.params = c.params + 1.0
+    assert model.conditioning.sites == 4
+    for site in range(4):
+        with torch.no_grad():
+            film.weight.zero_()
+            film.bias.zero_()
+            rows = film.weight.view(4, 2, 16, -1)[site]
+            rows.normal_(std=0.5)
+        assert (model(c) - model(a)).abs().max() > 1e-3, site

@@ -50,8 +50,9 @@ class SliceTransformer(InterpolatedQueries, NeuralOperator):
 
     Conditioning (optional): ``param_channels`` parameters per sample
     (``data.params [B, K]``) and, with ``condition_on_inputs``, the quadrature-weighted
-    mean of each input channel modulate the lifted features and the features after
-    every block by FiLM (:class:`~meshops.models.conditioning.ParamConditioning`).
+    mean of each input channel modulate the lifted features, the features after
+    every block and the decoder's normalised features by FiLM
+    (:class:`~meshops.models.conditioning.ParamConditioning`).
 
     Args:
         in_channels (int): input channels (``0``: geometry only).
@@ -152,5 +153,10 @@ class SliceTransformer(InterpolatedQueries, NeuralOperator):
             h = self.run_block(blk, h, inp.points)
             if film is not None:
                 h = self.conditioning(h, film, inp.batch, site)
-        # 3. to the query points, if any, and the head                     [M, out]
-        return self.head(self.norm_out(self.to_queries(h, data, inp)))
+        # 3. to the query points, if any, the norm, FiLM's last site, the head  [M, out]
+        h = self.norm_out(self.to_queries(h, data, inp))
+        if film is not None:
+            # after the norm: the conditions scale the output itself (an answer linear
+            # in a load), which the norm would otherwise undo
+            h = self.conditioning(h, film, inp.query_batch, len(self.blocks) + 1)
+        return self.head(h)
