@@ -48,7 +48,8 @@ class Run:
         once."""
         from meshops.inference.trust import ensemble_members
 
-        return [load_model(m, self.device)[0] for m in ensemble_members(self.path)[1:]]
+        members = ensemble_members(self.path, self.metadata)[1:]
+        return [load_model(m, self.device)[0] for m in members]
 
     @cached_property
     def _predictor(self) -> Predictor:

@@ -82,12 +82,13 @@ def loggers(cfg) -> list[str]:
 
 def callbacks(cfg, out: Path, config: dict) -> list:
     """The Trainer callbacks of the run's loggers, writing under the run folder ``out``."""
+    from meshops.runs.run_folder import TENSORBOARD_FOLDER
     from meshops.training.experiment import MLflowLogger, TensorBoardLogger
 
     made = []
     for name in loggers(cfg):
         if name == "tensorboard":
-            made.append(TensorBoardLogger(out / "tensorboard", config=config))
+            made.append(TensorBoardLogger(out / TENSORBOARD_FOLDER, config=config))
         else:
             uri = os.environ.get("MLFLOW_TRACKING_URI")
             local = None if uri else (out.resolve() / "mlartifacts").as_uri()
