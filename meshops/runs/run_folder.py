@@ -52,6 +52,8 @@ def option_label(key: str, request, out: Path) -> str:
     """Where option ``key`` came from: its flag, ``FILE: key`` for a ``--config`` file,
     else the run's own ``out/config.yaml``."""
     given = TrainConfig.from_request(request.options, request.source)
+    if key == "fields" and "targets" in given:  # --targets u+v,p sets the fields
+        return "--targets"
     if key in given:
         return "--" + key.replace("_", "-")
     config = getattr(request, "config", None)
@@ -69,6 +71,8 @@ def differences(cfg: TrainConfig, recorded: dict, keys, only_set: bool = False) 
         if key not in recorded:
             continue
         now, then = _norm(key, getattr(cfg, key)), _norm(key, recorded[key])
+        if key == "fields":  # the grouping: None is every target its own field
+            now, then = cfg.field_specs, list(then or recorded.get("targets") or [])
         if key == "model_config":
             then = then or {}
             changed = {k: v for k, v in (now or {}).items() if then.get(k) != v}
