@@ -28,14 +28,13 @@ from pathlib import Path
 from meshops.errors import UsageError
 from meshops.runs.config import RUN_CONFIG, TrainConfig
 from meshops.runs.run_lock import LOCK_FILES
+from meshops.runs.train_extras import TENSORBOARD_FOLDER
 
 # What a run of ``meshops train`` writes into its folder (removed before a new run, so
 # that a run never leaves another's files behind): the series candidates'
 # (meshops.runs.series_choice) among them.
 RUN_FILES = (RUN_CONFIG, "best.pt", "last.pt", "history.json", "trajectory_basis.pt",
              "next_step.pt", "choice.json")
-# The sub-folder of TensorBoard's event files (meshops.runs.train_extras).
-TENSORBOARD_FOLDER = "tensorboard"
 
 # Options a resumed run may change (--epochs has its own rule: check_resume_epochs).
 RESUME_MAY_CHANGE = ("epochs", "minutes", "device", "out")

@@ -12,6 +12,8 @@ from meshops.errors import UsageError
 from meshops.runs.common import is_main_rank
 
 LOGGERS = ("tensorboard", "mlflow")
+#: The sub-folder of the run folder that holds TensorBoard's event files.
+TENSORBOARD_FOLDER = "tensorboard"
 
 
 # --------------------------------------------------------------- config coercers
@@ -82,7 +84,6 @@ def loggers(cfg) -> list[str]:
 
 def callbacks(cfg, out: Path, config: dict) -> list:
     """The Trainer callbacks of the run's loggers, writing under the run folder ``out``."""
-    from meshops.runs.run_folder import TENSORBOARD_FOLDER
     from meshops.training.experiment import MLflowLogger, TensorBoardLogger
 
     made = []
