@@ -172,12 +172,26 @@ def data_parts(cfg) -> Optional[Callable]:
 
 def shards_of(cfg, samples) -> Optional[int]:
     """The Trainer's ``shards``: ``--shards``, else one per process when each process
-    owns a part of the lazily read data, else None."""
+    owns a part of the lazily read data, else None.
+
+    Raises:
+        UsageError: ``--shards`` more than the training files, or (in one process) not
+            a divisor of the batch, which takes one part's batch from each part.
+    """
     from meshops.training import distributed
 
-    if cfg.shards is not None:
-        return cfg.shards
     env = distributed.torchrun_env()
+    if cfg.shards is not None:
+        n, parts = len(samples), cfg.shards
+        if parts > n:
+            raise UsageError(f"--shards {parts}: the training set has {n} file(s) of "
+                             f"{cfg.data}, and each part needs one at least; give --shards "
+                             f"{n} or fewer")
+        if (env is None or env[0] <= 1) and cfg.batch_size % parts:
+            raise UsageError(f"--shards {parts}: the batch of {cfg.batch_size} samples is not "
+                             f"a multiple of it (each step takes the same number from every "
+                             f"part); give --batch-size a multiple of {parts}")
+        return parts
     return env[0] if env and getattr(samples, "owned", None) is not None else None
 
 
