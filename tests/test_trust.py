@@ -54,6 +54,26 @@ def test_refined_square_keeps_points_area_and_linear_fields(kind):
         float(mesh.integrate(mesh.fields["f"])), abs=1e-13)
 
 
+def test_refinement_computes_the_geometry_features_on_the_refined_mesh():
+    """Issue 38, item 7: evaluate --refine interpolated geo:distance linearly to the new
+    nodes, where the distance to the boundary is not linear (its ridges): the refined
+    copy then measured another input than predict gives. Computed, they are the exact
+    distance and direction of the square at every node (straight sides: exact)."""
+    from meshops.mesh.geometry import geometry_channels
+
+    pts, cells = square_mesh(4, "triangle", amount=0.2, seed=1)
+    mesh = mesh_from_arrays(pts, cells, {"f": _linear(pts)})
+    mesh.fields.update(geometry_channels(mesh))
+    fine = refine_mesh(mesh)
+    p = fine.pos.numpy()
+    exact = np.minimum.reduce([p[:, 0], 1 - p[:, 0], p[:, 1], 1 - p[:, 1]])
+    np.testing.assert_allclose(fine.fields["geo:distance"].numpy(), exact, rtol=0, atol=1e-12)
+    want = geometry_channels(fine)
+    assert torch.equal(fine.fields["geo:direction"], want["geo:direction"])
+    assert fine.fields["geo:distance"].dtype == mesh.fields["geo:distance"].dtype
+    np.testing.assert_allclose(fine.fields["f"].numpy(), _linear(p), atol=1e-13)
+
+
 def test_refined_tetra_and_hexahedra():
     p = perturb_interior(grid_points(2, 3), 2, 0.2, seed=1)
     tets = Delaunay(p).simplices
