@@ -46,7 +46,8 @@ device: none
 dtype: float64
 """)
     opts = TrainConfig.from_file(f)
-    assert opts == {"data": "d/", "inputs": ["f", "g"], "targets": ["u"],
+    # targets without "+": every target its own field (fields None), over any lower level
+    assert opts == {"data": "d/", "inputs": ["f", "g"], "targets": ["u"], "fields": None,
                     "model": "transformer_no", "model_config": {"num_layers": 2, "width": 16},
                     "epochs": 5, "minutes": 2.0, "batch_size": 4, "lr": 1e-3,
                     "weight_decay": 0.0, "scheduler": None, "grad_clip": None,
@@ -160,6 +161,41 @@ def test_levels_merge_in_order(tmp_path):
     assert cfg.model is None and cfg.weight_decay == 1e-4
     cfg = TrainConfig.resolve(_flags("--config", str(f), "--resume", "--val-data", "w/"))
     assert (cfg.val_fraction, cfg.val_data) == (None, "w/")
+
+
+def test_plain_targets_over_a_grouping_mean_one_field_each(tmp_path):
+    """Issue 38, item 4: ``--targets u,v,p`` over a ``--config`` file that joins u+v
+    left the file's grouping in place, and the run trained u+v,p."""
+    run = TrainConfig.from_options({"data": "d", "inputs": "f", "targets": "u+v,p"})
+    f = _write(tmp_path / "config.yaml", run.render())
+    assert TrainConfig.resolve(_flags("--config", str(f))).fields == ["u+v", "p"]
+    cfg = TrainConfig.resolve(_flags("--config", str(f), "--targets", "u,v,p"))
+    assert cfg.targets == ["u", "v", "p"] and cfg.fields is None
+    assert cfg.field_specs == ["u", "v", "p"]
+    # and the other way round: a grouping given over a file of plain targets
+    g = _write(tmp_path / "plain.yaml", "data: d\ninputs: f\ntargets: [u, v, p]\n")
+    cfg = TrainConfig.resolve(_flags("--config", str(g), "--targets", "u+v,p"))
+    assert cfg.fields == ["u+v", "p"]
+
+
+@pytest.mark.parametrize("was, now", [("u+v,p", "u,v,p"), ("u,v,p", "u+v,p")])
+def test_a_resume_that_regroups_the_targets_is_refused(tmp_path, was, now):
+    """The resumed run's config.yaml kept its grouping under a plain ``--targets``
+    (silently dropped); a changed grouping is another run: refused, naming --targets."""
+    from meshops.runs.run_folder import check_resume_options
+
+    out = tmp_path / "run"
+    out.mkdir()
+    recorded = TrainConfig.from_options({"data": "d", "inputs": "f", "targets": was,
+                                         "out": str(out)})
+    _write(out / "config.yaml", recorded.render())
+    request = _flags("--resume", "--out", str(out), "--targets", now)
+    cfg = TrainConfig.resolve(request)
+    with pytest.raises(UsageError, match=r"--resume continues the run exactly, but --targets "
+                       r"is \[.*\] \(the run: \[.*\]\)"):
+        check_resume_options(cfg, recorded.to_dict(), request, out / "last.pt")
+    same = _flags("--resume", "--out", str(out), "--targets", was)
+    check_resume_options(TrainConfig.resolve(same), recorded.to_dict(), same, out / "last.pt")
 
 
 def test_missing_and_conflicting_options_are_refused(tmp_path):

@@ -163,3 +163,30 @@ def test_train_refuses_a_zero_target_naming_the_file(tmp_path, capsys):
     assert code == 2
     assert err.startswith(f"meshops: error: {data / 's3.vtu'}: the target field(s) u are zero "
                           f"everywhere") and err.count("\n") == 1
+@pytest.mark.parametrize("lazy", [[], ["--lazy"]])
+def test_train_refuses_one_zero_target_field_naming_file_and_field(tmp_path, capsys, lazy):
+    """Issue 38, item 8: with --targets u,v each is its own field, but the check pooled
+    the channels: a v zero in one mesh passed it and the loss raised a traceback.
+    Joined as u+v, the mesh's field is not zero and trains."""
+    from _folders import SMALL as FOLDER_SMALL
+    from _folders import write_folder
+
+    def add_v(k):
+        def edit(fields):
+            fields["v"] = fields["u"] * 0.0 if k == 3 else fields["u"] + 1.0
+        return edit
+
+    data = write_folder(tmp_path / "data", edits={k: add_v(k) for k in range(4)})
+    flags = [a for a in FOLDER_SMALL if a not in ("--targets", "u")]
+    cache = ["--cache", str(tmp_path / "cache")] if lazy else []
+    code, _, err = _run_cli(capsys, ["train", "--data", str(data), *flags, "--targets", "u,v",
+                                     *lazy, *cache, "--out", str(tmp_path / "r")])
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"meshops: error: {data / 's3.vtu'}: the target field(s) v are zero "
+                          f"everywhere"), err
+    assert "join v with the other components" in err
+    code, _, err = _run_cli(capsys, ["train", "--data", str(data), *flags, "--targets", "u+v",
+                                     *lazy, *cache, "--out", str(tmp_path / "joined")])
+    assert code == 0, err
+
+

@@ -148,3 +148,27 @@ def test_two_node_torchrun_on_lazy_data_resumes_after_a_kill_and_equals_one_proc
     single = json.loads((one / "history.json").read_text())
     assert [h["train_loss"] for h in single] == pytest.approx(
         [h["train_loss"] for h in history], rel=1e-9)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--shards", "4", "--batch-size", "4"],
+     "--shards 4: the training set has 3 file(s) of {data}, and each part needs one at "
+     "least; give --shards 3 or fewer"),
+    (["--shards", "2", "--batch-size", "3"],
+     "--shards 2: the batch of 3 samples is not a multiple of it (each step takes the "
+     "same number from every part); give --batch-size a multiple of 2"),
+])
+def test_shards_that_cannot_be_dealt_are_refused_before_training(tmp_path, capsys, flags,
+                                                                 message):
+    """Issue 38, item 11: more parts than training files, or a batch the parts do not
+    divide, reached the sampler's and the Trainer's ValueError: a traceback."""
+    from _tiny_run import one_line_error
+
+    data = write_folder(tmp_path / "data", n=4)   # 3 training files, 1 validation
+    small = [a for a in COMMON if a not in ("--lazy",)]
+    code = cli_main(["train", "--data", str(data), *small, *flags, "--out",
+                     str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and one_line_error(err), err
+    assert message.format(data=data) in err
+    assert not (tmp_path / "run" / "best.pt").exists()

@@ -69,6 +69,31 @@ def test_a_hole_is_part_of_the_boundary():
     assert d[np.argmin(np.abs(pts - [0.5, 0.5]).sum(1))] == 0  # a corner of the hole
 
 
+@pytest.mark.parametrize("shift", [0.0, 1e-9])
+def test_a_seam_of_duplicated_nodes_is_inside_the_domain(shift):
+    """Issue 38, item 6: two blocks meshed apart and glued (each with its own nodes
+    on the seam x = 1/2, written with ``shift`` of rounding) gave distance 0 along the
+    seam. The distance is the one-block mesh's, to the shift (far below the mesh size
+    1/8, at which a seam would count)."""
+    n = 8
+    pts, tri = _square(n)
+    left = pts[tri].mean(1)[:, 0] < 0.5
+    blocks_pts, blocks_tri = [], []
+    for k, half in enumerate((left, ~left)):
+        used = np.unique(tri[half])
+        index = np.full(len(pts), -1)
+        index[used] = np.arange(len(used)) + sum(len(b) for b in blocks_pts)
+        blocks_pts.append(pts[used] + k * shift)
+        blocks_tri.append(index[tri[half]])
+    glued = np.concatenate(blocks_pts)
+    assert len(glued) == len(pts) + n + 1  # the seam's nodes twice
+    geo = geometry_channels(mesh_from_arrays(glued, [("triangle", np.concatenate(blocks_tri))]))
+    exact, _ = _exact_square(glued)
+    np.testing.assert_allclose(geo["geo:distance"].numpy(), exact, rtol=0, atol=2 * shift + 1e-12)
+    seam = np.abs(glued[:, 0] - 0.5) < 1e-6
+    assert (geo["geo:distance"].numpy()[seam] > 0).sum() == 2 * (n - 1)
+
+
 def test_three_dimensional_cube():
     """The unit cube in tetrahedra: the distance to the nearest face (1e-9)."""
     n = 3

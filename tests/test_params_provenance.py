@@ -137,3 +137,26 @@ def test_a_series_run_records_and_checks_its_files(tmp_path, capsys):
             (data / "s04").rmdir()
     code, _, err = run_cli(capsys, resume)
     assert code == 0, err
+
+
+def test_a_layout_reads_params_csv_again_when_it_changes(tmp_path):
+    """Issue 38, item 2: a layout (the one a Run predicts with) kept each folder's
+    table, or its absence, for ever: after an edit of params.csv Run.predict gave the
+    old values while a new Run gave the new ones."""
+    from meshops.errors import MeshError
+    from meshops.mesh.io import read_mesh
+
+    data = write_param_folder(tmp_path / "data", {"a": [1, 2, 3, 4]})
+    layout = SampleLayout([], ["u"], ["a"])
+
+    def value():
+        return float(layout.view(read_mesh(data / "s2.vtu"), data / "s2.vtu").params)
+
+    assert value() == 3.0
+    write_params(data, {"a": [1, 2, 30, 4]})
+    assert value() == 30.0
+    (data / "params.csv").unlink()
+    with pytest.raises(MeshError, match="'a'"):
+        value()
+    write_params(data, {"a": [1, 2, 7, 4]})
+    assert value() == 7.0

@@ -105,6 +105,53 @@ def test_a_second_run_on_a_locked_run_folder_is_refused(tmp_path, capsys):
     assert sorted(p.name for p in run.iterdir()) == ["best.pt", "config.yaml", "history.json"]
 
 
+def test_sigterm_leaves_a_resumable_run_and_no_stray_files(tmp_path):
+    """Issue 38, item 12: SIGTERM (kill, Slurm) ended meshops train without cleaning up:
+    the run folder's lock (and a temporary file) stayed, where Ctrl-C removes them.
+    Now it ends as Ctrl-C does (exit 143) and --resume continues the run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import torch
+    from _folders import SMALL, write_folder
+    from _procs import kill_group
+
+    data, out = write_folder(tmp_path / "data"), tmp_path / "run"
+    argv = [sys.executable, "-m", "meshops", "train", "--data", str(data), *SMALL,
+            "--scheduler", "none", "--logger", "none", "--threads", "1", "--out", str(out)]
+    argv[argv.index("--epochs") + 1] = "100000"  # stopped by the signal long before
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "last.pt").exists() and proc.poll() is None:
+            assert time.monotonic() < deadline, "no last.pt within 120 s"
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err.strip().endswith("meshops: terminated (SIGTERM)"), err
+    left = sorted(p.name for p in out.iterdir())
+    assert set(left) <= {"config.yaml", "best.pt", "last.pt", "history.json"}, left
+    assert "last.pt" in left
+    epoch = torch.load(out / "last.pt", weights_only=False)["training"]["epoch"]
+    code = subprocess.run(argv[:argv.index("--epochs") + 1] + [str(epoch + 1)]
+                          + argv[argv.index("--epochs") + 2:] + ["--resume"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert code.returncode == 0, code.stderr
+    assert f"resumed from {out / 'last.pt'} after epoch {epoch}" in code.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["best.pt", "config.yaml",
+                                                     "history.json", "last.pt"]
+
+
 def test_a_refused_run_on_a_new_folder_leaves_no_folder(tmp_path, capsys):
     """The lock is taken in a folder made for it; a run refused after that (here: its
     data is no parametric study) removes the folder again."""

@@ -205,3 +205,70 @@ def test_a_default_reduced_basis_exports_and_its_check_passes(tmp_path):
     expected = run.predict(tmp_path / "d" / "c03.vtu")["u_pred"].reshape(-1)
     got = program(x).reshape(-1).double()
     assert torch.allclose(got, expected.double(), rtol=1e-4, atol=1e-6 * expected.abs().max())
+
+
+# ------------------------------------------------------ meshes given in memory
+def _point_cloud(path, weight):
+    """``path``: sample 2 of tests/_folders.py as a point cloud whose stored weights
+    (``meshops:weight``) are ``weight``."""
+    import meshio
+    from _folders import sample
+
+    from meshops.mesh.io import WEIGHT_FIELD
+
+    m = sample(2)
+    pts = np.c_[m.pos.numpy(), np.zeros(len(m.pos))]
+    meshio.write(path, meshio.Mesh(pts, [("vertex", np.arange(len(pts))[:, None])],
+                                   point_data={"f": m.fields["f"].numpy(),
+                                               "u": m.fields["u"].numpy(),
+                                               WEIGHT_FIELD: weight(len(pts))}))
+    return path
+
+
+def test_all_zero_weights_are_refused_naming_the_mesh(runs, tmp_path, capsys):
+    """Issue 38, item 9: weights 0 at every point (a point cloud's stored weights, a
+    MeshData) reached the layers' ValueError, a traceback from the commands."""
+    from _folders import sample
+    from _tiny_run import one_line_error
+
+    from meshops.errors import MeshError
+
+    cli_run, _, _ = runs
+    cloud = _point_cloud(tmp_path / "cloud.vtu", np.zeros)
+    for argv in (["predict", cli_run, cloud, "-o", tmp_path / "p"],
+                 ["evaluate", cli_run, "--data", tmp_path]):
+        code, out, err = run_cli(capsys, argv)
+        assert code == 2 and one_line_error(err), err
+        assert f"{cloud}: the weights (point field 'meshops:weight') are 0 at every " \
+               f"point: the mesh has no measure" in err
+    run = meshops.load_run(cli_run, "cpu")
+    with pytest.raises(MeshError, match=r"cloud.vtu: the weights \(point field 'meshops:weight'"
+                                        r"\) are 0 at every point"):
+        run.predict(cloud)
+    mesh = sample(1)
+    mesh.weight = torch.zeros_like(mesh.weight)
+    mesh.source = "case-7"
+    with pytest.raises(MeshError, match=r"case-7: the weights \(MeshData.weight\) are 0 at "
+                                        r"every point"):
+        run.predict(mesh)
+
+
+def test_predict_takes_a_mesh_in_memory_as_a_file(runs, data):
+    """Issue 38, item 10: a MeshData without weight, or with numpy fields, predicts
+    what its file predicts (weights from its cells); too short a field is refused
+    naming it."""
+    from meshops.errors import MeshError
+    from meshops.mesh.data import MeshData
+
+    run = meshops.load_run(runs[0], "cpu")
+    mesh = read_mesh(data / "s1.vtu")
+    want = run.predict(data / "s1.vtu")["u_pred"]
+    bare = MeshData(pos=mesh.pos, fields={"f": mesh.fields["f"].numpy()}, cells=mesh.cells)
+    got = run.predict(bare)["u_pred"]
+    assert torch.equal(torch.as_tensor(got), torch.as_tensor(want))
+    short = MeshData(pos=mesh.pos, weight=mesh.weight, fields={"f": mesh.fields["f"][:-3]},
+                     cells=mesh.cells)
+    n = len(mesh.pos)
+    with pytest.raises(MeshError, match=f"the mesh: point field 'f' has {n - 3} values but "
+                                        f"the mesh has {n} points"):
+        run.predict(short)

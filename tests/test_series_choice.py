@@ -251,6 +251,46 @@ def test_a_run_with_both_candidates_resumes_and_chooses_again(choice, tmp_path, 
     assert chosen.model_name == record["chosen"]
 
 
+def _next_step_weights(run) -> dict:
+    record = json.loads((run / "choice.json").read_text())
+    neural = run / ("next_step.pt" if record["chosen"] == "trajectory_basis" else "best.pt")
+    return NeuralOperator.from_checkpoint(neural).state_dict()
+
+
+@pytest.mark.parametrize("minutes, slower", [("3", 1.0), ("0.2", 50.0)])
+def test_a_series_run_with_epochs_repeats_whatever_minutes_or_machine(
+        choice, tmp_path, capsys, monkeypatch, minutes, slower):
+    """Issue 38, item 3: the trajectory basis' MLP ensemble was sized by the clock and
+    reseeded the global random state before the next-step model was built, so with
+    --epochs fixed its weights depended on --minutes and the machine's speed (here a
+    clock that runs ``slower`` times fast in the basis fit)."""
+    import time as real_time
+
+    from meshops.training import fit_reduced
+
+    class Clock:
+        start = real_time.perf_counter()
+
+        @classmethod
+        def perf_counter(cls):
+            return cls.start + (real_time.perf_counter() - cls.start) * slower
+
+    monkeypatch.setattr(fit_reduced, "time", Clock)
+    root, argv = choice
+    out = tmp_path / "again"
+    argv = [str(out) if a == str(root / "run") else a for a in argv]
+    argv[argv.index("--minutes") + 1] = minutes
+    code, _, err = _run(argv, capsys)
+    assert code == 0, err
+    want, got = _next_step_weights(root / "run"), _next_step_weights(out)
+    assert want.keys() == got.keys()
+    for key in want:
+        assert torch.equal(want[key], got[key]), key
+    basis = [NeuralOperator.from_checkpoint(r / "trajectory_basis.pt").state_dict()
+             for r in (root / "run", out)]
+    assert all(torch.equal(basis[0][k], basis[1][k]) for k in basis[0])
+
+
 def test_series_past_the_basis_horizon_and_basis_only_runs(choice, tmp_path, capsys):
     root, _ = choice
     record = json.loads((root / "run" / "choice.json").read_text())

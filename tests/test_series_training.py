@@ -326,6 +326,18 @@ def test_series_cli_errors_are_one_line(heat, tmp_path, capsys):
     assert not (tmp_path / "r").exists()
 
 
+def test_a_series_run_refuses_shards(heat, tmp_path, capsys):
+    """Issue 38, item 13: --shards was ignored by a series run without a word."""
+    root, _ = heat
+    code, out, err = _run(["train", "--series", "--data", str(root / "train"), "--inputs", "",
+                           "--targets", "u", "--params", "kappa,a", "--shards", "2",
+                           "--epochs", "1", "--model-config", "width=8", "heads=2",
+                           "--out", str(tmp_path / "r")], capsys)
+    assert code == 2 and one_line_error(err), err
+    assert "train --series: --shards does not apply to time series" in err
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_run_config_resolves_to_itself(heat, capsys):
     root, _ = heat
     config = root / "run" / "config.yaml"

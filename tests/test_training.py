@@ -155,6 +155,31 @@ def test_relative_lp_matches_hand_computation_on_a_ragged_batch():
                                                         rel=1e-14)
 
 
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_an_exactly_predicted_sample_has_a_finite_gradient(p):
+    """Issue 38, item 5: ``pow(1/p)`` of an exact 0 has an infinite derivative, and the
+    gradient of an exactly predicted sample was NaN (a constant target stopped training
+    with a non-finite loss). The norm's subgradient 0 makes that sample's gradient 0,
+    and the other sample's gradient is what it is without it."""
+    from meshops.datasets.fields import TargetFields
+
+    g = torch.Generator().manual_seed(0)
+    target = torch.randn(10, 2, generator=g, dtype=torch.float64)
+    weight = torch.rand(10, generator=g, dtype=torch.float64) + 0.1
+    batch = torch.tensor([0] * 4 + [1] * 6)
+    pred = target.clone()
+    pred[4:] += 0.1 * torch.randn(6, 2, generator=g, dtype=torch.float64)
+    for fields in (None, TargetFields.from_specs(["u", "v"], {"u": 1, "v": 1})):
+        pred = pred.detach().requires_grad_(True)
+        relative_lp(pred, target, weight, batch, p=p, reduction="sum", fields=fields).backward()
+        assert torch.isfinite(pred.grad).all()
+        assert torch.equal(pred.grad[:4], torch.zeros(4, 2, dtype=torch.float64))
+        alone = pred[4:].detach().requires_grad_(True)
+        relative_lp(alone, target[4:], weight[4:], p=p, reduction="sum",
+                    fields=fields).backward()
+        torch.testing.assert_close(pred.grad[4:], alone.grad, rtol=1e-12, atol=0)
+
+
 def test_weighted_loss_is_mesh_independent_and_unweighted_is_not():
     """Splitting points into two copies with half the weight each changes no
     integral, so the quadrature-weighted loss is unchanged; the unweighted loss

@@ -54,6 +54,26 @@ def test_refined_square_keeps_points_area_and_linear_fields(kind):
         float(mesh.integrate(mesh.fields["f"])), abs=1e-13)
 
 
+def test_refinement_computes_the_geometry_features_on_the_refined_mesh():
+    """Issue 38, item 7: evaluate --refine interpolated geo:distance linearly to the new
+    nodes, where the distance to the boundary is not linear (its ridges): the refined
+    copy then measured another input than predict gives. Computed, they are the exact
+    distance and direction of the square at every node (straight sides: exact)."""
+    from meshops.mesh.geometry import geometry_channels
+
+    pts, cells = square_mesh(4, "triangle", amount=0.2, seed=1)
+    mesh = mesh_from_arrays(pts, cells, {"f": _linear(pts)})
+    mesh.fields.update(geometry_channels(mesh))
+    fine = refine_mesh(mesh)
+    p = fine.pos.numpy()
+    exact = np.minimum.reduce([p[:, 0], 1 - p[:, 0], p[:, 1], 1 - p[:, 1]])
+    np.testing.assert_allclose(fine.fields["geo:distance"].numpy(), exact, rtol=0, atol=1e-12)
+    want = geometry_channels(fine)
+    assert torch.equal(fine.fields["geo:direction"], want["geo:direction"])
+    assert fine.fields["geo:distance"].dtype == mesh.fields["geo:distance"].dtype
+    np.testing.assert_allclose(fine.fields["f"].numpy(), _linear(p), atol=1e-13)
+
+
 def test_refined_tetra_and_hexahedra():
     p = perturb_interior(grid_points(2, 3), 2, 0.2, seed=1)
     tets = Delaunay(p).simplices
@@ -350,6 +370,43 @@ def test_ensemble_members_and_their_mean_and_std(run, tmp_path):
                                atol=1e-9)
     np.testing.assert_allclose(got.fields["u_std"].numpy(), ((pa - pb).abs() / 2 ** 0.5).numpy(),
                                rtol=1e-6, atol=1e-9)
+
+
+def test_overwrite_clears_the_members_of_an_earlier_ensemble(run, tmp_path):
+    """Issue 38, item 1: a single model trained with --overwrite over an ensemble run
+    predicted the mean and std of itself and the old members."""
+    import shutil
+
+    from meshops.runs.run import load_run
+
+    out, data = run
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    (copy / "notes.txt").write_text("mine")
+    (copy / "ensemble" / "seed9").mkdir()
+    (copy / "ensemble" / "seed9" / "plot.png").write_bytes(b"mine")
+    assert cli.main(["train", "--data", str(data), *tiny_args(1), "--logger", "none",
+                     "--seed", "4", "--out", str(copy), "--overwrite"]) == 0
+    assert not (copy / "ensemble" / "seed5").exists()
+    # what the run did not write stays
+    assert (copy / "notes.txt").read_text() == "mine"
+    assert (copy / "ensemble" / "seed9" / "plot.png").read_bytes() == b"mine"
+    fields = load_run(copy, "cpu").predict(data / "s2.vtu")
+    assert "u_std" not in fields and "u_pred" in fields
+
+
+def test_members_of_another_run_are_not_averaged_in(run):
+    """A folder retrained before --overwrite cleared members keeps another run's
+    ``ensemble/seed*``: only the seeds the run's config names are its members."""
+    from meshops.inference.trust import ensemble_members
+
+    out, _ = run
+    meta = load_model(out, "cpu")[2]
+    assert ensemble_members(out, meta) == [out, out / "ensemble" / "seed5"]
+    single = dict(meta, train_config=dict(meta["train_config"], ensemble=1))
+    assert ensemble_members(out, single) == [out]
+    other_seed = dict(meta, train_config=dict(meta["train_config"], seed=5))
+    assert ensemble_members(out, other_seed) == [out]
 
 
 def test_evaluate_reports_refinement_and_error_against_distance(run, capsys):

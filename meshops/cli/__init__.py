@@ -17,8 +17,11 @@ Its modules parse arguments and print; the job itself is :mod:`meshops.runs`.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 import warnings
+from contextlib import contextmanager
 
 from meshops.cli import evaluate, export, info, kernels, plot, predict, train
 from meshops.errors import CheckpointError, MeshError, UsageError
@@ -55,10 +58,35 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     print(f"meshops: warning: {message}", file=sys.stderr if file is None else file)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what ``kill`` and Slurm send) raised as an interrupt, so that the command
+    ends as on Ctrl-C: the run folder's lock and any temporary file are removed on the
+    way out, and a training run stays resumable from its ``last.pt``."""
+
+
+@contextmanager
+def _sigterm_interrupts():
+    """While the command runs, SIGTERM raises :class:`Terminated` (the first one; a
+    second ends the process at once, as without the handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach the main thread only
+        return
+
+    def stop(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _sigterm_interrupts():
             warnings.showwarning = _show_warning
             return args.func(args)
     except (MeshError, CheckpointError, UsageError) as e:
@@ -72,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"meshops: error: {os_reason(e)}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("meshops: terminated (SIGTERM)", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("meshops: interrupted", file=sys.stderr)
         return 130

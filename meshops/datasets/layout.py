@@ -28,7 +28,7 @@ from typing import Sequence
 
 import torch
 
-from meshops.datasets.params import read_param_table, sample_params
+from meshops.datasets.params import PARAM_FILES, read_param_table, sample_params
 from meshops.errors import CheckpointError, MeshError
 from meshops.mesh.boundary import TAG_PREFIX, tag_channels, tag_field_names
 from meshops.mesh.cells import cell_field, cell_points, cells_to_blocks, point_to_cells
@@ -79,7 +79,7 @@ class SampleLayout:
             raise MeshError(f"location must be 'points' or 'cells', got {location!r}")
         self.location = location
         self._first: str | None = None  # the file the location was taken from
-        self._tables: dict = {}
+        self._tables: dict = {}  # folder -> (its parameter files' identity, table)
         clash = [n for n in self.inputs + self.targets if n.startswith(TAG_PREFIX)]
         if clash:
             raise MeshError(f"field {clash[0]!r}: names starting with {TAG_PREFIX!r} are the "
@@ -134,10 +134,13 @@ class SampleLayout:
 
     # ---------------------------------------------------------------- reading
     def _table(self, folder: Path):
-        key = str(folder.resolve())
-        if key not in self._tables:
-            self._tables[key] = read_param_table(folder)
-        return self._tables[key]
+        """The parameter table of ``folder``, read again whenever its file changes."""
+        folder = folder.resolve()
+        stamp = _identity(folder)
+        kept = self._tables.get(folder)
+        if kept is None or kept[0] != stamp:
+            self._tables[folder] = (stamp, read_param_table(folder))
+        return self._tables[folder][1]
 
     def _where(self, mesh, name: str, path) -> str:
         """``"points"`` or ``"cells"``: where ``name`` is stored in ``mesh``."""
@@ -250,3 +253,17 @@ class SampleLayout:
             return dict(predictions), {}
         cp = cell_points(mesh)
         return {}, {k: cells_to_blocks(v, cp) for k, v in predictions.items()}
+
+
+def _identity(folder: Path) -> tuple:
+    """What tells one state of ``folder``'s parameter files from another: each one's
+    name, inode, size and modification time (``None`` for a missing one)."""
+    out = []
+    for name in PARAM_FILES:
+        try:
+            st = (folder / name).stat()
+        except OSError:
+            out.append(None)
+            continue
+        out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)

@@ -9,7 +9,9 @@ same geometry; a model that has learned the mesh instead moves when the mesh cha
   4, a tetrahedron or hexahedron into 8, a line into 2), adding the edge midpoints (and
   face and cell centres of quads and hexahedra); the point fields are interpolated
   there with the cells' own linear / multilinear basis (the mean of the corners the new
-  node lies between), and the quadrature weights are those of the new mesh. The
+  node lies between), but the geometry features (``geo:distance``, ``geo:direction``,
+  functions of the domain and not linear) are computed on the refined mesh as predict
+  computes them on any mesh; the quadrature weights are those of the new mesh. The
   original points are the first ``N`` points of the refined mesh, so the two
   predictions are compared there.
 * **coarsened**: :func:`coarsen_points` keeps a farthest-point subset of ``N / 2^d``
@@ -32,6 +34,7 @@ import numpy as np
 import torch
 
 from meshops.errors import MeshError
+from meshops.mesh.geometry import GEOMETRY_FIELDS, geometry_channels
 
 __all__ = ["coarsen_points", "mesh_independence", "refine_mesh"]
 
@@ -135,8 +138,9 @@ def refine_mesh(mesh):
 
     Returns:
         A new :class:`~meshops.MeshData` whose first ``N`` points are the original
-        ones, with every field interpolated at the new points, the quadrature
-        weights of the refined cells and the mesh's ``params``.
+        ones, with every field interpolated at the new points (the geometry features
+        ``geo:*`` computed there), the quadrature weights of the refined cells and the
+        mesh's ``params``.
 
     Raises:
         MeshError: a mesh without cells other than vertices (a point cloud), or with
@@ -163,9 +167,14 @@ def refine_mesh(mesh):
 
     points = extend(pos)
     blocks = [(t, _orient(points, t, c)) for t, c in blocks]
-    data = {k: extend(v).reshape(-1, *mesh.fields[k].shape[1:]) for k, v in fields.items()}
-    return _keep_params(mesh, mesh_from_arrays(points, blocks, data,
-                                               source=f"{source} (refined)"))
+    data = {k: extend(v).reshape(-1, *mesh.fields[k].shape[1:]) for k, v in fields.items()
+            if k not in GEOMETRY_FIELDS}
+    fine = mesh_from_arrays(points, blocks, data, source=f"{source} (refined)")
+    geo = [k for k in fields if k in GEOMETRY_FIELDS]
+    if geo:
+        channels = geometry_channels(fine)
+        fine.fields.update({k: channels[k].to(mesh.fields[k].dtype) for k in geo})
+    return _keep_params(mesh, fine)
 
 
 def _keep_params(mesh, copy):

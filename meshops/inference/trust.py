@@ -232,12 +232,14 @@ class TrainingSet:
 ENSEMBLE = "ensemble"
 
 
-def ensemble_members(run) -> list:
+def ensemble_members(run, metadata: dict | None = None) -> list:
     """The member run folders of an ensemble run (the run itself first), or ``[run]``.
 
     ``meshops train --seed S --ensemble K`` trains the run with seed ``S`` and the
     members ``RUN/ensemble/seed<S+1> ... seed<S+K-1>``: the same command with another
-    seed (so another split, initial weights, data order and dropout).
+    seed (so another split, initial weights, data order and dropout). With the run's
+    ``metadata`` only those seeds count: a folder of another run's members (a run
+    retrained in place) is no member of this one.
     """
     from pathlib import Path
 
@@ -246,6 +248,10 @@ def ensemble_members(run) -> list:
     if not run.is_dir() or not folder.is_dir():
         return [run]
     members = [p for p in folder.glob("seed*") if (p / "best.pt").is_file()]
+    config = (metadata or {}).get("train_config") or {}
+    if "seed" in config and "ensemble" in config:
+        wanted = {f"seed{int(config['seed']) + k}" for k in range(1, int(config["ensemble"]))}
+        members = [p for p in members if p.name in wanted]
     return [run] + sorted(members, key=lambda p: int(p.name[4:]) if p.name[4:].isdigit() else 0)
 
 

@@ -10,7 +10,11 @@ computed from the mesh itself (its cells), so any mesh file has them:
 
 * the boundary: the facets of the top-dimensional cells that belong to one cell only
   (edges of a 2-D mesh, triangles and quads of a 3-D one; a quad is split into two
-  triangles for the distance);
+  triangles for the distance). Facets are matched by position, not node number: nodes
+  closer than :data:`MERGE_TOLERANCE` of the shortest cell edge are one, so the seam
+  of blocks meshed apart and glued (duplicated nodes, a common export) is inside the
+  domain. A crack meshed as two coincident faces is therefore inside too: mesh it
+  with a gap to make it boundary;
 * ``geo:distance [N]``: the Euclidean distance of each point to the nearest boundary
   facet (0 on the boundary);
 * ``geo:direction [N, d]``: the unit vector from the point to that nearest boundary
@@ -35,6 +39,12 @@ __all__ = ["GEOMETRY_FIELDS", "GEOMETRY_PREFIX", "boundary_facets", "geometry_ch
 #: The prefix of the geometry channels and their names, in order.
 GEOMETRY_PREFIX = "geo:"
 GEOMETRY_FIELDS = ("geo:distance", "geo:direction")
+
+
+#: Nodes closer than this fraction of the mesh's shortest cell edge are one node when
+#: the boundary is found: a glued seam's duplicates (their coordinates written to 8
+#: digits or so), never two nodes of a valid mesh.
+MERGE_TOLERANCE = 1e-4
 
 
 def _blocks(mesh) -> list[tuple[str, np.ndarray]]:
@@ -69,10 +79,11 @@ def boundary_facets(pos: np.ndarray, blocks: Sequence[tuple[str, np.ndarray]]) -
     by_size: dict[int, list] = {}
     for r in rows:
         by_size.setdefault(r.shape[1], []).append(r)
+    same = _coincident(pos, [conn for ctype, conn in blocks if CELL_DIMS.get(ctype, -1) == d])
     out = []
     for size, group in by_size.items():
         facets = np.concatenate(group)
-        key = np.sort(facets, axis=1)
+        key = np.sort(same[facets], axis=1)
         _, inverse, counts = np.unique(key, axis=0, return_inverse=True, return_counts=True)
         once = facets[counts[inverse.reshape(-1)] == 1]
         if size == 4:  # a quad facet: two triangles
@@ -82,6 +93,29 @@ def boundary_facets(pos: np.ndarray, blocks: Sequence[tuple[str, np.ndarray]]) -
     if not len(facets):
         raise MeshError("the mesh has no boundary facet (every facet bounds two cells)")
     return facets
+
+
+def _coincident(pos: np.ndarray, cells: Sequence[np.ndarray]) -> np.ndarray:
+    """One label per point ``[N]``, shared by the points closer than
+    :data:`MERGE_TOLERANCE` of the shortest edge of ``cells`` (``[M, k]`` vertex rows,
+    consecutive vertices taken as edges)."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+    from scipy.spatial import cKDTree
+
+    n = len(pos)
+    lengths = [np.sqrt(((pos[c] - pos[np.roll(c, -1, axis=1)]) ** 2).sum(-1)).ravel()
+               for c in cells if len(c)]
+    lengths = np.concatenate(lengths) if lengths else np.zeros(0)
+    lengths = lengths[lengths > 0]
+    if not len(lengths):
+        return np.arange(n)
+    pairs = cKDTree(pos).query_pairs(MERGE_TOLERANCE * float(lengths.min()),
+                                     output_type="ndarray")
+    if not len(pairs):
+        return np.arange(n)
+    graph = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
+    return connected_components(graph, directed=False)[1]
 
 
 def _closest_on_segments(p: np.ndarray, a: np.ndarray, b: np.ndarray,

@@ -139,10 +139,69 @@ def _point_cloud_weight(points: np.ndarray, stored, source: str) -> torch.Tensor
             i = int(np.flatnonzero(bad)[0])
             raise MeshError(f"{source}: point field {WEIGHT_FIELD!r} must be finite and "
                             f"non-negative; point {i} has {w[i]}")
+        check_measure(w, source, f"point field {WEIGHT_FIELD!r}")
         return torch.from_numpy(w.copy())
     warnings.warn(f"{source}: a point cloud without cells or stored weights; using the "
                   "kNN volume estimate (meshops.point_cloud_weights)", stacklevel=3)
     return point_cloud_weights(points, "knn", source=source)
+
+
+def check_measure(weight, source: str, what: str) -> None:
+    """Refuse weights that are 0 at every point: such a mesh has no measure, so its
+    integrals, and the models' inputs (normalised by them), are undefined.
+
+    Raises:
+        MeshError: naming ``source`` and ``what`` holds the weights (``"MeshData.weight"``).
+    """
+    w = weight.detach().cpu().numpy() if isinstance(weight, torch.Tensor) else np.asarray(weight)
+    if len(w) and not (w > 0).any():
+        raise MeshError(f"{source}: the weights ({what}) are 0 at every point: the mesh has no "
+                        f"measure, so its integrals (and a model's input) are undefined; give "
+                        f"the points their volumes (or areas), or the mesh its cells")
+
+
+def in_memory_mesh(mesh: MeshData, source: str = "the mesh") -> MeshData:
+    """A :class:`MeshData` built in Python, made and checked as :func:`read_mesh`
+    makes a file's: numpy fields become tensors, every field has one row per point, a
+    missing ``weight`` is computed from the cells (the kNN estimate of a point cloud,
+    with a warning), and the weights are finite, non-negative and not all 0.
+
+    Returns:
+        A shallow copy with those fields and weights (``mesh`` is unchanged).
+
+    Raises:
+        MeshError: naming ``source`` and the field, or the weights.
+
+    Shapes:
+        pos ``[N, d]``, fields ``[N]`` or ``[N, ...]`` -> weight ``[N]``
+    """
+    import copy
+
+    pos = mesh.pos if isinstance(mesh.pos, torch.Tensor) else _to_tensor(np.asarray(mesh.pos))
+    n = int(pos.shape[0])
+    fields = {}
+    for name, v in (getattr(mesh, "fields", None) or {}).items():
+        v = v if isinstance(v, torch.Tensor) else _to_tensor(np.asarray(v))
+        if v.dim() == 0 or v.shape[0] != n:
+            rows = "one value" if v.dim() == 0 else f"{v.shape[0]} values"
+            raise MeshError(f"{source}: point field {name!r} has {rows} but the mesh has "
+                            f"{n} points")
+        fields[name] = v
+    weight = getattr(mesh, "weight", None)
+    if weight is None:
+        blocks = [(t, np.asarray(c.cpu() if isinstance(c, torch.Tensor) else c))
+                  for t, c in (getattr(mesh, "cells", None) or [])]
+        weight = mesh_from_arrays(pos.detach().cpu().numpy(), blocks, source=source).weight
+    weight = torch.as_tensor(weight)
+    if weight.shape != (n,):
+        raise MeshError(f"{source}: weight has shape {tuple(weight.shape)} but the mesh has "
+                        f"{n} points (quadrature weights [N])")
+    if not (torch.isfinite(weight).all() and (weight >= 0).all()):
+        raise MeshError(f"{source}: the quadrature weights must be finite and non-negative")
+    check_measure(weight, source, "MeshData.weight")
+    out = copy.copy(mesh)
+    out.pos, out.weight, out.fields = pos, weight, fields
+    return out
 
 
 def mesh_from_arrays(points, cells, point_data: Mapping | None = None,

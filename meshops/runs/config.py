@@ -454,12 +454,16 @@ def _model_config_from_pairs(pairs: Sequence[str]) -> dict:
 
 def _split_field_specs(options: dict, source: str) -> dict:
     """``targets`` given as field specs (``u+v, p``) become the target arrays
-    (``u, v, p``) and the ``fields`` (``u+v, p``)."""
+    (``u, v, p``) and the ``fields`` (``u+v, p``). Targets without ``+`` (and no
+    ``fields`` beside them) set ``fields`` to ``None``: every target its own field,
+    whatever grouping a lower level (a ``--config`` file, the resumed run) had."""
     from meshops.datasets.fields import target_names
 
     targets = options.get("targets")
-    if not targets or not any("+" in t for t in targets):
+    if not targets:
         return options
+    if not any("+" in t for t in targets):
+        return options if "fields" in options else {**options, "fields": None}
     if options.get("fields") is not None:
         raise UsageError(f"{source}: targets {','.join(targets)} join fields with '+' and "
                        f"fields is given too: give one of them")

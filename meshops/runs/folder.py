@@ -41,7 +41,8 @@ def mesh_files(paths: Sequence[str]) -> list[Path]:
 
 
 def load_folder(root, inputs: Sequence[str], targets: Sequence[str], dtype,
-                desc: str = "reading", layout=None) -> tuple[list, list, dict, int]:
+                desc: str = "reading", layout=None, fields: Sequence[str] | None = None
+                ) -> tuple[list, list, dict, int]:
     """Read every mesh of a folder as a lean training sample.
 
     Returns ``(files, samples, field_shapes, pos_dim)``; the samples carry ``pos``,
@@ -50,14 +51,15 @@ def load_folder(root, inputs: Sequence[str], targets: Sequence[str], dtype,
     its location (points or cells) from the first file. Field shapes and the spatial
     dimension must agree across the files (the error names the first that
     disagrees). Input and target values must be finite (checked by the data set),
-    and a mesh whose targets are zero everywhere is refused: the relative L2 loss is
-    undefined for it. (:func:`meshops.runs.lazy.load_folder_cached` is the same
-    through an on-disk cache, for folders larger than memory.)
+    and a mesh where a target field (of ``fields``, the specs ``u+v, p``; ``None``: all
+    targets as one) is zero everywhere is refused: the relative L2 loss is undefined
+    for it. (:func:`meshops.runs.lazy.load_folder_cached` is the same through an
+    on-disk cache, for folders larger than memory.)
     """
     ds = folder_dataset(root, inputs, targets, dtype, layout)
     samples, shapes, dim = [], None, None
     for i in progress(range(len(ds)), desc=desc, unit="mesh", leave=False):
-        sample, sh, d = read_sample(ds, i, targets)
+        sample, sh, d = read_sample(ds, i, targets, fields)
         if shapes is None:
             shapes, dim = sh, d
         else:
@@ -66,31 +68,50 @@ def load_folder(root, inputs: Sequence[str], targets: Sequence[str], dtype,
     return list(ds.files), samples, shapes, dim
 
 
-def read_sample(ds, i: int, targets: Sequence[str]):
+def read_sample(ds, i: int, targets: Sequence[str], fields: Sequence[str] | None = None):
     """The lean training sample of file ``i`` of a :func:`folder_dataset` ``ds``, with
     the shapes of its input fields (those of its layout: tags' channels too) and
-    targets, and its dimension: ``(sample, {field: shape}, pos_dim)``. A mesh whose
-    targets are zero everywhere is refused (UsageError naming the file)."""
-    import torch
-
+    targets, and its dimension: ``(sample, {field: shape}, pos_dim)``. A mesh where a
+    target field of ``fields`` (``None``: all targets as one) is zero everywhere is
+    refused (UsageError naming the file and the field)."""
     from meshops.mesh.data import MeshData
-    from meshops.training.loss import lp_norms, zero_target
 
     s = ds[i]
     path = ds.files[i]
     sh = {k: field_shape(s.fields[k]) for k in list(ds.inputs) + list(targets)}
-    y = s.y.to(torch.float64)
-    zero = torch.zeros_like(y)
-    if targets and bool(zero_target(lp_norms(zero, y, s.weight.to(torch.float64))[1])
-                        | zero_target(lp_norms(zero, y)[1])):
-        raise UsageError(f"{path}: the target field(s) {', '.join(targets)} are zero "
-                       f"everywhere (or at every point of positive weight); the relative "
-                       f"L2 loss and error are undefined for this mesh: leave it out of "
-                       f"the training data")
+    if targets:
+        _check_nonzero_fields(s, path, sh, targets, fields)
     sample = MeshData(pos=s.pos, weight=s.weight, x=s.x, y=s.y, source=str(path))
     if getattr(s, "params", None) is not None:
         sample.params = s.params
     return sample, sh, int(s.pos.shape[1])
+
+
+def _check_nonzero_fields(s, path, sh: dict, targets: Sequence[str],
+                          fields: Sequence[str] | None) -> None:
+    """Refuse the sample ``s`` (``y [N, C]``, the ``targets`` stacked) when a target
+    field is zero everywhere, with or without its quadrature weights: the loss is the
+    mean of the fields' relative errors, and this one's is undefined."""
+    import torch
+
+    from meshops.datasets.fields import TargetFields
+    from meshops.inference.predict import field_channels
+    from meshops.training.loss import lp_norms, zero_target
+
+    channels = {k: field_channels(sh[k]) for k in targets}
+    groups = (TargetFields.from_specs(fields, channels) if fields else
+              TargetFields.single(sum(channels.values()), ", ".join(targets)))
+    y, w = s.y.to(torch.float64), s.weight.to(torch.float64)
+    for name, part in groups.slices().items():
+        zero = torch.zeros_like(y[:, part])
+        if bool(zero_target(lp_norms(zero, y[:, part], w)[1])
+                | zero_target(lp_norms(zero, y[:, part])[1])):
+            hint = (f", or join {name} with the other components of its vector field "
+                    f"(--targets u+v,p makes u+v one field)" if len(groups) > 1 else "")
+            raise UsageError(f"{path}: the target field(s) {name} are zero everywhere (or at "
+                             f"every point of positive weight); the relative L2 loss and "
+                             f"error are undefined for this mesh: leave it out of the "
+                             f"training data{hint}")
 
 
 def check_same_layout(path, sh: dict, dim: int, shapes: dict, first_dim: int, first) -> None:

@@ -28,8 +28,9 @@ class FolderReader:
     field shapes and dimension. Picklable: worker processes parse with it."""
 
     def __init__(self, root, inputs: Sequence[str], targets: Sequence[str], dtype,
-                 layout=None) -> None:
+                 layout=None, fields: Sequence[str] | None = None) -> None:
         self.inputs, self.targets = list(inputs), list(targets)
+        self.fields = None if fields is None else list(fields)
         self.ds = folder_dataset(root, self.inputs, self.targets, dtype, layout)
         self.index = {str(p): i for i, p in enumerate(self.ds.files)}
 
@@ -38,12 +39,14 @@ class FolderReader:
         return list(self.ds.files)
 
     def __call__(self, path) -> tuple:
-        sample, shapes, dim = read_sample(self.ds, self.index[str(path)], self.targets)
+        sample, shapes, dim = read_sample(self.ds, self.index[str(path)], self.targets,
+                                          self.fields)
         return sample, {"shapes": shapes, "dim": dim}
 
 
 def load_folder_cached(root, inputs: Sequence[str], targets: Sequence[str], dtype,
-                       desc: str = "reading", layout=None, *, cache, workers: int = 0,
+                       desc: str = "reading", layout=None, fields: Sequence[str] | None = None,
+                       *, cache, workers: int = 0,
                        parts: Optional[Callable] = None) -> tuple[list, object, dict, int]:
     """:func:`~meshops.runs.folder.load_folder` through the cache folder ``cache``:
     ``(files, samples, field_shapes, pos_dim)`` with ``samples`` a
@@ -53,13 +56,15 @@ def load_folder_cached(root, inputs: Sequence[str], targets: Sequence[str], dtyp
     only this process's part of the files."""
     from meshops.datasets.cache import MeshCache
 
-    reader = FolderReader(root, inputs, targets, dtype, layout)
-    # Every option that changes what read_sample makes of a file belongs here: it is
-    # part of the key of each entry. So does the content of the folder's parameter
-    # file, which gives the samples' values (an edit of it rebuilds every entry).
+    reader = FolderReader(root, inputs, targets, dtype, layout, fields)
+    # Every option that changes what read_sample makes of a file, or refuses, belongs
+    # here: it is part of the key of each entry. So does the content of the folder's
+    # parameter file, which gives the samples' values (an edit of it rebuilds every
+    # entry).
     params = list(layout.params) if layout else []
     settings = {"reader": "meshops.runs.folder.read_sample", "inputs": list(inputs),
-                "targets": list(targets), "dtype": str(dtype).replace("torch.", ""),
+                "targets": list(targets), "fields": reader.fields,
+                "dtype": str(dtype).replace("torch.", ""),
                 "params": params, "tags": list(layout.tags) if layout else [],
                 "param_files": param_file_digests(root) if params else {}}
     ds = MeshCache(cache).dataset(reader.files, reader, settings, workers=workers, desc=desc,
@@ -167,12 +172,26 @@ def data_parts(cfg) -> Optional[Callable]:
 
 def shards_of(cfg, samples) -> Optional[int]:
     """The Trainer's ``shards``: ``--shards``, else one per process when each process
-    owns a part of the lazily read data, else None."""
+    owns a part of the lazily read data, else None.
+
+    Raises:
+        UsageError: ``--shards`` more than the training files, or (in one process) not
+            a divisor of the batch, which takes one part's batch from each part.
+    """
     from meshops.training import distributed
 
-    if cfg.shards is not None:
-        return cfg.shards
     env = distributed.torchrun_env()
+    if cfg.shards is not None:
+        n, parts = len(samples), cfg.shards
+        if parts > n:
+            raise UsageError(f"--shards {parts}: the training set has {n} file(s) of "
+                             f"{cfg.data}, and each part needs one at least; give --shards "
+                             f"{n} or fewer")
+        if (env is None or env[0] <= 1) and cfg.batch_size % parts:
+            raise UsageError(f"--shards {parts}: the batch of {cfg.batch_size} samples is not "
+                             f"a multiple of it (each step takes the same number from every "
+                             f"part); give --batch-size a multiple of {parts}")
+        return parts
     return env[0] if env and getattr(samples, "owned", None) is not None else None
 
 

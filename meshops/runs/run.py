@@ -48,7 +48,8 @@ class Run:
         once."""
         from meshops.inference.trust import ensemble_members
 
-        return [load_model(m, self.device)[0] for m in ensemble_members(self.path)[1:]]
+        members = ensemble_members(self.path, self.metadata)[1:]
+        return [load_model(m, self.device)[0] for m in members]
 
     @cached_property
     def _predictor(self) -> Predictor:
@@ -60,7 +61,9 @@ class Run:
 
         Args:
             mesh: A mesh file, or a :class:`~meshops.mesh.data.MeshData` with the run's
-                input fields (and parameters, boundary tags as in training).
+                input fields (and parameters, boundary tags as in training); numpy
+                fields are taken as tensors, and a missing ``weight`` is computed from
+                its cells as for a file (:func:`~meshops.mesh.io.in_memory_mesh`).
             chunk_size: Predict meshes of more points this many at a time (0: never).
 
         Returns:
@@ -72,14 +75,16 @@ class Run:
             ``..._geometry``, constant over the points) where the run recorded its
             training set.
         """
-        from meshops.mesh.io import read_mesh
+        from meshops.mesh.io import in_memory_mesh, read_mesh
 
         if self.metadata.get("series"):
             raise UsageError(f"{self.checkpoint}: a time-series run predicts rollouts: "
                              f"Run.predict_files(series, output, rollout=N)")
-        path = mesh if isinstance(mesh, (str, Path)) else (getattr(mesh, "source", None)
-                                                           or "the mesh")
-        mesh = read_mesh(mesh) if isinstance(mesh, (str, Path)) else mesh
+        if isinstance(mesh, (str, Path)):
+            path, mesh = mesh, read_mesh(mesh)
+        else:
+            path = getattr(mesh, "source", None) or "the mesh"
+            mesh = in_memory_mesh(mesh, str(path))
         point_data, cell_data = self._predictor.fields(mesh, path, chunk_options(chunk_size))
         return {**point_data, **cell_data}
 

@@ -11,6 +11,13 @@ run must keep.
   it was, except ``--epochs`` (only without a learning-rate schedule), ``--minutes``
   (which only picks the epoch count of a new run) and ``--device``. A changed one is
   refused, naming the flag or the config file that changed it.
+* ``--overwrite`` (and a relaunch) first removes everything an earlier run wrote:
+  :data:`RUN_FILES`, the ensemble members under ``ensemble/seed*/`` (each cleared the
+  same way) and TensorBoard's event files under ``tensorboard/``; a folder left empty is
+  removed. Files of other names (the user's notes, a folder of their own) stay, so
+  that ``--out .`` in a project folder deletes nothing the run did not write; so does
+  an MLflow store (``mlflow.db``, ``mlartifacts/``), which keeps every run as its own
+  record.
 """
 
 from __future__ import annotations
@@ -21,10 +28,13 @@ from pathlib import Path
 from meshops.errors import UsageError
 from meshops.runs.config import RUN_CONFIG, TrainConfig
 from meshops.runs.run_lock import LOCK_FILES
+from meshops.runs.train_extras import TENSORBOARD_FOLDER
 
-# What a run of ``meshops train`` writes (removed by --overwrite before a new run, so
-# that a run never leaves another's best.pt behind).
-RUN_FILES = ("best.pt", "last.pt", "history.json")
+# What a run of ``meshops train`` writes into its folder (removed before a new run, so
+# that a run never leaves another's files behind): the series candidates'
+# (meshops.runs.series_choice) among them.
+RUN_FILES = (RUN_CONFIG, "best.pt", "last.pt", "history.json", "trajectory_basis.pt",
+             "next_step.pt", "choice.json")
 
 # Options a resumed run may change (--epochs has its own rule: check_resume_epochs).
 RESUME_MAY_CHANGE = ("epochs", "minutes", "device", "out")
@@ -41,6 +51,8 @@ def option_label(key: str, request, out: Path) -> str:
     """Where option ``key`` came from: its flag, ``FILE: key`` for a ``--config`` file,
     else the run's own ``out/config.yaml``."""
     given = TrainConfig.from_request(request.options, request.source)
+    if key == "fields" and "targets" in given:  # --targets u+v,p sets the fields
+        return "--targets"
     if key in given:
         return "--" + key.replace("_", "-")
     config = getattr(request, "config", None)
@@ -58,6 +70,8 @@ def differences(cfg: TrainConfig, recorded: dict, keys, only_set: bool = False) 
         if key not in recorded:
             continue
         now, then = _norm(key, getattr(cfg, key)), _norm(key, recorded[key])
+        if key == "fields":  # the grouping: None is every target its own field
+            now, then = cfg.field_specs, list(then or recorded.get("targets") or [])
         if key == "model_config":
             then = then or {}
             changed = {k: v for k, v in (now or {}).items() if then.get(k) != v}
@@ -149,7 +163,7 @@ def check_out_folder(out: Path, cfg: TrainConfig, overwrite: bool, resume: bool 
     if recorded is None:
         shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
         raise UsageError(f"{out}: the folder is not empty ({shown}) and is not a meshops run; "
-                       f"training writes {RUN_CONFIG}, {', '.join(RUN_FILES)} into it: pass "
+                       f"training writes {', '.join(RUN_FILES[:4])} and more into it: pass "
                        f"--overwrite to allow that, or choose another --out")
     diff = differences(cfg, recorded, [k for k in TrainConfig.keys()
                                        if k not in ("out", "device")], only_set=True)
@@ -170,6 +184,31 @@ def _fitted(out: Path) -> str:
 
 
 def clear_run_files(out: Path) -> None:
-    """Remove the outputs of an earlier run from ``out`` (not the user's other files)."""
+    """Remove the outputs of an earlier run from ``out``: :data:`RUN_FILES`, its
+    ensemble members (each a run folder, cleared the same way) and TensorBoard event
+    files; a sub-folder left empty goes too. The user's other files stay."""
+    from meshops.inference.trust import ENSEMBLE
+    from meshops.utils.atomic import clean_stale_temporaries
+
     for name in RUN_FILES:
         (out / name).unlink(missing_ok=True)
+    clean_stale_temporaries(out)
+    members = out / ENSEMBLE
+    if members.is_dir():
+        for member in members.glob("seed*"):
+            if member.is_dir():
+                clear_run_files(member)
+                _remove_if_empty(member)
+        _remove_if_empty(members)
+    logs = out / TENSORBOARD_FOLDER
+    if logs.is_dir():
+        for f in logs.glob("events.out.tfevents.*"):
+            f.unlink(missing_ok=True)
+        _remove_if_empty(logs)
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:  # holds files the run did not write
+        pass

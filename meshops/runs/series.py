@@ -72,8 +72,8 @@ def _warn_other_dt(series, meta: dict) -> None:
 #: Options of meshops train that a time-series run does not take, with the values that
 #: leave them off (their defaults; ``--logger none`` too).
 _NOT_FOR_SERIES = {"tags": ([],), "ensemble": (1,), "lazy": (None,), "cache": (None,),
-                   "workers": (None,), "compile": (False,), "checkpoint_blocks": (False,),
-                   "logger": (None, [])}
+                   "workers": (None,), "shards": (None,), "compile": (False,),
+                   "checkpoint_blocks": (False,), "logger": (None, [])}
 
 
 @dataclass

@@ -14,6 +14,11 @@ the series. The lower one becomes ``RUN/best.pt``; the other stays beside it:
   again at the end);
 * ``RUN/choice.json``: both validation errors per series and the choice.
 
+With ``--epochs`` the basis' MLP ensemble has the most members the budget would give
+(:data:`~meshops.training.fit_reduced.MLP_MAX_MEMBERS`), not what the clock allows,
+so that the run repeats bit for bit with the same seed on any machine and whatever
+``--minutes``.
+
 ``--model trajectory_basis`` fits the basis alone; ``--model NAME`` (an operator)
 trains the next-step model alone; series on meshes that differ get the next-step model.
 """
@@ -202,6 +207,8 @@ def plan(cfg, data, resumed: dict | None, dry_run: bool) -> Plan:
         return Plan("none", cfg.minutes)
     if cfg.model is not None:
         return Plan("none", cfg.minutes)
+    from meshops.training.fit_reduced import MLP_MAX_MEMBERS
+
     why = _not_applicable(cfg, data)
     if why:
         return Plan("none", cfg.minutes, f"the next-step model alone (no trajectory basis: "
@@ -210,8 +217,11 @@ def plan(cfg, data, resumed: dict | None, dry_run: bool) -> Plan:
                                   "lower validation error is kept")
     if dry_run:
         return p
+    # --epochs fixes the run's length, so the basis' MLP ensemble gets a fixed size, not
+    # what the clock allows: the run then repeats exactly whatever --minutes or machine.
+    members = MLP_MAX_MEMBERS if cfg.epochs is not None else None
     try:
-        p.fit(cfg, data, TRAJECTORY_SHARE * cfg.minutes)
+        p.fit(cfg, data, TRAJECTORY_SHARE * cfg.minutes, members=members)
     except ValueError as e:  # e.g. parameters that do not vary
         print(f"meshops: note: no trajectory basis ({e}); training the next-step model alone")
         return Plan("none", cfg.minutes)

@@ -324,11 +324,12 @@ def _read_data(cfg: TrainConfig, main_rank: bool, dry_run: bool, dtype: str) -> 
     load_folder, workers, reading = data_loader(cfg, dtype, layout)
     if reading and main_rank:
         print(reading, file=sys.stderr if dry_run else sys.stdout)
-    files, samples, shapes, dim = load_folder(cfg.data, cfg.inputs, cfg.targets,
-                                              dtype, desc="reading data")
+    files, samples, shapes, dim = load_folder(cfg.data, cfg.inputs, cfg.targets, dtype,
+                                              desc="reading data", fields=cfg.field_specs)
     if cfg.val_data:
         val_files, val_samples, val_shapes, val_dim = load_folder(
-            cfg.val_data, cfg.inputs, cfg.targets, dtype, desc="reading val data")
+            cfg.val_data, cfg.inputs, cfg.targets, dtype, desc="reading val data",
+            fields=cfg.field_specs)
         for k, sh in shapes.items():
             if val_shapes[k] != sh:
                 raise UsageError(f"{val_files[0]}: field {k!r} is {format_shape(val_shapes[k])} "

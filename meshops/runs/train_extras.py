@@ -12,6 +12,8 @@ from meshops.errors import UsageError
 from meshops.runs.common import is_main_rank
 
 LOGGERS = ("tensorboard", "mlflow")
+#: The sub-folder of the run folder that holds TensorBoard's event files.
+TENSORBOARD_FOLDER = "tensorboard"
 
 
 # --------------------------------------------------------------- config coercers
@@ -87,7 +89,7 @@ def callbacks(cfg, out: Path, config: dict) -> list:
     made = []
     for name in loggers(cfg):
         if name == "tensorboard":
-            made.append(TensorBoardLogger(out / "tensorboard", config=config))
+            made.append(TensorBoardLogger(out / TENSORBOARD_FOLDER, config=config))
         else:
             uri = os.environ.get("MLFLOW_TRACKING_URI")
             local = None if uri else (out.resolve() / "mlartifacts").as_uri()

@@ -231,7 +231,8 @@ def fit_reduced_basis(train: Sequence, val: Sequence, *, minutes: float = 10.0, 
         seed: Seed of the MLPs' initial weights and of the GP's fitting subset.
         regressors: The candidates.
         members: The MLP ensemble's size instead of the budget's: with the same seed
-            the fit is then repeated exactly on one machine.
+            the fit is then repeated exactly on one machine. The global random state
+            is left as it was either way.
         log: Called with a line per finished candidate.
         fields: The target fields whose mean relative error scores the candidates
             (:mod:`meshops.datasets.fields`; ``None``: all channels pooled).
@@ -251,6 +252,15 @@ def fit_reduced_basis(train: Sequence, val: Sequence, *, minutes: float = 10.0, 
     if not val:
         raise ValueError("a reduced basis chooses its regression on validation samples; "
                          "none were given")
+    # The fit draws from its own seed and leaves the caller's random state as it was:
+    # a model built next (a series run's next-step model) must not depend on how many
+    # MLPs the clock allowed here.
+    with torch.random.fork_rng(devices=[]):
+        return _fit(train, val, minutes, seed, regressors, members, log, fields, score)
+
+
+def _fit(train, val, minutes, seed, regressors, members, log, fields, score):
+    """:func:`fit_reduced_basis` after its checks (the same arguments)."""
     start = time.perf_counter()
     p_tr, y_tr, w, source = _arrays(train)
     p_val, _ = _parameters(val)

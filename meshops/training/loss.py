@@ -55,9 +55,22 @@ def lp_norms(pred: Tensor, target: Tensor, weight: Tensor | None = None,
     ref = (target / point_scale).abs().pow(p).sum(-1)
     if weight is not None:
         err, ref = err * weight.to(err.dtype), ref * weight.to(ref.dtype)
-    num = scatter(err, batch, dim=0, reduce="sum").pow(1 / p) * scale
-    den = scatter(ref, batch, dim=0, reduce="sum").pow(1 / p) * scale
+    num = _root(scatter(err, batch, dim=0, reduce="sum"), p) * scale
+    den = _root(scatter(ref, batch, dim=0, reduce="sum"), p) * scale
     return num, den
+
+
+def _root(total: Tensor, p: int) -> Tensor:
+    """``total ** (1/p)`` with the gradient 0 where ``total`` is 0: the derivative of
+    the root is infinite there and times the 0 of ``d total`` gave NaN (an exactly
+    predicted field); 0 is a subgradient of the norm at 0.
+
+    Shapes:
+        ``[B]`` -> ``[B]``
+    """
+    zero = total == 0
+    return torch.where(zero, torch.zeros_like(total),
+                       torch.where(zero, torch.ones_like(total), total).pow(1 / p))
 
 
 def field_norms(pred: Tensor, target: Tensor, weight: Tensor | None = None,
