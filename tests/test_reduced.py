@@ -156,3 +156,21 @@ def test_constant_inputs_does_not_depend_on_the_inputs_units():
     for scale in (1e-38, 1.0, 1e30):
         assert not constant_inputs(samples(lambda k: scale * varying(k))), scale
         assert constant_inputs(samples(lambda k: scale * constant(k))), scale
+
+
+def test_constant_channels_are_found_one_by_one_in_any_units():
+    from meshops.reduced import constant_channels, input_ranges
+
+    g = torch.Generator().manual_seed(1)
+    pos = torch.rand(30, 2, generator=g, dtype=torch.float64)
+    for scale in (1e-30, 1.0, 1e30):
+        # channel 0 a field, 1 a load constant over each mesh, 2 a field on one mesh only
+        xs = [torch.stack([torch.rand(30, generator=g, dtype=torch.float64),
+                           torch.full((30,), 1.0 + k, dtype=torch.float64),
+                           torch.full((30,), 2.0, dtype=torch.float64)], 1) * scale
+              for k in range(3)]
+        xs[1][5, 2] *= 1 + 1e-4
+        got = constant_channels([input_ranges(MeshData(pos=pos, x=x)) for x in xs])
+        assert got == [False, True, False], scale
+    assert input_ranges(MeshData(pos=pos)) is None
+    assert constant_channels([input_ranges(MeshData(pos=pos)), ([0.0], [1.0])]) is None

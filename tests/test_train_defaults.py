@@ -287,3 +287,27 @@ def test_train_help_names_the_reduced_basis_and_the_choice_from_the_data(capsys)
     for flag, following in (("--batch-size B", "--lr"), ("--lr LR", "--weight-decay")):
         said = help_of(flag, following)
         assert "neural operator" in said and "parametric map on one mesh" not in said
+
+
+def _with_load(samples):
+    """Input channel 1 made a global input: a load, constant over each mesh."""
+    for k, s in enumerate(samples):
+        s.x[:, 1] = 1.0 + k
+    return samples
+
+
+def test_inputs_constant_over_each_mesh_beside_fields_condition_the_model():
+    samples = _with_load(_samples(10, 300, one_mesh=False, constant=False, channels=3))
+    name, model_config, train_config, reason = choose_defaults(samples)
+    assert (name, model_config, train_config) == (
+        "slice_transformer", {**FIELDS_SLICE, "condition_on_inputs": True}, FIELDS_TRAIN)
+    assert ("field inputs (1 of them constant over each mesh, channel(s) 1: global inputs "
+            "that condition every block), 3 target channels") in reason
+    # one target channel: PiT, conditioned likewise
+    name, model_config, _, _ = choose_defaults(
+        _with_load(_samples(10, 300, one_mesh=False, constant=False)))
+    assert name == "pit" and model_config == {**GENERAL_PIT, "condition_on_inputs": True}
+    # a channel that moves by a thousandth of its size over one mesh is a field
+    samples[4].x[0, 1] += 1e-3 * 10
+    name, model_config, _, reason = choose_defaults(samples)
+    assert model_config == FIELDS_SLICE and "constant over each mesh" not in reason

@@ -177,13 +177,13 @@ def sample_meta(sample) -> dict:
     (:meth:`CachedMeshDataset.descriptors`)."""
     from meshops.datasets.descriptors import describe, geometry_tolerance
     from meshops.mesh.digest import mesh_digest
-    from meshops.reduced import constant_inputs
+    from meshops.reduced import input_ranges
 
     params, geometry = describe(sample)
     meta = {"points": int(sample.pos.shape[0]), "dim": int(sample.pos.shape[1]),
             # + 0.0: -0.0 and 0.0 are one coordinate (torch.equal), not two digests
             "pos_digest": mesh_digest(sample.pos + 0.0),
-            "constant": constant_inputs([sample]),
+            "x_ranges": input_ranges(sample),
             # the training set's descriptors (meshops.inference.trust) without a second read
             "descriptor": [params.tolist(), geometry.tolist(),
                            geometry_tolerance(sample).tolist()]}
@@ -755,11 +755,18 @@ class CachedMeshDataset(torch.utils.data.Dataset):
     def facts(self) -> dict:
         """:func:`meshops.training.defaults.data_facts` of the samples, from what the cache
         recorded (no sample is read)."""
+        from meshops.reduced import constant_channels, input_ranges
+
         metas = [r.meta for r in self.records]
         n = len(metas)
+        # entries written before the ranges were recorded: read those samples once
+        ranges = [m["x_ranges"] if "x_ranges" in m else input_ranges(self[i])
+                  for i, m in enumerate(metas)]
+        channels = constant_channels(ranges)
         return {"n": n, "points": round(sum(m["points"] for m in metas) / max(n, 1)),
                 "one_mesh": len({m["pos_digest"] for m in metas}) == 1,
-                "constant": all(m["constant"] for m in metas), "has_x": True,
+                "constant": channels is not None and all(channels),
+                "constant_channels": channels, "has_x": True,
                 "channels": int(metas[0].get("y_channels") or 1) if metas else 1}
 
     def normalizers(self) -> tuple[Optional[UnitGaussianNormalizer], UnitGaussianNormalizer]:

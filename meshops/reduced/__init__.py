@@ -27,8 +27,15 @@ run is compared with) and the :class:`meshops.models.ReducedBasis` model are bui
 from them.
 """
 
-from meshops.reduced.parameters import batch_parameters, constant_inputs, sample_parameters
+from meshops.reduced.parameters import (
+    batch_parameters,
+    constant_channels,
+    constant_inputs,
+    input_ranges,
+    sample_parameters,
+)
 from meshops.reduced.pod import PODBasis, pod_basis
 
-__all__ = ["PODBasis", "batch_parameters", "constant_inputs", "pod_basis",
+__all__ = ["PODBasis", "batch_parameters", "constant_channels", "constant_inputs",
+           "input_ranges", "pod_basis",
            "sample_parameters"]

@@ -19,23 +19,38 @@ from torch import Tensor
 CONST_RTOL = 1e-6
 
 
+def input_ranges(sample) -> tuple[list[float], list[float]] | None:
+    """``(spread, magnitude)`` of each input channel over the sample's mesh (largest
+    minus smallest value, largest absolute value); ``None`` without input channels.
+    What :func:`constant_channels` reads, recorded by the lazy cache per sample."""
+    x = getattr(sample, "x", None)
+    if x is None or x.numel() == 0:
+        return None
+    x = x.reshape(x.shape[0], -1).to(torch.float64)
+    return (x.max(0).values - x.min(0).values).tolist(), x.abs().max(0).values.tolist()
+
+
+def constant_channels(ranges: Sequence) -> list[bool] | None:
+    """Which input channels are constant over every mesh: a channel's spread over each
+    mesh within :data:`CONST_RTOL` of its largest magnitude over all samples (relative,
+    so that the answer does not depend on the inputs' units). ``ranges``: each sample's
+    :func:`input_ranges`; ``None`` when a sample has no inputs or the samples differ
+    in their number of channels.
+
+    A channel constant over each mesh is a global input (a load, a speed, a material
+    value): the defaults condition the whole model on it."""
+    if not ranges or any(r is None for r in ranges) or len({len(r[0]) for r in ranges}) > 1:
+        return None
+    spreads = torch.tensor([r[0] for r in ranges], dtype=torch.float64)
+    scale = torch.tensor([r[1] for r in ranges], dtype=torch.float64).max(0).values
+    return (~(spreads > CONST_RTOL * scale).any(0)).tolist()
+
+
 def constant_inputs(samples: Sequence) -> bool:
-    """Whether every sample has input channels and each is constant over its mesh:
-    its spread over each mesh within :data:`CONST_RTOL` of the channel's largest
-    magnitude over all samples (relative, so that the answer does not depend on the
-    inputs' units)."""
-    spreads, sizes = [], []
-    for s in samples:
-        x = getattr(s, "x", None)
-        if x is None or x.numel() == 0:
-            return False
-        x = x.reshape(x.shape[0], -1).to(torch.float64)
-        spreads.append(x.max(0).values - x.min(0).values)
-        sizes.append(x.abs().max(0).values)
-    if not spreads:
-        return False
-    scale = torch.stack(sizes).max(0).values
-    return not bool((torch.stack(spreads) > CONST_RTOL * scale).any())
+    """Whether every sample has input channels and each is constant over its mesh
+    (:func:`constant_channels`)."""
+    channels = constant_channels([input_ranges(s) for s in samples])
+    return channels is not None and all(channels)
 
 
 def _has_params(s) -> bool:

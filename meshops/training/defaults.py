@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import torch
 
-from meshops.reduced import constant_inputs
+from meshops.reduced import constant_channels, input_ranges
 
 # Every default below was chosen on the validation split of the benchmark's stand-ins
 # (48 validation meshes each), from 3-minute one-thread probes of the field-mean relative
@@ -54,6 +54,13 @@ GENERAL_TRAIN = {"batch_size": 4, "lr": 3e-3, "scheduler": "cosine"}
 # 0.051, p 0.063), against PiT's 0.084 above and Transolver's 0.067 (PhysicsNeMo, same
 # probe); batch 2 0.070, batch 2 at lr 2e-3 0.060, a cosine rate 0.10-0.19.
 FIELDS_SLICE = {"width": 64, "layers": 4, "heads": 4, "slices": 32}
+# Inputs constant over each mesh beside field inputs (global inputs, global_inputs()):
+# the same models conditioned on their input means. Obstacle stand-in with a load factor
+# c ~ U(0.5, 2) as a second input and the targets times c (an answer linear in it), the
+# slice transformer for 10 epochs (python -m benchmarks.obstacle_probes --what
+# global-inputs; benchmarks/results/obstacle-probes-cpu-1thread.jsonl): mean validation
+# error 0.278 and 0.280 (seeds 0, 1) conditioned, 0.308 and 0.317 with c a pointwise
+# feature only; pressure 0.159 and 0.166 against 0.198 and 0.206.
 FIELDS_TRAIN = {"batch_size": 1, "lr": 1e-3, "scheduler": "onecycle"}
 # Snapshot values (samples x points x channels) up to which a reduced basis is the
 # default: 2.5e8 float64 values are 2 GB, a few times that while the SVD runs.
@@ -97,17 +104,45 @@ def _parametric(dataset: Sequence) -> tuple[bool, str]:
 def data_facts(dataset: Sequence) -> dict[str, Any]:
     """What :func:`choose_defaults` looks at: ``n`` samples, their mean ``points``,
     whether they share ``one_mesh``, whether their inputs are ``constant`` over each mesh,
-    whether they have inputs at all (``has_x``) and the number of target ``channels``.
+    which input channels are (``constant_channels``, a bool per channel, ``None``
+    without inputs), whether they have inputs at all (``has_x``) and the number of
+    target ``channels``.
     A data set that knows these without reading its samples
     (:class:`meshops.datasets.cache.CachedMeshDataset`) gives them by its ``facts()``."""
     facts = getattr(dataset, "facts", None)
     if callable(facts):
         return facts()
     n = len(dataset)
+    channels = constant_channels([input_ranges(s) for s in dataset])
     return {"n": n, "points": round(sum(int(s.pos.shape[0]) for s in dataset) / n),
-            "one_mesh": _shares_one_mesh(dataset), "constant": constant_inputs(dataset),
+            "one_mesh": _shares_one_mesh(dataset),
+            "constant": channels is not None and all(channels),
+            "constant_channels": channels,
             "has_x": getattr(dataset[0], "x", None) is not None,
             "channels": int(dataset[0].y.reshape(dataset[0].y.shape[0], -1).shape[1])}
+
+
+def global_inputs(facts: dict[str, Any]) -> str:
+    """What the data's global inputs are, for the log (``""``: none): input channels
+    constant over each mesh beside others that vary (a load, a speed or a material
+    beside a distance field). The defaults condition the whole model on them (FiLM of
+    the input means at every block): as pointwise features they reach the output only
+    through products the network must learn, and an answer linear in a load was not
+    learned that way (:data:`FIELDS_SLICE`'s note)."""
+    channels = facts.get("constant_channels") or []
+    if facts.get("constant") or not any(channels):
+        return ""
+    which = ", ".join(str(i) for i, c in enumerate(channels) if c)
+    return (f" ({sum(channels)} of them constant over each mesh, channel(s) {which}: "
+            f"global inputs that condition every block)")
+
+
+def _facts_line(f: dict[str, Any]) -> str:
+    """The data as the chosen defaults' line starts: samples, meshes, points, inputs."""
+    one_mesh = f["one_mesh"]
+    return (f"{f['n']} samples of {'one mesh' if one_mesh else 'varying meshes'} "
+            f"({f['points']:,} points{' each' if one_mesh else ' on average'}), "
+            f"{'constant' if f['constant'] else 'field' if f['has_x'] else 'no'} inputs")
 
 
 def choose_defaults(dataset: Sequence, model: str | None = None
@@ -132,11 +167,8 @@ def choose_defaults(dataset: Sequence, model: str | None = None
     if len(dataset) == 0:
         raise ValueError("choose_defaults: the dataset is empty")
     f = data_facts(dataset)
-    n, points, one_mesh, constant = f["n"], f["points"], f["one_mesh"], f["constant"]
-    facts = (f"{n} samples of {'one mesh' if one_mesh else 'varying meshes'} "
-             f"({points:,} points{' each' if one_mesh else ' on average'}), "
-             f"{'constant' if constant else 'field' if f['has_x'] else 'no'}"
-             f" inputs")
+    points, constant, glob = f["points"], f["constant"], global_inputs(f)
+    facts = _facts_line(f) + glob
     if model in (None, "reduced_basis"):
         parametric, why = _parametric(dataset)
         if parametric:
@@ -153,7 +185,7 @@ def choose_defaults(dataset: Sequence, model: str | None = None
     name = model or ("slice_transformer" if several and not constant else "pit")
     if name == "slice_transformer":
         cfg, train = dict(FIELDS_SLICE), FIELDS_TRAIN
-        if constant:
+        if constant or glob:
             cfg["condition_on_inputs"] = True
         size = f"the slice transformer (width {cfg['width']}, {cfg['slices']} slices)"
     elif name == "pit":
@@ -161,6 +193,8 @@ def choose_defaults(dataset: Sequence, model: str | None = None
                       else (dict(GENERAL_PIT), GENERAL_TRAIN))
         # a latent mesh no larger than the meshes
         cfg["num_latent"] = min(cfg["num_latent"], points)
+        if glob:
+            cfg["condition_on_inputs"] = True
         size = (f"a small PiT (width {cfg['width']}, {cfg['num_latent']} latent points, "
                 f"{cfg['blocks']} blocks)")
     else:  # a model the defaults were not chosen for: its own sizes, PiT's training
