@@ -254,7 +254,7 @@ def _train(request, cfg: TrainConfig) -> int:
     # The epoch count fitted to --minutes from one timed step is printed and saved in
     # config.yaml; the run then trains exactly that many epochs (no wall-clock stop), so
     # that `--epochs N` with the same seed repeats it bit for bit.
-    cfg, fitted = epochs_to_fit(cfg, model, data.train, len(data.val or []))
+    cfg, fitted, thread_check = epochs_to_fit(cfg, model, data.train, len(data.val or []))
     chosen = "; ".join(c for c in (chosen, fitted) if c)
     # Every option, with the model's full hyperparameters.
     resolved = cfg.render(model_config=model.config)
@@ -266,7 +266,7 @@ def _train(request, cfg: TrainConfig) -> int:
         return metadata
 
     if not run_training(request, cfg, model, data.train, data.val, resolved, chosen,
-                        _summary(cfg, model, data), begin,
+                        _summary(cfg, model, data), begin, thread_check,
                         loss=RelativeLpLoss(quadrature=cfg.quadrature_loss,
                                             fields=data.fields),
                         compile=cfg.compile, checkpoint_blocks=cfg.checkpoint_blocks,
