@@ -28,6 +28,9 @@ __all__ = ["RUN_CONFIG", "TRAIN_DEFAULTS", "TrainConfig", "load_config_file",
 
 # The resolved config of a run folder, usable as --config and the base of --resume.
 RUN_CONFIG = "config.yaml"
+#: The source of :func:`meshops.fit`'s options (``TrainRequest.source``): its messages
+#: name its keywords where the command's name flags (:func:`option_name`).
+FIT = "fit()"
 
 
 # ------------------------------------------------------------------- coercers
@@ -306,9 +309,8 @@ class TrainConfig:
         a list of ``key=value`` as on the command line."""
         cfg = {k: v for k, v in options.items() if k != "model_config"}
         mc = options.get("model_config")
-        if mc:
-            cfg["model_config"] = dict(mc) if isinstance(mc, Mapping) else \
-                _model_config_from_pairs(mc)
+        if mc is not None:
+            cfg["model_config"] = _model_config_given(mc, source)
         return cls.coerce(cfg, source)
 
     @classmethod
@@ -439,6 +441,25 @@ def _parse_value(text: str):
     except yaml.YAMLError:
         return text
     return v if isinstance(v, (str, bool, int, float, list)) or v is None else text
+
+
+def _model_config_given(mc, source: str) -> dict:
+    """A request's ``model_config``: a mapping, the words of ``--model-config`` (``key=value``
+    each), or one string of them as the shell would split it (``"width=64 layers=2"``)."""
+    import shlex
+
+    if isinstance(mc, Mapping):
+        return dict(mc)
+    if isinstance(mc, str):
+        try:
+            mc = shlex.split(mc)
+        except ValueError as e:
+            raise UsageError(f"{source}: model_config: {e} in {mc!r}") from None
+    if isinstance(mc, (list, tuple)) and all(isinstance(p, str) for p in mc):
+        return _model_config_from_pairs(mc)
+    raise UsageError(f"{source}: model_config: expected a mapping ({{'width': 64}}) or "
+                     f"key=value words as --model-config takes ('width=64 layers=2'), got "
+                     f"{type(mc).__name__} {mc!r}")
 
 
 def _model_config_from_pairs(pairs: Sequence[str]) -> dict:
