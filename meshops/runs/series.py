@@ -625,7 +625,7 @@ def _json_report(report: dict) -> dict:
     """``report`` with its non-finite numbers as null (JSON has no ``Infinity``), and a
     note saying so when there were any: an infinite error is a rollout that reached
     non-finite values."""
-    from meshops.runs.trust_reports import json_number
+    from meshops.runs.report import json_number
 
     def finite(v) -> bool:
         if isinstance(v, dict):
