@@ -177,6 +177,37 @@ def test_fit_refuses_as_the_command_does(data, tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+def test_fit_names_its_keywords_where_the_command_names_flags(data, runs, tmp_path, capsys):
+    """Issue 38: fit() told its caller to "pass --inputs"; its messages about the data,
+    the fields and the run folder name the keywords (the command's still the flags)."""
+    with pytest.raises(UsageError) as e:
+        meshops.fit(str(data), out=str(tmp_path / "r"))
+    assert str(e.value) == ('fit(): missing inputs=["a", "b"] (or inputs=[] for '
+                            'geometry-only problems); targets=["u"] (as keywords or in '
+                            'config=FILE)')
+    with pytest.raises(UsageError) as e:
+        meshops.fit(inputs=["f"], targets=["u"], out=str(tmp_path / "r"))
+    assert str(e.value).startswith('fit(): missing data="DIR"')
+    with pytest.raises(UsageError) as e:
+        meshops.fit(str(data), ["f"], [], out=str(tmp_path / "r"))
+    assert str(e.value) == "fit(): targets= needs at least one field name"
+    _, api_run, _ = runs
+    with pytest.raises(UsageError) as e:
+        meshops.fit(str(data), ["f"], ["u"], out=str(api_run), epochs=1)
+    assert str(e.value).endswith("already holds a training run (last.pt); pass resume=True "
+                                 "to continue it, overwrite=True to replace it, or choose "
+                                 "another out=")
+    with pytest.raises(UsageError) as e:
+        meshops.fit(str(data), ["f"], ["u"], val_data=str(data), out=str(tmp_path / "r"))
+    assert f"val_data={data} is the training folder data=" in str(e.value)
+    assert "val_fraction=F" in str(e.value) and "--" not in str(e.value)
+    code, out, err = run_cli(capsys, ["train", "--data", data, "--inputs", "f", "--targets",
+                                      "u", "--out", api_run])
+    assert code == 2 and "pass --resume to continue it, --overwrite to replace it, or " \
+        "choose another --out" in err
+    assert not (tmp_path / "r").exists()
+
+
 def test_fit_gives_the_caller_its_threads_back(data, tmp_path):
     """Issue 38: fit() left torch at the thread count it trained on; the caller's count
     is restored, after a run and after an error alike."""

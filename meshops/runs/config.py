@@ -33,6 +33,18 @@ RUN_CONFIG = "config.yaml"
 FIT = "fit()"
 
 
+def option_name(key: str, source: str, value: str | None = None) -> str:
+    """Option ``key`` (with ``value``, when given) as the caller that gave the options
+    (``source``) writes it: :func:`meshops.fit`'s keyword (``val_data=DIR``, ``out=``;
+    ``overwrite=True`` for a switch), else the command's flag (``--val-data DIR``)."""
+    if source != FIT:
+        flag = "--" + key.replace("_", "-")
+        return flag if value is None else f"{flag} {value}"
+    switch = key in ("resume", "overwrite", "dry_run") or \
+        isinstance(TRAIN_DEFAULTS.get(key), bool)
+    return f"{key}=True" if switch and value is None else f"{key}={value or ''}"
+
+
 # ------------------------------------------------------------------- coercers
 # Each takes the option's label for messages ("<source>: <key>") and a value as a
 # flag, YAML or TOML gives it, and returns the value of the field or raises UsageError.
@@ -337,23 +349,29 @@ class TrainConfig:
             elif level.get("val_fraction") is not None:
                 val = {"val_fraction": level["val_fraction"], "val_data": None}
         cfg.val_fraction, cfg.val_data = val["val_fraction"], val["val_data"]
-        cfg.check_complete()
+        cfg.check_complete(request.source)
         return cfg
 
-    def check_complete(self) -> None:
+    def check_complete(self, source: str = "command line") -> None:
         """The options that have no default are set, and no field is both an input
-        and a target."""
+        and a target (messages in the words of ``source``'s caller: :func:`option_name`)."""
+        fit = source == FIT
+        who = FIT if fit else "train"
         missing = [k for k in ("data", "inputs", "targets") if getattr(self, k) is None]
         if missing:
-            hint = {"data": "--data DIR", "inputs": '--inputs a,b (or --inputs "" for '
-                    "geometry-only problems)", "targets": "--targets u"}
-            raise UsageError("train: missing " + "; ".join(hint[k] for k in missing)
-                           + " (on the command line or in --config)")
+            hint = ({"data": 'data="DIR"', "inputs": 'inputs=["a", "b"] (or inputs=[] for '
+                     "geometry-only problems)", "targets": 'targets=["u"]'} if fit else
+                    {"data": "--data DIR", "inputs": '--inputs a,b (or --inputs "" for '
+                     "geometry-only problems)", "targets": "--targets u"})
+            raise UsageError(f"{who}: missing " + "; ".join(hint[k] for k in missing)
+                             + (" (as keywords or in config=FILE)" if fit else
+                                " (on the command line or in --config)"))
         if not self.targets:
-            raise UsageError("train: --targets needs at least one field name")
+            raise UsageError(f"{who}: {option_name('targets', source)} needs at least one "
+                             f"field name")
         both = sorted(set(self.inputs) & set(self.targets))
         if both:
-            raise UsageError(f"train: field(s) {both} are both inputs and targets")
+            raise UsageError(f"{who}: field(s) {both} are both inputs and targets")
         self._check_fields()
         if not self.series:
             given = [f"--{k.replace('_', '-')}" for k, v in (
@@ -456,19 +474,20 @@ def _model_config_given(mc, source: str) -> dict:
         except ValueError as e:
             raise UsageError(f"{source}: model_config: {e} in {mc!r}") from None
     if isinstance(mc, (list, tuple)) and all(isinstance(p, str) for p in mc):
-        return _model_config_from_pairs(mc)
+        return _model_config_from_pairs(mc, source)
     raise UsageError(f"{source}: model_config: expected a mapping ({{'width': 64}}) or "
                      f"key=value words as --model-config takes ('width=64 layers=2'), got "
                      f"{type(mc).__name__} {mc!r}")
 
 
-def _model_config_from_pairs(pairs: Sequence[str]) -> dict:
+def _model_config_from_pairs(pairs: Sequence[str], source: str = "command line") -> dict:
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or not key:
-            raise UsageError(f"--model-config: expected key=value, got {pair!r}")
+            label = "fit(): model_config" if source == FIT else "--model-config"
+            raise UsageError(f"{label}: expected key=value, got {pair!r}")
         out[key] = _parse_value(value.strip())
     return out
 

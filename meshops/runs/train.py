@@ -20,7 +20,7 @@ from meshops.errors import CheckpointError, MeshError, UsageError
 from meshops.inference.predict import field_channels, format_shape
 from meshops.runs import train_extras, trust_reports
 from meshops.runs.common import device_or_error, is_main_rank, plural
-from meshops.runs.config import TrainConfig
+from meshops.runs.config import TrainConfig, option_name
 from meshops.runs.lazy import data_loader, fingerprints, shards_of, take, with_structures
 from meshops.runs.provenance import (
     changes,
@@ -62,7 +62,7 @@ def _check_run_folder(request, cfg: TrainConfig, out: Path) -> dict | None:
 
     last = out / "last.pt"
     if not (request.resume and last.is_file()):
-        check_out_folder(out, cfg, request.overwrite, request.resume)
+        check_out_folder(out, cfg, request.overwrite, request.resume, request.source)
         return None
     try:
         state = read_training_state(last)
@@ -216,7 +216,7 @@ def train(request: TrainRequest) -> int:
     if request.dry_run or not is_main_rank():  # writes nothing, or only what rank 0 says
         return _train(request, cfg)
     # One run at a time in a folder, from its first look at it to its last write.
-    with run_lock(Path(cfg.out)):
+    with run_lock(Path(cfg.out), request.source):
         return _train(request, cfg)
 
 
@@ -286,9 +286,12 @@ def _resolve_config(request) -> TrainConfig:
     cfg = cfg.with_options("command line", data=os.path.abspath(cfg.data),
                            val_data=os.path.abspath(cfg.val_data) if cfg.val_data else None)
     if cfg.val_data and _same_folder(cfg.val_data, cfg.data):
-        raise UsageError(f"--val-data {cfg.val_data} is the training folder --data: the best "
-                       f"checkpoint would be picked on the training files; give a folder "
-                       f"of other meshes, or --val-fraction F to hold out part of --data")
+        data = option_name("data", request.source)
+        raise UsageError(f"{option_name('val_data', request.source, cfg.val_data)} is the "
+                         f"training folder {data}: the best checkpoint would be picked on "
+                         f"the training files; give a folder of other meshes, or "
+                         f"{option_name('val_fraction', request.source, 'F')} to hold out "
+                         f"part of {data}")
     return cfg
 
 
