@@ -137,6 +137,36 @@ def _val_fraction(key, v):
     return v
 
 
+def _field_spec(key, spec: str) -> str:
+    """``spec`` in its one spelling (``"u + v"`` -> ``"u+v"``), or a UsageError."""
+    from meshops.datasets.fields import field_spec
+
+    try:
+        return field_spec(spec)
+    except ValueError as e:
+        raise UsageError(f"{key}: {e}") from None
+
+
+def _field_specs(key, v) -> list[str]:
+    return [_field_spec(key, s) for s in names(v, key)]
+
+
+def _field_weight(key, w) -> float:
+    """A positive weight that float32, the default training dtype, holds as a positive
+    finite number (1e300 is finite in float64 only, 1e-300 there only not 0)."""
+    import numpy as np
+
+    w = _to_float(key, w, positive=True)
+    f32 = np.finfo(np.float32)
+    lo, hi = float(f32.tiny), float(f32.max)  # compared as float64, not cast to float32
+    if not lo <= w <= hi:
+        raise UsageError(f"{key}: the weight {w:g} is not a normal float32 number (from "
+                         f"{lo:.3g} to {hi:.3g}): the errors are weighted in the training "
+                         f"dtype, float32 by default; scale the weights (only their ratios "
+                         f"matter)")
+    return w
+
+
 def _field_weights(key, v):
     """``{field: weight}`` from a mapping or ``"u+v=1,p=0.5"``."""
     if v is None:
@@ -153,7 +183,13 @@ def _field_weights(key, v):
             v[name.strip()] = w
     if not isinstance(v, dict):
         raise UsageError(f"{key}: expected a mapping of field weights, got {v!r}")
-    return {str(f).strip(): _to_float(f"{key}: {f}", w, positive=True) for f, w in v.items()}
+    out = {}
+    for f, w in v.items():
+        spec = _field_spec(key, str(f))
+        if spec in out:
+            raise UsageError(f"{key}: field {spec!r} given twice")
+        out[spec] = _field_weight(f"{key}: {spec}", w)
+    return out
 
 
 def _scheduler(key, v):
@@ -215,7 +251,7 @@ class TrainConfig:
     # The target fields, each its own relative error (meshops.datasets.fields): scalar
     # targets joined by "+" (u+v); None: every target array its own field. Set by
     # "--targets u+v,p", which also sets targets to u,v,p.
-    fields: list[str] | None = _option(None, _unset_or(lambda k, v: names(v, k)))
+    fields: list[str] | None = _option(None, _unset_or(_field_specs))
     field_weights: dict = _option({}, _field_weights)
     params: list[str] = _option([], lambda k, v: names(v, k))
     tags: list[str] = _option([], lambda k, v: names(v, k))
@@ -507,7 +543,8 @@ def _split_field_specs(options: dict, source: str) -> dict:
         flat = target_names(targets)
     except ValueError as e:
         raise UsageError(f"{source}: targets: {e}") from None
-    return {**options, "targets": flat, "fields": list(targets)}
+    return {**options, "targets": flat,
+            "fields": [_field_spec(f"{source}: targets", t) for t in targets]}
 
 
 # The defaults as a plain mapping, and the functional entry points.
