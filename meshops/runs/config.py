@@ -357,8 +357,9 @@ class TrainConfig:
         a list of ``key=value`` as on the command line."""
         cfg = {k: v for k, v in options.items() if k != "model_config"}
         mc = options.get("model_config")
-        if mc is not None:
-            cfg["model_config"] = _model_config_given(mc, source)
+        mc = {} if mc is None else _model_config_given(mc, source)
+        if mc:  # none given, or an empty one: not an option given
+            cfg["model_config"] = mc
         return cls.coerce(cfg, source)
 
     @classmethod

@@ -11,13 +11,16 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from meshops.errors import CheckpointError, UsageError
 from meshops.inference.predict import RUN_CHECKPOINT
 from meshops.runs import train_extras
 from meshops.runs.common import is_main_rank, os_reason
 from meshops.runs.config import RUN_CONFIG, TrainConfig
+
+if TYPE_CHECKING:  # for the annotations only
+    from meshops.training.defaults import ThreadCheck
 
 __all__ = ["INFERRED", "build_model", "check_writable_folder", "epochs_to_fit",
            "run_training", "split_files"]
@@ -107,7 +110,7 @@ def check_writable_folder(out: Path) -> None:
 
 
 def epochs_to_fit(cfg: TrainConfig, model, samples, num_val: float
-                  ) -> tuple[TrainConfig, str, Any]:
+                  ) -> tuple[TrainConfig, str, "ThreadCheck | None"]:
     """``epochs`` (and ``threads``) when nobody set them: as many epochs as fit
     ``--minutes`` from one timed step on ``samples`` (``num_val``: the validation work in
     training samples' forwards), on the fewest threads nearly as fast as the fastest of

@@ -337,9 +337,8 @@ class ThreadCheck(Callback):
     ``model``, ``samples`` and ``batch`` are those the plan timed (:func:`faster_threads`)
     and ``planned`` its seconds per step. An epoch's step time counts its ``val_steps``
     validation steps as a third of a training step each, as :func:`epochs_for_budget`
-    does. The timed steps
-    draw no random numbers of the run (its generator is restored), so a run that never
-    switches repeats bit for bit.
+    does. The timed steps draw no random numbers of the run (its generator is
+    restored), so a run that never switches repeats bit for bit.
     """
 
     def __init__(self, model, samples: Sequence, batch: int, planned: float, many: int,
