@@ -353,8 +353,8 @@ class TrainConfig:
     @classmethod
     def from_request(cls, options: Mapping, source: str = "options") -> dict:
         """The options a request sets (:class:`meshops.runs.train.TrainRequest`: the
-        flags given, or :func:`meshops.fit`'s keywords); ``model_config`` is a mapping or
-        a list of ``key=value`` as on the command line."""
+        flags given, or :func:`meshops.fit`'s keywords); ``model_config`` is a mapping,
+        a list of ``key=value`` as on the command line, or one string of them."""
         cfg = {k: v for k, v in options.items() if k != "model_config"}
         mc = options.get("model_config")
         mc = {} if mc is None else _model_config_given(mc, source)

@@ -178,7 +178,7 @@ class TrainRequest:
             ``inputs``, ``targets``, ``minutes``, ...); a key left out takes its value
             from ``config``, the resumed run's ``config.yaml`` or the defaults.
             ``model_config`` is a mapping, or ``["key=value", ...]`` as on the command
-            line.
+            line (or one string of them, ``"width=64 layers=2"``).
         config: A YAML or TOML file of options, below ``options``.
         resume: Continue the run in ``out`` from its ``last.pt``.
         overwrite: Start a new run in a folder that holds another one.
