@@ -244,3 +244,21 @@ def test_series_skips_predicted_sizes_but_keeps_sizes_a_target_needs(must, measu
     by_n = {r["n"]: r for r in rows}
     assert by_n[400]["fwd_status"] == "skipped" and "predicted" in by_n[400]["notes"][0]
     assert [n for n, r in sorted(by_n.items()) if r.get("fwd_s") is not None] == measured
+
+
+def test_shared_machine_s_busy_process_ends_with_its_block():
+    """benchmarks.shared_machine's spinning process is killed when its block ends, also
+    on an error, long before its own deadline (60 s here)."""
+    import os
+    import time
+
+    from benchmarks.shared_machine import one_busy_core
+
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="the timing failed"):
+        with one_busy_core(60) as pid:
+            os.kill(pid, 0)  # alive
+            raise RuntimeError("the timing failed")
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # gone (and reaped)
+    assert time.monotonic() - t0 < 30

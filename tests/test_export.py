@@ -332,6 +332,28 @@ def test_cli_export_of_a_time_series_run_is_refused_by_name(tmp_path, capsys):
     assert not (tmp_path / "s.pt2").exists()
 
 
+def test_cli_export_of_a_trajectory_basis_run_is_refused_by_name(tmp_path, capsys):
+    # issue 38: a trajectory basis' export asked for --mesh, and with one said its
+    # metadata was inconsistent; it is refused up front, naming why, with or without it
+    from _series import series_params, write_heat_series
+
+    write_heat_series(tmp_path / "d", series_params(6, seed=2), steps=4, dt=0.02)
+    out = tmp_path / "run"
+    assert cli.main(["train", "--series", "--data", str(tmp_path / "d"), "--inputs", "",
+                     "--targets", "u", "--params", "kappa,a", "--model", "trajectory_basis",
+                     "--model-config", "regressors=rbf", "--minutes", "0.05",
+                     "--out", str(out)]) == 0
+    capsys.readouterr()
+    for mesh in ([], ["--mesh", str(tmp_path / "d" / "s00" / "u_0000.vtu")]):
+        code = cli.main(["export", str(out), "-o", str(tmp_path / "s.pt2"), *mesh])
+        err = capsys.readouterr().err
+        assert code == 2 and one_line_error(err), err
+        assert "trajectory_basis cannot be exported: a time-series basis predicts the fields " \
+               "at the times of a series from its parameters (meshops predict RUN SERIES " \
+               "--rollout N)" in err
+    assert not (tmp_path / "s.pt2").exists()
+
+
 def test_cli_export_of_a_parametric_study_run(tmp_path, capsys):
     # issue 28: the default model of a parametric study (a reduced basis) raised
     # StopIteration in `meshops export`

@@ -37,6 +37,10 @@ def test_lp_errors_call_a_non_finite_prediction_a_failure_not_a_zero_target():
     assert st["mean"] == math.inf and st["max"] == math.inf and st["worst_sample"] in ("a", "b")
 
 
+def _not_json(constant: str):
+    raise ValueError(f"{constant} is not standard JSON")
+
+
 def test_evaluate_counts_names_and_reports_a_failed_sample(run, tmp_path, capsys):
     test = write_folder(tmp_path / "test", n=3, edits={1: _huge_input})
     code, out, err = run_cli(capsys, ["evaluate", run, "--data", test, "--json",
@@ -44,8 +48,11 @@ def test_evaluate_counts_names_and_reports_a_failed_sample(run, tmp_path, capsys
     assert code == 0, err
     assert f"{test / 's1.vtu'}: the model predicts a non-finite value" in err
     assert "zero everywhere" not in err
-    res = json.loads(out)
+    res = json.loads(out, parse_constant=_not_json)  # standard JSON: no Infinity, NaN
     assert res["failed"] == ["s1.vtu"]
+    # issue 38: the distance bins wrote Infinity for the failed sample's errors
+    worst = [b["max_error"] for b in res["distance"]["bins"]]
+    assert None in worst and all(v is None or math.isfinite(v) for v in worst)
     st = res["fields"]["u"]["l2"]
     assert st["failed"] == ["s1.vtu"] and st["undefined"] == [] and st["n"] == 3
     # inf has no JSON form: null, with the sample named in "failed"

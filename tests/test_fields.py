@@ -206,6 +206,11 @@ def test_cli_trains_and_evaluates_per_field(tmp_path, capsys):
     (["--targets", "u,v,p", "--field-weights", "q=1"], "are not target fields"),
     (["--targets", "u,v,p", "--field-weights", "u=0"], "must be a finite positive number"),
     (["--targets", "u,v,p", "--field-weights", "u"], "expected FIELD=WEIGHT"),
+    # issue 38: finite in float64 but not in float32, which training computes in
+    (["--targets", "u,v,p", "--field-weights", "u=1e300"],
+     "field_weights: u: the weight 1e+300 is not a normal float32 number"),
+    (["--targets", "u+v,p", "--field-weights", "u + v=1e-300"],
+     "field_weights: u+v: the weight 1e-300 is not a normal float32 number"),
 ])
 def test_cli_refuses_bad_fields_in_one_line(tmp_path, capsys, flags, message):
     data = _flow_folder(tmp_path / "data", n=3)
@@ -213,3 +218,16 @@ def test_cli_refuses_bad_fields_in_one_line(tmp_path, capsys, flags, message):
                                       "--out", tmp_path / "run"])
     assert code != 0 and one_line_error(err) and message in err, err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("targets, weights", [
+    ("u + v,p", "u+v=2"), ("u+v,p", "u + v=2"), ("u  +v,p", {"u+ v": 2})])
+def test_a_field_is_one_field_however_spaced_around_the_plus(targets, weights):
+    """Issue 38: a weight keyed "u + v" had to be spelled with the spaces of --targets."""
+    from meshops.runs.config import TrainConfig
+    from meshops.runs.train import TrainRequest
+
+    cfg = TrainConfig.resolve(TrainRequest({"data": "d", "inputs": "f", "targets": targets,
+                                            "field_weights": weights}))
+    assert cfg.fields == ["u+v", "p"] and cfg.field_weights == {"u+v": 2.0}
+    assert cfg.targets == ["u", "v", "p"]

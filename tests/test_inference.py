@@ -65,6 +65,23 @@ def test_a_mesh_without_an_input_field_is_a_mesh_error_naming_it(run):
         RunSpec(model, ckpt, meta).check_mesh(_mesh(g=True), "case.vtu")
 
 
+def test_a_mesh_of_another_dimension_is_named_as_such(tmp_path):
+    """Issue 38: a 3-D run given a 2-D mesh was refused for the shape of geo:direction
+    (computed from the mesh: 2 per point); the dimension is what is wrong."""
+    model = get_model("transformer_no", in_channels=3, out_channels=1, pos_dim=3, width=8,
+                      layers=1, heads=2).double()
+    model.save(tmp_path / "run" / "best.pt", inputs=["geo:direction"], targets=["u"],
+               field_shapes={"geo:direction": [3], "u": []}, in_channels=3, out_channels=1,
+               pos_dim=3)
+    pts, cells = square_mesh(4, "triangle")
+    meshops.write_mesh(tmp_path / "case.vtu", meshops.mesh_from_arrays(pts, cells, {}))
+    run = meshops.load_run(tmp_path / "run", "cpu")
+    with pytest.raises(MeshError) as e:
+        run.predict(tmp_path / "case.vtu")
+    assert str(e.value) == (f"{tmp_path / 'case.vtu'}: the mesh is 2-D but the model in "
+                            f"{tmp_path / 'run' / 'best.pt'} was trained on 3-D meshes")
+
+
 def test_missing_runs_and_checkpoints_are_named(tmp_path, run):
     with pytest.raises(FileNotFoundError, match=f"^{tmp_path / 'nope'}: no such run folder"):
         load_model(tmp_path / "nope")

@@ -209,6 +209,32 @@ def test_cli_info_text_and_error_exit_code(tmp_path):
     assert bad.returncode == 2 and "x.vtu: no such file" in bad.stderr
 
 
+def test_cli_info_of_a_folder_says_what_its_meshes_share(tmp_path, capsys):
+    """Issue 38: ``meshops info FOLDER`` said "no such file"; it counts the meshes and
+    names the fields all of them have (and those only some have)."""
+    for k, n in enumerate((3, 4, 5)):
+        pts, cells = square_mesh(n, "triangle")
+        fields = {"f": pts[:, 0], "u": np.stack([pts[:, 0], pts[:, 1]], 1)}
+        if k == 2:
+            fields["p"] = pts[:, 1]
+        write_mesh(tmp_path / "d" / f"s{k}.vtu", mesh_from_arrays(pts, cells, fields))
+    (tmp_path / "d" / "notes.txt").write_text("not a mesh")
+    assert cli_main(["info", str(tmp_path / "d")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:4] == [f"{tmp_path / 'd'}: a folder of 3 mesh file(s)",
+                       "  points     16 to 36 per mesh (dimension 2)",
+                       "  fields     in every mesh: f, u [2]",
+                       "             in some: p (1 of 3)"]
+    assert cli_main(["info", "--json", str(tmp_path / "d")]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["meshes"] == 3 and info["fields"] == {"f": [], "u": [2]}
+    assert info["fields_in_some"] == {"p": 1} and info["points"] == {"min": 16, "max": 36}
+    (tmp_path / "empty").mkdir()
+    assert cli_main(["info", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'empty'}: a folder without mesh files" in err and "no such" not in err
+
+
 def test_point_cloud_round_trip_keeps_weights(tmp_path):
     rng = np.random.default_rng(1)
     pts = rng.random((50, 2))

@@ -13,6 +13,7 @@ from _meshes import square_mesh
 from _tiny_run import one_line_error
 from torch_geometric.loader import DataLoader
 
+import meshops
 from benchmarks.your_data import CONFIGS, family, fit_family
 from meshops import cli
 from meshops.datasets.folder import MeshFolderDataset
@@ -390,6 +391,38 @@ def test_predict_and_evaluate_read_the_parameters(param_run, tmp_path, capsys):
     assert "params.csv: no entry for the sample 's3.vtu'" in err
     assert cli.main(["evaluate", str(out), "--data", str(data), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["n"] == 6
+
+
+def test_a_mesh_data_s_own_params_are_used(param_run):
+    """Issue 38: predicting a MeshData that carries params looked them up in a params
+    table (of the working folder) instead; its own are used, and win, with a warning,
+    over other values its file's table gives."""
+    data, out = param_run
+    run = meshops.load_run(out, "cpu")
+    model = NeuralOperator.from_checkpoint(out / "best.pt")
+    mesh = read_mesh(data / "s3.vtu")
+    ours = torch.tensor([[0.3, 1.2]], dtype=torch.float64)  # b, a: not s3's (-0.5, 1.6)
+
+    def want(params):
+        s = MeshData(pos=mesh.pos.float(), weight=mesh.weight.float(),
+                     x=torch.zeros(len(mesh.pos), 0), params=params.float())
+        return model.predict(s)[:, 0]
+
+    built = MeshData(pos=mesh.pos, weight=mesh.weight, cells=mesh.cells, fields={},
+                     params=ours)  # in Python: no file, no table
+    got = run.predict(built)["u_pred"].float()
+    assert torch.allclose(got, want(ours), atol=1e-6)
+    assert not torch.allclose(got, want(torch.tensor([[-0.5, 1.6]])), atol=1e-3)
+    mesh.params = ours
+    with pytest.warns(UserWarning, match=r"s3\.vtu: MeshData\.params \[0\.3, 1\.2\] differ "
+                                         r"from the file's parameters \[-0\.5, 1\.6\] \(b, "
+                                         r"a\); using MeshData\.params"):
+        got = run.predict(mesh)["u_pred"].float()
+    assert torch.allclose(got, want(ours), atol=1e-6)
+    built.params = torch.tensor([1.0, 2.0, 3.0])
+    with pytest.raises(MeshError, match=r"MeshData\.params holds \[1\.0, 2\.0, 3\.0\]; the "
+                                        r"run takes 2 finite parameter\(s\) \(b, a\)"):
+        run.predict(built)
 
 
 @pytest.mark.parametrize("change,message", [

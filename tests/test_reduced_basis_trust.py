@@ -203,7 +203,7 @@ def test_the_run_config_of_a_reduced_basis_is_its_own_options(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flag", [["--ensemble", "3"], ["--amp", "bf16"], ["--compile"],
-                                  ["--logger", "none"], ["--checkpoint-blocks"]])
+                                  ["--logger", "mlflow"], ["--checkpoint-blocks"]])
 def test_options_of_gradient_training_are_refused_for_a_reduced_basis(tmp_path, capsys,
                                                                          flag):
     """They were recorded in config.yaml and silently ignored."""
@@ -212,6 +212,20 @@ def test_options_of_gradient_training_are_refused_for_a_reduced_basis(tmp_path, 
     assert code == 2 and one_line_error(err), err
     assert f"{flag[0]} does not apply to reduced_basis" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_logger_none_is_taken_for_a_reduced_basis(tmp_path, capsys):
+    """Issue 38: --logger none was refused for a reduced basis; it asks for what the
+    basis does anyway, nothing logged."""
+    from meshops.models import NeuralOperator
+
+    data = write_study(tmp_path / "data", draw(12, 0), "fields")
+    code, out, err = run_cli(capsys, train_args(data, tmp_path / "run", "fields",
+                                                "--logger", "none"))
+    assert code == 0, err
+    assert NeuralOperator.from_checkpoint(tmp_path / "run" / "best.pt").model_name == \
+        "reduced_basis"
+    assert not (tmp_path / "run" / "tensorboard").exists()
 
 
 def test_one_training_sample_is_called_one_training_sample(tmp_path, capsys):

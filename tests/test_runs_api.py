@@ -15,7 +15,7 @@ from _folders import SMALL, folder_bytes, run_cli, write_folder
 from _series import series_params, write_heat_series
 
 import meshops
-from meshops.errors import UsageError
+from meshops.errors import MeshError, UsageError
 from meshops.mesh.io import read_mesh
 
 # SMALL (tests/_folders.py) as fit()'s keywords
@@ -175,6 +175,77 @@ def test_fit_refuses_as_the_command_does(data, tmp_path):
     with pytest.raises(UsageError, match="unknown key 'epoch'.*did you mean 'epochs'"):
         meshops.fit(str(data), ["f"], ["u"], epoch=1, out=str(tmp_path / "r"))
     assert not (tmp_path / "r").exists()
+
+
+def test_fit_names_its_keywords_where_the_command_names_flags(data, runs, tmp_path, capsys):
+    """Issue 38: fit() told its caller to "pass --inputs"; its messages about the data,
+    the fields and the run folder name the keywords (the command's still the flags)."""
+    with pytest.raises(UsageError) as e:
+        meshops.fit(str(data), out=str(tmp_path / "r"))
+    assert str(e.value) == ('fit(): missing inputs=["a", "b"] (or inputs=[] for '
+                            'geometry-only problems); targets=["u"] (as keywords or in '
+                            'config=FILE)')
+    with pytest.raises(UsageError) as e:
+        meshops.fit(inputs=["f"], targets=["u"], out=str(tmp_path / "r"))
+    assert str(e.value).startswith('fit(): missing data="DIR"')
+    with pytest.raises(UsageError) as e:
+        meshops.fit(str(data), ["f"], [], out=str(tmp_path / "r"))
+    assert str(e.value) == "fit(): targets= needs at least one field name"
+    _, api_run, _ = runs
+    with pytest.raises(UsageError) as e:
+        meshops.fit(str(data), ["f"], ["u"], out=str(api_run), epochs=1)
+    assert str(e.value).endswith("already holds a training run (last.pt); pass resume=True "
+                                 "to continue it, overwrite=True to replace it, or choose "
+                                 "another out=")
+    with pytest.raises(UsageError) as e:
+        meshops.fit(str(data), ["f"], ["u"], val_data=str(data), out=str(tmp_path / "r"))
+    assert f"val_data={data} is the training folder data=" in str(e.value)
+    assert "val_fraction=F" in str(e.value) and "--" not in str(e.value)
+    code, out, err = run_cli(capsys, ["train", "--data", data, "--inputs", "f", "--targets",
+                                      "u", "--out", api_run])
+    assert code == 2 and "pass --resume to continue it, --overwrite to replace it, or " \
+        "choose another --out" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_fit_gives_the_caller_its_threads_back(data, tmp_path):
+    """Issue 38: fit() left torch at the thread count it trained on; the caller's count
+    is restored, after a run and after an error alike."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        meshops.fit(str(data), out=str(tmp_path / "r"), **{**SMALL_KW, "threads": 1})
+        assert torch.get_num_threads() == 2
+        with pytest.raises(MeshError, match="target field 'nope' not found"):  # after set
+            meshops.fit(str(data), ["f"], ["nope"], epochs=1, threads=1,
+                        out=str(tmp_path / "bad"))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_fit_reads_model_config_as_the_command_does(data, tmp_path, capsys):
+    """Issue 38: model_config="w=16" was read a character at a time; a string is the
+    words of --model-config, other types are refused, and fit(dry_run=True) returns
+    the options the command's dry run prints, training nothing."""
+    base = {"inputs": ["f"], "targets": ["u"], "model": "transformer_no", "epochs": 1,
+            "out": str(tmp_path / "api")}
+    code, out, err = run_cli(capsys, ["train", "--data", data, "--inputs", "f", "--targets",
+                                      "u", "--model", "transformer_no", "--epochs", "1",
+                                      "--model-config", "width=8", "layers=1", "--out",
+                                      tmp_path / "api", "--dry-run"])
+    assert code == 0, err
+    for given in ("width=8 layers=1", ["width=8", "layers=1"], {"width": 8, "layers": 1}):
+        got = meshops.fit(str(data), dry_run=True, model_config=given, **base)
+        assert got == yaml.safe_load(out), given
+        assert got["model_config"]["width"] == 8 and got["model_config"]["layers"] == 1
+    assert not (tmp_path / "api").exists()
+    for bad in (16, ["width=8", 2]):
+        with pytest.raises(UsageError, match=r"fit\(\): model_config: expected a mapping "
+                                             r".* or key=value words as --model-config"):
+            meshops.fit(str(data), dry_run=True, model_config=bad, **base)
+    with pytest.raises(UsageError, match="expected key=value, got 'w'"):
+        meshops.fit(str(data), dry_run=True, model_config="w", **base)
 
 
 def test_a_default_reduced_basis_exports_and_its_check_passes(tmp_path):

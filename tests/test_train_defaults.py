@@ -265,6 +265,74 @@ def test_faster_threads_times_both_and_keeps_the_faster(monkeypatch):
         torch.set_num_threads(before)
 
 
+def test_the_fewest_threads_within_a_tenth_of_the_fastest(monkeypatch):
+    """Issue 38: a plan that printed "0.05 s per step on 2 threads, 0.05 s on 1" chose 2,
+    and another process taking a core then made its epochs 20x slower; one thread is
+    kept unless it is more than 10 % slower."""
+    import meshops.training.defaults as defaults
+
+    assert defaults.fewest_threads({2: 0.050, 1: 0.054}) == 1
+    assert defaults.fewest_threads({2: 0.050, 1: 0.056}) == 2
+    assert defaults.fewest_threads({4: 0.10, 2: 0.104, 1: 0.3}) == 2
+    monkeypatch.setattr(defaults, "time_training_step",
+                        lambda m, s, b: 0.052 if torch.get_num_threads() == 1 else 0.050)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        threads, step, note = defaults.faster_threads(None, [], 1)
+        assert (threads, step) == (1, 0.052) and torch.get_num_threads() == 1
+        assert note == " on 1 thread, 0.05 s on 2"
+    finally:
+        torch.set_num_threads(before)
+
+
+class _Epochs:
+    """What :class:`ThreadCheck` reads of a Trainer."""
+    steps_per_epoch = 10
+    device = torch.device("cpu")
+
+
+def test_slow_steps_time_the_threads_again_and_switch(monkeypatch):
+    """An epoch whose steps take more than twice the planned step times one thread and
+    the current count again and trains on the fewest nearly as fast, at most twice a run;
+    the line says so."""
+    import meshops.training.defaults as defaults
+
+    timed = []
+
+    def step(model, samples, batch):  # a busy machine: two threads wait for a core
+        timed.append(torch.get_num_threads())
+        return 0.06 if torch.get_num_threads() == 1 else 0.4
+
+    monkeypatch.setattr(defaults, "time_training_step", step)
+    lines = []
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        check = defaults.ThreadCheck(None, [], 4, planned=0.05, many=2, val_steps=6,
+                                     log=lines.append)
+        # 10 steps and 6 validation steps (a third each): 12 steps' work per epoch
+        check.on_epoch_end(_Epochs(), {"epoch": 1, "time_s": 12 * 0.09})  # 1.8x: fine
+        assert timed == [] and lines == [] and torch.get_num_threads() == 2
+        check.on_epoch_end(_Epochs(), {"epoch": 2, "time_s": 12 * 0.4})   # 8x: timed
+        assert timed == [2, 1] and torch.get_num_threads() == 1
+        assert lines == ["epoch 2: 0.40 s per step, 8.0x the planned 0.05 s (another "
+                         "process on these cores?); timed again: 0.40 s on 2 threads, "
+                         "0.06 s on 1 thread; training on 1 thread from now on"]
+        # the new plan is the step re-timed: 0.06 s; twice more slow, then no more checks
+        for epoch in (3, 4, 5):
+            check.on_epoch_end(_Epochs(), {"epoch": epoch, "time_s": 12 * 0.5})
+        assert len(lines) == 2 and "staying on 1 thread" in lines[1]
+        assert timed == [2, 1, 2, 1]
+        # one thread to begin with and no more to have: nothing to time
+        alone = defaults.ThreadCheck(None, [], 4, planned=0.05, many=1, val_steps=0,
+                                     log=lines.append)
+        alone.on_epoch_end(_Epochs(), {"epoch": 1, "time_s": 10 * 0.4})
+        assert timed == [2, 1, 2, 1] and len(lines) == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_train_help_names_the_reduced_basis_and_the_choice_from_the_data(capsys):
     """--model lists every model trained from a folder and says the default is chosen
     from the data; --batch-size and --lr are a neural operator's (issue 29)."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _meshes import cube_mesh, grid_points, perturb_interior, square_mesh
+from _meshes import annulus_quads, cube_mesh, grid_points, perturb_interior, square_mesh
 from _tiny_run import tiny_args
 from scipy.spatial import Delaunay
 from test_cli import _sample, _write_dataset
@@ -264,10 +264,41 @@ def test_the_same_shapes_meshed_finer_do_not_extrapolate():
     # outside: wider than any training shape by a fifth of a cell (the extent, exact on
     # any mesh, says so), and clearly wider (the RMS radius too, beyond its bound)
     near = ts.distance(_rectangle(1.02 + 0.2 / 6, 12))
-    assert "extent x = 1.05333 is outside the training range [1, 1.02]" in near["reasons"]
+    assert "extent x = 1.05333 is outside the training range [1, 1.02] (widened by " \
+           "discretisation and margin, up to 0.002)" in near["reasons"]
     for n in (6, 24):
         d = ts.distance(_rectangle(1.3, n))
         assert d["extrapolates"] and any(r.startswith("rms radius x = ") for r in d["reasons"])
+
+
+def _ellipse_ring(sx: float, nr: int, nt: int, jitter: float = 0.0, seed: int = 0):
+    """An annulus stretched by ``sx`` along x and moved by ``0.1 sx`` along y: its nodes
+    on the curved boundaries, moved along them by ``jitter`` of a cell as a remesher
+    would place them."""
+    pts, cells = annulus_quads(nr, nt)
+    r, t = np.linalg.norm(pts, axis=1), np.arctan2(pts[:, 1], pts[:, 0])
+    t = t + jitter * np.random.default_rng(seed).uniform(-1, 1, len(t)) * 2 * np.pi / nt
+    pts = np.stack([r * np.cos(t), r * np.sin(t)], -1) * [sx, 1.0] + [0.0, 0.1 * sx]
+    return mesh_from_arrays(pts, cells, {})
+
+
+def test_curved_shapes_meshed_again_do_not_extrapolate():
+    # issue 38: test shapes meshed 3.5x finer were "outside the training range" by 1e-4
+    # of their centroid: a re-meshed curved boundary moves the measure, the centroid
+    # and the extent by O(h^2), and a centroid at 0 had its round-off as its "spread"
+    scales = np.linspace(1.0, 1.04, 4)
+    ts = TrainingSet.from_samples([_ellipse_ring(s, 4, 40) for s in scales])
+    for s in scales:
+        for again in (_ellipse_ring(s, 14, 140), _ellipse_ring(s, 8, 80, 0.3, seed=1),
+                      refine_mesh(_ellipse_ring(s, 4, 40))):
+            d = ts.distance(again)
+            assert not d["extrapolates"], (s, d["reasons"])
+            assert d["distance"] <= d["reference"]
+    # a shape 30 % larger than the largest in training still extrapolates, by its measure
+    d = ts.distance(_ellipse_ring(1.04 * 1.3, 14, 140))
+    assert d["extrapolates"]
+    assert any(r.startswith("measure = 3.") and "outside the training range [2.3" in r
+               for r in d["reasons"]), d["reasons"]
 
 
 def test_the_discretisation_bound_of_the_rms_radius_holds():

@@ -141,7 +141,8 @@ def add_parser(sub) -> None:
     g.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
     g.add_argument("--dtype", choices=["float32", "float64"], help="default float32")
     g.add_argument("--threads", type=int, metavar="N", help="torch's CPU threads (default: "
-                   "the faster of 1 and all, from a timed step)")
+                   "1 unless all are more than 10 %% faster, from a timed step, and timed "
+                   "again when the steps slow down; on a shared machine: --threads 1)")
     g = p.add_argument_group("time series (see docs/time-series.md)")
     g.add_argument("--series", action="store_true",
                    help="--data holds time series (folders of numbered files, .pvd or "

@@ -60,7 +60,9 @@ def geometry_tolerance(sample) -> np.ndarray:
 
     A finer mesh of the same shape lies between this one's value and the exact one,
     so two meshes of one shape differ by at most the sum of their bounds. Curved
-    boundaries are not covered: their polygonal approximation moves the measure too.
+    boundaries are not covered: their polygonal approximation moves the measure, the
+    centroid and the extent too, which the trust check leaves to a margin of the
+    training range (``meshops.inference.trust.MARGIN``).
 
     Shapes:
         sample ``pos [N, d]``, ``weight [N]`` -> ``[1 + 3d]``

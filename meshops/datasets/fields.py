@@ -27,7 +27,7 @@ from typing import Mapping, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["JOIN", "TargetFields", "field_mean", "split_field", "target_names"]
+__all__ = ["JOIN", "TargetFields", "field_mean", "field_spec", "split_field", "target_names"]
 
 #: Joins the scalar arrays of one field: ``u+v``.
 JOIN = "+"
@@ -43,6 +43,16 @@ def split_field(spec: str) -> list[str]:
     if not all(parts):
         raise ValueError(f"field {spec!r}: empty name around {JOIN!r}; write e.g. u+v")
     return parts
+
+
+def field_spec(spec: str) -> str:
+    """The one spelling of a field spec: its names stripped around :data:`JOIN`
+    (``"u + v"`` -> ``"u+v"``), so that a weight or a field given either way is found.
+
+    Raises:
+        ValueError: An empty name (``"u+"``).
+    """
+    return JOIN.join(split_field(spec))
 
 
 def target_names(specs: Sequence[str]) -> list[str]:

@@ -17,7 +17,10 @@ used alike by training (:class:`meshops.MeshFolderDataset`), ``meshops predict``
   from the file but computed from its mesh (:mod:`meshops.mesh.geometry`: the distance to
   the domain's boundary and the direction to it);
 * **parameters**: ``params [1, K]`` from the file's ``field_data`` or its folder's
-  ``params.csv`` / ``params.json`` (:mod:`meshops.datasets.params`).
+  ``params.csv`` / ``params.json`` (:mod:`meshops.datasets.params`); a
+  :class:`~meshops.MeshData` that carries its own ``params`` (built in Python) keeps
+  them, and when its file's ``field_data`` or table gives other values, its own win,
+  with a warning naming both.
 """
 
 from __future__ import annotations
@@ -219,9 +222,35 @@ class SampleLayout:
                 cp.measure), fields=fields, source=getattr(mesh, "source", None) or str(path))
             sample.field_data = mesh.field_data
         if self.params:
-            sample.params = sample_params(self.params, path, mesh.field_data,
-                                          self._table(path.parent))
+            sample.params = self._params(mesh, path)
         return sample
+
+    def _params(self, mesh, path: Path) -> torch.Tensor:
+        """``params [1, K]`` of ``mesh``: its own ``params`` when it carries them (checked:
+        K finite values), else from its file's ``field_data`` or its folder's table; a
+        file that gives other values than the mesh's own is warned of, the mesh's win."""
+        import warnings
+
+        own = getattr(mesh, "params", None)
+        if own is None:
+            return sample_params(self.params, path, mesh.field_data, self._table(path.parent))
+        own = torch.as_tensor(own, dtype=torch.float64).reshape(1, -1)
+        if own.shape[1] != len(self.params) or not torch.isfinite(own).all():
+            raise MeshError(f"{path}: MeshData.params holds {own.reshape(-1).tolist()}; the run "
+                            f"takes {len(self.params)} finite parameter(s) "
+                            f"({', '.join(self.params)})")
+        if not path.is_file():  # built in Python: no file of its own to compare with
+            return own
+        try:
+            recorded = sample_params(self.params, path, mesh.field_data,
+                                     self._table(path.parent))
+        except MeshError:  # the file does not give them: nothing to compare
+            return own
+        if not torch.equal(recorded, own):
+            warnings.warn(f"{path}: MeshData.params {own.reshape(-1).tolist()} differ from "
+                          f"the file's parameters {recorded.reshape(-1).tolist()} "
+                          f"({', '.join(self.params)}); using MeshData.params", stacklevel=2)
+        return own
 
     def _with_geometry(self, mesh, path):
         """``mesh`` with the geometry features among the inputs as point fields (a shallow

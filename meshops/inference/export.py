@@ -73,6 +73,10 @@ REFUSED = {
     "next_step": "a time-series model is rolled out step by step from a state and its "
                  "time (meshops predict --rollout); a program of one step is not exported "
                  "yet",
+    "trajectory_basis": "a time-series basis predicts the fields at the times of a series "
+                        "from its parameters (meshops predict RUN SERIES --rollout N), not "
+                        "one mesh's fields from its inputs, which is the program export "
+                        "writes; a program of it is not exported yet",
 }
 
 

@@ -245,6 +245,12 @@ class RunSpec:
         """
         from meshops.datasets.folder import check_finite_fields
 
+        # First: a mesh of another dimension gives its geometry features (geo:direction)
+        # another shape, and that is not what is wrong.
+        d = int(mesh.pos.shape[1])
+        if self.pos_dim is not None and d != int(self.pos_dim):
+            raise MeshError(f"{path}: the mesh is {d}-D but the model in {self.ckpt} was "
+                            f"trained on {self.pos_dim}-D meshes")
         fields = getattr(mesh, "fields", None) or {}
         for role in roles:
             for name in getattr(self, role):
@@ -265,10 +271,6 @@ class RunSpec:
                                 self.dtype if role == "inputs" else None)
         if self.constant_inputs and "inputs" in roles:
             self._check_constant(fields, path)
-        d = int(mesh.pos.shape[1])
-        if self.pos_dim is not None and d != int(self.pos_dim):
-            raise MeshError(f"{path}: the mesh is {d}-D but the model in {self.ckpt} was "
-                            f"trained on {self.pos_dim}-D meshes")
 
     def _check_constant(self, fields, path) -> None:
         """Each input field is one value over the mesh, as the model was trained on."""

@@ -12,8 +12,9 @@ quadrature's error (integrals over the domain):
   radius about the centroid per axis, from the points and quadrature weights. The
   RMS radius integrates a quadratic, which the quadrature gets right to ``O(h^2)``
   only: each mesh carries a bound of that error (:func:`geometry_tolerance`), and a
-  difference within the two meshes' bounds counts as none, so that the same shapes
-  meshed finer are not "outside the training range".
+  difference within the two meshes' bounds and the margin below counts as none, so
+  that the same shapes meshed finer are not "outside the training range" nor far
+  from their training samples.
 
 Each component is standardised by its spread over the training samples (standard
 deviation), so distances are in *units of the training spread*. The distance of a
@@ -21,7 +22,9 @@ sample is the Euclidean distance to its nearest training sample, for the paramet
 the geometry and both together. A sample **extrapolates** when
 
 * a component lies outside the training range ``[min, max]`` (beyond 1e-6 of the
-  spread and the discretisation bounds), or differs by more than 1 % from a component
+  spread, the discretisation bounds and, for the geometry, 10 % of its training range
+  (:data:`MARGIN`): re-meshing a curved boundary moves even the measure and the
+  centroid by ``O(h^2)``), or differs by more than 1 % from a component
   that is the same for every training sample (e.g. another geometry than the
   one fixed mesh trained on), or
 * its distance exceeds the largest nearest-neighbour distance among the training
@@ -50,6 +53,12 @@ RTOL = 1e-6
 #: same when within this fraction of its size: the lumped quadrature of a refined copy
 #: of the mesh moves the RMS radius by O(h^2).
 SAME = 1e-2
+#: Fraction of a geometry component's training range (max - min) by which a sample's
+#: component may differ and still count as the same: a re-meshed curved boundary moves
+#: the measure, the centroid and the extent by O(h^2), which no bound of the points
+#: alone (:func:`geometry_tolerance`) can see, and a family's spread sets the scale at
+#: which such a difference matters.
+MARGIN = 0.1
 
 
 def _names(k_params: int, d: int, param_names: Sequence[str] | None) -> list[str]:
@@ -118,29 +127,35 @@ class TrainingSet:
 
     def _tol(self, sample_tol: np.ndarray) -> np.ndarray:
         """``[S, D]``: the difference each training sample's components may have from a
-        sample of geometry bounds ``sample_tol [G]`` for discretisation alone."""
-        return np.concatenate([np.zeros_like(self.params), self.tolerance + sample_tol], 1)
+        sample of geometry bounds ``sample_tol [G]`` for discretisation alone: the two
+        bounds, and :data:`MARGIN` of the geometry's training range."""
+        margin = MARGIN * (self.geometry.max(0) - self.geometry.min(0))
+        return np.concatenate([np.zeros_like(self.params),
+                               self.tolerance + sample_tol + margin], 1)
+
+    def _size(self) -> np.ndarray:
+        """``[D]``: the size of each component, the scale of "constant" and "the same".
+
+        Lengths (centroid, extent, RMS radius) are measured at the domain's size: a
+        centroid at 0 is not "0 give or take nothing", and its round-off is no spread.
+        """
+        size = np.abs(self._all).max(0)
+        d = (self.geometry.shape[1] - 1) // 3
+        length = float(self.geometry[:, 1 + d:1 + 2 * d].max()) if d else 0.0
+        k = self.params.shape[1]
+        size[k + 1:] = np.maximum(size[k + 1:], length)
+        return size + 1e-300
 
     def _scale(self) -> tuple[np.ndarray, np.ndarray]:
         """Per component: the training spread, and whether it is constant in training."""
-        a = self._all
-        std = a.std(0)
-        ref = np.abs(a).max(0) + 1e-300
-        const = std <= RTOL * ref
+        std = self._all.std(0)
+        const = std <= RTOL * self._size()
         return np.where(const, 1.0, std), const
 
     def _mismatch(self, v: np.ndarray) -> np.ndarray:
         """``[D]``: components constant in training that ``v`` does not share."""
         _, const = self._scale()
-        a = self._all
-        size = np.abs(a).max(0)
-        # lengths (centroid, extent, RMS radius) are compared at the domain's size: a
-        # centroid at 0 is not "0 give or take nothing"
-        d = (self.geometry.shape[1] - 1) // 3
-        length = float(self.geometry[:, 1 + d:1 + 2 * d].max()) if d else 0.0
-        k = self.params.shape[1]
-        size[k + 1:] = np.maximum(size[k + 1:], length)
-        return const & (np.abs(v - a[0]) > SAME * (size + 1e-300))
+        return const & (np.abs(v - self._all[0]) > SAME * self._size())
 
     def _gaps(self, v: np.ndarray, tol: np.ndarray) -> np.ndarray:
         """``[S, D]``: ``v``'s differences from each training sample in training spreads,
@@ -221,7 +236,7 @@ class TrainingSet:
                 widened = tol[:, j].max()
                 reasons.append(f"{name} = {v[j]:.6g} is outside the training range "
                                f"[{a[:, j].min():.6g}, {a[:, j].max():.6g}]"
-                               + (f" (widened by its discretisation bound, up to "
+                               + (f" (widened by discretisation and margin, up to "
                                   f"{widened:.2g})" if widened > 0 else ""))
         return reasons
 

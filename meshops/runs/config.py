@@ -28,6 +28,21 @@ __all__ = ["RUN_CONFIG", "TRAIN_DEFAULTS", "TrainConfig", "load_config_file",
 
 # The resolved config of a run folder, usable as --config and the base of --resume.
 RUN_CONFIG = "config.yaml"
+#: The source of :func:`meshops.fit`'s options (``TrainRequest.source``): its messages
+#: name its keywords where the command's name flags (:func:`option_name`).
+FIT = "fit()"
+
+
+def option_name(key: str, source: str, value: str | None = None) -> str:
+    """Option ``key`` (with ``value``, when given) as the caller that gave the options
+    (``source``) writes it: :func:`meshops.fit`'s keyword (``val_data=DIR``, ``out=``;
+    ``overwrite=True`` for a switch), else the command's flag (``--val-data DIR``)."""
+    if source != FIT:
+        flag = "--" + key.replace("_", "-")
+        return flag if value is None else f"{flag} {value}"
+    switch = key in ("resume", "overwrite", "dry_run") or \
+        isinstance(TRAIN_DEFAULTS.get(key), bool)
+    return f"{key}=True" if switch and value is None else f"{key}={value or ''}"
 
 
 # ------------------------------------------------------------------- coercers
@@ -122,6 +137,36 @@ def _val_fraction(key, v):
     return v
 
 
+def _field_spec(key, spec: str) -> str:
+    """``spec`` in its one spelling (``"u + v"`` -> ``"u+v"``), or a UsageError."""
+    from meshops.datasets.fields import field_spec
+
+    try:
+        return field_spec(spec)
+    except ValueError as e:
+        raise UsageError(f"{key}: {e}") from None
+
+
+def _field_specs(key, v) -> list[str]:
+    return [_field_spec(key, s) for s in names(v, key)]
+
+
+def _field_weight(key, w) -> float:
+    """A positive weight that float32, the default training dtype, holds as a positive
+    finite number (1e300 is finite in float64 only, 1e-300 there only not 0)."""
+    import numpy as np
+
+    w = _to_float(key, w, positive=True)
+    f32 = np.finfo(np.float32)
+    lo, hi = float(f32.tiny), float(f32.max)  # compared as float64, not cast to float32
+    if not lo <= w <= hi:
+        raise UsageError(f"{key}: the weight {w:g} is not a normal float32 number (from "
+                         f"{lo:.3g} to {hi:.3g}): the errors are weighted in the training "
+                         f"dtype, float32 by default; scale the weights (only their ratios "
+                         f"matter)")
+    return w
+
+
 def _field_weights(key, v):
     """``{field: weight}`` from a mapping or ``"u+v=1,p=0.5"``."""
     if v is None:
@@ -138,7 +183,13 @@ def _field_weights(key, v):
             v[name.strip()] = w
     if not isinstance(v, dict):
         raise UsageError(f"{key}: expected a mapping of field weights, got {v!r}")
-    return {str(f).strip(): _to_float(f"{key}: {f}", w, positive=True) for f, w in v.items()}
+    out = {}
+    for f, w in v.items():
+        spec = _field_spec(key, str(f))
+        if spec in out:
+            raise UsageError(f"{key}: field {spec!r} given twice")
+        out[spec] = _field_weight(f"{key}: {spec}", w)
+    return out
 
 
 def _scheduler(key, v):
@@ -200,7 +251,7 @@ class TrainConfig:
     # The target fields, each its own relative error (meshops.datasets.fields): scalar
     # targets joined by "+" (u+v); None: every target array its own field. Set by
     # "--targets u+v,p", which also sets targets to u,v,p.
-    fields: list[str] | None = _option(None, _unset_or(lambda k, v: names(v, k)))
+    fields: list[str] | None = _option(None, _unset_or(_field_specs))
     field_weights: dict = _option({}, _field_weights)
     params: list[str] = _option([], lambda k, v: names(v, k))
     tags: list[str] = _option([], lambda k, v: names(v, k))
@@ -302,13 +353,13 @@ class TrainConfig:
     @classmethod
     def from_request(cls, options: Mapping, source: str = "options") -> dict:
         """The options a request sets (:class:`meshops.runs.train.TrainRequest`: the
-        flags given, or :func:`meshops.fit`'s keywords); ``model_config`` is a mapping or
-        a list of ``key=value`` as on the command line."""
+        flags given, or :func:`meshops.fit`'s keywords); ``model_config`` is a mapping,
+        a list of ``key=value`` as on the command line, or one string of them."""
         cfg = {k: v for k, v in options.items() if k != "model_config"}
         mc = options.get("model_config")
-        if mc:
-            cfg["model_config"] = dict(mc) if isinstance(mc, Mapping) else \
-                _model_config_from_pairs(mc)
+        mc = {} if mc is None else _model_config_given(mc, source)
+        if mc:  # none given, or an empty one: not an option given
+            cfg["model_config"] = mc
         return cls.coerce(cfg, source)
 
     @classmethod
@@ -335,23 +386,29 @@ class TrainConfig:
             elif level.get("val_fraction") is not None:
                 val = {"val_fraction": level["val_fraction"], "val_data": None}
         cfg.val_fraction, cfg.val_data = val["val_fraction"], val["val_data"]
-        cfg.check_complete()
+        cfg.check_complete(request.source)
         return cfg
 
-    def check_complete(self) -> None:
+    def check_complete(self, source: str = "command line") -> None:
         """The options that have no default are set, and no field is both an input
-        and a target."""
+        and a target (messages in the words of ``source``'s caller: :func:`option_name`)."""
+        fit = source == FIT
+        who = FIT if fit else "train"
         missing = [k for k in ("data", "inputs", "targets") if getattr(self, k) is None]
         if missing:
-            hint = {"data": "--data DIR", "inputs": '--inputs a,b (or --inputs "" for '
-                    "geometry-only problems)", "targets": "--targets u"}
-            raise UsageError("train: missing " + "; ".join(hint[k] for k in missing)
-                           + " (on the command line or in --config)")
+            hint = ({"data": 'data="DIR"', "inputs": 'inputs=["a", "b"] (or inputs=[] for '
+                     "geometry-only problems)", "targets": 'targets=["u"]'} if fit else
+                    {"data": "--data DIR", "inputs": '--inputs a,b (or --inputs "" for '
+                     "geometry-only problems)", "targets": "--targets u"})
+            raise UsageError(f"{who}: missing " + "; ".join(hint[k] for k in missing)
+                             + (" (as keywords or in config=FILE)" if fit else
+                                " (on the command line or in --config)"))
         if not self.targets:
-            raise UsageError("train: --targets needs at least one field name")
+            raise UsageError(f"{who}: {option_name('targets', source)} needs at least one "
+                             f"field name")
         both = sorted(set(self.inputs) & set(self.targets))
         if both:
-            raise UsageError(f"train: field(s) {both} are both inputs and targets")
+            raise UsageError(f"{who}: field(s) {both} are both inputs and targets")
         self._check_fields()
         if not self.series:
             given = [f"--{k.replace('_', '-')}" for k, v in (
@@ -441,13 +498,33 @@ def _parse_value(text: str):
     return v if isinstance(v, (str, bool, int, float, list)) or v is None else text
 
 
-def _model_config_from_pairs(pairs: Sequence[str]) -> dict:
+def _model_config_given(mc, source: str) -> dict:
+    """A request's ``model_config``: a mapping, the words of ``--model-config`` (``key=value``
+    each), or one string of them as the shell would split it (``"width=64 layers=2"``)."""
+    import shlex
+
+    if isinstance(mc, Mapping):
+        return dict(mc)
+    if isinstance(mc, str):
+        try:
+            mc = shlex.split(mc)
+        except ValueError as e:
+            raise UsageError(f"{source}: model_config: {e} in {mc!r}") from None
+    if isinstance(mc, (list, tuple)) and all(isinstance(p, str) for p in mc):
+        return _model_config_from_pairs(mc, source)
+    raise UsageError(f"{source}: model_config: expected a mapping ({{'width': 64}}) or "
+                     f"key=value words as --model-config takes ('width=64 layers=2'), got "
+                     f"{type(mc).__name__} {mc!r}")
+
+
+def _model_config_from_pairs(pairs: Sequence[str], source: str = "command line") -> dict:
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or not key:
-            raise UsageError(f"--model-config: expected key=value, got {pair!r}")
+            label = "fit(): model_config" if source == FIT else "--model-config"
+            raise UsageError(f"{label}: expected key=value, got {pair!r}")
         out[key] = _parse_value(value.strip())
     return out
 
@@ -471,7 +548,8 @@ def _split_field_specs(options: dict, source: str) -> dict:
         flat = target_names(targets)
     except ValueError as e:
         raise UsageError(f"{source}: targets: {e}") from None
-    return {**options, "targets": flat, "fields": list(targets)}
+    return {**options, "targets": flat,
+            "fields": [_field_spec(f"{source}: targets", t) for t in targets]}
 
 
 # The defaults as a plain mapping, and the functional entry points.

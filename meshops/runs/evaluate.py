@@ -31,25 +31,12 @@ from meshops.runs.integrals import (
     parse_integral,
     print_integrals,
 )
-from meshops.runs.report import Report
+from meshops.runs.report import Report, json_number
 
 # The errors of sample_errors, in the order they are printed, with their labels.
 _METRIC_LABELS = (("l2", "rel. L2 (quad)"), ("l2_unweighted", "rel. L2 (plain)"),
                   ("abs_l2", "abs. L2 (quad)"))
 _METRICS = tuple(m for m, _ in _METRIC_LABELS)
-
-
-def _json_number(v):
-    """NaN (undefined) and inf (the model failed) as null: JSON has neither; the
-    statistics name those samples (``undefined``, ``failed``)."""
-    return None if isinstance(v, float) and not math.isfinite(v) else v
-
-
-def _json_stats(stats):
-    """Statistics with their non-finite numbers as null (see :func:`_json_number`)."""
-    if isinstance(stats, dict):
-        return {k: _json_stats(v) for k, v in stats.items()}
-    return _json_number(stats)
 
 
 #: The key of the mean over the target fields (the error training minimises) when
@@ -186,8 +173,7 @@ def evaluate_run(model, ckpt, meta: dict, opts: EvaluateOptions) -> Report:
     if opts.plot:
         ev.plot(result)
     description = ev.spec.describe()
-    return Report(result, lambda r: _print_report(r, description), lambda r: {
-        k: _json_stats(v) if k in ("fields", "baselines") else v for k, v in r.items()})
+    return Report(result, lambda r: _print_report(r, description))
 
 
 class _Evaluation:
@@ -233,17 +219,17 @@ class _Evaluation:
                   f"({pred[bad[0, 0], bad[0, 1]].item()}) at point {int(bad[0, 0])} although "
                   f"the inputs are finite; counted as a failure (error inf)", file=sys.stderr)
         row = {"file": self.names[i], **{
-            key: {m: _json_number(v) for m, v in e.items()} for key, e in values.items()}}
+            key: {m: json_number(v) for m, v in e.items()} for key, e in values.items()}}
         self.per_sample.append(row)
         if self.train_set is not None:
             self.distances.append(self.train_set.distance(
                 mesh_sample(self.model, spec, s).cpu()))
-            row["distance"] = trust_reports.json_number(self.distances[-1])
+            row["distance"] = json_number(self.distances[-1])
         if self.opts.refine:
             from meshops.inference.refine import mesh_independence
 
             self.independence.append(mesh_independence(self.model, spec, s))
-            row["refine"] = trust_reports.json_number(self.independence[-1])
+            row["refine"] = json_number(self.independence[-1])
         for key, e in values.items():
             if not bad.numel() and (math.isnan(e["l2"]) or math.isnan(e["l2_unweighted"])):
                 # undefined, not huge: say so once per file and target

@@ -12,10 +12,11 @@ from meshops.errors import UsageError
 # Options of gradient training that a fitted reduced basis does not use: a note (they
 # are chosen from the data for the other models, and a config file may set them) ...
 _TRAINING_ONLY = ("epochs", "batch_size", "lr")
-# ... and options that would change what a run is, refused: the reduced basis has no
-# weights trained in steps to compile, checkpoint, log or average over seeds.
-_REFUSED = {"ensemble": 1, "amp": None, "compile": False, "checkpoint_blocks": False,
-            "logger": None}
+# ... and options that would change what a run is, refused unless they leave it off (the
+# values here; --logger none too, nothing to log): the reduced basis has no weights
+# trained in steps to compile, checkpoint, log or average over seeds.
+_REFUSED = {"ensemble": (1,), "amp": (None,), "compile": (False,),
+            "checkpoint_blocks": (False,), "logger": (None, [])}
 
 
 def fit_reduced_run(request, cfg, chosen: str, train_samples, val_samples, run) -> int:
@@ -91,7 +92,7 @@ def _check_options(request, cfg, val_samples) -> None:
     if request.resume:
         raise UsageError(f"{cfg.out}: a reduced basis is fitted in one go, there is nothing "
                        f"to resume; run again without --resume (and another --out)")
-    given = [k for k, default in _REFUSED.items() if getattr(cfg, k) != default]
+    given = [k for k, off in _REFUSED.items() if getattr(cfg, k) not in off]
     if given:
         flag = "--" + given[0].replace("_", "-")
         raise UsageError(f"{flag} does not apply to reduced_basis (it is fitted, not trained "

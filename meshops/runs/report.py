@@ -7,7 +7,17 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 from typing import Any, Callable, Mapping
+
+
+def json_number(v):
+    """JSON has no NaN or infinity: ``None`` (also inside dicts and lists)."""
+    if isinstance(v, dict):
+        return {k: json_number(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [json_number(x) for x in v]
+    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 class Report(Mapping):
@@ -17,8 +27,10 @@ class Report(Mapping):
         data: The entries (``checkpoint``, ``fields``, ``baselines``, ... for an
             evaluation; see the function that made it).
         printer: Prints the table of ``data`` on ``sys.stdout`` (the command's output).
-        jsonable: ``data`` as JSON allows (non-finite numbers as ``null``); default
-            ``data`` itself.
+        jsonable: ``data`` rearranged for JSON (e.g. notes on what ``null`` marks);
+            default ``data`` itself. Non-finite numbers become ``null`` in any case
+            (:func:`json_number`): ``to_json`` writes standard JSON, which has no
+            ``Infinity`` or ``NaN``.
     """
 
     def __init__(self, data: dict, printer: Callable[[dict], None],
@@ -37,11 +49,11 @@ class Report(Mapping):
 
     def to_dict(self) -> dict:
         """The entries as JSON allows them (what :meth:`to_json` writes)."""
-        return self._jsonable(self._data)
+        return json_number(self._jsonable(self._data))
 
     def to_json(self) -> str:
         """One JSON object: what ``--json`` prints."""
-        return json.dumps(self.to_dict())
+        return json.dumps(self.to_dict(), allow_nan=False)
 
     def table(self) -> str:
         """The text the command prints, lines joined (no trailing newline)."""

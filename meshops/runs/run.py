@@ -129,9 +129,11 @@ def load_run(path, device: str | None = None) -> Run:
 
 def fit(data=None, inputs: Sequence[str] | str | None = None,
         targets: Sequence[str] | str | None = None, *, out=None, minutes: float | None = None,
-        config=None, resume: bool = False, overwrite: bool = False, **options) -> Run:
+        config=None, resume: bool = False, overwrite: bool = False, dry_run: bool = False,
+        **options) -> Run | dict:
     """Train a run as ``meshops train`` does, with the same defaults, choices, files and
-    printed report, and return it.
+    printed report, and return it. Torch's thread count, which training sets, is the
+    caller's again afterwards (also after an error).
 
     Args:
         data: Folder of training meshes (``--data``).
@@ -142,12 +144,16 @@ def fit(data=None, inputs: Sequence[str] | str | None = None,
         config: A YAML or TOML file of options, below the keywords.
         resume: Continue the run in ``out``.
         overwrite: Start a new run in a folder that holds another one.
+        dry_run: Read the data and choose the options as ``meshops train --dry-run``
+            does, train nothing and write nothing.
         **options: Any other option of ``meshops train`` by its long name (``model``,
-            ``model_config`` as a mapping, ``epochs``, ``seed``, ``params``,
-            ``val_data``, ``series``, ...).
+            ``model_config`` as a mapping or a string as ``--model-config`` takes it,
+            ``"width=64 layers=2"``, ``epochs``, ``seed``, ``params``, ``val_data``,
+            ``series``, ...).
 
     Returns:
-        The :class:`Run` of ``out`` (its ``best.pt``).
+        The :class:`Run` of ``out`` (its ``best.pt``); with ``dry_run`` the resolved
+        options instead, the mapping ``meshops train --dry-run`` prints as YAML.
 
     Raises:
         UsageError: options that contradict each other or the data, a run folder that
@@ -157,13 +163,38 @@ def fit(data=None, inputs: Sequence[str] | str | None = None,
 
         run = meshops.fit("data/", inputs=["f"], targets=["u"], minutes=2, out="runs/a")
     """
-    from meshops.runs.config import TrainConfig
+    import torch
+
+    from meshops.runs.config import FIT, TrainConfig
     from meshops.runs.train import TrainRequest, train
 
     given = {"data": data, "inputs": inputs, "targets": targets, "out": out,
              "minutes": minutes, **options}
     request = TrainRequest({k: v for k, v in given.items() if v is not None},
                            None if config is None else str(config), resume, overwrite,
-                           source="fit()")
-    train(request)
+                           dry_run, source=FIT)
+    threads = torch.get_num_threads()
+    try:
+        if dry_run:
+            return _dry_run(request)
+        train(request)
+    finally:
+        torch.set_num_threads(threads)
     return load_run(TrainConfig.resolve(request).out)
+
+
+def _dry_run(request) -> dict:
+    """The options :func:`meshops.runs.train.train` resolves for a dry run: what it
+    prints to standard output (and only that there: ``--dry-run > config.yaml`` is a
+    config file), read back."""
+    import contextlib
+    import io
+
+    import yaml
+
+    from meshops.runs.train import train
+
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        train(request)
+    return yaml.safe_load(text.getvalue())

@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 
 from meshops.errors import UsageError
-from meshops.runs.config import RUN_CONFIG, TrainConfig
+from meshops.runs.config import RUN_CONFIG, TrainConfig, option_name
 from meshops.runs.run_lock import LOCK_FILES
 from meshops.runs.train_extras import TENSORBOARD_FOLDER
 
@@ -137,34 +137,36 @@ def recorded_config(out: Path) -> dict | None:
         return None
 
 
-def check_out_folder(out: Path, cfg: TrainConfig, overwrite: bool, resume: bool = False
-                     ) -> None:
+def check_out_folder(out: Path, cfg: TrainConfig, overwrite: bool, resume: bool = False,
+                     source: str = "command line") -> None:
     """Refuse to start a new run in ``out`` unless it is absent, empty, or a run of the
     same config that never saved ``last.pt`` and is not a fitted reduced (or
     trajectory) basis; ``overwrite`` allows any folder. ``resume``: a resume was asked
-    for (and ``out`` has no ``last.pt``), refused for a fitted basis with that reason."""
+    for (and ``out`` has no ``last.pt``), refused for a fitted basis with that reason.
+    The messages name the options as ``source``'s caller writes them
+    (:func:`~meshops.runs.config.option_name`)."""
     if overwrite or not out.is_dir():
         return
+    overwrite_, resume_, out_ = (option_name(k, source) for k in ("overwrite", "resume", "out"))
+    hint = f"pass {overwrite_} to replace it, or choose another {out_}"
     fitted = _fitted(out)
     if fitted:  # finished: a reduced basis writes best.pt and no last.pt
         what = (f" and a {fitted} is fitted in one go, there is nothing to resume"
                 if resume else "")
-        raise UsageError(f"{out}: already holds a fitted {fitted} (best.pt){what}; pass "
-                       f"--overwrite to replace it, or choose another --out")
+        raise UsageError(f"{out}: already holds a fitted {fitted} (best.pt){what}; {hint}")
     # the lock of this run (meshops.runs.run_lock) is no content
     entries = sorted(p.name for p in out.iterdir() if p.name not in LOCK_FILES)
     if not entries:
         return
-    hint = "pass --overwrite to replace it, or choose another --out"
     if (out / "last.pt").exists():
-        raise UsageError(f"{out}: already holds a training run (last.pt); pass --resume to "
-                       f"continue it, --overwrite to replace it, or choose another --out")
+        raise UsageError(f"{out}: already holds a training run (last.pt); pass {resume_} to "
+                         f"continue it, {overwrite_} to replace it, or choose another {out_}")
     recorded = recorded_config(out)
     if recorded is None:
         shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
         raise UsageError(f"{out}: the folder is not empty ({shown}) and is not a meshops run; "
-                       f"training writes {', '.join(RUN_FILES[:4])} and more into it: pass "
-                       f"--overwrite to allow that, or choose another --out")
+                         f"training writes {', '.join(RUN_FILES[:4])} and more into it: pass "
+                         f"{overwrite_} to allow that, or choose another {out_}")
     diff = differences(cfg, recorded, [k for k in TrainConfig.keys()
                                        if k not in ("out", "device")], only_set=True)
     if diff:

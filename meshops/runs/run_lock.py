@@ -22,6 +22,7 @@ from typing import Iterator
 
 from meshops.errors import UsageError
 from meshops.runs.common import os_reason
+from meshops.runs.config import option_name
 
 __all__ = ["HOLDER_FILE", "LOCK_FILE", "LOCK_FILES", "run_lock"]
 
@@ -62,8 +63,9 @@ def _holder(out: Path) -> str:
     return f"pid {pid}" if pid.isdigit() else "pid unknown"
 
 
-def _acquire(out: Path):
-    """The held lock of ``out`` (a :class:`filelock.FileLock`), or a UsageError."""
+def _acquire(out: Path, source: str):
+    """The held lock of ``out`` (a :class:`filelock.FileLock`), or a UsageError (naming
+    the options as ``source``'s caller writes them)."""
     from filelock import FileLock, Timeout
 
     path = out / LOCK_FILE
@@ -73,7 +75,8 @@ def _acquire(out: Path):
             lock.acquire(timeout=0)
         except Timeout:
             raise UsageError(f"{out}: another meshops train ({_holder(out)}) is writing this "
-                           f"run folder; wait for it to end, or choose another --out") from None
+                             f"run folder; wait for it to end, or choose another "
+                             f"{option_name('out', source)}") from None
         except OSError as e:
             raise UsageError(f"{out}: cannot write the run folder ({os_reason(e)})") from None
         if path.exists():
@@ -85,9 +88,10 @@ def _acquire(out: Path):
 
 
 @contextmanager
-def run_lock(out: Path) -> Iterator[None]:
+def run_lock(out: Path, source: str = "command line") -> Iterator[None]:
     """Hold the lock of the run folder ``out`` (created if missing) for the ``with``
-    block; see the module docstring.
+    block; see the module docstring. ``source``: whose options asked for it, for the
+    message (:func:`~meshops.runs.config.option_name`).
 
     Raises:
         UsageError: another process holds it (its pid named), or the folder cannot be
@@ -98,7 +102,7 @@ def run_lock(out: Path) -> Iterator[None]:
     out = Path(out)
     made = _make_folder(out)
     try:
-        lock = _acquire(out)
+        lock = _acquire(out, source)
     except UsageError:
         _remove_if_empty(made)
         raise

@@ -108,7 +108,8 @@ def train_series(cfg, request, dtype, resumed: dict | None) -> int:
     if plan.mode == "only":
         return series_choice.fit_only_run(
             request, cfg, data, plan, lambda resolved: series_metadata(cfg, data, resolved, True))
-    cfg, model, windows, val_samples, chosen = _next_step_setup(cfg, data, plan, dtype)
+    cfg, model, windows, val_samples, chosen, thread_check = _next_step_setup(cfg, data, plan,
+                                                                              dtype)
     train, val = data.train, data.val
     resolved = cfg.render(model_config=model.operator_config)
     c_state = sum(field_channels(data.shapes[k]) for k in cfg.targets)
@@ -129,6 +130,7 @@ def train_series(cfg, request, dtype, resumed: dict | None) -> int:
              if cfg.rollout_loss == "mse" else None)
     trained = run_training(
         request, cfg, model, windows, val_samples, resolved, chosen, summary, begin,
+        thread_check,
         loss=RolloutLoss(c_state, last_only=model.push_forward, quadrature=cfg.quadrature_loss,
                          scale=scale),
         # the model carries its own statistics; validation rollouts of different
@@ -145,7 +147,8 @@ def train_series(cfg, request, dtype, resumed: dict | None) -> int:
 def _next_step_setup(cfg, data: SeriesData, plan, dtype):
     """The next-step model of a series run and what it trains on: ``(cfg with the
     options the data chose, model, training windows, validation rollouts, the reasons
-    said)``; the epochs fit the time the trajectory basis left."""
+    said, the thread check of the epochs' plan)``; the epochs fit the time the
+    trajectory basis left."""
     from meshops.inference.predict import field_channels
     from meshops.runs.training_run import epochs_to_fit
     from meshops.training.rollout import rollout_sample, rollout_windows
@@ -162,10 +165,10 @@ def _next_step_setup(cfg, data: SeriesData, plan, dtype):
     # A validation rollout of T - 1 steps costs (T - 1) / K training windows' forwards.
     val_equiv = sum(math.ceil((len(s) - 1) / K) for s in val)
     # the epochs fit the time the trajectory basis left; the run records --minutes
-    cfg, fitted = epochs_to_fit(plan.budget(cfg), model, windows, val_equiv)
+    cfg, fitted, thread_check = epochs_to_fit(plan.budget(cfg), model, windows, val_equiv)
     cfg = cfg.with_options("defaults", minutes=plan.minutes)
     return cfg, model, windows, val_samples, "; ".join(
-        c for c in (reason, fitted, plan.note) if c)
+        c for c in (reason, fitted, plan.note) if c), thread_check
 
 
 def _options_from_data(cfg, train: list):
@@ -622,7 +625,7 @@ def _json_report(report: dict) -> dict:
     """``report`` with its non-finite numbers as null (JSON has no ``Infinity``), and a
     note saying so when there were any: an infinite error is a rollout that reached
     non-finite values."""
-    from meshops.runs.trust_reports import json_number
+    from meshops.runs.report import json_number
 
     def finite(v) -> bool:
         if isinstance(v, dict):

@@ -20,7 +20,7 @@ from meshops.errors import CheckpointError, MeshError, UsageError
 from meshops.inference.predict import field_channels, format_shape
 from meshops.runs import train_extras, trust_reports
 from meshops.runs.common import device_or_error, is_main_rank, plural
-from meshops.runs.config import TrainConfig
+from meshops.runs.config import TrainConfig, option_name
 from meshops.runs.lazy import data_loader, fingerprints, shards_of, take, with_structures
 from meshops.runs.provenance import (
     changes,
@@ -63,7 +63,7 @@ def _check_run_folder(request, cfg: TrainConfig, out: Path) -> dict | None:
 
     last = out / "last.pt"
     if not (request.resume and last.is_file()):
-        check_out_folder(out, cfg, request.overwrite, request.resume)
+        check_out_folder(out, cfg, request.overwrite, request.resume, request.source)
         return None
     try:
         state = read_training_state(last)
@@ -179,7 +179,7 @@ class TrainRequest:
             ``inputs``, ``targets``, ``minutes``, ...); a key left out takes its value
             from ``config``, the resumed run's ``config.yaml`` or the defaults.
             ``model_config`` is a mapping, or ``["key=value", ...]`` as on the command
-            line.
+            line (or one string of them, ``"width=64 layers=2"``).
         config: A YAML or TOML file of options, below ``options``.
         resume: Continue the run in ``out`` from its ``last.pt``.
         overwrite: Start a new run in a folder that holds another one.
@@ -217,7 +217,7 @@ def train(request: TrainRequest) -> int:
     if request.dry_run or not is_main_rank():  # writes nothing, or only what rank 0 says
         return _train(request, cfg)
     # One run at a time in a folder, from its first look at it to its last write.
-    with run_lock(Path(cfg.out)):
+    with run_lock(Path(cfg.out), request.source):
         return _train(request, cfg)
 
 
@@ -258,7 +258,7 @@ def _train(request, cfg: TrainConfig) -> int:
     # The epoch count fitted to --minutes from one timed step is printed and saved in
     # config.yaml; the run then trains exactly that many epochs (no wall-clock stop), so
     # that `--epochs N` with the same seed repeats it bit for bit.
-    cfg, fitted = epochs_to_fit(cfg, model, data.train, len(data.val or []))
+    cfg, fitted, thread_check = epochs_to_fit(cfg, model, data.train, len(data.val or []))
     chosen = "; ".join(c for c in (chosen, fitted) if c)
     # Every option, with the model's full hyperparameters.
     resolved = cfg.render(model_config=model.config)
@@ -270,7 +270,7 @@ def _train(request, cfg: TrainConfig) -> int:
         return metadata
 
     if not run_training(request, cfg, model, data.train, data.val, resolved, chosen,
-                        _summary(cfg, model, data), begin,
+                        _summary(cfg, model, data), begin, thread_check,
                         loss=RelativeLpLoss(quadrature=cfg.quadrature_loss,
                                             fields=data.fields),
                         compile=cfg.compile, checkpoint_blocks=cfg.checkpoint_blocks,
@@ -290,9 +290,12 @@ def _resolve_config(request) -> TrainConfig:
     cfg = cfg.with_options("command line", data=os.path.abspath(cfg.data),
                            val_data=os.path.abspath(cfg.val_data) if cfg.val_data else None)
     if cfg.val_data and _same_folder(cfg.val_data, cfg.data):
-        raise UsageError(f"--val-data {cfg.val_data} is the training folder --data: the best "
-                       f"checkpoint would be picked on the training files; give a folder "
-                       f"of other meshes, or --val-fraction F to hold out part of --data")
+        data = option_name("data", request.source)
+        raise UsageError(f"{option_name('val_data', request.source, cfg.val_data)} is the "
+                         f"training folder {data}: the best checkpoint would be picked on "
+                         f"the training files; give a folder of other meshes, or "
+                         f"{option_name('val_fraction', request.source, 'F')} to hold out "
+                         f"part of {data}")
     return cfg
 
 

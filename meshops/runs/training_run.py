@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from meshops.errors import CheckpointError, UsageError
 from meshops.inference.predict import RUN_CHECKPOINT
 from meshops.runs import train_extras
 from meshops.runs.common import is_main_rank, os_reason
 from meshops.runs.config import RUN_CONFIG, TrainConfig
+
+if TYPE_CHECKING:  # for the annotations only
+    from meshops.training.defaults import ThreadCheck
 
 __all__ = ["INFERRED", "MEMORY_SHARE", "build_model", "check_writable_folder",
            "epochs_to_fit", "fit_memory", "run_training", "split_files"]
@@ -104,29 +109,43 @@ def check_writable_folder(out: Path) -> None:
         raise UsageError(f"{out}: cannot write the run folder ({os_reason(e)})") from None
 
 
-def epochs_to_fit(cfg: TrainConfig, model, samples, num_val: float) -> tuple[TrainConfig, str]:
+def epochs_to_fit(cfg: TrainConfig, model, samples, num_val: float
+                  ) -> tuple[TrainConfig, str, "ThreadCheck | None"]:
     """``epochs`` (and ``threads``) when nobody set them: as many epochs as fit
     ``--minutes`` from one timed step on ``samples`` (``num_val``: the validation work in
-    training samples' forwards), on the faster of one thread and all
-    (:func:`meshops.training.defaults.epochs_to_fit`); returns the config and what was
-    done (``""``: nothing). A process of a data-parallel run times its own part of
-    lazily read samples, and every process takes rank 0's choice (all must train the
-    same epochs)."""
+    training samples' forwards), on the fewest threads nearly as fast as the fastest of
+    one and all (:func:`meshops.training.defaults.epochs_to_fit`); returns the config,
+    what was done (``""``: nothing) and, when the threads were chosen so, the
+    :class:`~meshops.training.defaults.ThreadCheck` that times them again should the
+    steps slow down (else ``None``; pass it to :func:`run_training`). A process of a
+    data-parallel run times its own part of lazily read samples, and every process
+    takes rank 0's choice (all must train the same epochs)."""
+    import torch
     import torch.distributed as dist
 
     from meshops.training import defaults
 
     if cfg.epochs is not None:
-        return cfg, ""
+        return cfg, "", None
+    many = torch.get_num_threads()
     own = getattr(samples, "own", None)
-    chosen = defaults.epochs_to_fit(model, own() if callable(own) else samples,
-                                    cfg.batch_size, cfg.minutes, num_val, cfg.threads)
+    timed = own() if callable(own) else samples
+    chosen = defaults.epochs_to_fit(model, timed, cfg.batch_size, cfg.minutes, num_val,
+                                    cfg.threads)
     if dist.is_available() and dist.is_initialized():
         every = [None] * dist.get_world_size()
         dist.all_gather_object(every, chosen)
         chosen = every[0]
-    epochs, threads, reason = chosen
-    return cfg.with_options("defaults", epochs=epochs, threads=threads), reason
+    epochs, threads, step, reason = chosen
+    torch.set_num_threads(threads)
+    check = None if cfg.threads is not None else defaults.ThreadCheck(
+        model, timed, cfg.batch_size, step, many, math.ceil(num_val / cfg.batch_size),
+        print if is_main_rank() else _quiet)
+    return cfg.with_options("defaults", epochs=epochs, threads=threads), reason, check
+
+
+def _quiet(line: str) -> None:
+    """A log that says nothing (the processes other than the main one)."""
 
 
 #: The share of the free memory a training step may plan to take (the rest: the data,
@@ -178,13 +197,14 @@ def fit_memory(cfg: TrainConfig, model, samples) -> tuple[TrainConfig, str]:
 
 
 def run_training(request, cfg, model, train_samples, val_samples, resolved: str, chosen: str,
-                 summary: str, begin, **trainer_options) -> bool:
+                 summary: str, begin, thread_check=None, **trainer_options) -> bool:
     """The end of ``meshops train`` for a built model and its samples (mesh folders in
     :func:`meshops.cli.train.cmd_train`, time series in :mod:`meshops.runs.series`):
     ``--dry-run`` prints the resolved config and returns False; otherwise ``begin()``
     records the run's data and prepares its folder (returning the checkpoint metadata),
     ``config.yaml`` is written, the :class:`~meshops.training.Trainer` trains
-    (``trainer_options``: the loss, ...) and ``best.pt`` is left; returns True."""
+    (``trainer_options``: the loss, ...; ``thread_check``: :func:`epochs_to_fit`'s, a
+    callback too) and ``best.pt`` is left; returns True."""
     main_rank = is_main_rank()
     out = Path(cfg.out)
     if request.dry_run:
@@ -197,7 +217,7 @@ def run_training(request, cfg, model, train_samples, val_samples, resolved: str,
     metadata = begin()
     _start_run(out, resolved, chosen, summary, main_rank)
     trainer = _trainer(request, cfg, model, train_samples, val_samples, metadata, main_rank,
-                       trainer_options)
+                       trainer_options, thread_check)
     history = _fit(trainer, request)
     if trainer.dist.is_main:
         _report(trainer, history, model, metadata, out, val_samples is None)
@@ -216,16 +236,18 @@ def _start_run(out: Path, resolved: str, chosen: str, summary: str, main_rank: b
 
 
 def _trainer(request, cfg, model, train_samples, val_samples, metadata: dict, main_rank: bool,
-             options: dict):
+             options: dict, thread_check):
     """The :class:`~meshops.training.Trainer` of the run, with the loggers it asks for
-    (``options``: the Trainer's other arguments; ``callbacks`` there replaces them)."""
+    (``options``: the Trainer's other arguments; ``callbacks`` there replaces them) and
+    the ``thread_check`` (if any)."""
     from meshops.training import Trainer
 
     out = Path(cfg.out)
     loggers = (train_extras.callbacks(cfg, out, {**cfg.to_dict(),
                                                  "model_config": dict(model.config)})
                if main_rank else [])
-    options = {"callbacks": loggers, **options}
+    given = options.pop("callbacks", loggers)
+    options = {"callbacks": [*given, *([thread_check] if thread_check else [])], **options}
     return Trainer(
         model, train_samples, val_samples, epochs=cfg.epochs, batch_size=cfg.batch_size,
         lr=cfg.lr, weight_decay=cfg.weight_decay, scheduler=cfg.schedule,

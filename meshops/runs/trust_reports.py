@@ -9,6 +9,7 @@ import sys
 from typing import Sequence
 
 from meshops.inference.predict import field_channels
+from meshops.runs.report import json_number
 
 #: The point fields ``meshops predict`` writes with the distance to the training set.
 DISTANCE_FIELDS = {"distance": "train_distance", "params_distance": "train_distance_params",
@@ -47,15 +48,6 @@ def training_set_of(meta: dict, inputs, targets):
     if train is None:
         return None, note
     return TrainingSet.from_samples(train, param_names(meta)), ""
-
-
-def json_number(v):
-    """JSON has no NaN or infinity: ``None`` (also inside dicts and lists)."""
-    if isinstance(v, dict):
-        return {k: json_number(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [json_number(x) for x in v]
-    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
 def warn_extrapolation(path, dist: dict) -> None:

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
 from meshops.reduced import constant_channels, input_ranges
+from meshops.training.callbacks import Callback
 
 # Every default below was chosen on the validation split of the benchmark's stand-ins
 # (48 validation meshes each), from 3-minute one-thread probes of the field-mean relative
@@ -292,25 +293,60 @@ def options_from_data(samples: Sequence, model: str | None = None,
 
 
 def epochs_to_fit(model, samples: Sequence, batch_size: int, minutes: float,
-                  num_val: int, threads: int | None = None) -> tuple[int, int, str]:
+                  num_val: int, threads: int | None = None) -> tuple[int, int, float, str]:
     """The epochs that fit ``minutes`` (:func:`epochs_for_budget` from one timed step of
     ``model`` on ``batch_size`` of ``samples``, with ``num_val`` validation samples), the
-    thread count (``threads`` when given, else the faster of one thread and all of
-    torch's: :func:`faster_threads`, which leaves torch set to it), and what was done,
-    for the log: ``(epochs, threads, note)``."""
+    thread count (``threads`` when given, else the fewest nearly as fast as the fastest
+    of one thread and all of torch's: :func:`faster_threads`, which leaves torch set to
+    it), the seconds of a step on them, and what was done, for the log:
+    ``(epochs, threads, step, note)``."""
     threads, step, why = faster_threads(model, samples, batch_size, threads)
     steps = math.ceil(len(samples) / batch_size)
     epochs = epochs_for_budget(step, steps, minutes, math.ceil(num_val / batch_size))
-    return epochs, threads, (
+    return epochs, threads, step, (
         f"{epochs} epochs fit the {minutes:g}-minute budget "
         f"({step:.2f} s per step of {batch_size} samples{why}, {steps} steps per epoch; "
         f"--threads {threads} --epochs {epochs} repeats this run exactly)")
 
 
+#: Thread counts whose step is within this fraction of the fastest count as fast, and
+#: the fewest of them wins: on a shared machine each thread more is a core that another
+#: process can take, and a step whose threads wait for a taken core is many times slower.
+THREADS_RTOL = 0.1
+#: An epoch whose steps take more than this many times the planned step has the threads
+#: timed again (:class:`ThreadCheck`) ...
+SLOW = 2.0
+#: ... at most this many times a run: each check costs a few steps.
+RECHECKS = 2
+
+
+def fewest_threads(times: dict[int, float], rtol: float = THREADS_RTOL) -> int:
+    """The fewest threads whose step time (``times``: seconds by thread count) is within
+    ``rtol`` of the fastest."""
+    fastest = min(times.values())
+    return min(n for n, t in times.items() if t <= (1 + rtol) * fastest)
+
+
+def time_threads(model, samples: Sequence, batch: int, counts: Sequence[int]
+                 ) -> dict[int, float]:
+    """Seconds of a training step (:func:`time_training_step`) with each thread count of
+    ``counts``, in that order; torch is left set to the last."""
+    times = {}
+    for n in counts:
+        torch.set_num_threads(n)
+        times[n] = time_training_step(model, samples, batch)
+    return times
+
+
+def _on(n: int) -> str:
+    return f"{n} thread" + ("s" if n > 1 else "")
+
+
 def faster_threads(model, samples: Sequence, batch: int, threads: int | None = None
                    ) -> tuple[int, float, str]:
-    """``(threads, seconds per step, note)``: ``threads`` when given, else the faster of
-    all of torch's threads and one, from a timed step with each; torch is left set to
+    """``(threads, seconds per step, note)``: ``threads`` when given, else the fewer of
+    all of torch's threads and one unless the fewer is more than :data:`THREADS_RTOL`
+    slower (:func:`fewest_threads`), from a timed step with each; torch is left set to
     the choice. Small models on a busy machine can be several times slower with two
     threads than with one (the threads wait for each other's core); larger ones gain
     from all of them."""
@@ -318,10 +354,49 @@ def faster_threads(model, samples: Sequence, batch: int, threads: int | None = N
     if threads is not None or many == 1:
         torch.set_num_threads(threads or many)
         return threads or many, time_training_step(model, samples, batch), ""
-    step = time_training_step(model, samples, batch)
-    torch.set_num_threads(1)
-    single = time_training_step(model, samples, batch)
-    if single < step:
-        return 1, single, f" on 1 thread, {step:.2f} s on {many}"
-    torch.set_num_threads(many)
-    return many, step, f" on {many} threads, {single:.2f} s on 1"
+    times = time_threads(model, samples, batch, (many, 1))
+    chosen = fewest_threads(times)
+    torch.set_num_threads(chosen)
+    other = 1 if chosen == many else many
+    return chosen, times[chosen], f" on {_on(chosen)}, {times[other]:.2f} s on {other}"
+
+
+class ThreadCheck(Callback):
+    """Times the threads again when an epoch's steps are :data:`SLOW` times the planned
+    step (another process took a core: two threads on one core can make a step 20x
+    slower), and trains on :func:`fewest_threads` of one and ``many`` from then on, at
+    most :data:`RECHECKS` times a run; each check is said on a line of its own after the
+    epoch's (``log``).
+
+    ``model``, ``samples`` and ``batch`` are those the plan timed (:func:`faster_threads`)
+    and ``planned`` its seconds per step. An epoch's step time counts its ``val_steps``
+    validation steps as a third of a training step each, as :func:`epochs_for_budget`
+    does. The timed steps draw no random numbers of the run (its generator is
+    restored), so a run that never switches repeats bit for bit.
+    """
+
+    def __init__(self, model, samples: Sequence, batch: int, planned: float, many: int,
+                 val_steps: int, log: Callable[[str], None]) -> None:
+        self.model, self.samples, self.batch = model, samples, batch
+        self.planned, self.many, self.val_steps, self.log = planned, many, val_steps, log
+        self.left = RECHECKS
+
+    def on_epoch_end(self, trainer, entry: dict[str, Any]) -> None:
+        step = entry["time_s"] / (trainer.steps_per_epoch + self.val_steps / 3)
+        now = torch.get_num_threads()
+        counts = sorted({now, self.many, 1}, reverse=True)
+        if (self.left <= 0 or len(counts) == 1 or trainer.device.type != "cpu"
+                or step <= SLOW * self.planned):
+            return
+        self.left -= 1
+        with torch.random.fork_rng(devices=[]):
+            times = time_threads(self.model, self.samples, self.batch, counts)
+        chosen = fewest_threads(times)
+        torch.set_num_threads(chosen)
+        timed = ", ".join(f"{t:.2f} s on {_on(n)}" for n, t in times.items())
+        self.log(f"epoch {entry['epoch']}: {step:.2f} s per step, {step / self.planned:.1f}x "
+                 f"the planned {self.planned:.2f} s (another process on these cores?); "
+                 f"timed again: {timed}; "
+                 + (f"training on {_on(chosen)} from now on" if chosen != now
+                    else f"staying on {_on(chosen)}"))
+        self.planned = times[chosen]
