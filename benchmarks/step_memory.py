@@ -6,8 +6,9 @@ The model is the default slice transformer in 3-D with its inputs' conditioning 
 samples are ``N`` random points in the unit cube. For each ``N`` and with the blocks
 checkpointed or not: the estimate from the two probes of 16k and 65k points, and the
 peak resident memory of one real forward and backward pass on all ``N`` points,
-measured as the probes measure (:func:`meshops.training.footprint._rss_peak`, glibc's
-mmap threshold fixed first). One process; the optimiser's state is left out of both.
+measured as the probes are (:func:`meshops.training.footprint._child_peaks`: a child
+process, glibc's mmap threshold fixed, after a warm-up pass at that size). The
+optimiser's state is left out of both.
 Writes the output with the command line to ``--out`` (completely or not at all).
 """
 
@@ -33,8 +34,6 @@ def main(argv=None) -> int:
     from meshops.training import footprint
     from meshops.training.dataset import make_loader, prepare_batch
     from meshops.training.defaults import FIELDS_SLICE
-    from meshops.training.loss import RelativeLpLoss
-    from meshops.training.trainer import targets_of
 
     torch.set_num_threads(1)
     lines: list[str] = []
@@ -60,14 +59,8 @@ def main(argv=None) -> int:
         for ck in (False, True):
             est = footprint.step_memory(model, sample, checkpoint=ck)
             predicted = est.bytes(n) - est.optimizer
-            model.set_block_checkpointing(ck)
-            model.train()
-            run = (lambda: RelativeLpLoss()(model(batch), *targets_of(batch)).backward())
-            run()                                  # warm-up at this size
-            model.zero_grad(set_to_none=True)
-            measured = footprint._rss_peak(run)
-            model.zero_grad(set_to_none=True)
-            model.set_block_checkpointing(False)
+            # a real step on all the points, measured as the probes are: in a child
+            measured, = footprint._child_peaks(model, [batch], checkpoint=ck)
             log(f"{n:9,d} {str(ck):>12s} {predicted / 1e9:12.3f} {measured / 1e9:12.3f} "
                 f"{predicted / measured:6.3f} {measured / n / 1e3:9.2f}")
     if args.out is not None:

@@ -45,13 +45,10 @@ def test_the_estimate_from_two_small_probes_is_a_step_on_a_larger_mesh():
     assert all(p.grad is None for p in model.parameters())
 
     from meshops.training.dataset import make_loader, prepare_batch
-    from meshops.training.loss import RelativeLpLoss
-    from meshops.training.trainer import targets_of
 
+    # a real step on all the points, measured as the probes are (in a child process)
     batch = prepare_batch(next(iter(make_loader([big], 1))))
-    measured = footprint._rss_peak(
-        lambda: RelativeLpLoss()(model(batch), *targets_of(batch)).backward())
-    model.zero_grad(set_to_none=True)
+    measured, = footprint._child_peaks(model, [batch], checkpoint=False)
     predicted = est.bytes(150_000) - est.optimizer
     assert abs(predicted - measured) <= 0.15 * measured, (predicted, measured)
 
@@ -74,9 +71,12 @@ def _fit(monkeypatch, free: float, plain: float, checkpointed: float, ck: bool =
     """fit_memory with ``free`` GB free and steps of ``plain`` / ``checkpointed`` GB on
     the largest of two meshes of 100k and 400k points."""
     monkeypatch.setattr("meshops.utils.memory.available_bytes", lambda device=None: free * GB)
+    monkeypatch.setattr("meshops.training.distributed.check_device",
+                        lambda device: torch.device("cpu"))
     calls = []
 
     def fake(model, sample, device=None, checkpoint=False):
+        assert sample.pos.shape[0] == 400_000       # probed on the largest mesh
         calls.append(checkpoint)
         per_point = (checkpointed if checkpoint else plain) * GB / 400_000
         return StepMemory(fixed=0.0, per_point=per_point, optimizer=0)
@@ -84,7 +84,7 @@ def _fit(monkeypatch, free: float, plain: float, checkpointed: float, ck: bool =
     monkeypatch.setattr(footprint, "step_memory", fake)
     cfg = TrainConfig(data="d", inputs=["a"], targets=["u"], batch_size=1,
                       checkpoint_blocks=ck)
-    samples = [_sample(100_000), _sample(400_000)]
+    samples = [_sample(100_000), _sample(400_000), _sample(1000)]
     return training_run.fit_memory(cfg, None, samples), calls
 
 

@@ -194,3 +194,16 @@ def test_repr_and_reset():
     layer.reset_parameters()
     assert not torch.equal(before, layer.lin_f.weight)
     assert float(layer.log_temperature.detach().exp()[0]) == pytest.approx(0.5)
+
+
+def test_the_slice_transformer_starts_with_each_heads_own_temperature():
+    # its small initialisation redraws every linear map; the per-point temperature's
+    # offsets must come back to zero after it, as the layer's docstring says
+    from meshops.models.slice_transformer import SliceTransformer
+
+    torch.manual_seed(0)
+    model = SliceTransformer(1, 2, width=16, layers=2, heads=2, slices=4,
+                             adaptive_temperature=True)
+    for blk in model.blocks:
+        lin = blk.attention.lin_temperature
+        assert not lin.weight.any() and not lin.bias.any()

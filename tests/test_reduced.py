@@ -174,3 +174,16 @@ def test_constant_channels_are_found_one_by_one_in_any_units():
         assert got == [False, True, False], scale
     assert input_ranges(MeshData(pos=pos)) is None
     assert constant_channels([input_ranges(MeshData(pos=pos)), ([0.0], [1.0])]) is None
+
+
+def test_global_channels_are_constant_over_each_mesh_and_differ_between_meshes():
+    from meshops.reduced import global_channels, input_ranges
+
+    g = torch.Generator().manual_seed(2)
+    pos = torch.rand(20, 2, generator=g, dtype=torch.float64)
+    # a field, a load that differs per mesh, a material value the same everywhere
+    xs = [torch.stack([torch.rand(20, generator=g, dtype=torch.float64),
+                       torch.full((20,), 3.0 + k, dtype=torch.float64),
+                       torch.full((20,), 7.0, dtype=torch.float64)], 1) for k in range(3)]
+    ranges = [input_ranges(MeshData(pos=pos, x=x)) for x in xs]
+    assert global_channels(ranges) == [False, True, False]

@@ -375,6 +375,11 @@ def test_inputs_constant_over_each_mesh_beside_fields_condition_the_model():
     name, model_config, _, _ = choose_defaults(
         _with_load(_samples(10, 300, one_mesh=False, constant=False)))
     assert name == "pit" and model_config == {**GENERAL_PIT, "condition_on_inputs": True}
+    # a channel of one value in every mesh says nothing: no conditioning for it
+    same = _samples(10, 300, one_mesh=False, constant=False, channels=3)
+    for s in same:
+        s.x[:, 1] = 5.0
+    assert choose_defaults(same)[1] == FIELDS_SLICE
     # a channel that moves by a thousandth of its size over one mesh is a field
     samples[4].x[0, 1] += 1e-3 * 10
     name, model_config, _, reason = choose_defaults(samples)

@@ -755,7 +755,7 @@ class CachedMeshDataset(torch.utils.data.Dataset):
     def facts(self) -> dict:
         """:func:`meshops.training.defaults.data_facts` of the samples, from what the cache
         recorded (no sample is read)."""
-        from meshops.reduced import constant_channels, input_ranges
+        from meshops.reduced import constant_channels, global_channels, input_ranges
 
         metas = [r.meta for r in self.records]
         n = len(metas)
@@ -766,7 +766,7 @@ class CachedMeshDataset(torch.utils.data.Dataset):
         return {"n": n, "points": round(sum(m["points"] for m in metas) / max(n, 1)),
                 "one_mesh": len({m["pos_digest"] for m in metas}) == 1,
                 "constant": channels is not None and all(channels),
-                "constant_channels": channels, "has_x": True,
+                "global_channels": global_channels(ranges), "has_x": True,
                 "channels": int(metas[0].get("y_channels") or 1) if metas else 1}
 
     def normalizers(self) -> tuple[Optional[UnitGaussianNormalizer], UnitGaussianNormalizer]:

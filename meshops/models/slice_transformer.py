@@ -127,6 +127,12 @@ class SliceTransformer(InterpolatedQueries, NeuralOperator):
         self.norm_out.reset_parameters()
         self.head.reset_parameters()
         self._init_small()
+        for blk in self.blocks:
+            # after the small initialisation: a per-point temperature starts as the
+            # head's own (SliceAttention's zero offsets)
+            if blk.attention.lin_temperature is not None:
+                nn.init.zeros_(blk.attention.lin_temperature.weight)
+                nn.init.zeros_(blk.attention.lin_temperature.bias)
         if self.conditioning is not None:
             # after the small initialisation: FiLM starts at zero (the identity)
             self.conditioning.reset_parameters()

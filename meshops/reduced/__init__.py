@@ -31,11 +31,12 @@ from meshops.reduced.parameters import (
     batch_parameters,
     constant_channels,
     constant_inputs,
+    global_channels,
     input_ranges,
     sample_parameters,
 )
 from meshops.reduced.pod import PODBasis, pod_basis
 
 __all__ = ["PODBasis", "batch_parameters", "constant_channels", "constant_inputs",
-           "input_ranges", "pod_basis",
+           "global_channels", "input_ranges", "pod_basis",
            "sample_parameters"]

@@ -19,15 +19,18 @@ from torch import Tensor
 CONST_RTOL = 1e-6
 
 
-def input_ranges(sample) -> tuple[list[float], list[float]] | None:
-    """``(spread, magnitude)`` of each input channel over the sample's mesh (largest
-    minus smallest value, largest absolute value); ``None`` without input channels.
-    What :func:`constant_channels` reads, recorded by the lazy cache per sample."""
+def input_ranges(sample) -> tuple[list[float], list[float], list[float]] | None:
+    """``(spread, magnitude, smallest)`` of each input channel over the sample's mesh
+    (largest minus smallest value, largest absolute value, smallest value); ``None``
+    without input channels. What :func:`constant_channels` and :func:`global_channels`
+    read, recorded by the lazy cache per sample."""
     x = getattr(sample, "x", None)
     if x is None or x.numel() == 0:
         return None
     x = x.reshape(x.shape[0], -1).to(torch.float64)
-    return (x.max(0).values - x.min(0).values).tolist(), x.abs().max(0).values.tolist()
+    low = x.min(0).values
+    return ((x.max(0).values - low).tolist(), x.abs().max(0).values.tolist(),
+            low.tolist())
 
 
 def constant_channels(ranges: Sequence) -> list[bool] | None:
@@ -44,6 +47,19 @@ def constant_channels(ranges: Sequence) -> list[bool] | None:
     spreads = torch.tensor([r[0] for r in ranges], dtype=torch.float64)
     scale = torch.tensor([r[1] for r in ranges], dtype=torch.float64).max(0).values
     return (~(spreads > CONST_RTOL * scale).any(0)).tolist()
+
+
+def global_channels(ranges: Sequence) -> list[bool] | None:
+    """Which input channels are global inputs: constant over every mesh
+    (:func:`constant_channels`) and not the same in every sample (a channel of one
+    value everywhere says nothing about any sample). ``ranges`` and ``None`` as there."""
+    constant = constant_channels(ranges)
+    if constant is None:
+        return None
+    low = torch.tensor([r[2] for r in ranges], dtype=torch.float64)
+    scale = torch.tensor([r[1] for r in ranges], dtype=torch.float64).max(0).values
+    varies = (low.max(0).values - low.min(0).values) > CONST_RTOL * scale
+    return [bool(c and v) for c, v in zip(constant, varies.tolist())]
 
 
 def constant_inputs(samples: Sequence) -> bool:

@@ -155,45 +155,66 @@ MEMORY_SHARE = 0.8
 
 def fit_memory(cfg: TrainConfig, model, samples) -> tuple[TrainConfig, str]:
     """Check, before training, that a step on the largest training mesh fits the free
-    memory (:mod:`meshops.training.footprint`, measured on the first sample): when it
-    does not but does with the blocks' activations recomputed, ``checkpoint_blocks`` is
-    turned on and said (``note``); when neither fits, a :class:`UsageError` says how much
-    it would take, what is free and what would make it fit. Meshes below the probes'
-    size, and machines whose peaks cannot be read, are not checked.
+    memory of the device training uses (:mod:`meshops.training.footprint`, measured on
+    that mesh): when it does not but does with the blocks' activations recomputed,
+    ``checkpoint_blocks`` is turned on and said (``note``); when neither fits, a
+    :class:`UsageError` says how much it would take, what is free and what would make
+    it fit. Meshes below the probes' size, and machines whose peaks cannot be read, are
+    not checked. A data-parallel run takes the first process's decision (all must
+    train alike).
 
     Returns:
         ``(cfg, note)``: the config (``checkpoint_blocks`` perhaps on) and what was done
         (``""``: nothing).
     """
-    from meshops.training.dataset import first_sample
+    import torch.distributed as dist
+
+    checkpoint, note, error = _memory_decision(cfg, model, samples)
+    if dist.is_available() and dist.is_initialized():
+        every = [None] * dist.get_world_size()
+        dist.all_gather_object(every, (checkpoint, note, error))
+        checkpoint, note, error = every[0]
+    if error:
+        raise UsageError(error)
+    return (cfg.with_options("defaults", checkpoint_blocks=True) if checkpoint else cfg), note
+
+
+def _memory_decision(cfg: TrainConfig, model, samples) -> tuple[bool, str, str]:
+    """:func:`fit_memory`'s finding on this process: ``(turn checkpointing on, note,
+    error)``."""
+    import copy
+
+    from meshops.training.distributed import check_device
     from meshops.training.footprint import largest_sample, step_memory
     from meshops.utils.memory import available_bytes, format_bytes
 
-    free = available_bytes(cfg.device)
-    sample = first_sample(samples)
-    plain = None if free is None else step_memory(model, sample, checkpoint=cfg.checkpoint_blocks)
-    if plain is None:
-        return cfg, ""
-    points, batch = largest_sample(samples), cfg.batch_size
-    need = plain.bytes(points, batch)
-    if need <= MEMORY_SHARE * free:
-        return cfg, ""
+    device = check_device(cfg.device)
+    free = available_bytes(device)
+    if free is None:
+        return False, "", ""
+    own = getattr(samples, "own", None)
+    index, points = largest_sample(samples)
+    sample = (own() if callable(own) else samples)[index]
+    # the Trainer moves the model to a GPU; the probes measure it there (on a copy)
+    probe = copy.deepcopy(model).to(device) if device.type == "cuda" else model
+    plain = step_memory(probe, sample, device, checkpoint=cfg.checkpoint_blocks)
+    batch = cfg.batch_size
+    if plain is None or plain.bytes(points, batch) <= MEMORY_SHARE * free:
+        return False, "", ""
     what = (f"a training step on the largest mesh ({points:,} points, batch {batch}) takes "
-            f"about {format_bytes(need)}")
-    if not cfg.checkpoint_blocks:
-        ck = step_memory(model, sample, checkpoint=True)
-        if ck is not None and ck.bytes(points, batch) <= MEMORY_SHARE * free:
-            return cfg.with_options("defaults", checkpoint_blocks=True), (
-                f"{what}, {format_bytes(free)} is free: the blocks' activations are "
-                f"recomputed in the backward pass (--checkpoint-blocks), about "
-                f"{format_bytes(ck.bytes(points, batch))}")
-        if ck is not None:
-            what += f" ({format_bytes(ck.bytes(points, batch))} with --checkpoint-blocks)"
+            f"about {format_bytes(plain.bytes(points, batch))}")
+    ck = None if cfg.checkpoint_blocks else step_memory(probe, sample, device, checkpoint=True)
+    if ck is not None and ck.bytes(points, batch) <= MEMORY_SHARE * free:
+        return True, (f"{what}, {format_bytes(free)} is free: the blocks' activations are "
+                      f"recomputed in the backward pass (--checkpoint-blocks), about "
+                      f"{format_bytes(ck.bytes(points, batch))}"), ""
+    if ck is not None:
+        what += f" ({format_bytes(ck.bytes(points, batch))} with --checkpoint-blocks)"
     smaller = " a smaller --batch-size," if batch > 1 else ""
-    raise UsageError(f"train: {what} but {format_bytes(free)} of memory is free; to fit:"
-                     f"{smaller} a narrower model (--model-config width=...), a machine "
-                     f"with more memory, or meshes coarsened for training (predicting on "
-                     f"the fine ones afterwards)")
+    return False, "", (f"train: {what} but {format_bytes(free)} of memory is free; to fit:"
+                       f"{smaller} a narrower model (--model-config width=...), a machine "
+                       f"with more memory, or meshes coarsened for training (predicting "
+                       f"on the fine ones afterwards)")
 
 
 def run_training(request, cfg, model, train_samples, val_samples, resolved: str, chosen: str,

@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from meshops.reduced import constant_channels, input_ranges
+from meshops.reduced import constant_channels, global_channels, input_ranges
 from meshops.training.callbacks import Callback
 
 # Every default below was chosen on the validation split of the benchmark's stand-ins
@@ -55,6 +55,7 @@ GENERAL_TRAIN = {"batch_size": 4, "lr": 3e-3, "scheduler": "cosine"}
 # 0.051, p 0.063), against PiT's 0.084 above and Transolver's 0.067 (PhysicsNeMo, same
 # probe); batch 2 0.070, batch 2 at lr 2e-3 0.060, a cosine rate 0.10-0.19.
 FIELDS_SLICE = {"width": 64, "layers": 4, "heads": 4, "slices": 32}
+FIELDS_TRAIN = {"batch_size": 1, "lr": 1e-3, "scheduler": "onecycle"}
 # Inputs constant over each mesh beside field inputs (global inputs, global_inputs()):
 # the same models conditioned on their input means. Obstacle stand-in with a load factor
 # c ~ U(0.5, 2) as a second input and the targets times c (an answer linear in it), the
@@ -62,7 +63,7 @@ FIELDS_SLICE = {"width": 64, "layers": 4, "heads": 4, "slices": 32}
 # global-inputs; benchmarks/results/obstacle-probes-cpu-1thread.jsonl): mean validation
 # error 0.278 and 0.280 (seeds 0, 1) conditioned, 0.308 and 0.317 with c a pointwise
 # feature only; pressure 0.159 and 0.166 against 0.198 and 0.206.
-FIELDS_TRAIN = {"batch_size": 1, "lr": 1e-3, "scheduler": "onecycle"}
+
 # Snapshot values (samples x points x channels) up to which a reduced basis is the
 # default: 2.5e8 float64 values are 2 GB, a few times that while the SVD runs.
 REDUCED_BASIS_MAX_VALUES = 250_000_000
@@ -105,20 +106,21 @@ def _parametric(dataset: Sequence) -> tuple[bool, str]:
 def data_facts(dataset: Sequence) -> dict[str, Any]:
     """What :func:`choose_defaults` looks at: ``n`` samples, their mean ``points``,
     whether they share ``one_mesh``, whether their inputs are ``constant`` over each mesh,
-    which input channels are (``constant_channels``, a bool per channel, ``None``
-    without inputs), whether they have inputs at all (``has_x``) and the number of
-    target ``channels``.
+    which input channels are global inputs (``global_channels``: constant over each mesh
+    and not the same in all, a bool per channel, ``None`` without inputs), whether they
+    have inputs at all (``has_x``) and the number of target ``channels``.
     A data set that knows these without reading its samples
     (:class:`meshops.datasets.cache.CachedMeshDataset`) gives them by its ``facts()``."""
     facts = getattr(dataset, "facts", None)
     if callable(facts):
         return facts()
     n = len(dataset)
-    channels = constant_channels([input_ranges(s) for s in dataset])
+    ranges = [input_ranges(s) for s in dataset]
+    channels = constant_channels(ranges)
     return {"n": n, "points": round(sum(int(s.pos.shape[0]) for s in dataset) / n),
             "one_mesh": _shares_one_mesh(dataset),
             "constant": channels is not None and all(channels),
-            "constant_channels": channels,
+            "global_channels": global_channels(ranges),
             "has_x": getattr(dataset[0], "x", None) is not None,
             "channels": int(dataset[0].y.reshape(dataset[0].y.shape[0], -1).shape[1])}
 
@@ -127,10 +129,10 @@ def global_inputs(facts: dict[str, Any]) -> str:
     """What the data's global inputs are, for the log (``""``: none): input channels
     constant over each mesh beside others that vary (a load, a speed or a material
     beside a distance field). The defaults condition the whole model on them (FiLM of
-    the input means at every block): as pointwise features they reach the output only
-    through products the network must learn, and an answer linear in a load was not
-    learned that way (:data:`FIELDS_SLICE`'s note)."""
-    channels = facts.get("constant_channels") or []
+    the input means at every site): as pointwise features they reach the output only
+    through products the network must learn (on validation, conditioned was 10 % better
+    on a family whose answer is linear in a load: the note below :data:`FIELDS_TRAIN`)."""
+    channels = facts.get("global_channels") or []
     if facts.get("constant") or not any(channels):
         return ""
     which = ", ".join(str(i) for i, c in enumerate(channels) if c)

@@ -6,19 +6,20 @@ one forward and backward pass on two random subsets of a sample's points (a few
 thousand each), and :class:`StepMemory` extrapolates it to the largest sample of a run:
 the global models of meshops are linear in the number of points (slices, latent
 tokens, neighbourhoods of bounded size), so two sizes give the bytes per point and the
-fixed part. ``meshops train`` checks the estimate against the free memory before it
-reads or builds anything large (:func:`meshops.runs.training_run.fit_memory`).
+fixed part. ``meshops train`` checks the estimate against the free memory once the data
+is read, before it builds the mesh structures and trains
+(:func:`meshops.runs.training_run.fit_memory`).
 
-Peaks are read where they can be: the CUDA allocator's peak on a GPU, the process's
-resident high-water mark on Linux (``/proc/self/clear_refs``, reset before each probe);
-elsewhere nothing is measured and no estimate is made. On the CPU the probes first fix
-glibc's threshold for mapping a block of its own at :data:`MMAP_THRESHOLD`: with its
-default, rising threshold, blocks freed inside a step stay in the heap and the
-high-water mark of a step on a few thousand points counts them (up to 2.3 times the
-live peak with checkpointed blocks), while with the fixed one the measured bytes per
-point are the same at 16k, 65k and 200k points (18.3 kB plain, 8.3 kB checkpointed, for
-the default slice transformer in 3-D). The setting stays for the process: it only runs
-for meshes this large, where most blocks of a step are mapped anyway.
+Peaks are read where they can be: the CUDA allocator's peak on a GPU; on the CPU, the
+resident high-water mark on Linux (``/proc/self/clear_refs``, reset before each probe)
+of a child process that has fixed glibc's threshold for mapping a block of its own at
+:data:`MMAP_THRESHOLD`. With glibc's default, rising threshold, blocks freed inside a
+step stay in the heap and the high-water mark of a step on a few thousand points
+counts them (up to 2.3 times the live peak with checkpointed blocks); with the fixed
+one the bytes per point are the same at 16k, 65k and 200k points
+(``benchmarks/results/step-memory-cpu-1thread.txt``). The child keeps that setting from
+the training process, where it costs time (a 1.5x slower step at 100k points).
+Elsewhere nothing is measured and no estimate is made.
 """
 
 from __future__ import annotations
@@ -55,13 +56,16 @@ class StepMemory:
                    + self.optimizer)
 
 
-def largest_sample(samples: Sequence) -> int:
-    """Points of the largest training sample: read from a lazy data set's records
-    (no sample is read) or from the samples' positions."""
-    records = getattr(samples, "records", None)
-    if records is not None:
-        return max(int(r.meta["points"]) for r in records)
-    return max(int(s.pos.shape[0]) for s in samples)
+def largest_sample(samples: Sequence) -> tuple[int, int]:
+    """``(index, points)`` of the training sample with the most points among those this
+    process reads (a lazy data set's own part, from its records: no sample is read)."""
+    own = getattr(samples, "own", None)
+    pool = own() if callable(own) else samples
+    records = getattr(pool, "records", None)
+    sizes = ([int(r.meta["points"]) for r in records] if records is not None
+             else [int(s.pos.shape[0]) for s in pool])
+    index = max(range(len(sizes)), key=sizes.__getitem__)
+    return index, sizes[index]
 
 
 def subsample(sample, points: int, seed: int = 0):
@@ -131,25 +135,16 @@ def _cuda_peak(step: Callable[[], None], device) -> int:
     return torch.cuda.max_memory_allocated(device) - before
 
 
-def step_memory(model, sample, device=None, checkpoint: bool = False
-                ) -> Optional[StepMemory]:
-    """Measure :class:`StepMemory` of ``model`` (on ``device``, default its parameters')
-    from a forward and backward pass on :data:`PROBE_POINTS` of ``sample``'s points
-    (after a warm-up pass on the smaller), with the model's block checkpointing set to
-    ``checkpoint`` for the probes. ``None`` when the peak cannot be read here, or the
-    sample has fewer points than the larger probe. The model's weights, gradients,
-    training mode and checkpointing are left as they were."""
-    from meshops.training.dataset import make_loader, prepare_batch
+def _probe_peaks(model, batches, checkpoint: bool, peak) -> list:
+    """Peaks of a forward and backward pass of ``model`` on each of ``batches`` (after a
+    warm-up pass on the first: the allocator's and kernels' first use), the blocks
+    checkpointed or not; the model's gradients, mode and checkpointing left as they
+    were."""
     from meshops.training.loss import RelativeLpLoss
     from meshops.training.trainer import targets_of
 
-    if int(sample.pos.shape[0]) < PROBE_POINTS[-1]:
-        return None
-    device = torch.device(device) if device is not None else next(model.parameters()).device
     loss_fn = RelativeLpLoss()
     was_training, was_checkpointing = model.training, getattr(model, "checkpoint_blocks", False)
-    batches = [prepare_batch(next(iter(make_loader([subsample(sample, k)], 1))), device)
-               for k in PROBE_POINTS]
 
     def step(batch):
         def run():
@@ -157,25 +152,88 @@ def step_memory(model, sample, device=None, checkpoint: bool = False
             model.zero_grad(set_to_none=True)
         return run
 
-    if device.type != "cuda":
-        # blocks of a step mapped and unmapped one by one: the peak is the live one
-        _malloc("mallopt", _M_MMAP_THRESHOLD, MMAP_THRESHOLD)
     model.train()
     if hasattr(model, "set_block_checkpointing"):
         model.set_block_checkpointing(checkpoint)
     try:
-        step(batches[0])()      # warm-up: the allocator's and kernels' first use
-        peak = ((lambda run: _cuda_peak(run, device)) if device.type == "cuda"
-                else _rss_peak)
-        peaks = [peak(step(b)) for b in batches]
+        step(batches[0])()
+        return [peak(step(b)) for b in batches]
     finally:
         model.zero_grad(set_to_none=True)
         model.train(was_training)
         if hasattr(model, "set_block_checkpointing"):
             model.set_block_checkpointing(was_checkpointing)
-    if any(p is None for p in peaks):
+
+
+def _child_peaks(model, batches, checkpoint: bool) -> Optional[list]:
+    """:func:`_probe_peaks` with the resident high-water mark, in a child process
+    (``python -m meshops.training.footprint FILE``) whose glibc maps every block of
+    :data:`MMAP_THRESHOLD` or more on its own: the setting would slow this process's
+    training (1.5x for the default model at 100k points); ``None`` when the child
+    cannot measure."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="meshops-footprint-", suffix=".pt")
+    os.close(fd)
+    try:
+        torch.save({"model": model, "batches": batches, "checkpoint": checkpoint}, path)
+        done = subprocess.run([sys.executable, "-m", "meshops.training.footprint", path],
+                              capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+        lines = done.stdout.strip().splitlines()
+        return json.loads(lines[-1]) if done.returncode == 0 and lines else None
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    finally:
+        os.unlink(path)
+
+
+#: Seconds the child process of the CPU probes may take.
+CHILD_TIMEOUT_S = 600
+
+
+def _child_main(path: str) -> None:
+    """The child of :func:`_child_peaks`: the peaks as one JSON line (``null`` each when
+    the high-water mark cannot be reset here)."""
+    import json
+
+    job = torch.load(path, weights_only=False)
+    torch.set_num_threads(1)
+    _malloc("mallopt", _M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    print(json.dumps(_probe_peaks(job["model"], job["batches"], job["checkpoint"], _rss_peak)))
+
+
+def step_memory(model, sample, device=None, checkpoint: bool = False
+                ) -> Optional[StepMemory]:
+    """Measure :class:`StepMemory` of ``model`` (on ``device``, default its parameters')
+    from a forward and backward pass on :data:`PROBE_POINTS` of ``sample``'s points,
+    with the model's block checkpointing set to ``checkpoint`` for the probes: on a GPU
+    here, from the CUDA allocator's peaks; on the CPU in a child process
+    (:func:`_child_peaks`). ``None`` when the peak cannot be read, or the sample has
+    fewer points than the larger probe. The model is left as it was."""
+    from meshops.training.dataset import make_loader, prepare_batch
+
+    if int(sample.pos.shape[0]) < PROBE_POINTS[-1]:
+        return None
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    batches = [prepare_batch(next(iter(make_loader([subsample(sample, k)], 1))), device)
+               for k in PROBE_POINTS]
+    if device.type == "cuda":
+        peaks = _probe_peaks(model, batches, checkpoint, lambda run: _cuda_peak(run, device))
+    else:
+        peaks = _child_peaks(model, batches, checkpoint)
+    if peaks is None or any(p is None for p in peaks):
         return None
     (n1, n2), (p1, p2) = PROBE_POINTS, peaks
     per_point = max(p2 - p1, 0) / (n2 - n1)
     params = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     return StepMemory(fixed=p1 - per_point * n1, per_point=per_point, optimizer=3 * params)
+
+
+if __name__ == "__main__":
+    import sys
+
+    _child_main(sys.argv[1])
