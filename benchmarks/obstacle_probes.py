@@ -15,6 +15,12 @@ validation error per field and over the fields.
   its targets times ``c``. ``--variant film`` conditions every block on the input means
   (what the defaults now do when some inputs are constant over each mesh), ``plain``
   takes ``c`` as a pointwise feature only.
+  ``film-only`` conditions on it without reading it at every point
+  (``global_inputs``: a value unique to each training mesh, read pointwise, lets the
+  model tell the meshes apart).
+* ``irrelevant-global``: the same load factor as a second input, the targets not
+  scaled: what a global input the answer does not depend on costs (the plain family
+  without it is ``adaptive-temperature --variant plain``).
 * ``adaptive-temperature``: the plain obstacle family, ``--variant ada`` with a slice
   temperature per point (:class:`meshops.nn.slice.SliceAttention`), ``plain`` without.
 
@@ -30,7 +36,9 @@ import sys
 import time
 from pathlib import Path
 
-VARIANTS = {"global-inputs": ("film", "plain"), "adaptive-temperature": ("ada", "plain")}
+VARIANTS = {"global-inputs": ("film", "film-only", "plain"),
+            "irrelevant-global": ("film", "film-only", "plain"),
+            "adaptive-temperature": ("ada", "plain")}
 
 
 def samples(what: str, torch) -> tuple[list, list, int]:
@@ -38,14 +46,14 @@ def samples(what: str, torch) -> tuple[list, list, int]:
     from data_adapters.standins.obstacle import make_obstacle_standin
 
     data = make_obstacle_standin(300, seed=0, dtype=torch.float32, progress=False)
-    if what == "global-inputs":
+    if what in ("global-inputs", "irrelevant-global"):
         g = torch.Generator().manual_seed(123)
         loaded = []
         for s in data:
             c = float(0.5 + 1.5 * torch.rand(1, generator=g))
             t = s.clone()
             t.x = torch.cat([s.x, torch.full_like(s.x, c)], 1)
-            t.y = s.y * c
+            t.y = s.y * c if what == "global-inputs" else s.y
             loaded.append(t)
         data = loaded
     return data[:200], data[200:250], int(data[0].x.shape[1])
@@ -66,7 +74,8 @@ def probe(what: str, variant: str, seed: int, epochs: int) -> dict:
     fields = TargetFields.from_specs(["u+v", "p"], {"u": 1, "v": 1, "p": 1})
     seed_everything(seed)
     model = SliceTransformer(channels, 3, pos_dim=2, **FIELDS_SLICE,
-                             condition_on_inputs=variant == "film",
+                             condition_on_inputs=variant in ("film", "film-only"),
+                             global_inputs=(1,) if variant == "film-only" else (),
                              adaptive_temperature=variant == "ada")
     t0 = time.perf_counter()
     history = Trainer(model, train, val, epochs=epochs, batch_size=FIELDS_TRAIN["batch_size"],
@@ -85,8 +94,8 @@ def main(argv=None) -> int:
                                 description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--what", choices=sorted(VARIANTS), required=True)
-    p.add_argument("--variant", required=True, help="global-inputs: film or plain; "
-                   "adaptive-temperature: ada or plain")
+    p.add_argument("--variant", required=True, help="global-inputs, irrelevant-global: "
+                   "film, film-only or plain; adaptive-temperature: ada or plain")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--out", type=Path, required=True, help="JSON lines file to append to")

@@ -497,3 +497,36 @@ def test_every_film_site_of_the_slice_transformer_acts(one_thread):
             rows = film.weight.view(4, 2, 16, -1)[site]
             rows.normal_(std=0.5)
         assert (model(c) - model(a)).abs().max() > 1e-3, site
+
+
+def test_global_inputs_enter_the_slice_transformer_only_through_their_means(one_thread):
+    # a channel named in global_inputs is not read at the points: moving its values at
+    # the points with the same quadrature mean changes nothing; another mean does
+    torch.manual_seed(0)
+    model = get_model("slice_transformer", in_channels=2, out_channels=2, width=16,
+                      layers=2, heads=2, slices=4, condition_on_inputs=True,
+                      global_inputs=[1]).eval()
+    torch.nn.init.normal_(model.conditioning.film.weight, std=0.5)   # away from identity
+    g = torch.Generator().manual_seed(5)
+    n = 40
+    base = MeshData(pos=torch.rand(n, 2, generator=g), weight=torch.full((n,), 1.0 / n),
+                    x=torch.stack([torch.rand(n, generator=g), torch.full((n,), 2.0)], 1))
+    moved = base.clone()
+    moved.x[:, 1] = 2.0 + torch.linspace(-1, 1, n)          # the same mean, 2
+    other = base.clone()
+    other.x[:, 1] = 3.0
+    torch.testing.assert_close(model(moved), model(base), rtol=1e-6, atol=1e-6)
+    assert (model(other) - model(base)).abs().max() > 1e-3
+    # the same model reading the channel at the points sees the move
+    torch.manual_seed(0)
+    plain = get_model("slice_transformer", in_channels=2, out_channels=2, width=16,
+                      layers=2, heads=2, slices=4, condition_on_inputs=True).eval()
+    assert (plain(moved) - plain(base)).abs().max() > 1e-4
+
+
+def test_global_inputs_are_checked():
+    with pytest.raises(ValueError, match="set condition_on_inputs=True"):
+        get_model("slice_transformer", in_channels=2, out_channels=1, global_inputs=[1])
+    with pytest.raises(ValueError, match=r"global_inputs \[2\] are not input channels 0..1"):
+        get_model("slice_transformer", in_channels=2, out_channels=1,
+                  condition_on_inputs=True, global_inputs=[2])

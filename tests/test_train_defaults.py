@@ -368,7 +368,8 @@ def test_inputs_constant_over_each_mesh_beside_fields_condition_the_model():
     samples = _with_load(_samples(10, 300, one_mesh=False, constant=False, channels=3))
     name, model_config, train_config, reason = choose_defaults(samples)
     assert (name, model_config, train_config) == (
-        "slice_transformer", {**FIELDS_SLICE, "condition_on_inputs": True}, FIELDS_TRAIN)
+        "slice_transformer", {**FIELDS_SLICE, "condition_on_inputs": True,
+                              "global_inputs": [1]}, FIELDS_TRAIN)
     assert ("field inputs (1 of them constant over each mesh, channel(s) 1: global inputs "
             "that condition every block), 3 target channels") in reason
     # one target channel: PiT, conditioned likewise

@@ -3,7 +3,7 @@ integral."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -23,6 +23,21 @@ from meshops.nn.mlp import MLP
 from meshops.nn.slice import SliceAttention
 
 __all__ = ["SliceTransformer"]
+
+
+def _check_global_inputs(channels: Sequence[int], in_channels: int,
+                         condition_on_inputs: bool) -> tuple[int, ...]:
+    """``global_inputs`` as a sorted tuple of distinct channel indices, checked."""
+    out = tuple(sorted({int(c) for c in channels}))
+    if not out:
+        return out
+    if not condition_on_inputs:
+        raise ValueError("global_inputs enter through the conditioning on the input means: "
+                         "set condition_on_inputs=True")
+    if out[0] < 0 or out[-1] >= in_channels:
+        raise ValueError(f"global_inputs {list(channels)} are not input channels "
+                         f"0..{in_channels - 1}")
+    return out
 
 
 @register_model("slice_transformer")
@@ -73,6 +88,10 @@ class SliceTransformer(InterpolatedQueries, NeuralOperator):
             (default: ``False``)
         adaptive_temperature (bool): a slice temperature per point and head
             (Transolver++; :class:`~meshops.nn.slice.SliceAttention`). (default: ``False``)
+        global_inputs (sequence of int): input channels constant over each mesh (a load,
+            a speed) that enter only through the conditioning on the input means, not
+            at every point, where a value unique to each training sample lets the model
+            tell the samples apart (needs ``condition_on_inputs``). (default: ``()``)
 
     Shapes:
         - **input:** ``x [N, in_channels]``, ``pos [N, pos_dim]``, ``weight [N]``,
@@ -84,7 +103,8 @@ class SliceTransformer(InterpolatedQueries, NeuralOperator):
     def __init__(self, in_channels: int, out_channels: int, pos_dim: int = 2, width: int = 64,
                  layers: int = 4, heads: int = 4, slices: int = 32, ffn_ratio: float = 1,
                  pos_encoding: int = 0, interp_k: int = 4, param_channels: int = 0,
-                 condition_on_inputs: bool = False, adaptive_temperature: bool = False) -> None:
+                 condition_on_inputs: bool = False, adaptive_temperature: bool = False,
+                 global_inputs: Sequence[int] = ()) -> None:
         super().__init__()
         check_model_sizes(in_channels, out_channels, pos_dim, width)
         check_positive_int(layers, "layers", minimum=1)
@@ -92,11 +112,17 @@ class SliceTransformer(InterpolatedQueries, NeuralOperator):
         check_positive_int(interp_k, "interp_k")
         if condition_on_inputs and not in_channels:
             raise ValueError("condition_on_inputs needs input channels (in_channels > 0)")
+        self.global_inputs = _check_global_inputs(global_inputs, in_channels,
+                                                  condition_on_inputs)
         self.in_channels, self.out_channels, self.pos_dim = in_channels, out_channels, pos_dim
         self.width, self.interp_k = width, interp_k
         self.pos_enc = FourierFeatures(pos_dim, pos_encoding)
-        self.lift = MLP(in_channels + self.pos_enc.out_channels, 2 * width, width, layers=2,
-                        activation="gelu")
+        # the channels read at every point: all but the global ones
+        self.register_buffer("pointwise", torch.tensor(
+            [c for c in range(in_channels) if c not in self.global_inputs], dtype=torch.long),
+            persistent=False)
+        self.lift = MLP(len(self.pointwise) + self.pos_enc.out_channels, 2 * width, width,
+                        layers=2, activation="gelu")
         self.blocks = nn.ModuleList([
             TransformerBlock(SliceAttention(width, width, heads=heads, slices=slices,
                                             adaptive_temperature=adaptive_temperature),
@@ -147,8 +173,9 @@ class SliceTransformer(InterpolatedQueries, NeuralOperator):
     def forward(self, data) -> Tensor:
         inp = read_inputs(data, self.in_channels, self.pos_dim, self.head.weight.dtype,
                           self.head.weight.device)
-        # 1. lifting (and FiLM site 0)                                  [N, C]
-        h = self.lift(torch.cat([inp.x, self.pos_enc(inp.pos)], dim=-1))
+        # 1. lifting of the pointwise inputs (and FiLM site 0)          [N, C]
+        x = inp.x if len(self.pointwise) == self.in_channels else inp.x[:, self.pointwise]
+        h = self.lift(torch.cat([x, self.pos_enc(inp.pos)], dim=-1))
         film: Optional[Tensor] = None
         if self.conditioning is not None:
             film = self.conditioning.embed(sample_conditions(
