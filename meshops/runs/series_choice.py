@@ -248,9 +248,7 @@ def fit_only_run(request, cfg, data, p: Plan, metadata_of) -> int:
         print(resolved, end="")
         return 0
     check_writable_folder(out)
-    clear_run_files(out)
-    for name in (CANDIDATE, NEURAL, CHOICE):
-        (out / name).unlink(missing_ok=True)
+    clear_run_files(out)   # the candidates' files among them (run_folder.RUN_FILES)
     try:
         report = p.fit(cfg, data, cfg.minutes, regressors, members)
     except ValueError as e:
