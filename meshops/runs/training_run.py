@@ -128,8 +128,9 @@ def epochs_to_fit(cfg: TrainConfig, model, samples, num_val: float
     if cfg.epochs is not None:
         return cfg, "", None
     many = torch.get_num_threads()
-    own = getattr(samples, "own", None)
-    timed = own() if callable(own) else samples
+    from meshops.training.dataset import own_part
+
+    timed = own_part(samples)
     chosen = defaults.epochs_to_fit(model, timed, cfg.batch_size, cfg.minutes, num_val,
                                     cfg.threads)
     if dist.is_available() and dist.is_initialized():
@@ -192,9 +193,7 @@ def _memory_decision(cfg: TrainConfig, model, samples) -> tuple[bool, str, str]:
     free = available_bytes(device)
     if free is None:
         return False, "", ""
-    own = getattr(samples, "own", None)
-    index, points = largest_sample(samples)
-    sample = (own() if callable(own) else samples)[index]
+    sample, points = largest_sample(samples)
     # the Trainer moves the model to a GPU; the probes measure it there (on a copy)
     probe = copy.deepcopy(model).to(device) if device.type == "cuda" else model
     plain = step_memory(probe, sample, device, checkpoint=cfg.checkpoint_blocks)

@@ -175,9 +175,14 @@ def prepare_batch(batch, device: torch.device | str | None = None):
     return batch
 
 
-def first_sample(data):
-    """The first sample this process may read: a lazily read data set of a
-    data-parallel run reads only its own part
-    (:meth:`meshops.datasets.cache.CachedMeshDataset.own`)."""
+def own_part(data):
+    """The samples this process may read: a lazily read data set of a data-parallel run
+    reads only its own part (:meth:`meshops.datasets.cache.CachedMeshDataset.own`);
+    any other data set whole."""
     own = getattr(data, "own", None)
-    return own()[0] if callable(own) else data[0]
+    return own() if callable(own) else data
+
+
+def first_sample(data):
+    """The first sample this process may read (:func:`own_part`)."""
+    return own_part(data)[0]

@@ -56,16 +56,18 @@ class StepMemory:
                    + self.optimizer)
 
 
-def largest_sample(samples: Sequence) -> tuple[int, int]:
-    """``(index, points)`` of the training sample with the most points among those this
-    process reads (a lazy data set's own part, from its records: no sample is read)."""
-    own = getattr(samples, "own", None)
-    pool = own() if callable(own) else samples
+def largest_sample(samples: Sequence) -> tuple[object, int]:
+    """``(sample, points)``: the training sample with the most points among those this
+    process reads (:func:`~meshops.training.dataset.own_part`; a lazy data set's sizes
+    come from its records, and only that sample is read)."""
+    from meshops.training.dataset import own_part
+
+    pool = own_part(samples)
     records = getattr(pool, "records", None)
     sizes = ([int(r.meta["points"]) for r in records] if records is not None
              else [int(s.pos.shape[0]) for s in pool])
     index = max(range(len(sizes)), key=sizes.__getitem__)
-    return index, sizes[index]
+    return pool[index], sizes[index]
 
 
 def subsample(sample, points: int, seed: int = 0):
