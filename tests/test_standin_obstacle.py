@@ -71,5 +71,40 @@ def test_samples_have_the_stated_sizes_and_units():
 
 
 def test_bad_arguments_are_refused():
-    with pytest.raises(ValueError, match="refine must be a positive integer"):
+    with pytest.raises(ValueError, match="refine and ring must be positive integers"):
         ob.make_obstacle_standin(3, refine=0, cache_dir=False, progress=False)
+    with pytest.raises(ValueError, match="ring=0"):
+        ob.make_obstacle_standin(3, ring=0, cache_dir=False, progress=False)
+    with pytest.raises(ValueError, match="band width > 0"):
+        ob.mesh_channel(ob.sample_params(1)[0], ring=16, band=0.0)
+
+
+def _band_triangles(params, points, triangles, band):
+    """Areas of the triangles and whether each centroid lies in the band
+    ``r(theta) <= rho <= r(theta) + band`` around the obstacle."""
+    corners = points[triangles]
+    e1, e2 = corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0]
+    area = 0.5 * np.abs(e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0])
+    rel = corners.mean(1) - params[:2]
+    rho, theta = np.hypot(rel[:, 0], rel[:, 1]), np.arctan2(rel[:, 1], rel[:, 0])
+    return area, rho <= ob.obstacle_radius(theta, params) + band, rho
+
+
+@pytest.mark.parametrize("ring", [16, 64])
+def test_a_graded_remesh_refines_the_band_alone(ring):
+    """The band's triangles obey the regional area bound (``sqrt(3)/4 (h_body^2 /
+    ring)``, what triangle guarantees), and far from the obstacle the mesh is the
+    training one's: the same mean triangle area to the few per cent that the grading's
+    reach changes."""
+    params, band = ob.sample_params(4, seed=3)[2], ob.RING_BAND
+    base = ob.mesh_channel(params)
+    graded = ob.mesh_channel(params, ring=ring, band=band)
+    bound = math.sqrt(3) / 4 * 0.02 ** 2 / ring
+    area, inside, rho = _band_triangles(params, *graded[:2], band)
+    assert inside.sum() > 50
+    assert area[inside].max() <= bound * (1 + 1e-9)
+    base_area, base_inside, base_rho = _band_triangles(params, *base[:2], band)
+    assert base_area[base_inside].mean() > 16 * area[inside].mean()
+    far, base_far = rho > 0.6, base_rho > 0.6
+    assert abs(area[far].mean() / base_area[base_far].mean() - 1) < 0.05
+    assert len(graded[0]) > 1.5 * len(base[0])

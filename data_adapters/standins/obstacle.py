@@ -54,6 +54,9 @@ PARAMS = ("cx", "cy", "r0", "a1", "a2", "a3", "b1", "b2", "b3")
 LENGTH, HEIGHT = 4.0, 1.0
 U_MEAN, RHO, NU = 0.2, 900.0, 2e-3
 MODES = 3
+#: Width (m) of the band around the obstacle that a graded re-mesh refines: half the
+#: default ``h_body``, so about one layer of the training meshes' triangles.
+RING_BAND = 0.01
 
 
 def obstacle_radius(theta, params) -> np.ndarray:
@@ -92,8 +95,19 @@ def body_polygon(params, h_body: float) -> np.ndarray:
     return star_polygon(lambda t: obstacle_radius(t, params), params[:2], n)
 
 
-def mesh_channel(params, h: float = 0.07, h_body: float = 0.02, min_angle: float = 30.0):
+def mesh_channel(params, h: float = 0.07, h_body: float = 0.02, min_angle: float = 30.0,
+                 ring: int = 1, band: float = 0.0):
     """Quality triangle mesh of the channel minus the obstacle.
+
+    Args:
+        params: The shape parameters ``[9]``.
+        h, h_body: Edge lengths away from the obstacle and on it.
+        min_angle: Smallest triangle angle (degrees).
+        ring: Area refinement of the band around the obstacle: its triangles are about
+            ``ring`` times smaller in area than with ``ring=1`` (edges ``h_body /
+            sqrt(ring)``), and the rest of the mesh is as with ``ring=1`` beyond the
+            grading out of the band. A graded re-mesh, as boundary-layer meshes are.
+        band: Width of that band (m), measured along the rays from the obstacle's centre.
 
     Returns:
         ``(points [N, 2], triangles [M, 3], body [B, 2])``: the mesh and the obstacle's
@@ -101,24 +115,45 @@ def mesh_channel(params, h: float = 0.07, h_body: float = 0.02, min_angle: float
     """
     import triangle
 
-    body = body_polygon(params, h_body)
+    if ring > 1 and not band > 0:
+        raise ValueError(f"mesh_channel: a refined ring needs a band width > 0, got {band!r}")
+    fine = h_body / math.sqrt(ring)
+    body = body_polygon(params, fine)
     nx, ny = math.ceil(LENGTH / h), math.ceil(HEIGHT / h)
     s, t = np.arange(nx) / nx, np.arange(ny) / ny
     box = np.concatenate([np.stack([LENGTH * s, 0 * s], 1),
                           np.stack([LENGTH + 0 * t, HEIGHT * t], 1),
                           np.stack([LENGTH * (1 - s), HEIGHT + 0 * s], 1),
                           np.stack([0 * t, HEIGHT * (1 - t)], 1)])
-    nb, no = len(box), len(body)
-    segments = np.concatenate([np.stack([np.arange(nb), (np.arange(nb) + 1) % nb], 1),
-                               nb + np.stack([np.arange(no), (np.arange(no) + 1) % no], 1)])
-    # Graded: small triangles near the obstacle (area bound per region would need
-    # regions; a size field through the 'u' switch is not in triangle's Python API),
-    # so the boundary spacing sets the size there and the area bound elsewhere.
-    out = triangle.triangulate({"vertices": np.concatenate([box, body]), "segments": segments,
-                                "holes": np.asarray([params[:2]], np.float64)},
-                               f"pq{min_angle:g}a{math.sqrt(3) / 4 * h * h:.10f}")
+    loops = [box, body] + ([_band_polygon(params, band, fine)] if ring > 1 else [])
+    start = np.cumsum([0] + [len(loop) for loop in loops])
+    segments = np.concatenate([a + np.stack([np.arange(n), (np.arange(n) + 1) % n], 1)
+                               for a, n in zip(start, map(len, loops))])
+    # The boundary spacing sets the size near the obstacle and the area bound elsewhere
+    # (a size field through the 'u' switch is not in triangle's Python API); the band is
+    # a region of its own with the area of its edges (a region's bound overrides the
+    # global one).
+    geometry = {"vertices": np.concatenate(loops), "segments": segments,
+                "holes": np.asarray([params[:2]], np.float64)}
+    if ring > 1:
+        inside = params[:2] + (obstacle_radius([0.0], params)[0] + band / 2) * np.r_[1.0, 0.0]
+        geometry["regions"] = np.asarray([[*inside, 1, math.sqrt(3) / 4 * fine * fine]])
+    regional = "Aa" if ring > 1 else ""  # 'a' without a number: the regions' bounds
+    out = triangle.triangulate(geometry,
+                               f"pq{min_angle:g}{regional}a{math.sqrt(3) / 4 * h * h:.10f}")
     return (np.asarray(out["vertices"], np.float64), np.asarray(out["triangles"], np.int64),
             body)
+
+
+def _band_polygon(params, band: float, spacing: float) -> np.ndarray:
+    """The outer edge of the band ``r(theta) <= rho <= r(theta) + band`` around the
+    obstacle, with edges of about ``spacing``."""
+    def radius(t):
+        return obstacle_radius(t, params) + band
+
+    dense = star_polygon(radius, params[:2], 2048)
+    perimeter = np.hypot(*np.diff(np.vstack([dense, dense[:1]]), axis=0).T).sum()
+    return star_polygon(radius, params[:2], max(16, math.ceil(perimeter / spacing)))
 
 
 def solve_flow(points, triangles, tol: float = 1e-9, max_newton: int = 20):
@@ -200,13 +235,14 @@ def solve_flow(points, triangles, tol: float = 1e-9, max_newton: int = 20):
     return vel[0].copy(), vel[1].copy(), RHO * U[n_u:][bp.nodal_dofs[0]]
 
 
-def _generate(params: np.ndarray, h: float, h_body: float, progress: bool) -> dict:
+def _generate(params: np.ndarray, h: float, h_body: float, progress: bool, ring: int = 1,
+              band: float = 0.0) -> dict:
     from meshops.utils.progress import progress as progress_bar
 
     pts, tris, fields, npts, ntri = [], [], {k: [] for k in ("sdf", *TARGETS)}, [0], [0]
     for prm in progress_bar(params, desc="obstacle-flow STAND-IN (FEM)", enabled=progress,
                             leave=False):
-        p, t, body = mesh_channel(prm, h, h_body)
+        p, t, body = mesh_channel(prm, h, h_body, ring=ring, band=band)
         for k, v in zip(TARGETS, solve_flow(p, t)):
             fields[k].append(v)
         fields["sdf"].append(polygon_distance(p, body))
@@ -222,8 +258,8 @@ def _generate(params: np.ndarray, h: float, h_body: float, progress: bool) -> di
 
 def make_obstacle_standin(num_samples: int = 300, seed: int = 0, cache_dir=None,
                           progress: bool = True, *, refine: int = 1, h: float = 0.07,
-                          h_body: float = 0.02, first: int = 0,
-                          dtype=torch.float32) -> list:
+                          h_body: float = 0.02, first: int = 0, ring: int = 1,
+                          band: float = RING_BAND, dtype=torch.float32) -> list:
     """Generate (or load from the cache) the obstacle-flow stand-in.
 
     Args:
@@ -236,6 +272,10 @@ def make_obstacle_standin(num_samples: int = 300, seed: int = 0, cache_dir=None,
         h, h_body: Mesh sizes away from and on the obstacle (before ``refine``).
         first: Only the samples ``first..num_samples - 1`` (of the same draw): e.g. the
             test shapes alone on finer meshes.
+        ring: Graded re-mesh: the band of width ``band`` around the obstacle refined
+            ``ring`` times in area (see :func:`mesh_channel`), for the zero-shot check on
+            meshes that differ from the training ones as boundary-layer meshes do.
+        band: Width of that band (m).
         dtype: Floating dtype of the returned tensors.
 
     Returns:
@@ -245,14 +285,18 @@ def make_obstacle_standin(num_samples: int = 300, seed: int = 0, cache_dir=None,
         item: pos ``[N_s, 2]``, x ``[N_s, 1]``, y ``[N_s, 3]``, params ``[1, 9]``
     """
     dtype = as_float_dtype(dtype)
-    if not (isinstance(refine, int) and refine >= 1 and 0 <= first <= num_samples):
-        raise ValueError(f"make_obstacle_standin: refine must be a positive integer and "
-                         f"0 <= first <= num_samples, got refine={refine!r}, first={first}")
+    if not (isinstance(refine, int) and refine >= 1 and isinstance(ring, int) and ring >= 1
+            and 0 <= first <= num_samples):
+        raise ValueError(f"make_obstacle_standin: refine and ring must be positive integers "
+                         f"and 0 <= first <= num_samples, got refine={refine!r}, "
+                         f"ring={ring!r}, first={first}")
     params = sample_params(num_samples, seed)[first:]
     size = {"h": float(h) / refine, "h_body": float(h_body) / refine, "first": int(first)}
+    if ring > 1:  # the key of the plain meshes' cache files stays as it was
+        size.update(ring=ring, band=float(band))
     meta = describe(GENERATOR, VERSION, size, seed, num_samples)
     arrays, _ = generate_or_load(meta, lambda: _generate(params, size["h"], size["h_body"],
-                                                         progress),
+                                                         progress, ring, band),
                                  cache_dir, progress, "obstacle-flow")
     po, co = arrays["point_offsets"], arrays["cell_offsets"]
     out = []
@@ -262,7 +306,8 @@ def make_obstacle_standin(num_samples: int = 300, seed: int = 0, cache_dir=None,
             arrays["points"][sl], [("triangle", arrays["triangles"][co[s]:co[s + 1]]
                                     .astype(np.int64))],
             {k: arrays[k][sl] for k in (*INPUTS, *TARGETS)},
-            source=f"obstacle-flow STAND-IN sample {first + s} (seed {seed}, refine {refine})")
+            source=f"obstacle-flow STAND-IN sample {first + s} (seed {seed}, refine {refine}"
+                   + (f", ring {ring} x{band:g} m)" if ring > 1 else ")"))
         out.append(add_inputs_targets(mesh, list(INPUTS), list(TARGETS), dtype,
                                       sample_id=first + s, standin=True,
                                       params=torch.from_numpy(prm.copy())[None]))
