@@ -348,7 +348,7 @@ def test_merged_runs_take_every_model_and_the_later_result(tmp_path, capsys):
     files[2].write_text(json.dumps(rerun))
     capsys.readouterr()
     assert main(["--merge", *map(str, files), "--out", str(out)]) == 2
-    assert "cannot merge a 5-minute 2-thread run" in capsys.readouterr().err
+    assert "cannot merge a 5 min 2-thread run" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("python", ["/nonexistent/python", "SELF"])
@@ -428,3 +428,97 @@ def test_p1_transfer_takes_triangulations_matplotlib_refuses():
     inside = Delaunay(p).find_simplex(q) >= 0
     got = classical._values_at(s, q)
     np.testing.assert_allclose(got[inside, 0], 2 * q[inside, 0] + q[inside, 1], atol=1e-12)
+
+
+# ------------------------------------------------------- mesh-independence suite
+def _square_sample(n, field, name="sample_0001.vtu"):
+    pts, tri = _grid(n)
+    return Sample(name, pts, tri, np.zeros((len(pts), 0)), field(pts),
+                  metric.lumped_mass_weights(pts, tri))
+
+
+def test_truth_difference_is_zero_for_linear_fields_and_second_order_otherwise():
+    """P1 interpolation reproduces a linear field exactly, so two meshes of the same
+    linear solution differ by rounding only; for a smooth field the difference is the
+    interpolation error of the coarse mesh, O(h^2): a quarter when h halves."""
+    from benchmarks.accuracy import remesh
+
+    columns = {"u": [0], "v": [1]}
+
+    def linear(p):
+        return np.stack([1 + 2 * p[:, 0] - p[:, 1], 3 - p[:, 1]], 1)
+
+    def smooth(p):
+        return np.stack([np.sin(3 * p[:, 0]) + 2, np.cos(2 * p[:, 1]) * p[:, 0] + 1], 1)
+
+    fine = _square_sample(33, linear)
+    d = remesh.truth_difference([_square_sample(5, linear)], [fine], columns)
+    assert d["mean"] < 1e-13 and d["fields"]["v"]["worst"] < 1e-13
+    fine = _square_sample(65, smooth)
+    e = [remesh.truth_difference([_square_sample(n, smooth)], [fine], columns)["mean"]
+         for n in (9, 17)]
+    assert 3.5 < e[0] / e[1] < 4.5
+
+
+def test_remeshed_files_pair_with_test_files_by_name():
+    from benchmarks.accuracy import remesh
+
+    a = _square_sample(3, lambda p: p, "sample_0001.vtu")
+    b = _square_sample(3, lambda p: p, "sample_0002.vtu")
+    assert remesh.pair([a, b], [b]) == [(b, b)]
+    with pytest.raises(ValueError, match="sample_0002.vtu"):
+        remesh.pair([a], [b])
+
+
+def test_every_model_is_scored_on_the_remeshed_splits_with_its_ratio(tmp_path):
+    """A set whose test shapes are also written on a finer mesh (an extra split): the
+    classical models predict it too, each with its error's ratio to its own test error,
+    and the truths' difference is zero for this family, linear in space (P1 exact)."""
+    from data_adapters.parametric import ParametricSet, parametric_sample, write_parametric_folders
+
+    def family(n_grid, ids, P):
+        pts, tri = _grid(n_grid)
+        return [parametric_sample(pts, tri, ["a", "b"], P[k],
+                                  {"u": P[k, 0] * pts[:, 0] + P[k, 1], "v": P[k, 1] * pts[:, 1]},
+                                  f"sample {k}", torch.float64, k) for k in ids]
+
+    P = np.random.default_rng(3).uniform(0.5, 2.0, (12, 2))
+    ds = ParametricSet("tiny", family(5, range(12), P), ["a", "b"], ["u", "v"], list(range(8)),
+                       list(range(8, 12)), description="tiny",
+                       extra={"test_fine": family(9, range(8, 12), P)})
+    root = write_parametric_folders(ds, tmp_path / "tiny", progress=False)
+    args = types.SimpleNamespace(minutes=0.1, threads=1, seed=0, grace=1.2, peers_python="")
+    res = run_dataset("tiny", root, ["mean", "pod_rbf"], args, tmp_path / "w", lambda _: None)
+    assert res["truth_difference"]["test_fine"]["mean"] < 1e-12
+    mean = res["models"]["mean"]
+    fine = mean["remeshed"]["test_fine"]
+    # the mean of linear fields is linear: moved exactly, so the same error on both meshes
+    # up to the quadrature of the finer mesh
+    assert fine["ratio"] == pytest.approx(fine["mean"] / mean["mean"], rel=1e-12)
+    assert 0.8 < fine["ratio"] < 1.25
+    assert fine["fields"]["u"]["ratio"] == pytest.approx(
+        fine["fields"]["u"]["mean"] / mean["fields"]["u"]["mean"], rel=1e-12)
+    assert res["models"]["pod_rbf"]["note"].startswith("n/a") or \
+        res["models"]["pod_rbf"]["remeshed"]["test_fine"]["mean"] < 1e-6
+
+
+def test_the_report_shows_every_split_with_the_truths_difference():
+    from benchmarks.accuracy.report import mesh_independence
+
+    doc = _doc()
+    one = doc["datasets"]["one"]
+    one["truth_difference"] = {"test_ring16": {"mean": 0.001}}
+    one["models"]["meshops"]["remeshed"] = {"test_ring16": {"mean": 0.03, "ratio": 1.5}}
+    one["models"]["mean"]["remeshed"] = {"test_ring16": {"mean": 1.0, "ratio": 1.0}}
+    rows = mesh_independence(one)
+    assert rows == [("test_ring16", "mean", {"mean": 0.001},
+                     {"meshops": {"mean": 0.03, "ratio": 1.5},
+                      "mean": {"mean": 1.0, "ratio": 1.0}})]
+    md = markdown_table(doc)
+    line = next(x for x in md.splitlines() if "refined 16x" in x)
+    assert "| 0.001 |" in line and "0.03 (1.50x)" in line
+    # a result stored before the suite: meshops' "fine" is the uniformly finer split
+    two = doc["datasets"]["two"]
+    two["models"]["meshops"]["fine"] = {"mean": 0.04}
+    assert mesh_independence(two)[0][0] == "test_fine"
+    assert mesh_independence(two)[0][3]["meshops"]["ratio"] == pytest.approx(2.0)

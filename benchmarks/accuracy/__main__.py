@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.accuracy import datasets
-from benchmarks.accuracy.report import console_table, markdown_table, plot_histories
+from benchmarks.accuracy.report import budget_words, console_table, markdown_table, plot_histories
 from benchmarks.accuracy.run import MODELS, PEERS, REPO, run_dataset
 
 SCHEMA = "meshops-accuracy-1"
@@ -53,6 +53,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"comma-separated, from {','.join(MODELS)} (default all)")
     p.add_argument("--minutes", type=float, default=10.0,
                    help="training budget per trained model and data set (default 10)")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="a fixed number of epochs per trained model instead of the --minutes "
+                        "clock: the load of the machine then changes the time, not the result")
     p.add_argument("--threads", type=int, default=2, help="threads per model (default 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the peers' training")
     p.add_argument("--grace", type=float, default=1.2,
@@ -81,6 +84,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if not args.minutes > 0:
         p.error(f"--minutes must be positive, got {args.minutes}")
+    if args.epochs is not None and args.epochs < 1:
+        p.error(f"--epochs must be >= 1, got {args.epochs}")
     if args.threads < 1:
         p.error(f"--threads must be >= 1, got {args.threads}")
     # meshops first: the peers take their validation files from its run
@@ -189,7 +194,8 @@ def main(argv=None) -> int:
                   f"the peers: pip install -e .[peers], see docs/accuracy.md), or leave "
                   f"transolver,gino out of --models", file=sys.stderr)
             return 2
-    out = args.out or RESULTS / f"accuracy-cpu-{args.threads}core-{args.minutes:g}min.json"
+    budget = f"{args.epochs}epochs" if args.epochs else f"{args.minutes:g}min"
+    out = args.out or RESULTS / f"accuracy-cpu-{args.threads}core-{budget}.json"
     command = "python -m benchmarks.accuracy " + " ".join(
         shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     log_lines = [f"$ {command}"]
@@ -198,7 +204,7 @@ def main(argv=None) -> int:
         print(text, flush=True)
         log_lines.append(text)
 
-    doc = {"schema": SCHEMA, "command": command, "minutes": args.minutes,
+    doc = {"schema": SCHEMA, "command": command, "minutes": args.minutes, "epochs": args.epochs,
            "threads": args.threads, "models": args.models, "grace": args.grace,
            "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": sys.version.split()[0]},
            "meshops_commit": _commit(), "peers_python": args.peers_python,
@@ -206,7 +212,7 @@ def main(argv=None) -> int:
            "load": {"start": _load()}, "datasets": {}}
     log(f"# {command}")
     log(f"# {doc['machine']['cpu']}, {doc['machine']['cores']} cores, load average "
-        f"{doc['load']['start']}; {args.minutes:g} min per trained model, {args.threads} threads")
+        f"{doc['load']['start']}; {budget_words(doc)} per trained model, {args.threads} threads")
     keep = args.keep
     work = keep or Path(tempfile.mkdtemp(prefix="meshops-accuracy-"))
     try:

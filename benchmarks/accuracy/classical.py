@@ -38,7 +38,7 @@ def _standardised_params(train: Sequence[Sample], test: Sequence[Sample]):
 def training_mean(train: Sequence[Sample], test: Sequence[Sample]) -> list[np.ndarray]:
     """Node-wise mean of the training targets, for every test sample; on meshes that
     differ, the mean of the training fields interpolated to each test mesh
-    (:func:`_transfer`)."""
+    (:func:`transfer`)."""
     if same_mesh(list(train) + list(test)):
         mean = np.mean([s.targets for s in train], axis=0)
         return [mean.copy() for _ in test]
@@ -103,7 +103,7 @@ def _values_by_search(src: Sample, points: np.ndarray, nearest: np.ndarray,
     return out
 
 
-def _transfer(src: Sample, dst: Sample) -> np.ndarray:
+def transfer(src: Sample, dst: Sample) -> np.ndarray:
     """``src.targets`` at ``dst``'s nodes (:func:`_values_at`; a copy on the same mesh)."""
     if src.points.shape == dst.points.shape and np.array_equal(src.points, dst.points):
         return src.targets.copy()
@@ -118,7 +118,7 @@ def nearest_sample(train: Sequence[Sample], test: Sequence[Sample]) -> list[np.n
         raise NotApplicable("no input parameters")
     p_tr, p_te = _standardised_params(train, test)
     idx = np.argmin(((p_te[:, None] - p_tr[None]) ** 2).sum(-1), axis=1)
-    return [_transfer(train[i], t) for i, t in zip(idx, test)]
+    return [transfer(train[i], t) for i, t in zip(idx, test)]
 
 
 def pod_rbf(train: Sequence[Sample], test: Sequence[Sample]) -> list[np.ndarray]:

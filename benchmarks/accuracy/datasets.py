@@ -140,9 +140,11 @@ def _obstacle(n, seed, n_test):
     from data_adapters.standins.obstacle import make_obstacle_standin
 
     samples = make_obstacle_standin(n, seed=seed, dtype=torch.float64, progress=False)
-    fine = make_obstacle_standin(n, seed=seed, dtype=torch.float64, refine=2,
-                                 first=n - n_test, progress=False)
-    return samples, {"test_fine": fine}
+    test_again = {"test_fine": {"refine": 2}, "test_ring16": {"ring": 16},
+                  "test_ring64": {"ring": 64}}
+    return samples, {split: make_obstacle_standin(n, seed=seed, dtype=torch.float64,
+                                                  first=n - n_test, progress=False, **how)
+                     for split, how in test_again.items()}
 
 
 _family_set("elasticity", "STAND-IN: plane-strain unit cell with a random star-shaped void "
@@ -160,9 +162,11 @@ _family_set("obstacle", "STAND-IN: steady viscous flow (Re 20-40) past a star-sh
             "obstacle whose shape and place vary, in a 4 m x 1 m channel, one mesh per sample "
             "(1,600 nodes), input the distance to the obstacle, targets the velocity (u, v) "
             "in m/s and the pressure p in Pa, about 100 times larger "
-            "(data_adapters.standins.obstacle); test_fine: the test shapes on 4x the nodes.",
+            "(data_adapters.standins.obstacle); the test shapes meshed again: test_fine on "
+            "4x the nodes, test_ring16 and test_ring64 with a 1 cm band around the obstacle "
+            "refined 16x and 64x in area.",
             _obstacle, ["sdf"], ["u", "v", "p"], ["u+v", "p"],
-            ["cx", "cy", "r0", "a1", "a2", "a3", "b1", "b2", "b3"])
+            ["cx", "cy", "r0", "a1", "a2", "a3", "b1", "b2", "b3"], version=2)
 
 
 NAMES = tuple(_SPECS)

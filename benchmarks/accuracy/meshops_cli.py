@@ -66,12 +66,15 @@ def run_subprocess(cmd: Sequence[str], env: dict, log: Callable[[str], None],
 
 def run_meshops(data: Path, inputs: Sequence[str], fields: Sequence[str], minutes: float,
                 work: Path, env: dict, log: Callable[[str], None], grace: float,
-                fine: bool = False) -> dict:
+                extra: Sequence[str] = (), epochs: int | None = None) -> dict:
     """Train with the CLI's defaults (``--targets`` the target ``fields``: ``u+v,p``) and
-    predict on ``data/test`` (and ``data/test_fine`` with ``fine``).
+    predict on ``data/test`` (and on ``data/SPLIT`` for every split of ``extra``: the
+    test shapes re-meshed). With ``epochs``, ``--epochs N`` replaces ``--minutes`` (a fixed
+    amount of work) and nothing is stopped at a deadline.
 
     Returns:
-        ``{"predictions": {file name: [N, C]}, "fine_predictions", "commands": [...],
+        ``{"predictions": {file name: [N, C]}, "extra_predictions": {split: {file name:
+        [N, C]}}, "commands": [...],
         "train_wall_s", "stopped", "note", "history"}``; ``predictions`` is missing when a
         step failed; ``history`` lists the validation error of every epoch against the
         training time so far (``s``).
@@ -80,11 +83,14 @@ def run_meshops(data: Path, inputs: Sequence[str], fields: Sequence[str], minute
     targets = [t for f in fields for t in f.split("+")]
     py = [sys.executable, "-m", "meshops"]
     train = py + ["train", "--data", str(data / "train"), "--inputs", ",".join(inputs),
-                  "--targets", ",".join(fields), "--minutes", f"{minutes:g}", "--out", str(run)]
+                  "--targets", ",".join(fields),
+                  *(["--epochs", str(epochs)] if epochs else ["--minutes", f"{minutes:g}"]),
+                  "--out", str(run)]
     predict = py + ["predict", str(run), str(data / "test"), "-o", str(pred)]
     out: dict = {"commands": [" ".join(train[1:]), " ".join(predict[1:])]}
     log("  $ " + out["commands"][0])
-    rc, wall, stopped = run_subprocess(train, env, log, deadline_s=60 * minutes * grace + 60)
+    rc, wall, stopped = run_subprocess(train, env, log, deadline_s=None if epochs else
+                                       60 * minutes * grace + 60)
     out.update(train_wall_s=round(wall, 1), stopped=stopped)
     if not (run / "best.pt").is_file():
         out["note"] = f"meshops train exited {rc} without best.pt"
@@ -99,13 +105,13 @@ def run_meshops(data: Path, inputs: Sequence[str], fields: Sequence[str], minute
         out["note"] = f"meshops predict exited {rc}"
         return out
     out["predictions"] = _read_predictions(pred, targets)
-    if fine:
-        predict_fine = py + ["predict", str(run), str(data / "test_fine"), "-o",
-                             str(work / "pred_fine")]
-        out["commands"].append(" ".join(predict_fine[1:]))
+    for split in extra:
+        cmd = py + ["predict", str(run), str(data / split), "-o", str(work / f"pred_{split}")]
+        out["commands"].append(" ".join(cmd[1:]))
         log("  $ " + out["commands"][-1])
-        if run_subprocess(predict_fine, env, log)[0] == 0:
-            out["fine_predictions"] = _read_predictions(work / "pred_fine", targets)
+        if run_subprocess(cmd, env, log)[0] == 0:
+            out.setdefault("extra_predictions", {})[split] = _read_predictions(
+                work / f"pred_{split}", targets)
     out["history"] = _history(run)
     out["note"] = ("stopped at the budget; best.pt = best validated epoch so far" if stopped
                    else "")

@@ -15,18 +15,21 @@ the seed and the output file. The recipe, the same for both peers:
 * the loss is the benchmark's metric: per-sample relative L2 with the P1 lumped-mass
   weights, in physical units, of each target field (the job's ``fields``), averaged
   over the fields;
-* the number of steps that fit the budget is estimated from the first steps and a
-  timed validation pass (the budget is wall time, or CPU seconds of the process with
-  the job's ``"clock": "cpu"``, for validation probes on a shared machine), and sets
-  the schedule's length (one-cycle for Transolver, cosine for GINO, as in their examples);
-  training stops at the budget in any case;
+* with the job's ``epochs``, that many epochs (a fixed amount of work, whatever the
+  load of the machine); otherwise the number of steps that fit the budget is estimated
+  from the first steps and a timed validation pass (the budget is wall time, or CPU
+  seconds of the process with the job's ``"clock": "cpu"``, for validation probes on a
+  shared machine), and training stops at the budget in any case; the steps set the
+  schedule's length (one-cycle for Transolver, cosine for GINO, as in their examples);
 * the validation files are scored about ten times over the run, evenly spaced (fewer
   when ten passes would take more than a quarter of the budget), and the
   best-scoring weights are kept; the test files are predicted once, with those
   weights.
 
-Writes ``OUT.npz`` (one ``[N, C]`` array per test file name) and ``OUT.json`` (the
-configuration, parameter count, steps, epochs, validation history).
+Writes ``OUT.npz`` (one ``[N, C]`` array per test file name), ``OUT-SPLIT.npz`` for each
+split of the job's ``extra`` (the test shapes re-meshed, predicted with the same weights)
+and ``OUT.json`` (the configuration, parameter count, steps, epochs, validation
+history).
 """
 
 from __future__ import annotations
@@ -274,10 +277,15 @@ def run(job: dict) -> dict:
     best_val, _ = evaluate(torch, peer, val, columns)
     t_val = clock() - t1
     best_state, best_at = copy.deepcopy(peer.net.state_dict()), probe
-    left = budget - (clock() - t_start)
-    # About ten validations, evenly spaced, taking at most a quarter of the budget.
-    n_val = max(1, min(10, int(0.25 * left / max(t_val, 1e-9))))
-    total = max(1, int((left - n_val * t_val) / t_step))
+    if job.get("epochs"):  # a fixed amount of work: the clock decides nothing
+        budget = math.inf
+        total = max(1, int(job["epochs"]) * steps_per_epoch - probe)
+        n_val = min(10, total)
+    else:
+        left = budget - (clock() - t_start)
+        # About ten validations, evenly spaced, taking at most a quarter of the budget.
+        n_val = max(1, min(10, int(0.25 * left / max(t_val, 1e-9))))
+        total = max(1, int((left - n_val * t_val) / t_step))
     val_every = max(1, math.ceil(total / n_val))
     if cfg["schedule"] == "onecycle":
         sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg["lr"], total_steps=total)
@@ -286,8 +294,10 @@ def run(job: dict) -> dict:
             g["lr"] = cfg["lr"]
         sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
     print(f"{name}: {n_params:,} parameters; {t_step:.3f} s per step of {bs * accumulate}, "
-          f"{t_val:.1f} s per validation; {total} more steps fit the {budget / 60:g}-minute "
-          f"budget, validating every {val_every}", flush=True)
+          f"{t_val:.1f} s per validation; {total} more steps "
+          + (f"({job['epochs']} epochs)" if job.get("epochs") else
+             f"fit the {budget / 60:g}-minute budget")
+          + f", validating every {val_every}", flush=True)
     history = [{"step": probe, "val": best_val, "s": round(clock() - t_start, 1)}]
     done, stopped = 0, False
     while done < total:
@@ -315,6 +325,10 @@ def run(job: dict) -> dict:
     _, preds = evaluate(torch, peer, test, columns) if len(test) else (None, [])
     out = Path(job["out"])
     np.savez(out.with_suffix(".npz"), **dict(zip(test.names, preds)))
+    for split, names in (job.get("extra") or {}).items():
+        samples = Data(torch, read_split(job["data"], split, *args[1:], names=names), stats)
+        _, preds = evaluate(torch, peer, samples, columns)
+        np.savez(out.with_name(f"{out.name}-{split}.npz"), **dict(zip(samples.names, preds)))
     summary = {"model": name, "config": cfg, "parameters": int(n_params),
                "torch": torch.__version__, "threads": torch.get_num_threads(),
                "batch": bs, "accumulate": accumulate, "steps": probe + done,

@@ -3,6 +3,7 @@ docs from a stored result (``python -m benchmarks.accuracy --table FILE.json``).
 
 from __future__ import annotations
 
+from benchmarks.accuracy import remesh
 from benchmarks.accuracy.run import LABELS, MODELS
 from meshops.training.standing import standing
 
@@ -27,6 +28,12 @@ def did_not_learn(model: str, row: dict) -> bool:
     return r["mean"] >= (1 - TRIVIAL_RTOL) * trivial
 
 
+def budget_words(doc: dict, unit: str = "min") -> str:
+    """What each trained model was given: ``N epochs`` (a fixed amount of work) or ``M
+    min`` (``unit``) of the clock."""
+    return f"{doc['epochs']} epochs" if doc.get("epochs") else f"{doc['minutes']:g} {unit}"
+
+
 def merge(docs: list[dict]) -> dict:
     """One result of several stored runs (the same budget and threads, run side by side
     or one after another): each data set's models from every run, a later run's
@@ -38,9 +45,9 @@ def merge(docs: list[dict]) -> dict:
     """
     first = docs[0]
     for d in docs[1:]:
-        if (d["minutes"], d["threads"]) != (first["minutes"], first["threads"]):
-            raise ValueError(f"cannot merge a {d['minutes']:g}-minute {d['threads']}-thread run "
-                             f"with a {first['minutes']:g}-minute {first['threads']}-thread one")
+        if (budget_words(d), d["threads"]) != (budget_words(first), first["threads"]):
+            raise ValueError(f"cannot merge a {budget_words(d)} {d['threads']}-thread run "
+                             f"with a {budget_words(first)} {first['threads']}-thread one")
     out = {k: v for k, v in first.items() if k not in ("datasets", "runs")}
     # a stored merge brings its own runs
     out["runs"] = [r for d in docs for r in (d.get("runs") or [
@@ -164,6 +171,7 @@ def console_table(doc: dict) -> str:
                                  + (f"   {note}" if note else ""))
             lines.append(f"  -> {verdict({'models': models})}")
         lines += [f"  {line}" for line in time_to_accuracy(d)]
+        lines += [f"  {line}" for line in mesh_independence_lines(d, _models(doc))]
     return "\n".join(lines)
 
 
@@ -184,10 +192,73 @@ def time_to_accuracy(d: dict) -> list[str]:
                    + (f"reached by meshops after {when / 60:.1f} min of training"
                       if when is not None else
                       f"not reached by meshops (its best {min(h['val'] for h in hist):.4g})"))
-    fine = ours.get("fine") or {}
-    if fine.get("mean") is not None and ours.get("mean"):
-        out.append(f"zero-shot on the test shapes meshed about 4x finer: {fine['mean']:.4g} "
-                   f"against {ours['mean']:.4g} ({fine['mean'] / ours['mean']:.2f}x)")
+    return out
+
+
+def _remeshed(r: dict) -> dict:
+    """A model's re-meshed scores; a result stored before the suite had one re-meshed
+    split, meshops' ``fine`` (the test shapes uniformly finer)."""
+    if "remeshed" in r:
+        return r["remeshed"]
+    fine = r.get("fine") or {}
+    if fine.get("mean") is not None and r.get("mean"):
+        fine = {**fine, "ratio": fine["mean"] / r["mean"]}
+    return {"test_fine": fine} if fine else {}
+
+
+def mesh_independence(d: dict) -> list[tuple[str, str, dict | None, dict]]:
+    """The zero-shot rows of one data set: ``(split, field, the finite-element
+    difference of the truths (or None), {model: {"mean", "ratio"}})``, a row per
+    re-meshed split and target field (``"mean"``: the mean of the fields)."""
+    per_model = {m: _remeshed(r) for m, r in d["models"].items()}
+    splits = list(dict.fromkeys(s for v in per_model.values() for s in v))
+    out = []
+    for split in splits:
+        truth = (d.get("truth_difference") or {}).get(split)
+        for f in [*(d.get("fields") or []), "mean"] if len(d.get("fields") or []) > 1 \
+                else ["mean"]:
+            def pick(r):
+                return r if f == "mean" else (r.get("fields") or {}).get(f) or {}
+
+            models = {m: pick(v[split]) for m, v in per_model.items()
+                      if split in v and pick(v[split]).get("mean") is not None}
+            out.append((split, f, pick(truth) if truth else None, models))
+    return out
+
+
+def _zero_shot_cell(r: dict | None) -> str:
+    if not r:
+        return "not run"
+    return f"{r['mean']:.4g}" + (f" ({r['ratio']:.2f}x)" if r.get("ratio") else "")
+
+
+def mesh_independence_lines(d: dict, models: list[str]) -> list[str]:
+    """The zero-shot rows of one data set as console lines."""
+    out = []
+    for split, f, truth, row in mesh_independence(d):
+        fe = f"FE difference of truths {truth['mean']:.3g}" if truth else "no truth difference"
+        cells = ", ".join(f"{LABELS[m]} {_zero_shot_cell(row[m])}" for m in models if m in row)
+        out.append(f"zero-shot, {remesh.label(split)}, {f}: {cells}; {fe}")
+    return out
+
+
+def _mesh_independence_markdown(doc: dict, models: list[str]) -> list[str]:
+    rows_ = [(name, *row) for name, d in doc["datasets"].items()
+             for row in mesh_independence(d)]
+    if not rows_:
+        return []
+    head = ["data", "re-meshed", "field", "FE difference of the truths"] + [LABELS[m]
+                                                                           for m in models]
+    out = ["", "Mesh independence: every model predicts the test shapes meshed again, never "
+           "seen in training (error, and in brackets its ratio to the model's own error on "
+           "the test meshes). The finite-element difference of the truths (the test mesh's "
+           "solution interpolated onto the new mesh against the new mesh's solution) is "
+           "what the meshing alone changes.", "",
+           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, split, f, truth, row in rows_:
+        out.append("| " + " | ".join([name, remesh.label(split), f,
+                                      f"{truth['mean']:.3g}" if truth else "-"]
+                                     + [_zero_shot_cell(row.get(m)) for m in models]) + " |")
     return out
 
 
@@ -200,7 +271,7 @@ def markdown_table(doc: dict) -> str:
     out = [f"Mean relative L2 error over the test samples (P1 lumped-mass weights; per target "
            f"field, a vector's components together, and the mean over the fields; median and "
            f"worst in brackets; lower is better, best in bold). "
-           f"Budget {doc['minutes']:g} min per trained model, {_n(doc['threads'], 'thread')} "
+           f"Budget {budget_words(doc)} per trained model, {_n(doc['threads'], 'thread')} "
            f"each; "
            f"{doc['machine']['cpu']}, load average {loads} (start to end of each run).", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -221,7 +292,8 @@ def markdown_table(doc: dict) -> str:
     extra = [f"- {name}: {line}" for name, d in doc["datasets"].items()
              for line in time_to_accuracy(d)]
     if extra:
-        out += ["", "Time to accuracy and mesh independence:", "", *extra]
+        out += ["", "Time to accuracy:", "", *extra]
+    out += _mesh_independence_markdown(doc, models)
     peers = {m: r for d in doc["datasets"].values() for m, r in d["models"].items()
              if m in ("transolver", "gino") and r.get("config")}
     if peers:
@@ -257,7 +329,7 @@ def readme_table(doc: dict, source: str) -> str:
             out.append(f"| {label} | " + " | ".join(cells) + " |")
             verdicts.append(f"- {label}: {verdict({'models': row})}")
     out += ["", *verdicts, "",
-            f"Mean relative L2 error on the test samples, {doc['minutes']:g} minutes per "
+            f"Mean relative L2 error on the test samples, {budget_words(doc, 'minutes')} per "
             f"trained model ({_n(doc['threads'], 'thread')}), from `{source}` "
             f"(`python -m benchmarks.accuracy --table {source}` gives the full table; "
             f"docs/accuracy.md says how each number was made)."]

@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from benchmarks.accuracy import classical
+from benchmarks.accuracy import classical, remesh
 from benchmarks.accuracy.folder import description, list_files, read_split, same_mesh
 from benchmarks.accuracy.meshops_cli import run_meshops, run_subprocess, split_of_run, thread_env
 from benchmarks.accuracy.metric import field_columns, field_errors, summarize
@@ -42,26 +42,48 @@ def score(predictions: dict, test, columns: dict) -> dict:
     return out
 
 
-def _classical(model: str, train, test, columns: dict) -> dict:
+def score_remeshed(out: dict, predictions: dict, remeshed: dict, columns: dict) -> None:
+    """Add to a model's result ``out`` its scores on the re-meshed splits
+    (``predictions``: ``{split: {file name: [N, C]}}``; ``remeshed``: ``{split:
+    samples}``), each with ``ratio``, its mean error over the model's own on ``test/``."""
+    for split, samples in remeshed.items():
+        if split not in predictions:
+            continue
+        r = score(predictions[split], samples, columns)
+        if r.get("mean") is not None and out.get("mean"):
+            r["ratio"] = r["mean"] / out["mean"]
+        for f, v in r.get("fields", {}).items():
+            own = out.get("fields", {}).get(f, {}).get("mean")
+            if v.get("mean") is not None and own:
+                v["ratio"] = v["mean"] / own
+        out.setdefault("remeshed", {})[split] = r
+
+
+def _classical(model: str, train, test, columns: dict, remeshed: dict) -> dict:
     fn = {"mean": classical.training_mean, "nearest": classical.nearest_sample,
           "pod_rbf": classical.pod_rbf}[model]
     t0 = time.perf_counter()
     try:
         preds = fn(train, test)
+        extra = {split: dict(zip((s.name for s in samples), fn(train, samples)))
+                 for split, samples in remeshed.items()}
     except classical.NotApplicable as e:
         return {"note": f"n/a: {e}"}
     out = score(dict(zip((s.name for s in test), preds)), test, columns)
+    score_remeshed(out, extra, remeshed, columns)
     out["wall_s"] = round(time.perf_counter() - t0, 2)
     if model == "pod_rbf":
         out["note"] = classical.LAST_NOTE[0]
     return out
 
 
-def _peer(model: str, data: Path, desc: dict, train_names, val_names, test, args,
+def _peer(model: str, data: Path, desc: dict, train_names, val_names, test, remeshed, args,
           work: Path, log: Callable[[str], None], columns: dict) -> dict:
     job = {"model": model, "data": str(data), "inputs": desc["inputs"],
            "targets": desc["targets"], "fields": columns, "train": train_names,
-           "val": val_names, "test": [s.name for s in test], "minutes": args.minutes,
+           "val": val_names, "test": [s.name for s in test],
+           "extra": {split: [s.name for s in samples] for split, samples in remeshed.items()},
+           "minutes": args.minutes, "epochs": getattr(args, "epochs", None),
            "threads": args.threads, "seed": args.seed, "out": str(work / model)}
     work.mkdir(parents=True, exist_ok=True)
     (work / f"{model}-job.json").write_text(json.dumps(job))
@@ -72,13 +94,18 @@ def _peer(model: str, data: Path, desc: dict, train_names, val_names, test, args
     log(f"  $ {' '.join(cmd)}")
     rc, wall, stopped = run_subprocess(
         cmd, env, lambda line: None if "Warp CUDA warning" in line else log(line),
-        deadline_s=60 * args.minutes * args.grace + 180)
+        deadline_s=None if job["epochs"] else 60 * args.minutes * args.grace + 180)
     if rc != 0 or not (work / f"{model}.npz").is_file():
         return {"note": f"{model} runner exited {rc}" + (" (stopped)" if stopped else ""),
                 "wall_s": round(wall, 1)}
-    with np.load(work / f"{model}.npz") as z:
-        preds = {k: z[k] for k in z.files}
-    out = score(preds, test, columns)
+    preds = {}
+    for split in ("", *remeshed):
+        path = work / f"{model}{'-' + split if split else ''}.npz"
+        if path.is_file():
+            with np.load(path) as z:
+                preds[split] = {k: z[k] for k in z.files}
+    out = score(preds.pop(""), test, columns)
+    score_remeshed(out, preds, remeshed, columns)
     info = json.loads((work / f"{model}.json").read_text())
     out.update(wall_s=round(wall, 1), train_wall_s=info["train_wall_s"],
                parameters=info["parameters"], config=info["config"],
@@ -89,27 +116,26 @@ def _peer(model: str, data: Path, desc: dict, train_names, val_names, test, args
     return out
 
 
-def _one_model(model, name, data, desc, names, train, test, fine, columns, args, work,
+def _one_model(model, name, data, desc, names, train, test, remeshed, columns, args, work,
                log, run_config):
-    """One model's test result on a data set, and the meshops run's config (for the
-    peers' split)."""
+    """One model's result on a data set's test files (and re-meshed splits), and the
+    meshops run's config (for the peers' split)."""
     if model == "meshops":
         r = run_meshops(data, desc["inputs"], desc.get("fields") or list(desc["targets"]),
                         args.minutes, work / "meshops",
-                        thread_env(args.threads), log, args.grace,
-                        fine=fine is not None)
+                        thread_env(args.threads), log, args.grace, extra=list(remeshed),
+                        epochs=getattr(args, "epochs", None))
         run_config = r.get("run_config")
         out = score(r["predictions"], test, columns) if "predictions" in r else {}
-        if "fine_predictions" in r:
-            out["fine"] = score(r["fine_predictions"], fine, columns)
+        score_remeshed(out, r.get("extra_predictions", {}), remeshed, columns)
         out.update({k: v for k, v in r.items()
-                    if k not in ("predictions", "fine_predictions")})
+                    if k not in ("predictions", "extra_predictions")})
     elif model in PEERS:
         tr, va = split_of_run(run_config, len(names))
         out = _peer(model, data, desc, [names[i] for i in tr], [names[i] for i in va],
-                    test, args, work, log, columns)
+                    test, remeshed, args, work, log, columns)
     else:
-        out = _classical(model, train, test, columns)
+        out = _classical(model, train, test, columns, remeshed)
     return out, run_config
 
 
@@ -124,13 +150,16 @@ def run_dataset(name: str, data: Path, models: Sequence[str], args, work: Path,
     train = read_split(data, "train", inputs, targets)
     test = read_split(data, "test", inputs, targets)
     columns = field_columns(targets, fields)
-    fine = read_split(data, "test_fine", inputs, targets) if desc.get("test_fine") else None
+    remeshed = {split: read_split(data, split, inputs, targets)
+                for split in desc.get("extra_splits", [])}
     names = list_files(data / "train")
     nodes = sorted({len(s.points) for s in train + test})
     res = {"description": desc["description"], "inputs": inputs, "targets": targets,
            "fields": fields, "train": len(train), "test": len(test),
            "nodes": nodes[0] if len(nodes) == 1 else [nodes[0], nodes[-1]],
-           "one_mesh": same_mesh(train + test), "models": {}}
+           "one_mesh": same_mesh(train + test), "models": {},
+           "truth_difference": {split: remesh.truth_difference(test, samples, columns)
+                                for split, samples in remeshed.items()}}
     log(f"[{name}] {desc['description']}")
     log(f"[{name}] {len(train)} training / {len(test)} test files; inputs {','.join(inputs)}; "
         f"target fields {','.join(fields)}")
@@ -138,7 +167,7 @@ def run_dataset(name: str, data: Path, models: Sequence[str], args, work: Path,
     for model in models:
         t0 = time.perf_counter()
         try:
-            out, run_config = _one_model(model, name, data, desc, names, train, test, fine,
+            out, run_config = _one_model(model, name, data, desc, names, train, test, remeshed,
                                          columns, args, work, log, run_config)
         except Exception as e:  # one model's failure must not lose the others' results
             import traceback
