@@ -9,6 +9,8 @@ stand-in's Fourier series, or the Geo-FNO ``rr`` file).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy.interpolate import CubicSpline
 
@@ -75,3 +77,62 @@ def polygon_distance(points: np.ndarray, polygon: np.ndarray, chunk: int = 4096)
         d = ap - t[..., None] * ab
         out[s:s + chunk] = np.sqrt((d * d).sum(-1).min(1))
     return out
+
+
+def closed_polygon(radius_fn, center, spacing: float, least: int = 16) -> np.ndarray:
+    """The star-shaped curve ``center + r(theta) (cos theta, sin theta)`` as a polygon
+    with edges of about ``spacing`` (at least ``least`` vertices, at equal angles; the
+    perimeter measured on 2,048 vertices).
+
+    Shapes:
+        -> ``[M, 2]`` (counter-clockwise, not closed)
+    """
+    dense = star_polygon(radius_fn, center, 2048)
+    perimeter = np.hypot(*np.diff(np.vstack([dense, dense[:1]]), axis=0).T).sum()
+    return star_polygon(radius_fn, center, max(least, math.ceil(perimeter / spacing)))
+
+
+def band_around(radius_fn, center, band: float, spacing: float):
+    """The band ``r(theta) <= rho <= r(theta) + band`` around a star-shaped body, as a
+    graded re-mesh refines it: its outer edge (a polygon with edges of about
+    ``spacing``) and a point inside it (the region's seed for ``triangle``).
+
+    Shapes:
+        -> ``([M, 2], [2])``
+    """
+    def outer(t):
+        return np.asarray(radius_fn(t), np.float64) + band
+
+    inside = np.asarray(center, np.float64) + (outer(np.zeros(1))[0] - band / 2) * np.r_[1.0, 0]
+    return closed_polygon(outer, center, spacing), inside
+
+
+def triangulate_loops(loops, holes, max_area: float, min_angle: float = 30.0,
+                      regions=()) -> tuple[np.ndarray, np.ndarray]:
+    """Quality triangle mesh (``triangle``) of the domain bounded by closed polygons.
+
+    Args:
+        loops: Closed polygons ``[P_k, 2]`` (not repeating their first vertex); their
+            edges are kept as mesh edges.
+        holes: A point inside each hole ``[H, 2]``.
+        max_area: The largest triangle area.
+        min_angle: The smallest triangle angle (degrees).
+        regions: ``(seed point [2], max area)`` of regions with a smaller bound of their
+            own (bounded by loops; a graded re-mesh's band).
+
+    Returns:
+        ``(points [N, 2], triangles [M, 3])``.
+    """
+    import triangle
+
+    start = np.cumsum([0] + [len(loop) for loop in loops])
+    segments = np.concatenate([a + np.stack([np.arange(n), (np.arange(n) + 1) % n], 1)
+                               for a, n in zip(start, map(len, loops))])
+    geometry = {"vertices": np.concatenate(loops), "segments": segments,
+                "holes": np.asarray(holes, np.float64)}
+    switches = f"pq{min_angle:g}"
+    if regions:  # 'A' reads the regions, 'a' without a number their bounds
+        geometry["regions"] = np.asarray([[*seed, 1, area] for seed, area in regions])
+        switches += "Aa"
+    out = triangle.triangulate(geometry, f"{switches}a{max_area:.10f}")
+    return np.asarray(out["vertices"], np.float64), np.asarray(out["triangles"], np.int64)

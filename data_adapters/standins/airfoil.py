@@ -126,6 +126,9 @@ def _generate(num_samples: int, seed: int, cfg: dict, progress: bool) -> dict[st
     p = rng.uniform(*cfg["p_range"], num_samples)
     t = rng.uniform(*cfg["t_range"], num_samples)
     alpha = rng.uniform(*cfg["aoa_range"], num_samples)
+    first = cfg.get("first", 0)
+    m, p, t, alpha = m[first:], p[first:], t[first:], alpha[first:]
+    num_samples -= first
     n0 = 2 * cfg["n_side"] - 1 + 2 * cfg["n_wake"]
     n1 = cfg["n1"]
     X = np.zeros((num_samples, n0, n1))
@@ -148,28 +151,29 @@ def _generate(num_samples: int, seed: int, cfg: dict, progress: bool) -> dict[st
             "params": np.stack([m, p, t, alpha], axis=1)}
 
 
-def _build(arrays: dict, seed: int, inputs, targets, dtype) -> list[MeshData]:
+def _build(arrays: dict, seed: int, inputs, targets, dtype, first: int = 0) -> list[MeshData]:
     X, Y, F = arrays["X"], arrays["Y"], arrays["fields"]
     out = []
     if not len(X):
         return out
     n0, n1 = X.shape[1:]
     quads = torch.from_numpy(structured_grid_cells((n0, n1)))
-    for k in range(len(X)):
-        m, p, t, alpha = arrays["params"][k]
-        points = np.stack([X[k].ravel(), Y[k].ravel()], axis=1)
-        fields = {name: F[k, c].ravel() for c, name in enumerate(FIELDS)}
+    for j in range(len(X)):
+        k = first + j  # the sample's place in the draw
+        m, p, t, alpha = arrays["params"][j]
+        points = np.stack([X[j].ravel(), Y[j].ravel()], axis=1)
+        fields = {name: F[j, c].ravel() for c, name in enumerate(FIELDS)}
         a = np.radians(alpha)
         fields["u_inf"] = np.full(n0 * n1, np.cos(a))
         fields["v_inf"] = np.full(n0 * n1, np.sin(a))
         source = (f"stand-in:airfoil v{VERSION} seed={seed} sample={k} ({naca4_name(m, p, t)}, "
                   f"alpha={alpha:.2f} deg; panel method, not Geo-FNO)")
-        mesh = MeshData(pos=torch.from_numpy(points), weight=torch.from_numpy(arrays["weight"][k]),
+        mesh = MeshData(pos=torch.from_numpy(points), weight=torch.from_numpy(arrays["weight"][j]),
                         fields={k_: torch.from_numpy(v) for k_, v in fields.items()},
                         cells=[("quad", quads)], cell_data={}, source=source)
         out.append(add_inputs_targets(mesh, inputs, targets, dtype, sample_id=k, standin=True,
-                                      params=torch.from_numpy(arrays["params"][k].copy())[None],
-                                      cl=torch.tensor([float(arrays["cl"][k])]),
+                                      params=torch.from_numpy(arrays["params"][j].copy())[None],
+                                      cl=torch.tensor([float(arrays["cl"][j])]),
                                       grid_shape=torch.tensor([[n0, n1]])))
     return out
 
@@ -180,7 +184,7 @@ def make_airfoil_standin(num_samples: int = 200, seed: int = 0, cache_dir=None,
                          radius: float = 5.0, wake_length: float = 5.0,
                          first_height: float = 0.01, mach_inf: float = 0.5,
                          aoa_range=(-5.0, 10.0), m_range=(0.0, 0.06), p_range=(0.3, 0.6),
-                         t_range=(0.08, 0.18)) -> list[MeshData]:
+                         t_range=(0.08, 0.18), first: int = 0) -> list[MeshData]:
     """Generate (or load from the cache) the NACA airfoil **stand-in** data set.
 
     See the module docstring. Deterministic in ``seed`` and the generation
@@ -207,6 +211,8 @@ def make_airfoil_standin(num_samples: int = 200, seed: int = 0, cache_dir=None,
         mach_inf: Free-stream Mach number of the approximate ``mach`` field.
         aoa_range: Angle of attack range in degrees.
         m_range, p_range, t_range: NACA 4-digit parameter ranges.
+        first: Only the samples ``first..num_samples - 1`` of the same draw (e.g. the
+            test shapes alone on finer grids).
 
     Returns:
         ``list[MeshData]``: ``pos [n0 n1, 2]``, ``weight``, ``cells = [("quad", ...)]``,
@@ -229,7 +235,11 @@ def make_airfoil_standin(num_samples: int = 200, seed: int = 0, cache_dir=None,
            "mach_inf": float(mach_inf), "aoa_range": [float(a) for a in aoa_range],
            "m_range": [float(a) for a in m_range], "p_range": [float(a) for a in p_range],
            "t_range": [float(a) for a in t_range]}
+    if not 0 <= first <= num_samples:
+        raise ValueError(f"make_airfoil_standin: need 0 <= first <= num_samples, got "
+                         f"first={first}")
+    cfg.update({"first": int(first)} if first else {})  # plain sets keep their cache keys
     meta = describe(GENERATOR, VERSION, cfg, seed, num_samples)
     arrays, _ = generate_or_load(meta, lambda: _generate(num_samples, seed, cfg, progress),
                                  cache_dir, progress, "airfoil")
-    return _build(arrays, seed, list(inputs), targets, dtype)
+    return _build(arrays, seed, list(inputs), targets, dtype, first)

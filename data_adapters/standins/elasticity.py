@@ -36,7 +36,13 @@ import math
 import numpy as np
 import torch
 
-from data_adapters._geometry import polygon_distance, star_polygon
+from data_adapters._geometry import (
+    band_around,
+    closed_polygon,
+    polygon_distance,
+    star_polygon,
+    triangulate_loops,
+)
 from data_adapters.standins._cache import describe, generate_or_load
 from data_adapters.standins.fem import nodal_stress, solve_plane_strain, von_mises_plane_strain
 from meshops.datasets.folder import add_inputs_targets, as_float_dtype
@@ -82,7 +88,8 @@ def sample_void_params(rng: np.random.Generator, r0_range=(0.2, 0.3), amplitude:
 
 
 def mesh_unit_cell(params, h_void: float = 0.012, h_outer: float = 0.047,
-                   min_angle: float = 30.0) -> tuple[np.ndarray, np.ndarray]:
+                   min_angle: float = 30.0, ring: int = 1,
+                   band: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Triangle mesh of the unit cell minus the void (``triangle`` library).
 
     Args:
@@ -92,49 +99,43 @@ def mesh_unit_cell(params, h_void: float = 0.012, h_outer: float = 0.047,
         h_outer: Target edge length on the cell's sides; also sets the maximum
             triangle area ``sqrt(3)/4 h_outer^2``.
         min_angle: Minimum angle of the quality mesh (degrees).
+        ring: A graded re-mesh: the band of width ``band`` around the void with
+            triangles ``ring`` times smaller in area (edges ``h_void / sqrt(ring)``).
+        band: Width of that band, along the rays from the void's centre.
 
     Returns:
         ``(points [N, 2], triangles [M, 3])``.
     """
-    try:
-        import triangle
-    except ImportError as e:  # pragma: no cover - dependency hint
-        raise ImportError("the elasticity stand-in needs triangle: pip install triangle") from e
-    dense = np.linspace(0.0, 2 * np.pi, 2048, endpoint=False)
-    r_dense = void_radius(dense, params)
+    if ring > 1 and not band > 0:
+        raise ValueError(f"mesh_unit_cell: a refined ring needs a band width > 0, got {band!r}")
+    r_dense = void_radius(np.linspace(0.0, 2 * np.pi, 2048, endpoint=False), params)
     if r_dense.min() <= 0 or r_dense.max() >= 0.5:
         raise MeshError(f"void radius must stay in (0, 0.5), got {r_dense.min():.3g}.."
                         f"{r_dense.max():.3g}")
-    xy = np.stack([CENTER[0] + r_dense * np.cos(dense), CENTER[1] + r_dense * np.sin(dense)], 1)
-    perimeter = np.hypot(*np.diff(np.vstack([xy, xy[:1]]), axis=0).T).sum()
-    n_void = max(16, math.ceil(perimeter / h_void))
-    theta = np.linspace(0.0, 2 * np.pi, n_void, endpoint=False)
-    r = void_radius(theta, params)
-    void = np.stack([CENTER[0] + r * np.cos(theta), CENTER[1] + r * np.sin(theta)], 1)
+    fine = h_void / math.sqrt(ring)
+    void = closed_polygon(lambda t: void_radius(t, params), CENTER, fine)
     n_side = max(2, math.ceil(1.0 / h_outer))
     s = np.arange(n_side) / n_side
     o, z = np.ones(n_side), np.zeros(n_side)
     square = np.concatenate([np.stack([s, z], 1), np.stack([o, s], 1),
                              np.stack([1 - s, o], 1), np.stack([z, 1 - s], 1)])
-    ns, nv = len(square), len(void)
-    segments = np.concatenate([
-        np.stack([np.arange(ns), (np.arange(ns) + 1) % ns], 1),
-        ns + np.stack([np.arange(nv), (np.arange(nv) + 1) % nv], 1)])
-    max_area = math.sqrt(3) / 4 * h_outer ** 2
-    out = triangle.triangulate({"vertices": np.concatenate([square, void]), "segments": segments,
-                                "holes": np.array([CENTER])},
-                               f"pq{min_angle:g}a{max_area:.10f}")
-    return np.asarray(out["vertices"], dtype=np.float64), np.asarray(out["triangles"], np.int64)
+    loops, regions = [square, void], []
+    if ring > 1:
+        edge, seed = band_around(lambda t: void_radius(t, params), CENTER, band, fine)
+        loops.append(edge)
+        regions.append((seed, math.sqrt(3) / 4 * fine * fine))
+    return triangulate_loops(loops, [CENTER], math.sqrt(3) / 4 * h_outer ** 2, min_angle,
+                             regions)
 
 
 def solve_sample(params, h_void: float = 0.012, h_outer: float = 0.047, E: float = 1.0,
-                 nu: float = 0.3, traction: float = 1.0):
-    """Mesh and solve one unit cell.
+                 nu: float = 0.3, traction: float = 1.0, ring: int = 1, band: float = 0.0):
+    """Mesh (:func:`mesh_unit_cell`) and solve one unit cell.
 
     Returns:
         ``(points [N, 2], triangles [M, 3], sigma_vm [N])``.
     """
-    points, tri = mesh_unit_cell(params, h_void, h_outer)
+    points, tri = mesh_unit_cell(params, h_void, h_outer, ring=ring, band=band)
     u = solve_plane_strain(points, tri, E, nu, traction, support="clamped")
     vm = von_mises_plane_strain(nodal_stress(points, tri, u, E, nu), nu)
     return points, tri, vm
@@ -144,11 +145,12 @@ def _generate(num_samples: int, seed: int, cfg: dict, progress: bool) -> dict[st
     rng = np.random.default_rng(seed)
     params = np.stack([sample_void_params(rng) for _ in range(num_samples)]) \
         if num_samples else np.zeros((0, 2 * NUM_MODES + 1))
+    params = params[cfg.get("first", 0):]
     pts, tris, sig, wts, npts, ntri = [], [], [], [], [0], [0]
     for prm in progress_bar(params, desc="elasticity STAND-IN (FEM, not Geo-FNO)",
                             enabled=progress, leave=False):
         p, t, s = solve_sample(prm, cfg["h_void"], cfg["h_outer"], cfg["E"], cfg["nu"],
-                               cfg["traction"])
+                               cfg["traction"], cfg.get("ring", 1), cfg.get("band", 0.0))
         # Validated once here (no degenerate triangles) and cached.
         wts.append(mesh_from_arrays(p, [("triangle", t)],
                                     source=f"elasticity stand-in sample {len(wts)}").weight.numpy())
@@ -169,25 +171,27 @@ def _generate(num_samples: int, seed: int, cfg: dict, progress: bool) -> dict[st
 
 
 def _build(arrays: dict, seed: int, dtype: torch.dtype,
-           void_distance: bool = False) -> list[MeshData]:
+           void_distance: bool = False, first: int = 0, mesh_note: str = "") -> list[MeshData]:
     out = []
     po, co = arrays["point_offsets"], arrays["cell_offsets"]
-    for k in range(len(po) - 1):
-        points = arrays["points"][po[k]:po[k + 1]]
-        tri = arrays["triangles"][co[k]:co[k + 1]].astype(np.int64)
-        source = f"stand-in:elasticity v{VERSION} seed={seed} sample={k} (P1 FEM, not Geo-FNO)"
-        fields = {"sigma": torch.from_numpy(arrays["sigma"][po[k]:po[k + 1]].copy())}
+    for j in range(len(po) - 1):
+        k = first + j  # the sample's place in the draw
+        points = arrays["points"][po[j]:po[j + 1]]
+        tri = arrays["triangles"][co[j]:co[j + 1]].astype(np.int64)
+        source = (f"stand-in:elasticity v{VERSION} seed={seed} sample={k}{mesh_note} "
+                  "(P1 FEM, not Geo-FNO)")
+        fields = {"sigma": torch.from_numpy(arrays["sigma"][po[j]:po[j + 1]].copy())}
         if void_distance:
-            prm = arrays["params"][k]
+            prm = arrays["params"][j]
             polygon = star_polygon(lambda t: void_radius(t, prm), CENTER)
             fields["void_distance"] = torch.from_numpy(polygon_distance(points, polygon))
         mesh = MeshData(pos=torch.from_numpy(points.copy()),
-                        weight=torch.from_numpy(arrays["weight"][po[k]:po[k + 1]].copy()),
+                        weight=torch.from_numpy(arrays["weight"][po[j]:po[j + 1]].copy()),
                         fields=fields, cells=[("triangle", torch.from_numpy(tri))],
                         cell_data={}, source=source)
         inputs = ["void_distance"] if void_distance else []
         out.append(add_inputs_targets(mesh, inputs, ["sigma"], dtype, sample_id=k, standin=True,
-                                      params=torch.from_numpy(arrays["params"][k].copy())[None]))
+                                      params=torch.from_numpy(arrays["params"][j].copy())[None]))
     return out
 
 
@@ -195,7 +199,8 @@ def make_elasticity_standin(num_samples: int = 200, seed: int = 0, cache_dir=Non
                             progress: bool = True, *, dtype=torch.float32,
                             h_void: float = 0.012, h_outer: float = 0.047, E: float = 1.0,
                             nu: float = 0.3, traction: float = 1.0,
-                            void_distance: bool = False) -> list[MeshData]:
+                            void_distance: bool = False, first: int = 0, ring: int = 1,
+                            band: float = 0.006) -> list[MeshData]:
     """Generate (or load from the cache) the Elasticity **stand-in** data set.
 
     See the module docstring for the geometry, mesh, physics and target. The data
@@ -215,6 +220,11 @@ def make_elasticity_standin(num_samples: int = 200, seed: int = 0, cache_dir=Non
         void_distance: Add ``fields["void_distance"]``, each point's distance to the
             void's boundary, and use it as the input ``x [N, 1]`` (the stress
             concentrates on that boundary; see :mod:`data_adapters._geometry`).
+        first: Only the samples ``first..num_samples - 1`` of the same draw (e.g. the
+            test shapes alone, meshed again).
+        ring, band: A graded re-mesh: the band of width ``band`` around the void
+            refined ``ring`` times in area (:func:`mesh_unit_cell`); the default band is
+            half of ``h_void``, about one layer of the default meshes' triangles.
 
     Returns:
         ``list[MeshData]``: ``pos [N, 2]``, ``weight [N]`` (from the triangles),
@@ -229,7 +239,14 @@ def make_elasticity_standin(num_samples: int = 200, seed: int = 0, cache_dir=Non
     dtype = as_float_dtype(dtype)
     cfg = {"h_void": float(h_void), "h_outer": float(h_outer), "E": float(E), "nu": float(nu),
            "traction": float(traction), "num_modes": NUM_MODES}
+    if not (isinstance(ring, int) and ring >= 1 and 0 <= first <= num_samples):
+        raise ValueError(f"make_elasticity_standin: ring must be a positive integer and "
+                         f"0 <= first <= num_samples, got ring={ring!r}, first={first}")
+    # the keys of the plain sets' cache files stay as they were
+    cfg.update({"first": int(first)} if first else {})
+    cfg.update({"ring": ring, "band": float(band)} if ring > 1 else {})
     meta = describe(GENERATOR, VERSION, cfg, seed, num_samples)
     arrays, _ = generate_or_load(meta, lambda: _generate(num_samples, seed, cfg, progress),
                                  cache_dir, progress, "elasticity")
-    return _build(arrays, seed, dtype, void_distance)
+    return _build(arrays, seed, dtype, void_distance, first,
+                  f", band refined {ring}x" if ring > 1 else "")

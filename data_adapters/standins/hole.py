@@ -31,6 +31,7 @@ import math
 import numpy as np
 import torch
 
+from data_adapters._geometry import band_around, triangulate_loops
 from data_adapters.parametric import parametric_sample
 from data_adapters.standins._cache import describe, generate_or_load
 from meshops.datasets.folder import as_float_dtype
@@ -44,7 +45,7 @@ MARGIN = 0.1
 
 
 def mesh_with_hole(outer, center, radius: float, h: float = 0.05, h_hole: float = 0.015,
-                   min_angle: float = 30.0):
+                   min_angle: float = 30.0, ring: int = 1, band: float = 0.0):
     """Quality triangle mesh of the polygon ``outer`` minus a disc.
 
     Args:
@@ -53,28 +54,30 @@ def mesh_with_hole(outer, center, radius: float, h: float = 0.05, h_hole: float 
         center, radius: The hole.
         h: Edge length on the outer boundary and the largest triangles' size.
         h_hole: Edge length on the hole's polygon (finer, where the gradient is).
+        ring: A graded re-mesh: the annulus of width ``band`` around the hole with
+            triangles ``ring`` times smaller in area (edges ``h_hole / sqrt(ring)``).
+        band: Width of that annulus.
 
     Returns:
         ``(points [N, 2], triangles [M, 3])``.
     """
-    import triangle
-
+    if ring > 1 and not band > 0:
+        raise ValueError(f"mesh_with_hole: a refined ring needs a band width > 0, got {band!r}")
     outer = np.asarray(outer, np.float64)
     pts = []
     for a, b in zip(outer, np.roll(outer, -1, axis=0)):
         n = max(1, math.ceil(np.linalg.norm(b - a) / h))
         pts.extend(a + (b - a) * t / n for t in range(n))
-    n_hole = max(12, math.ceil(2 * math.pi * radius / h_hole))
+    fine = h_hole / math.sqrt(ring)
+    n_hole = max(12, math.ceil(2 * math.pi * radius / fine))
     th = np.linspace(0.0, 2 * math.pi, n_hole, endpoint=False)
     hole = np.asarray(center)[None] + radius * np.stack([np.cos(th), np.sin(th)], 1)
-    no, nh = len(pts), len(hole)
-    segments = np.concatenate([np.stack([np.arange(no), (np.arange(no) + 1) % no], 1),
-                               no + np.stack([np.arange(nh), (np.arange(nh) + 1) % nh], 1)])
-    out = triangle.triangulate(
-        {"vertices": np.concatenate([np.asarray(pts), hole]), "segments": segments,
-         "holes": np.asarray([center], np.float64)},
-        f"pq{min_angle:g}a{math.sqrt(3) / 4 * h * h:.10f}")
-    return np.asarray(out["vertices"], np.float64), np.asarray(out["triangles"], np.int64)
+    loops, regions = [np.asarray(pts), hole], []
+    if ring > 1:
+        edge, seed = band_around(lambda t: np.full(np.shape(t), radius), center, band, fine)
+        loops.append(edge)
+        regions.append((seed, math.sqrt(3) / 4 * fine * fine))
+    return triangulate_loops(loops, [center], math.sqrt(3) / 4 * h * h, min_angle, regions)
 
 
 def heat_operators(points, triangles, center, radius: float, biot: float):
@@ -169,14 +172,15 @@ def sample_params(num_samples: int, seed: int = 0) -> np.ndarray:
 SQUARE = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
 
 
-def _generate(num_samples: int, seed: int, h: float, h_hole: float, progress: bool) -> dict:
+def _generate(num_samples: int, seed: int, h: float, h_hole: float, progress: bool,
+              first: int = 0, ring: int = 1, band: float = 0.0) -> dict:
     from meshops.utils.progress import progress as progress_bar
 
-    params = sample_params(num_samples, seed)
+    params = sample_params(num_samples, seed)[first:]
     pts, tris, us, npts, ntri = [], [], [], [0], [0]
     for cx, cy, r, bi in progress_bar(params, desc="hole STAND-IN (FEM)", enabled=progress,
                                       leave=False):
-        p, t = mesh_with_hole(SQUARE, (cx, cy), r, h, h_hole)
+        p, t = mesh_with_hole(SQUARE, (cx, cy), r, h, h_hole, ring=ring, band=band)
         us.append(solve_heat_with_hole(p, t, (cx, cy), r, bi))
         pts.append(p)
         tris.append(t.astype(np.int32))
@@ -191,6 +195,7 @@ def _generate(num_samples: int, seed: int, h: float, h_hole: float, progress: bo
 
 def make_hole_standin(num_samples: int = 300, seed: int = 0, cache_dir=None,
                       progress: bool = True, *, h: float = 0.05, h_hole: float = 0.015,
+                      first: int = 0, ring: int = 1, band: float = 0.0075,
                       dtype=torch.float32) -> list:
     """Generate (or load from the cache) the plate-with-a-hole stand-in.
 
@@ -200,6 +205,11 @@ def make_hole_standin(num_samples: int = 300, seed: int = 0, cache_dir=None,
         cache_dir: Cache folder (``None``: the default; ``False``: no cache).
         progress: Say what was generated/loaded (stderr).
         h, h_hole: Mesh sizes on the square and on the hole.
+        first: Only the samples ``first..num_samples - 1`` of the same draw (e.g. the
+            test shapes alone, meshed again).
+        ring, band: A graded re-mesh: the annulus of width ``band`` around the hole
+            refined ``ring`` times in area (:func:`mesh_with_hole`); the default band is
+            half of ``h_hole``, about one layer of the default meshes' triangles.
         dtype: Floating dtype of the returned tensors.
 
     Returns:
@@ -209,14 +219,22 @@ def make_hole_standin(num_samples: int = 300, seed: int = 0, cache_dir=None,
         item: pos ``[N_s, 2]``, x ``[N_s, 4]``, y ``[N_s, 1]``, params ``[1, 4]``
     """
     dtype = as_float_dtype(dtype)
-    meta = describe(GENERATOR, VERSION, {"h": float(h), "h_hole": float(h_hole)}, seed,
-                    num_samples)
-    arrays, _ = generate_or_load(meta, lambda: _generate(num_samples, seed, h, h_hole, progress),
-                                 cache_dir, progress, "plate-with-a-hole")
+    if not (isinstance(ring, int) and ring >= 1 and 0 <= first <= num_samples):
+        raise ValueError(f"make_hole_standin: ring must be a positive integer and "
+                         f"0 <= first <= num_samples, got ring={ring!r}, first={first}")
+    size = {"h": float(h), "h_hole": float(h_hole)}
+    # the keys of the plain sets' cache files stay as they were
+    size.update({"first": int(first)} if first else {})
+    size.update({"ring": ring, "band": float(band)} if ring > 1 else {})
+    meta = describe(GENERATOR, VERSION, size, seed, num_samples)
+    arrays, _ = generate_or_load(
+        meta, lambda: _generate(num_samples, seed, h, h_hole, progress, first, ring, band),
+        cache_dir, progress, "plate-with-a-hole")
     po, co = arrays["point_offsets"], arrays["cell_offsets"]
+    note = f", band refined {ring}x" if ring > 1 else ""
     return [parametric_sample(arrays["points"][po[s]:po[s + 1]],
                               arrays["triangles"][co[s]:co[s + 1]], INPUTS, prm,
                               {TARGET: arrays["u"][po[s]:po[s + 1]]},
-                              f"plate-with-a-hole STAND-IN sample {s} (seed {seed})", dtype, s,
-                              standin=True)
+                              f"plate-with-a-hole STAND-IN sample {first + s} (seed {seed}"
+                              f"{note})", dtype, first + s, standin=True)
             for s, prm in enumerate(arrays["params"])]

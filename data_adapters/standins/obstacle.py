@@ -38,7 +38,7 @@ import math
 import numpy as np
 import torch
 
-from data_adapters._geometry import polygon_distance, star_polygon
+from data_adapters._geometry import band_around, closed_polygon, polygon_distance, triangulate_loops
 from data_adapters.standins._cache import describe, generate_or_load
 from meshops.datasets.folder import add_inputs_targets, as_float_dtype
 from meshops.errors import MeshError
@@ -89,15 +89,15 @@ def sample_params(num_samples: int, seed: int = 0) -> np.ndarray:
 
 def body_polygon(params, h_body: float) -> np.ndarray:
     """The obstacle's boundary as a polygon with edges of about ``h_body``."""
-    dense = star_polygon(lambda t: obstacle_radius(t, params), params[:2], 2048)
-    perimeter = np.hypot(*np.diff(np.vstack([dense, dense[:1]]), axis=0).T).sum()
-    n = max(16, math.ceil(perimeter / h_body))
-    return star_polygon(lambda t: obstacle_radius(t, params), params[:2], n)
+    return closed_polygon(lambda t: obstacle_radius(t, params), params[:2], h_body)
 
 
 def mesh_channel(params, h: float = 0.07, h_body: float = 0.02, min_angle: float = 30.0,
                  ring: int = 1, band: float = 0.0):
     """Quality triangle mesh of the channel minus the obstacle.
+
+    The boundary spacing sets the size near the obstacle and the area bound elsewhere (a
+    size field through triangle's 'u' switch is not in its Python API).
 
     Args:
         params: The shape parameters ``[9]``.
@@ -113,8 +113,6 @@ def mesh_channel(params, h: float = 0.07, h_body: float = 0.02, min_angle: float
         ``(points [N, 2], triangles [M, 3], body [B, 2])``: the mesh and the obstacle's
         polygon (its vertices are mesh nodes).
     """
-    import triangle
-
     if ring > 1 and not band > 0:
         raise ValueError(f"mesh_channel: a refined ring needs a band width > 0, got {band!r}")
     fine = h_body / math.sqrt(ring)
@@ -125,35 +123,14 @@ def mesh_channel(params, h: float = 0.07, h_body: float = 0.02, min_angle: float
                           np.stack([LENGTH + 0 * t, HEIGHT * t], 1),
                           np.stack([LENGTH * (1 - s), HEIGHT + 0 * s], 1),
                           np.stack([0 * t, HEIGHT * (1 - t)], 1)])
-    loops = [box, body] + ([_band_polygon(params, band, fine)] if ring > 1 else [])
-    start = np.cumsum([0] + [len(loop) for loop in loops])
-    segments = np.concatenate([a + np.stack([np.arange(n), (np.arange(n) + 1) % n], 1)
-                               for a, n in zip(start, map(len, loops))])
-    # The boundary spacing sets the size near the obstacle and the area bound elsewhere
-    # (a size field through the 'u' switch is not in triangle's Python API); the band is
-    # a region of its own with the area of its edges (a region's bound overrides the
-    # global one).
-    geometry = {"vertices": np.concatenate(loops), "segments": segments,
-                "holes": np.asarray([params[:2]], np.float64)}
+    loops, regions = [box, body], []
     if ring > 1:
-        inside = params[:2] + (obstacle_radius([0.0], params)[0] + band / 2) * np.r_[1.0, 0.0]
-        geometry["regions"] = np.asarray([[*inside, 1, math.sqrt(3) / 4 * fine * fine]])
-    regional = "Aa" if ring > 1 else ""  # 'a' without a number: the regions' bounds
-    out = triangle.triangulate(geometry,
-                               f"pq{min_angle:g}{regional}a{math.sqrt(3) / 4 * h * h:.10f}")
-    return (np.asarray(out["vertices"], np.float64), np.asarray(out["triangles"], np.int64),
-            body)
-
-
-def _band_polygon(params, band: float, spacing: float) -> np.ndarray:
-    """The outer edge of the band ``r(theta) <= rho <= r(theta) + band`` around the
-    obstacle, with edges of about ``spacing``."""
-    def radius(t):
-        return obstacle_radius(t, params) + band
-
-    dense = star_polygon(radius, params[:2], 2048)
-    perimeter = np.hypot(*np.diff(np.vstack([dense, dense[:1]]), axis=0).T).sum()
-    return star_polygon(radius, params[:2], max(16, math.ceil(perimeter / spacing)))
+        edge, seed = band_around(lambda t: obstacle_radius(t, params), params[:2], band, fine)
+        loops.append(edge)
+        regions.append((seed, math.sqrt(3) / 4 * fine * fine))
+    points, triangles = triangulate_loops(loops, [params[:2]], math.sqrt(3) / 4 * h * h,
+                                          min_angle, regions)
+    return points, triangles, body
 
 
 def solve_flow(points, triangles, tol: float = 1e-9, max_newton: int = 20):
