@@ -61,21 +61,26 @@ def _heat(key):
 
 
 def _standin_set(name: str, module: str, factory: str, inputs: str, targets,
-                 description: str, version: int = 1, fields=None) -> None:
+                 description: str, version: int = 1, fields=None, again=None) -> None:
     """Register stand-in ``name``: ``factory(samples, seed=...)`` of
-    ``data_adapters.standins.<module>``, first ``samples - test`` for training."""
+    ``data_adapters.standins.<module>``, first ``samples - test`` for training; ``again``:
+    ``{split: keywords}``, the test shapes meshed again by ``factory(samples, seed=...,
+    first=samples - test, **keywords)`` (the mesh-independence suite)."""
 
     def build(key):
         import importlib
 
         mod = importlib.import_module(f"data_adapters.standins.{module}")
-        samples = getattr(mod, factory)(key["samples"], seed=key["seed"], dtype=torch.float64)
+        make = getattr(mod, factory)
+        samples = make(key["samples"], seed=key["seed"], dtype=torch.float64)
         target_names = getattr(mod, targets) if isinstance(targets, str) else targets
         n, n_test = len(samples), key["test"]
+        extra = {split: make(n, seed=key["seed"], dtype=torch.float64, first=n - n_test, **kw)
+                 for split, kw in (again or {}).items()}
         return ParametricSet(name, samples, list(getattr(mod, inputs)), list(target_names),
                              list(range(n - n_test)), list(range(n - n_test, n)),
                              description=description, info={"key": key, "standin": True},
-                             fields=fields)
+                             fields=fields, extra=extra)
 
     sizes = {"convdiff": (200, 40), "materials": (500, 100)}.get(name, (300, 60))
     _register(name, {"version": version, "samples": sizes[0], "test": sizes[1], "seed": 0})(build)
@@ -92,7 +97,11 @@ _standin_set("materials", "materials", "make_materials_standin", "INPUTS", "TARG
 _standin_set("hole", "hole", "make_hole_standin", "INPUTS", ["u"],
              "STAND-IN: heated plate with a cooled hole whose centre and radius are "
              "parameters (one mesh per sample), Biot number on the sides "
-             "(data_adapters.standins.hole).")
+             "(data_adapters.standins.hole); the test shapes meshed again: test_fine on "
+             "about 4x the nodes, test_ring16 and test_ring64 with a 7.5 mm annulus around "
+             "the hole refined 16x and 64x in area.", version=2,
+             again={"test_fine": {"h": 0.025, "h_hole": 0.0075}, "test_ring16": {"ring": 16},
+                    "test_ring64": {"ring": 64}})
 _standin_set("boundary_layer", "boundary_layer", "make_boundary_layer_standin", "INPUTS", ["u"],
              "STAND-IN: convection-diffusion at Peclet 10 to 1,000 on a graded 3,185-node "
              "mesh, parameters eps and wind angle theta (data_adapters.standins.boundary_layer).")
@@ -125,15 +134,26 @@ FAMILIES: list[str] = ["hole"]
 def _elasticity(n, seed, n_test):
     from data_adapters.standins.elasticity import make_elasticity_standin
 
-    return make_elasticity_standin(n, seed=seed, dtype=torch.float64, void_distance=True,
-                                   progress=False), {}
+    def make(**how):
+        return make_elasticity_standin(n, seed=seed, dtype=torch.float64, void_distance=True,
+                                       progress=False, **how)
+
+    again = {"test_fine": {"h_void": 0.006, "h_outer": 0.0235}, "test_ring16": {"ring": 16},
+             "test_ring64": {"ring": 64}}
+    return make(), {split: make(first=n - n_test, **how) for split, how in again.items()}
 
 
 def _airfoil(n, seed, n_test):
     from data_adapters.standins.airfoil import make_airfoil_standin
 
-    return make_airfoil_standin(n, seed=seed, dtype=torch.float64, target=("u", "v", "cp"),
-                                n_side=31, n_wake=15, n1=25, progress=False), {}
+    def make(**how):
+        grid = {"n_side": 31, "n_wake": 15, "n1": 25, **how}
+        return make_airfoil_standin(n, seed=seed, dtype=torch.float64, target=("u", "v", "cp"),
+                                    progress=False, **grid)
+
+    again = {"test_fine": {"n_side": 61, "n_wake": 30, "n1": 49},
+             "test_wall": {"first_height": 0.0025}}
+    return make(), {split: make(first=n - n_test, **how) for split, how in again.items()}
 
 
 def _obstacle(n, seed, n_test):
@@ -149,15 +169,19 @@ def _obstacle(n, seed, n_test):
 
 _family_set("elasticity", "STAND-IN: plane-strain unit cell with a random star-shaped void "
             "(one mesh per sample, about 1,000 nodes), input the distance to the void, "
-            "target the von Mises stress (data_adapters.standins.elasticity).",
+            "target the von Mises stress (data_adapters.standins.elasticity); the test "
+            "shapes meshed again: test_fine on about 4x the nodes, test_ring16 and "
+            "test_ring64 with a 6 mm band around the void refined 16x and 64x in area.",
             _elasticity, ["void_distance"], ["sigma"], ["sigma"],
-            ["r0", *(f"a{k}" for k in range(1, 6)), *(f"b{k}" for k in range(1, 6))])
+            ["r0", *(f"a{k}" for k in range(1, 6)), *(f"b{k}" for k in range(1, 6))],
+            version=2)
 _family_set("airfoil", "STAND-IN: potential flow past NACA 4-digit airfoils at -5 to 10 "
             "degrees on their own C-grids (2,275 nodes), inputs the free-stream direction, "
             "targets the velocity (u, v) and the pressure coefficient cp "
-            "(data_adapters.standins.airfoil).",
+            "(data_adapters.standins.airfoil); the test shapes meshed again: test_fine on "
+            "3.9x the nodes, test_wall with the grid's rows packed 4x closer to the wall.",
             _airfoil, ["u_inf", "v_inf"], ["u", "v", "cp"], ["u+v", "cp"],
-            ["m", "p", "t", "alpha"])
+            ["m", "p", "t", "alpha"], version=2)
 _family_set("obstacle", "STAND-IN: steady viscous flow (Re 20-40) past a star-shaped "
             "obstacle whose shape and place vary, in a 4 m x 1 m channel, one mesh per sample "
             "(1,600 nodes), input the distance to the obstacle, targets the velocity (u, v) "
