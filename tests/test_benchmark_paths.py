@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import tempfile
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from benchmarks.paths import REPO, absolute_paths, command, portable, portable_path
 
+RESULTS = REPO / "benchmarks" / "results"
 NAME = "abcdefghijklmnopqrstuvwxyz0123456789_-."
 
 
@@ -107,3 +109,43 @@ def test_the_command_line_quotes_its_arguments_and_writes_paths_portably(tmp_pat
     line = command("benchmarks.x", ["--data", str(tmp_path / "a b"), "--inputs", ""],
                    {"$DATA_ROOT": tmp_path})
     assert line == "python -m benchmarks.x --data '$DATA_ROOT/a b' --inputs ''"
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def _stored_texts(path: Path) -> list[str]:
+    """The text of a stored file, and for JSON every decoded string too (a path right
+    after an escaped newline, ``\\n/root/...``, hides from the raw text's pattern)."""
+    text = path.read_text()
+    if path.suffix == ".json":
+        return [text, *_strings(json.loads(text))]
+    if path.suffix == ".jsonl":
+        return [text] + [s for line in text.splitlines() if line.strip()
+                         for s in _strings(json.loads(line))]
+    return [text]
+
+
+def test_no_stored_result_holds_an_absolute_machine_path():
+    files = [p for p in sorted(RESULTS.iterdir()) if p.suffix != ".png"]
+    assert len(files) > 50
+    found = {p.name: sorted({a for t in _stored_texts(p) for a in absolute_paths(t)})
+             for p in files}
+    assert {k: v for k, v in found.items() if v} == {}
+
+
+def test_the_stored_result_check_finds_a_path_after_an_escaped_newline(tmp_path):
+    """Control for the test above: the decoded strings of a JSON file are checked."""
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"config": "model: pit\n/root/.cache/meshops/x"}))
+    assert absolute_paths(f.read_text()) == []
+    assert [a for t in _stored_texts(f) for a in absolute_paths(t)] == [
+        "/root/.cache/meshops/x"]
