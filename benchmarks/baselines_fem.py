@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.paths import portable
+
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -41,13 +43,14 @@ def main(argv=None) -> int:
     from data_adapters.standins.convdiff import INPUTS, make_convection_diffusion_standin
 
     log = []
+    roots = {}  # the stored log names the data and the run by the work folder
 
     def say(text: str) -> None:
         print(text, flush=True)
-        log.append(text)
+        log.append(portable(text, roots))
 
     with tempfile.TemporaryDirectory(prefix="meshops-fem-") as tmp:
-        tmp = Path(tmp)
+        tmp = roots["$WORK"] = Path(tmp)
         t0 = time.perf_counter()
         samples = make_convection_diffusion_standin(args.samples, seed=args.seed)
         export_to_folder(samples[:-args.test], tmp / "train")

@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmarks.paths import portable
+
 HERE = Path(__file__).resolve().parent.parent
 DEFAULT_CASES = ("continuum:4096,galerkin:16384,fourier:4096,position:2048,"
                  "position_batch:1024,position_cross:4096,local_attention:4096,"
@@ -77,6 +79,7 @@ def main(argv=None) -> int:
              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}",
              f"{'case':<22} {'N':>7}  {'old fwd+bwd':>11} {'new fwd+bwd':>11} {'ratio':>6}  "
              f"{'old fwd':>9} {'new fwd':>9} {'ratio':>6}", "-" * 92]
+    lines = portable(lines, {"$OLD_TREE": args.old_tree})  # the new tree is this checkout: "."
     print("\n".join(lines), flush=True)
     ok = True
     for case, n in cases:

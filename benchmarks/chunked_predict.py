@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.paths import command
+
 
 def _rss() -> int:
     with open("/proc/self/statm") as f:
@@ -73,7 +75,7 @@ def main(argv=None) -> None:
         n, chunk, save = json.loads(args.case)
         print(json.dumps(case(n, chunk, save=save)))
         return
-    print(f"# python -m benchmarks.chunked_predict {' '.join(argv or sys.argv[1:])}")
+    print(f"# {command('benchmarks.chunked_predict', argv)}")
     print(f"# load before: {os.popen('uptime').read().strip()}")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))

@@ -31,11 +31,11 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import time
 
 import torch
 
+from benchmarks.paths import command
 from meshops.models.latent import grid_latent
 from meshops.nn._edge_sum import edge_sum
 from meshops.nn.local import quantile_k
@@ -141,7 +141,7 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     impls = args.impls.split(",")
-    print(f"# python -m benchmarks.edge_sum {' '.join(argv if argv is not None else sys.argv[1:])}")
+    print(f"# {command('benchmarks.edge_sum', argv)}")
     print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, float32")
     print(f"# load before: {_uptime()}")

@@ -26,10 +26,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shlex
-import sys
 import time
 from pathlib import Path
+
+from benchmarks.paths import command, portable
 
 
 def parse_args(argv=None):
@@ -107,6 +107,8 @@ def main(argv=None) -> int:
     spent += setup
     best = min(trainer.history, key=lambda e: e["val_l2"])
     val_fields = {f: v["l2_mean"] for f, v in (best["val"].get("fields") or {}).items()}
+    # a data set folder of the accuracy benchmark sits in its data root
+    roots = {"$DATA_ROOT": args.data.parent}
     record = {
         "data": desc["name"], "model": args.model, "model_config": dict(model.config),
         "batch_size": args.batch_size, "lr": args.lr, "scheduler": args.scheduler,
@@ -117,9 +119,9 @@ def main(argv=None) -> int:
         "cpu_s": round(spent, 1), "best_epoch": best["epoch"], "val": best["val_l2"],
         "val_fields": val_fields, "train": len(train), "num_val": len(val),
         "curve": [round(e["val_l2"], 6) for e in trainer.history],
-        "command": "python -m benchmarks.family_probe " + " ".join(
-            shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)),
+        "command": command("benchmarks.family_probe", argv, roots),
     }
+    record = portable(record, roots)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "a") as f:
         f.write(json.dumps(record) + "\n")

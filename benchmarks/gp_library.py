@@ -45,7 +45,6 @@ import argparse
 import json
 import os
 import platform
-import shlex
 import statistics
 import sys
 import time
@@ -56,6 +55,7 @@ import numpy as np
 import torch
 
 from benchmarks.harness import commit, loadavg
+from benchmarks.paths import command
 from meshops.reduced import gp as ours
 
 REPO = Path(__file__).resolve().parents[1]
@@ -275,7 +275,7 @@ def main(argv=None) -> int:
     # One thread throughout, as fit_reduced_basis fits: the POD too, whose last digits
     # (and so the coefficients' and the fits') depend on the thread count.
     torch.set_num_threads(1)
-    head = [f"# python -m benchmarks.gp_library {shlex.join(argv or sys.argv[1:])}".rstrip(),
+    head = [f"# {command('benchmarks.gp_library', argv)}".rstrip(),
             f"# torch {torch.__version__}, scikit-learn {sklearn.__version__}, "
             f"{platform.machine()}, {os.cpu_count()} CPUs, 1 thread per fit",
             f"# meshops {commit()}",

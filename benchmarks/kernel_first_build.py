@@ -23,7 +23,6 @@ import argparse
 import os
 import platform
 import re
-import shlex
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,7 @@ import time
 from pathlib import Path
 
 from benchmarks.harness import commit, loadavg
+from benchmarks.paths import command
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import torch
 
-    lines = [f"# python -m benchmarks.kernel_first_build {shlex.join(argv or sys.argv[1:])}",
+    lines = [f"# {command('benchmarks.kernel_first_build', argv)}",
              f"# torch {torch.__version__}, {_compiler()}, {platform.machine()}, "
              f"{os.cpu_count()} CPUs, CPU capability {torch.backends.cpu.get_cpu_capability()}",
              f"# meshops {commit()}",

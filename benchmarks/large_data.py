@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.lazy_data import epoch_time, run
+from benchmarks.paths import command, portable
 
 MODEL = ["--model", "pit", "--model-config", "width=16", "blocks=1", "num_latent=64"]
 TRAIN = ["--inputs", "f", "--targets", "u", *MODEL, "--epochs", "1", "--batch-size", "4",
@@ -123,8 +124,9 @@ def big(root: Path, workers: int) -> None:
                                         "--workers", str(workers)))
         print(f"lazy {name}: peak PSS {peak / 2 ** 30:.2f} GiB, wall {wall:.0f} s, epoch "
               f"{epoch_time(out):.0f} s", flush=True)
-        print("\n".join("#   " + ln for ln in text.splitlines()
-                        if "Warning" not in ln and ln.strip())[-2000:])
+        print(portable("\n".join("#   " + ln for ln in text.splitlines()
+                                 if "Warning" not in ln and ln.strip())[-2000:],
+                       {"$ROOT": root}))
 
 
 def compare(root: Path, n: int, rounds: int, workers: int) -> None:
@@ -157,13 +159,14 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
-    print(f"# python -m benchmarks.large_data {' '.join(argv or sys.argv[1:])}")
+    roots = {"$ROOT": args.root}  # what is printed (and stored) names the data by it
+    print("# " + command("benchmarks.large_data", argv, roots))
     print(f"# load before: {_load()} on {os.cpu_count()} cores", flush=True)
     t0 = time.perf_counter()
     if args.what == "write":
         data = write(args.root, args.gb, args.cells, args.keep_free)
-        print(f"# {data}: {(data / '.complete').read_text().strip()} "
-              f"({time.perf_counter() - t0:.0f} s)")
+        print(portable(f"# {data}: {(data / '.complete').read_text().strip()} "
+                       f"({time.perf_counter() - t0:.0f} s)", roots))
     elif args.what == "big":
         big(args.root, args.workers)
     elif args.what == "compare":
@@ -172,7 +175,7 @@ def main(argv=None) -> None:
         from benchmarks.large_data_profile import profile
 
         profile(subset(args.root, args.subset), args.root / f"cache-subset-{args.subset}",
-                args.workers)
+                args.workers, roots)
     print(f"# load after: {_load()}")
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.paths import portable
+
 BATCH = 4
 BATCHES = 12
 
@@ -76,7 +78,9 @@ def _step(model, batch) -> float:
     return time.perf_counter() - t0
 
 
-def profile(data: Path, cache: Path, workers: int) -> None:
+def profile(data: Path, cache: Path, workers: int, roots=None) -> None:
+    """Print the timings; ``roots`` names the folders the printed paths are written against
+    (:func:`benchmarks.paths.portable`)."""
     from torch_geometric.data import Batch
 
     from meshops.training.dataset import make_loader, prepare_batch
@@ -84,8 +88,8 @@ def profile(data: Path, cache: Path, workers: int) -> None:
     model = _model()
     ds = _dataset(data, cache, model, workers)
     n = BATCH * BATCHES
-    print(f"# {len(ds)} cached samples of {data}; {ds[0].pos.shape[0]} points each; "
-          f"batch {BATCH}, {BATCHES} batches")
+    print(portable(f"# {len(ds)} cached samples of {data}; {ds[0].pos.shape[0]} points "
+                   f"each; batch {BATCH}, {BATCHES} batches", roots))
     parts = _read_parts(ds, n)
     print("read one entry: " + ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in parts.items())
           + f" (total {1e3 * sum(parts.values()):.1f} ms per sample)")

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.paths import command
+
 MODEL = ["--model", "pit", "--model-config", "width=16", "blocks=1", "num_latent=32"]
 
 
@@ -137,7 +139,7 @@ def main(argv=None) -> None:
                     help="which runs (warm alone reuses the cache of an earlier run)")
     args = ap.parse_args(argv)
     root = Path(args.root)
-    print(f"# python -m benchmarks.lazy_data {' '.join(argv or sys.argv[1:])}")
+    print("# " + command("benchmarks.lazy_data", argv, {"$ROOT": args.root}))
     print(f"# load before: {os.popen('uptime').read().strip()}")
     rows = []
     for n in args.sizes:

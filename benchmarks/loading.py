@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.paths import command
 from data_adapters import load_elasticity, load_naca
 from data_adapters.elasticity import RR_FILE, SIGMA_FILE, XY_FILE
 from data_adapters.naca import Q_FILE, X_FILE, Y_FILE, NacaDataset
@@ -127,7 +127,7 @@ def main(argv=None) -> int:
     p.add_argument("--compare", type=int, default=60,
                    help="NACA samples for the per-cell vs vectorised comparison (0: skip)")
     args = p.parse_args(argv)
-    print(f"# python -m benchmarks.loading {' '.join(argv if argv is not None else sys.argv[1:])}")
+    print(f"# {command('benchmarks.loading', argv)}")
     print(f"# load before: {_uptime()}")
     with tempfile.TemporaryDirectory() as tmp:
         naca, el = Path(tmp) / "naca", Path(tmp) / "elasticity"

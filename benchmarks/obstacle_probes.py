@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 import time
 from pathlib import Path
+
+from benchmarks.paths import command
 
 VARIANTS = {"global-inputs": ("film", "film-only", "plain"),
             "irrelevant-global": ("film", "film-only", "plain"),
@@ -105,8 +106,7 @@ def main(argv=None) -> int:
     if args.epochs < 1:
         p.error("--epochs must be >= 1")
     line = probe(args.what, args.variant, args.seed, args.epochs)
-    line["command"] = ("python -m benchmarks.obstacle_probes "
-                       + shlex.join(argv if argv is not None else sys.argv[1:]))
+    line["command"] = command("benchmarks.obstacle_probes", argv)
     print(json.dumps(line))
     from meshops.utils.atomic import atomic_write
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -33,6 +32,7 @@ from torch_geometric.data import Batch
 import meshops.nn.local as local_mod
 from benchmarks.edge_sum import _GatherBackward, _uptime
 from benchmarks.loading import write_naca
+from benchmarks.paths import command
 from data_adapters import load_naca
 from meshops.models.pit import PiT
 
@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=20)
     p.add_argument("--reps", type=int, default=3)
     args = p.parse_args(argv)
-    print(f"# python -m benchmarks.pit_step {' '.join(argv if argv is not None else sys.argv[1:])}")
+    print(f"# {command('benchmarks.pit_step', argv)}")
     print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(f"# load before: {_uptime()}")
     with tempfile.TemporaryDirectory() as tmp:

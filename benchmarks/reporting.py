@@ -7,17 +7,20 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from benchmarks import SCHEMA
+from benchmarks.paths import portable
 
 MB = 1 << 20
 
 
 # ----------------------------------------------------------------------------- JSON
-def write_json(path: str | os.PathLike, doc: dict[str, Any]) -> Path:
-    """Write ``doc`` atomically (temporary file + rename)."""
-    path = Path(path)
+def write_json(path: str | os.PathLike, doc: dict[str, Any],
+               roots: Optional[Mapping[str, Any]] = None) -> Path:
+    """Write ``doc`` atomically (temporary file + rename), every path in it written by
+    :func:`benchmarks.paths.portable` (``roots``: the writer's named folders)."""
+    path, doc = Path(path), portable(doc, roots)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:

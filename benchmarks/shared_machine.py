@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import signal
 import statistics
 import subprocess
@@ -34,6 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.harness import commit, loadavg
+from benchmarks.paths import command
 from benchmarks.throughput import DATA, load_samples
 
 THREADS = (1, 2)
@@ -121,7 +121,7 @@ def main(argv=None) -> int:
         print(msg, flush=True)
         lines.append(msg)
 
-    log(f"# python -m benchmarks.shared_machine {shlex.join(argv or sys.argv[1:])}")
+    log(f"# {command('benchmarks.shared_machine', argv)}")
     log(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs, torch "
         f"{torch.__version__}, meshops {commit()}")
     log(f"# load before: {_load()} (1, 5, 15 min)")

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 from pathlib import Path
+
+from benchmarks.paths import command
 
 
 def main(argv=None) -> int:
@@ -42,7 +43,7 @@ def main(argv=None) -> int:
         print(msg, flush=True)
         lines.append(msg)
 
-    log(f"command: python -m benchmarks.step_memory {shlex.join(argv or sys.argv[1:])}")
+    log(f"command: {command('benchmarks.step_memory', argv)}")
     log(f"torch {torch.__version__}, {os.cpu_count()} CPUs; load average "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     torch.manual_seed(0)

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import statistics
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+from benchmarks.paths import command
 
 DATA = ("elasticity", "airfoil")
 
@@ -147,7 +148,7 @@ def main(argv=None) -> int:
         f"2-{args.epochs})" + (f", peak {r['peak_gib']:.2f} GiB" if r["peak_gib"] else ""))
     if args.out is not None:
         from meshops.utils.atomic import atomic_write
-        head = [f"# python -m benchmarks.throughput {shlex.join(argv or sys.argv[1:])}",
+        head = [f"# {command('benchmarks.throughput', argv)}",
                 f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {_machine(args.device)}, "
                 f"load before {load}, after "
                 + " ".join(f"{x:.2f}" for x in os.getloadavg())]

@@ -37,6 +37,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.paths import portable
+
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -57,10 +59,11 @@ def main(argv=None) -> int:
     if args.ablation:
         return ablation(args)
     log: list[str] = []
+    roots = {"$WORK": args.work}  # the stored log names the series and the run by it
 
     def say(text: str) -> None:
         print(text, flush=True)
-        log.append(text)
+        log.append(portable(text, roots))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("\n".join(log) + "\n")
 
@@ -95,8 +98,9 @@ def main(argv=None) -> int:
             return proc.returncode
     js = subprocess.run(evaluate[:-2] + ["--json"], capture_output=True, text=True, env=env)
     if js.returncode == 0:
-        args.out.with_suffix(".json").write_text(js.stdout)
-        for line in summary(json.loads(js.stdout), run):
+        doc = json.loads(js.stdout)
+        args.out.with_suffix(".json").write_text(json.dumps(portable(doc, roots)) + "\n")
+        for line in summary(doc, run):
             say(line)
     return 0
 

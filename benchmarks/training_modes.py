@@ -31,6 +31,8 @@ import time
 
 import torch
 
+from benchmarks.paths import command
+
 
 def _uptime() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
@@ -183,8 +185,7 @@ def main(argv=None) -> int:
     if args.child:
         print(json.dumps(_memory_child(args.child, args.checkpoint, args.reps, args.device)))
         return 0
-    print(f"# python -m benchmarks.training_modes "
-          f"{' '.join(argv if argv is not None else sys.argv[1:])}")
+    print(f"# {command('benchmarks.training_modes', argv)}")
     print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"load average before: {_uptime()}")
     (_precision if args.what == "precision" else _memory)(args)

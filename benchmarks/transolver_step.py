@@ -36,11 +36,12 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import shlex
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from benchmarks.paths import command
 
 
 def relative_l2(pred, y, w, fields) -> "object":
@@ -170,7 +171,7 @@ def main(argv=None) -> int:
         lines.append(msg)
 
     load0 = os.getloadavg()
-    log(f"command: python -m benchmarks.transolver_step {shlex.join(argv or sys.argv[1:])}")
+    log(f"command: {command('benchmarks.transolver_step', argv)}")
     log(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
         f"physicsnemo {physicsnemo.__version__}, {args.threads} thread(s)")
     log(f"load average before: {' '.join(f'{x:.2f}' for x in load0)}")

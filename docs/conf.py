@@ -42,7 +42,12 @@ extensions = [
     "sphinx.ext.napoleon",     # the docstrings' Google style (Args:, Returns:, Shapes:)
     "sphinx.ext.mathjax",
     "sphinx.ext.doctest",      # runs the docstrings' >>> examples (-b doctest)
+    "machine_paths",           # a page that shows an absolute path warns (_ext/)
 ]
+
+# The absolute paths the guides show on purpose, as a reader's own folders (and Linux's
+# /proc); any other absolute path on a page is a warning (_ext/machine_paths.py).
+machine_paths_examples = ("/scratch/", "/local/scratch/", "/home/me/", "/bin/bash", "/proc/")
 
 # Pages of topics, in the order of the navigation. A page listed here appears as soon as
 # its file exists (the guides other branches add); a page in docs/ that is listed nowhere

@@ -27,6 +27,7 @@ from pathlib import Path
 from benchmarks.accuracy import datasets
 from benchmarks.accuracy.report import budget_words, console_table, markdown_table, plot_histories
 from benchmarks.accuracy.run import MODELS, PEERS, REPO, run_dataset
+from benchmarks.paths import portable
 
 SCHEMA = "meshops-accuracy-1"
 RESULTS = REPO / "benchmarks" / "results"
@@ -198,11 +199,15 @@ def main(argv=None) -> int:
     out = args.out or RESULTS / f"accuracy-cpu-{args.threads}core-{budget}.json"
     command = "python -m benchmarks.accuracy " + " ".join(
         shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    log_lines = [f"$ {command}"]
+    keep = args.keep
+    work = keep or Path(tempfile.mkdtemp(prefix="meshops-accuracy-"))
+    # the stored log and JSON name the data and the runs by these, not by this machine's paths
+    roots = {"$DATA_ROOT": _data_root(args.data_root), "$WORK": work}
+    log_lines = [portable(f"$ {command}", roots)]
 
     def log(text: str) -> None:
         print(text, flush=True)
-        log_lines.append(text)
+        log_lines.append(portable(text, roots))
 
     doc = {"schema": SCHEMA, "command": command, "minutes": args.minutes, "epochs": args.epochs,
            "threads": args.threads, "models": args.models, "grace": args.grace,
@@ -213,8 +218,6 @@ def main(argv=None) -> int:
     log(f"# {command}")
     log(f"# {doc['machine']['cpu']}, {doc['machine']['cores']} cores, load average "
         f"{doc['load']['start']}; {budget_words(doc)} per trained model, {args.threads} threads")
-    keep = args.keep
-    work = keep or Path(tempfile.mkdtemp(prefix="meshops-accuracy-"))
     try:
         for name in args.datasets:
             data = datasets.prepare(name, _data_root(args.data_root))
@@ -226,7 +229,7 @@ def main(argv=None) -> int:
     doc["finished"] = dt.datetime.now().isoformat(timespec="seconds")
     log("")
     log(console_table(doc))
-    write_json(out, doc)
+    write_json(out, doc, roots)
     if plot_histories(doc, out.with_suffix(".png")):
         log(f"plotted the validation histories into {out.with_suffix('.png')}")
     log(f"\nwrote {out} and {out.with_suffix('.log')}")

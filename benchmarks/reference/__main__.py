@@ -16,6 +16,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from benchmarks.paths import portable
 from benchmarks.reference import CASES, PAPER_TRAIN, meshops_kwargs, patch_script, step_body
 from benchmarks.reference.files import (
     elasticity_arrays_from_standin,
@@ -389,7 +390,10 @@ def main(argv=None) -> int:
         head = [f"# python -m benchmarks.reference {shlex.join(argv or sys.argv[1:])}",
                 f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {_device_name(args.device)}, "
                 f"uptime load {_load()}"]
-        text = "\n".join(head + lines) + "\n"
+        # the stored file names the checkout, the scratch and the profile folders by these
+        roots = {"$REFERENCE": args.reference_dir, "$WORK": work, "$PROFILE": args.profile}
+        text = portable("\n".join(head + lines) + "\n",
+                        {k: v for k, v in roots.items() if v is not None})
         atomic_write(args.out, lambda tmp: Path(tmp).write_text(text))
         print(f"wrote {args.out}")
     return 1 if failed else 0
