@@ -11,7 +11,7 @@
    ``param_channels=2``, 150 full-batch Adam steps at 1e-2 (seed 0, one thread); the
    mean relative L2 error (quadrature-weighted) against the smallest error any model
    without parameters can reach (one field for all samples: the minimum over the span
-   of the two modes). ``tests/test_params.py`` runs the same fit.
+   of the two modes). ``tests/datasets/test_params.py`` runs the same fit.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ Where to start:
   ``load_model`` and ``predict_mesh`` (a checkpoint's model on new meshes).
 
 The package, by concept (each subpackage's docstring says what it holds and what it
-may import; ``tests/test_import_graph.py`` checks that direction):
+may import; ``tests/package/test_import_graph.py`` checks that direction):
 
 ``utils``
     helpers for all: files written completely or not at all, progress bars, memory.

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
+# test_training.py and the helpers it imports (_meshes.py)
+sys.path[:0] = [str(Path(__file__).parent / "training"), str(Path(__file__).parent)]
 
 from test_training import DDP_KW, ddp_data, ddp_model  # noqa: E402
 

@@ -1,3 +1,19 @@
+"""The test suite's fixtures and layout.
+
+The tests mirror the package, as PyG's ``test/`` does: ``tests/nn/`` tests ``meshops.nn``,
+``tests/runs/`` tests ``meshops.runs``, and so on; what lies outside the package has its own
+folder (``benchmarks/``, ``data_adapters/``, ``docs/`` for the docs, README and examples,
+``package/`` for the layout, the import graph, the package map and the PyG conventions).
+The helpers every folder shares (``_meshes.py``, ``_folders.py``, ...), the scripts that
+tests run under torchrun (``_ddp_script.py``, ``_lazy_ddp_script.py``) and the test of the
+tests' own child processes (``test_procs.py``) stay in ``tests/`` itself.
+
+The folders are not packages (no ``__init__.py``): pytest's default import mode puts a test
+file's folder on ``sys.path`` and imports the file by its basename, so basenames are unique
+across folders (``nn/test_compile.py``, ``models/test_model_compile.py``). Some tests import
+helpers from other test files by that basename (``from test_cli import _write_dataset``), so
+``tests/`` and each of its folders go on ``sys.path`` here, whichever files a run collects.
+"""
 import os
 import sys
 from pathlib import Path
@@ -5,8 +21,9 @@ from pathlib import Path
 import pytest
 import torch
 
-# Test helpers (_meshes.py) live beside the tests.
-sys.path.insert(0, str(Path(__file__).parent))
+_TESTS = Path(__file__).parent
+sys.path[:0] = [str(_TESTS)] + sorted(str(d) for d in _TESTS.iterdir()
+                                     if d.is_dir() and any(d.glob("test_*.py")))
 import _devices  # noqa: E402  (needs the path above)
 
 # pytest-xdist runs one worker per core; more intra-op threads than cores only thrash.
@@ -64,7 +81,7 @@ def _fused_parameter_needs_kernel(request):
 # and on CUDA under bf16 autocast (tests/_devices.py says how and with what tolerance);
 # ``device64`` leaves out bf16 for float64-only checks (gradcheck, rounding-level
 # equalities). Without a GPU the CUDA variants skip, saying so. On a GPU machine:
-#     pytest tests/test_nn_*.py tests/test_models.py -m cuda -n 0
+#     pytest tests/nn tests/models -m cuda -n 0
 @pytest.fixture(params=_devices.params())
 def device(request) -> _devices.Device:
     return request.param

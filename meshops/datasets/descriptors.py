@@ -53,7 +53,7 @@ def geometry_tolerance(sample) -> np.ndarray:
     along axis ``a`` at point ``i`` (here: the largest offset along ``a`` to its
     ``3^d`` nearest points, its cells' corners on a grid, so stretched cells count
     along each axis). Twice that, ``E_a = sum_i w_i h_ia^2 / 3``, covers irregular
-    cells (``tests/test_trust.py`` checks it against the exact error on perturbed
+    cells (``tests/inference/test_trust.py`` checks it against the exact error on perturbed
     meshes: at least the error, at most 8x it). The RMS radius
     ``r_a = sqrt(M_a / |Omega|)`` then moves by at most
     ``min(E_a / (2 |Omega| r_a), sqrt(E_a / |Omega|))``.

@@ -7,7 +7,7 @@ the cell's centroid, with the cell's measure (length, area, volume) as its quadr
 weight. ``sum_c |K_c| f(x_c)`` is the midpoint rule: exact for linear ``f`` on every
 cell type (the centroid is the true one, not the mean of the vertices, also on
 distorted quads and hexahedra) and second order for smooth ``f`` (the error falls as
-``h^2`` under refinement; ``tests/test_cells.py`` measures it). Mixed meshes (triangles
+``h^2`` under refinement; ``tests/mesh/test_cells.py`` measures it). Mixed meshes (triangles
 and quads, tetrahedra, hexahedra, wedges and pyramids) are one set of cells; boundary
 cells of lower dimension (the lines of a 2-D Gmsh mesh) are not sample points.
 

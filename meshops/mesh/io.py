@@ -31,7 +31,7 @@ FIELD_FORMATS = {"vtu": ".vtu", "vtk": ".vtk", "xdmf": ".xdmf", "gmsh22": ".msh"
                  "gmsh": ".msh"}
 
 # The components per point (or cell) that each of them reads back as written, from a
-# write/read round trip of 1..12 components through meshio 5.3 (tests/test_field_formats.py
+# write/read round trip of 1..12 components through meshio 5.3 (tests/mesh/test_field_formats.py
 # repeats it): legacy VTK pads 2 components to 3; XDMF's attribute types are scalar,
 # 2- and 3-vectors and 6- and 9-component tensors; Gmsh stores 1, 3 or 9. A field of
 # several dimensions per point (a 3x3 tensor) is written as its flattened components,

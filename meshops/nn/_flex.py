@@ -24,7 +24,7 @@ What torch 2.13 supports, and what this module therefore accepts:
   fail to build there).  Useful for tests and inference.
 
 ``impl="auto"`` never chooses FlexAttention: its gradients have not yet run on a GPU
-(the CUDA tests of ``tests/test_nn_flex.py`` skip without one), and an untested path
+(the CUDA tests of ``tests/nn/test_flex.py`` skip without one), and an untested path
 is not a default. It is opt-in (``impl="flex"``) until a GPU run passes them.
 
 Not supported: attention dropout.  The compiled function is built once per device

@@ -1,6 +1,6 @@
 """``fpsample`` backend: QuickFPS (``bucket_fps_kdline_sampling``) per sample, on CPU.
 
-What fpsample returns (checked against a plain greedy loop, see tests/test_search.py):
+What fpsample returns (checked against a plain greedy loop, see tests/search/test_search.py):
 the bucket k-d tree algorithm reproduces the *exact* greedy FPS sequence, up to
 float32 rounding (it converts the points to float32, so two candidates whose
 distances agree to ~1e-7 relative may come out in the other order), **but

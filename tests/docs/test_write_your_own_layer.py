@@ -16,7 +16,7 @@ import torch
 from meshops.nn import batch_points
 
 DT = torch.float64
-TEMPLATE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "layer_template.py"
+TEMPLATE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "layer_template.py"
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from meshops import MeshData, MeshError
 from meshops.cli import main as cli_main
 from meshops.mesh.io import mesh_from_arrays, read_mesh, write_mesh
 
-ANNULUS = Path(__file__).parents[1] / "examples" / "meshes" / "annulus.vtu"
+ANNULUS = Path(__file__).parents[2] / "examples" / "meshes" / "annulus.vtu"
 
 
 def _write_meshio(path, pts, cells, **kw):

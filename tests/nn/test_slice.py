@@ -1,7 +1,7 @@
 """SliceAttention (issue 27, item 3): Transolver's slice attention with quadrature
 weights, in float64 against a plain reference written here; batched, padded and cross
 forms; weight-scale invariance. Convergence under refinement and the graded-mesh test
-are in tests/test_nn_consistency.py."""
+are in tests/nn/test_consistency.py."""
 
 from __future__ import annotations
 

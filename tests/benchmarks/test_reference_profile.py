@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from test_benchmark_reference import FAKE
+from test_reference import FAKE
 
 from benchmarks.reference import CASES, PAPER_TRAIN, patch_script
 from benchmarks.reference.__main__ import main, summarize, table

@@ -231,8 +231,8 @@ def test_a_writer_killed_mid_series_leaves_no_half_series(tmp_path):
               "m = mesh_from_arrays(*square_mesh(2, 'triangle'))\n"
               "write_series(sys.argv[1], m, [{'u': np.ones(9)}, Die(u=np.ones(9))], [0, 1])\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    r = subprocess.run([sys.executable, "-c", script, str(path), os.path.dirname(__file__)],
-                       env=env)
+    tests = os.path.dirname(os.path.dirname(__file__))  # holds _meshes.py
+    r = subprocess.run([sys.executable, "-c", script, str(path), tests], env=env)
     assert r.returncode == -9
     left = sorted(p.name for p in tmp_path.iterdir())
     assert len(left) == 3 and left[0].startswith(".s.meshops-") and left[1:] == ["s", "s.pvd"]

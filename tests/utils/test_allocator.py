@@ -34,7 +34,7 @@ PAGES = (64 << 20) // 4096
 
 def _faults(mode: str) -> int:
     out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True,
-                         check=True, cwd=Path(__file__).resolve().parents[1])
+                         check=True, cwd=Path(__file__).resolve().parents[2])
     return int(out.stdout.split()[-1])
 
 

@@ -25,7 +25,7 @@ from meshops.training.dataset import assemble, fit_normalizers
 from meshops.training.seed import seed_everything
 from meshops.training.trainer import Trainer
 
-HERE = Path(__file__).parent
+TESTS = Path(__file__).parents[1]  # holds the script torchrun runs
 
 
 # --------------------------------------------------------------------- toy model
@@ -437,7 +437,7 @@ def test_ddp_on_two_cpu_processes_matches_single_process(tmp_path):
     is padded, so the runs agree up to rounding (float64)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
-           str(HERE / "_ddp_script.py"), str(tmp_path)]
+           str(TESTS / "_ddp_script.py"), str(tmp_path)]
     proc = run_group(cmd, env, timeout=150)  # a hung rank is killed with the agent
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1))

@@ -16,7 +16,7 @@ DT = torch.float64
 SIZES = (5, 9, 3)
 DST_SIZES = (4, 2, 6)
 #: the fused CPU kernel; its tests skip where it cannot be built (conftest's fused_kernel
-#: fixture; tests/test_kernels.py insists on it on AVX2 machines)
+#: fixture; tests/kernels/test_kernels.py insists on it on AVX2 machines)
 FUSED = ("fused",)
 IMPLS = ("sdpa", "fold", "naive") + FUSED
 

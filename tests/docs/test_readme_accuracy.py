@@ -11,7 +11,7 @@ from benchmarks.accuracy.report import OTHERS, did_not_learn, readme_table, rows
 from benchmarks.accuracy.run import LABELS
 from meshops.training.standing import LEVEL_RTOL
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _table() -> tuple[str, dict, str]:

@@ -63,7 +63,7 @@ def _import_closure(start: str, modules: dict[str, Path]) -> set[str]:
         seen.add(name)
         # importing a.b.c runs a/__init__ and a/b/__init__ first; not the root's: the
         # root re-exports the whole job (fit, load_run) and no package imports it
-        # (tests/test_import_graph.py), so it is the top of every closure, not a path
+        # (tests/package/test_import_graph.py), so it is the top of every closure, not a path
         parents = [".".join(name.split(".")[:i]) for i in range(2, name.count(".") + 1)]
         todo += parents
         tree = ast.parse(modules[name].read_text())

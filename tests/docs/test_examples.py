@@ -15,7 +15,7 @@ import meshops
 from meshops.models import NeuralOperator
 from meshops.training import relative_lp
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run_example(script: str, out: Path, cache: Path, *extra: str) -> str:

@@ -323,7 +323,7 @@ def test_a_failed_registration_leaves_no_operator_and_falls_back():
 
 
 # ------------------------------------------------------------- building: never hang
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 needs_avx2 = pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"),
                                 reason="no AVX2: no kernel to build")
 
@@ -512,7 +512,8 @@ def test_nothing_is_compiled_at_import_or_test_collection(tmp_path):
     """Collecting the tests that use the kernel (and importing the layers) builds
     nothing: a build there escapes pytest's timeout."""
     ext_dir = tmp_path / "ext"
-    files = ["tests/test_kernels.py", "tests/test_nn_continuum.py", "tests/test_nn_position.py"]
+    files = ["tests/kernels/test_kernels.py", "tests/nn/test_continuum.py",
+             "tests/nn/test_position.py"]
     res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                           "-p", "no:cacheprovider", *files], cwd=ROOT, capture_output=True,
                          text=True, timeout=300, env=_env(TORCH_EXTENSIONS_DIR=str(ext_dir)))

@@ -16,7 +16,7 @@ from meshops.models import MODELS
 from meshops.runs.config import TrainConfig
 from meshops.runs.run_folder import RESUME_MAY_CHANGE
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 import option_tables  # noqa: E402  (docs/_ext)
 

@@ -16,7 +16,7 @@ from meshops.nn.position import PositionAttention, position_kernel
 
 DT = torch.float64
 #: "fused" tests skip where the CPU kernel cannot be built (conftest's fused_kernel
-#: fixture; tests/test_kernels.py insists on it on AVX2 machines)
+#: fixture; tests/kernels/test_kernels.py insists on it on AVX2 machines)
 PATHS = ["kernel", "sdpa", "fused"]
 
 

@@ -20,7 +20,7 @@ from meshops.models import NeuralOperator
 from meshops.training import relative_lp
 from meshops.training.splits import validation_split
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
 import airfoil  # noqa: E402

@@ -22,8 +22,8 @@ from meshops.datasets.folder import list_mesh_files
 from meshops.training.distributed import ShardSampler
 from meshops.training.splits import validation_split
 
-HERE = Path(__file__).parent
-ROOT = HERE.parent
+TESTS = Path(__file__).parents[1]  # holds the script torchrun runs
+ROOT = TESTS.parent
 
 
 def test_shard_sampler_parts_and_their_interleaving():
@@ -97,7 +97,7 @@ def test_two_node_torchrun_on_lazy_data_resumes_after_a_kill_and_equals_one_proc
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
          "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id",
          "meshops-test", "--max-restarts", "1", "--monitor-interval", "0.5",
-         str(HERE / "_lazy_ddp_script.py"), str(logs), *argv],
+         str(TESTS / "_lazy_ddp_script.py"), str(logs), *argv],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True)
         for _ in range(2)]

@@ -13,7 +13,7 @@ import ast
 import importlib
 from pathlib import Path
 
-from test_package_layout import package_modules
+from test_layout import package_modules
 
 import meshops
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root holds benchmarks/
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root holds benchmarks/
 
 from benchmarks import SCHEMA, check, harness, reporting  # noqa: E402
 
