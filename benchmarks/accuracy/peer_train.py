@@ -10,8 +10,11 @@ input and target fields, the train / validation / test file names (the validatio
 files are the ones ``meshops train`` held out), the budget in minutes, the threads,
 the seed and the output file. The recipe, the same for both peers:
 
-* positions scaled to the training meshes' bounding box ``[0, 1]^2``; inputs and
-  targets standardised per channel over the training nodes;
+* positions scaled to the training meshes' bounding box: to ``[0, 1]^2`` for
+  Transolver, by one factor (the longest side to 1, the aspect ratio kept) for GINO,
+  whose latent grid covers the box at one spacing along both axes; inputs and targets
+  standardised per channel over the training nodes (GINO's distance inputs also on its
+  latent grid, its latent features, as in neuraloperator's car example);
 * the loss is the benchmark's metric: per-sample relative L2 with the P1 lumped-mass
   weights, in physical units, of each target field (the job's ``fields``), averaged
   over the fields;
@@ -20,7 +23,8 @@ the seed and the output file. The recipe, the same for both peers:
   from the first steps and a timed validation pass (the budget is wall time, or CPU
   seconds of the process with the job's ``"clock": "cpu"``, for validation probes on a
   shared machine), and training stops at the budget in any case; the steps set the
-  schedule's length (one-cycle for Transolver, cosine for GINO, as in their examples);
+  schedule's length (one-cycle for Transolver, halving steps for GINO, as in their
+  examples);
 * the validation files are scored about ten times over the run, evenly spaced (fewer
   when ten passes would take more than a quarter of the budget), and the
   best-scoring weights are kept; the test files are predicted once, with those
@@ -55,12 +59,37 @@ CONFIGS = {
         "optimizer": "AdamW", "lr": 1e-3, "weight_decay": 1e-5, "schedule": "onecycle",
         "batch": 2,
     },
+    # neuraloperator's GINO examples (2.0.0): the car-CFD one (config/gino_carcfd_config.py,
+    # config/models.py GINO_Small3d, scripts/train_gino_carcfd.py) feeds the signed
+    # distance on the latent grid as latent features; the 2-D one (GINO_Poisson2d,
+    # scripts/train_poisson.py) gives the radii in a 2-D domain. docs/accuracy.md says
+    # which figure comes from which; "shrunk" what the CPU budget changed.
     "gino": {
         "library": "neuraloperator", "class": "neuralop.models.GINO",
-        "model": {"latent_grid": 32, "fno_n_modes": [16, 16], "fno_hidden_channels": 32,
-                  "fno_n_layers": 4, "in_gno_radius": 0.06, "out_gno_radius": 0.06},
-        "optimizer": "AdamW", "lr": 1e-3, "weight_decay": 1e-4, "schedule": "cosine",
-        "batch": 2,
+        "model": {"fno_hidden_channels": 64, "fno_n_layers": 4, "fno_norm": "instance_norm",
+                  "fno_channel_mlp_expansion": 1.0, "fno_factorization": "tucker",
+                  "fno_rank": 0.4, "in_gno_pos_embed_type": "nerf",
+                  "out_gno_pos_embed_type": "nerf",
+                  "in_gno_channel_mlp_hidden_layers": [80, 80, 80],
+                  "out_gno_channel_mlp_hidden_layers": [512, 256]},
+        # the latent grid: about this many points over the training bounding box, the
+        # same spacing along both axes; FNO modes this fraction of the points per axis;
+        # both GNO radii this many latent spacings
+        "latent_points": 1024, "modes_per_point": 0.5, "radius_spacings": 2.0,
+        # inputs that are distance fields: interpolated onto the latent grid as its
+        # latent features (the car example's SDF), not fed to the input GNO
+        "distance_inputs": ["sdf", "void_distance"],
+        "optimizer": "AdamW", "lr": 1e-3, "weight_decay": 1e-4, "schedule": "step",
+        "step_fraction": 50 / 301, "gamma": 0.5, "batch": 1,
+        "shrunk": {
+            "latent grid": "32 x 32 x 32 (car, 3-D) and 64 x 64 (Poisson 2-D) -> 1,024 "
+                           "points in 2-D (64 x 16 on a 4 x 1 box)",
+            "embedding frequencies": "16 (car) -> the largest count below the Nyquist "
+                                     "bound of the latent grid (neuralop's embedding "
+                                     "docstring): 5 for 64 points on an axis",
+            "epochs": "301 (car, step every 50, halving) -> what the budget allows, the "
+                      "same halving every 50/301 of the steps",
+        },
     },
 }
 
@@ -111,9 +140,12 @@ def _fast_segment_csr(torch):
 
 
 class Data:
-    """The samples of one split as tensors, normalised with the training statistics."""
+    """The samples of one split as tensors, normalised with the training statistics;
+    with a GINO ``layout`` (:func:`gino_layout`) whose ``latent_columns`` are distance
+    inputs, also those inputs on its latent grid (:func:`distance_on_grid`),
+    standardised as on the nodes."""
 
-    def __init__(self, torch, samples, stats):
+    def __init__(self, torch, samples, stats, layout=None):
         self.names = [s.name for s in samples]
         self.pos = [torch.tensor((s.points - stats["p_lo"]) / stats["p_span"],
                                  dtype=torch.float32) for s in samples]
@@ -122,23 +154,39 @@ class Data:
         self.y = [torch.tensor(s.targets, dtype=torch.float32) for s in samples]
         self.w = [torch.tensor(s.weight / s.weight.sum(), dtype=torch.float32) for s in samples]
         self.fixed = bool(samples) and same_mesh(samples)
+        self.lat = None
+        cols = layout["latent_columns"] if layout else []
+        if cols:
+            axes = [lo + t * sp for lo, t, sp in  # physical units
+                    zip(stats["p_lo"], layout["axes"], stats["p_span"])]
+            mu, sd = stats["x_mu"][cols], stats["x_sd"][cols]
+            self.lat = [torch.tensor((distance_on_grid(s.points, s.triangles, s.inputs[:, cols],
+                                                       axes) - mu) / sd, dtype=torch.float32)
+                        for s in samples]
 
     def __len__(self):
         return len(self.names)
 
     def batch(self, idx):
-        """Stacked ``[B, N, .]`` tensors (the samples share one mesh, or ``B = 1``)."""
+        """Stacked ``[B, N, .]`` tensors (the samples share one mesh, or ``B = 1``): positions,
+        inputs, targets, weights, and the latent features ``[B, n_1, n_2, L]`` or None."""
         import torch
 
-        return tuple(torch.stack([t[i] for i in idx]) for t in (self.pos, self.x, self.y, self.w))
+        return tuple(None if t is None else torch.stack([t[i] for i in idx])
+                     for t in (self.pos, self.x, self.y, self.w, self.lat))
 
 
-def statistics(samples) -> dict:
+def statistics(samples, keep_aspect: bool = False) -> dict:
+    """The training statistics: positions map to ``(points - p_lo) / p_span``, the
+    bounding box to ``[0, 1]`` along every axis, or (``keep_aspect``) its longest side
+    to ``[0, 1]`` with one factor for all axes; inputs and targets per channel."""
     pts = np.concatenate([s.points for s in samples])
     x = np.concatenate([s.inputs for s in samples])
     y = np.concatenate([s.targets for s in samples])
     lo, span = pts.min(0), np.ptp(pts, axis=0)
     span[~(span > 0)] = 1.0
+    if keep_aspect:
+        span = np.full_like(span, span.max())
     x_sd, y_sd = x.std(0), y.std(0)
     x_sd[~(x_sd > 0)] = 1.0
     y_sd[~(y_sd > 0)] = 1.0
@@ -146,41 +194,137 @@ def statistics(samples) -> dict:
             "y_sd": y_sd}
 
 
-def build(torch, name: str, cfg: dict, k_in: int, c_out: int):
-    m = cfg["model"]
+def latent_axes(extent, points: int) -> list[np.ndarray]:
+    """The coordinates along each axis of a latent grid over the box ``[0, extent_i]``:
+    about ``points`` in all, as many per axis as the extent takes at one spacing for
+    all axes (at least 2), so a 4 x 1 box gets 64 x 16 for 1,024."""
+    extent = np.asarray(extent, np.float64)
+    if extent.ndim != 1 or not (extent > 0).all() or points < 2 ** len(extent):
+        raise ValueError(f"latent grid: need positive extents and at least 2 points per "
+                         f"axis; got extent {extent.tolist()}, {points} points")
+    h = (np.prod(extent) / points) ** (1.0 / len(extent))
+    return [np.linspace(0.0, e, max(2, round(e / h))) for e in extent]
+
+
+def distance_on_grid(points, triangles, values, axes) -> np.ndarray:
+    """Distance fields given at the nodes of a triangle mesh, evaluated on the grid of
+    ``axes`` (``ij`` order): linear (P1) inside the mesh; at a grid point outside it (in
+    a hole or a body), the nearest node's value less the distance to that node, the
+    field continued as a signed distance (negative inside a body, as neuraloperator's
+    car example's SDF).
+
+    Shapes:
+        points ``[N, 2]``, triangles ``[M, 3]``, values ``[N, K]``, axes two ``[n_i]``
+        increasing -> ``[n_1, n_2, K]``.
+    """
+    points, values = np.asarray(points, np.float64), np.asarray(values, np.float64)
+    tx, ty = (np.asarray(t, np.float64) for t in axes)
+    corners = points[triangles]  # [M, 3, 2]
+    # candidate (triangle, grid point) pairs: the grid points in each triangle's box
+    lo = [np.searchsorted(t, corners[..., d].min(1), "left") for d, t in enumerate((tx, ty))]
+    hi = [np.searchsorted(t, corners[..., d].max(1), "right") for d, t in enumerate((tx, ty))]
+    nx, ny = hi[0] - lo[0], hi[1] - lo[1]
+    tri = np.repeat(np.arange(len(triangles)), nx * ny)
+    k = np.arange(len(tri)) - np.repeat(np.cumsum(nx * ny) - nx * ny, nx * ny)
+    i, j = lo[0][tri] + k // ny[tri], lo[1][tri] + k % ny[tri]
+    a = corners[tri, 0]
+    e1, e2 = corners[tri, 1] - a, corners[tri, 2] - a
+    r = np.stack([tx[i], ty[j]], -1) - a
+    det = e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0]
+    ok = np.abs(det) > 0
+    det = np.where(ok, det, 1.0)
+    l1 = (r[:, 0] * e2[:, 1] - r[:, 1] * e2[:, 0]) / det
+    l2 = (e1[:, 0] * r[:, 1] - e1[:, 1] * r[:, 0]) / det
+    hit = ok & (l1 >= -1e-12) & (l2 >= -1e-12) & (l1 + l2 <= 1 + 1e-12)
+    v = triangles[tri[hit]]
+    out = np.full((len(tx), len(ty), values.shape[1]), np.nan)
+    out[i[hit], j[hit]] = ((1 - l1[hit] - l2[hit])[:, None] * values[v[:, 0]]
+                           + l1[hit, None] * values[v[:, 1]] + l2[hit, None] * values[v[:, 2]])
+    miss = np.argwhere(np.isnan(out[..., 0]))
+    if len(miss):
+        g = np.stack([tx[miss[:, 0]], ty[miss[:, 1]]], -1)
+        d2 = ((g[:, None, :] - points[None]) ** 2).sum(-1)
+        near = d2.argmin(1)
+        out[miss[:, 0], miss[:, 1]] = (values[near]
+                                       - np.sqrt(d2[np.arange(len(g)), near])[:, None])
+    return out
+
+
+def gino_layout(cfg: dict, extent, inputs: list, k_in: int) -> dict:
+    """GINO's latent grid and constructor arguments for positions in the box
+    ``[0, extent_i]`` and the job's ``inputs`` (``k_in`` channels): the grid
+    (:func:`latent_axes`, ``cfg["latent_points"]``), FNO modes ``cfg["modes_per_point"]``
+    of its points per axis, both radii ``cfg["radius_spacings"]`` of its spacing, NeRF
+    frequencies below the grid's Nyquist bound; the distance inputs
+    (``cfg["distance_inputs"]``) as latent features, the other inputs to the input GNO
+    (the 2-D example's ``in_channels == fno_in_channels``), or, without other inputs,
+    its kernel alone into 3 channels (the car example).
+
+    Returns ``axes`` (:func:`latent_axes`), ``grid [G, 2]`` (their points, ``ij``
+    order), ``shape``, ``x_columns``, ``latent_columns`` and ``kwargs`` for ``GINO``.
+    """
+    axes = latent_axes(extent, int(cfg["latent_points"]))
+    shape = [len(t) for t in axes]
+    grid = np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, len(axes))
+    dist = [i for i, n in enumerate(inputs) if n in cfg["distance_inputs"]]
+    if dist and k_in != len(inputs):
+        raise ValueError(f"GINO: distance inputs {[inputs[i] for i in dist]} among inputs "
+                         f"{inputs} of {k_in} channels: cannot tell their columns")
+    x_cols = [i for i in range(k_in) if i not in dist]
+    spacing = max(float(t[1] - t[0]) for t in axes)
+    radius = float(cfg["radius_spacings"]) * spacing
+    kwargs = dict(cfg["model"], in_channels=len(x_cols), gno_coord_dim=len(axes),
+                  fno_n_modes=tuple(max(2, round(cfg["modes_per_point"] * n)) for n in shape),
+                  in_gno_radius=radius, out_gno_radius=radius,
+                  gno_embed_channels=max(1, math.ceil(math.log2(max(shape) / 2))),
+                  fno_in_channels=len(x_cols) or 3,
+                  latent_feature_channels=len(dist) or None,
+                  gno_use_open3d=False, gno_use_torch_scatter=False)
+    return {"axes": axes, "grid": grid, "shape": shape, "x_columns": x_cols,
+            "latent_columns": dist, "kwargs": kwargs}
+
+
+def build(torch, name: str, cfg: dict, k_in: int, c_out: int, layout=None):
+    """The peer's network; GINO's arguments from ``layout`` (:func:`gino_layout`)."""
     if name == "transolver":
         from physicsnemo.models.transolver import Transolver
 
-        return Transolver(functional_dim=k_in, out_dim=c_out, embedding_dim=2, **m)
+        return Transolver(functional_dim=k_in, out_dim=c_out, embedding_dim=2, **cfg["model"])
     import neuralop.layers.integral_transform as it
     from neuralop.models import GINO
 
     it.segment_csr = _fast_segment_csr(torch)
-    return GINO(in_channels=k_in, out_channels=c_out, gno_coord_dim=2,
-                fno_n_modes=tuple(m["fno_n_modes"]), fno_hidden_channels=m["fno_hidden_channels"],
-                fno_n_layers=m["fno_n_layers"], in_gno_radius=m["in_gno_radius"],
-                out_gno_radius=m["out_gno_radius"], fno_in_channels=k_in, gno_use_open3d=False,
-                gno_use_torch_scatter=False)
+    kw = dict(layout["kwargs"])
+    kw["in_gno_channel_mlp_hidden_layers"] = list(kw["in_gno_channel_mlp_hidden_layers"])
+    kw["out_gno_channel_mlp_hidden_layers"] = list(kw["out_gno_channel_mlp_hidden_layers"])
+    return GINO(out_channels=c_out, **kw)
 
 
 class Peer:
     """A peer model with the benchmark's normalisation around it."""
 
-    def __init__(self, torch, name, cfg, stats, k_in, c_out):
-        self.torch, self.name = torch, name
-        self.net = build(torch, name, cfg, k_in, c_out)
+    def __init__(self, torch, name, cfg, stats, k_in, c_out, layout=None):
+        self.torch, self.name, self.layout = torch, name, layout
+        self.net = build(torch, name, cfg, k_in, c_out, layout)
         self.y_mu = torch.tensor(stats["y_mu"], dtype=torch.float32)
         self.y_sd = torch.tensor(stats["y_sd"], dtype=torch.float32)
-        g = torch.linspace(0.0, 1.0, cfg["model"].get("latent_grid", 32))
-        self.latent = torch.stack(torch.meshgrid(g, g, indexing="ij"), -1)[None]
+        if layout is not None:
+            self.latent = torch.tensor(layout["grid"].reshape(*layout["shape"], -1),
+                                       dtype=torch.float32)[None]
 
-    def __call__(self, pos, x):
-        """Physical-unit prediction ``[B, N, C]`` of ``pos [B, N, 2]``, ``x [B, N, K]``."""
+    def __call__(self, pos, x, lat=None):
+        """Physical-unit prediction ``[B, N, C]`` of ``pos [B, N, 2]``, ``x [B, N, K]`` and,
+        for GINO, the latent features ``lat [B, n_1, n_2, L]`` (or None)."""
         if self.name == "transolver":
-            out = self.net(x, pos)
-        else:  # GINO batches samples of one geometry
-            out = self.net(input_geom=pos[:1], latent_queries=self.latent,
-                           output_queries=pos[:1], x=x)
+            return self.net(x, pos) * self.y_sd + self.y_mu
+        cols = self.layout["x_columns"]
+        if not cols and len(pos) > 1:  # the kernel-only input GNO is one sample's
+            return self.torch.cat([self(pos[i:i + 1], x[i:i + 1],
+                                        None if lat is None else lat[i:i + 1])
+                                   for i in range(len(pos))])
+        # GINO batches samples of one geometry
+        out = self.net(input_geom=pos[:1], latent_queries=self.latent, output_queries=pos[:1],
+                       x=x[..., cols] if cols else None, latent_features=lat)
         return out * self.y_sd + self.y_mu
 
 
@@ -203,11 +347,28 @@ def evaluate(torch, peer, data: Data, columns: list, chunk: int = 16) -> tuple[f
     step = chunk if data.fixed else 1
     with torch.no_grad():
         for start in range(0, len(data), step):
-            pos, x, y, w = data.batch(list(range(start, min(start + step, len(data)))))
-            p = peer(pos, x)
+            pos, x, y, w, lat = data.batch(list(range(start, min(start + step, len(data)))))
+            p = peer(pos, x, lat)
             errs += rel_l2(p, y, w, columns).tolist()
             preds += [q.double().numpy() for q in p]
     return float(np.mean(errs)), preds
+
+
+def schedule(torch, opt, cfg: dict, total: int):
+    """The learning-rate schedule over ``total`` steps: one-cycle (Transolver), cosine,
+    or halving (``cfg["gamma"]``) every ``cfg["step_fraction"]`` of the steps (GINO's
+    car example: every 50 of 301 epochs)."""
+    lr = torch.optim.lr_scheduler
+    if cfg["schedule"] == "onecycle":
+        return lr.OneCycleLR(opt, max_lr=cfg["lr"], total_steps=total)
+    for g in opt.param_groups:
+        g["lr"] = cfg["lr"]
+    if cfg["schedule"] == "step":
+        return lr.StepLR(opt, step_size=max(1, round(cfg["step_fraction"] * total)),
+                         gamma=cfg["gamma"])
+    if cfg["schedule"] == "cosine":
+        return lr.CosineAnnealingLR(opt, T_max=total)
+    raise ValueError(f"schedule {cfg['schedule']!r}: expected onecycle, step or cosine")
 
 
 def run(job: dict) -> dict:
@@ -229,15 +390,25 @@ def run(job: dict) -> dict:
     val_s = read_split(*args[:1], "train", *args[1:], names=job["val"])
     # no test files: a validation probe (benchmarks/family_probe.py), which never reads them
     test_s = read_split(*args[:1], "test", *args[1:], names=job["test"]) if job["test"] else []
-    stats = statistics(train_s)
-    train, val, test = (Data(torch, s, stats) for s in (train_s, val_s, test_s))
+    # GINO: one scale for both axes (its latent grid keeps the domain's aspect ratio)
+    stats = statistics(train_s, keep_aspect=name == "gino")
+    k_in = train_s[0].inputs.shape[1]
+    layout = None
+    if name == "gino":
+        layout = gino_layout(cfg, np.ptp(np.concatenate([s.points for s in train_s]), 0)
+                             / stats["p_span"], list(job["inputs"]), k_in)
+        cfg["derived"] = {k: v for k, v in layout["kwargs"].items() if k not in cfg["model"]}
+        cfg["derived"].update(latent_grid=layout["shape"], fno_n_modes=list(
+            layout["kwargs"]["fno_n_modes"]), latent_inputs=[job["inputs"][i] for i in
+                                                             layout["latent_columns"]])
+    train, val, test = (Data(torch, s, stats, layout) for s in (train_s, val_s, test_s))
     columns = list((job.get("fields") or {"all": list(range(train_s[0].targets.shape[1]))})
                    .values())
     read_s = time.perf_counter() - t_read
     print(f"{name}: read {len(train_s)} + {len(val_s)} + {len(test_s)} files in {read_s:.0f} s",
           flush=True)
     t_start = clock()  # the budget is for training: from here to the test
-    peer = Peer(torch, name, cfg, stats, train_s[0].inputs.shape[1], train_s[0].targets.shape[1])
+    peer = Peer(torch, name, cfg, stats, k_in, train_s[0].targets.shape[1], layout)
     n_params = sum(p.numel() for p in peer.net.parameters())
     opt = torch.optim.AdamW(peer.net.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
     bs = cfg["batch"] if train.fixed else 1
@@ -255,8 +426,8 @@ def run(job: dict) -> dict:
         opt.zero_grad(set_to_none=True)
         total = 0.0
         for idx in groups:
-            pos, x, y, w = train.batch(list(idx))
-            loss = rel_l2(peer(pos, x), y, w, columns).mean() / len(groups)
+            pos, x, y, w, lat = train.batch(list(idx))
+            loss = rel_l2(peer(pos, x, lat), y, w, columns).mean() / len(groups)
             loss.backward()
             total += loss.item()
         opt.step()
@@ -287,12 +458,7 @@ def run(job: dict) -> dict:
         n_val = max(1, min(10, int(0.25 * left / max(t_val, 1e-9))))
         total = max(1, int((left - n_val * t_val) / t_step))
     val_every = max(1, math.ceil(total / n_val))
-    if cfg["schedule"] == "onecycle":
-        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg["lr"], total_steps=total)
-    else:
-        for g in opt.param_groups:
-            g["lr"] = cfg["lr"]
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
+    sched = schedule(torch, opt, cfg, total)
     print(f"{name}: {n_params:,} parameters; {t_step:.3f} s per step of {bs * accumulate}, "
           f"{t_val:.1f} s per validation; {total} more steps "
           + (f"({job['epochs']} epochs)" if job.get("epochs") else
@@ -326,7 +492,8 @@ def run(job: dict) -> dict:
     out = Path(job["out"])
     np.savez(out.with_suffix(".npz"), **dict(zip(test.names, preds)))
     for split, names in (job.get("extra") or {}).items():
-        samples = Data(torch, read_split(job["data"], split, *args[1:], names=names), stats)
+        samples = Data(torch, read_split(job["data"], split, *args[1:], names=names), stats,
+                       layout)
         _, preds = evaluate(torch, peer, samples, columns)
         np.savez(out.with_name(f"{out.name}-{split}.npz"), **dict(zip(samples.names, preds)))
     summary = {"model": name, "config": cfg, "parameters": int(n_params),

@@ -390,6 +390,85 @@ def test_fast_segment_csr_equals_the_row_loop(batched, reduction):
     torch.testing.assert_close(out, ref, rtol=1e-14, atol=1e-14)
 
 
+def _holed_square(n=11, hole=(0.4, 0.6)):
+    """A P1 mesh of the unit square on an ``n x n`` grid without the cells inside the
+    square ``hole``."""
+    pts, tri = _grid(n)
+    c = pts[tri].mean(1)
+    tri = tri[~((c > hole[0]) & (c < hole[1])).all(1)]
+    used = np.unique(tri)  # the node at the hole's centre goes
+    return pts[used], np.searchsorted(used, tri)
+
+
+def test_gino_latent_grid_keeps_the_aspect_ratio_at_one_spacing():
+    """A 4 x 1 box gets 64 x 16 points for 1,024 (the old grid squashed it to 32 x 32),
+    the unit square 32 x 32; the spacings agree within 7 %; a flat box is refused."""
+    from benchmarks.accuracy.peer_train import latent_axes
+
+    axes = latent_axes([1.0, 0.25], 1024)
+    assert [len(t) for t in axes] == [64, 16]
+    assert [t[-1] for t in axes] == [1.0, 0.25] and [t[0] for t in axes] == [0.0, 0.0]
+    h = [t[1] - t[0] for t in axes]
+    assert abs(h[0] / h[1] - 1) < 0.07
+    assert [len(t) for t in latent_axes([1.0, 1.0], 1024)] == [32, 32]
+    with pytest.raises(ValueError, match="positive extents"):
+        latent_axes([1.0, 0.0], 1024)
+
+
+def test_positions_scaled_by_one_factor_keep_the_aspect_ratio():
+    from benchmarks.accuracy.peer_train import statistics
+
+    s = Sample("a", np.array([[1.0, 2.0], [5.0, 3.0]]), TWO[:0], np.zeros((2, 1)),
+               np.zeros((2, 1)), np.ones(2))
+    assert statistics([s])["p_span"].tolist() == [4.0, 1.0]
+    assert statistics([s], keep_aspect=True)["p_span"].tolist() == [4.0, 4.0]
+
+
+def test_distance_on_grid_is_p1_in_the_mesh_and_signed_in_the_hole():
+    """A linear field comes out exact at the grid points in the mesh; the distance to a
+    square hole continues, at the hole's centre, as minus the distance to the nearest
+    node (-0.1, the signed distance there)."""
+    from benchmarks.accuracy.peer_train import distance_on_grid
+
+    pts, tri = _holed_square()
+    dist = np.maximum(np.abs(pts - 0.5).max(1) - 0.1, 0.0)  # to the hole, in the L-inf sense
+    vals = np.stack([2 * pts[:, 0] + 3 * pts[:, 1], dist], 1)
+    axes = [np.linspace(0.0, 1.0, 21), np.linspace(0.0, 1.0, 17)]
+    out = distance_on_grid(pts, tri, vals, axes)
+    assert out.shape == (21, 17, 2)
+    X, Y = np.meshgrid(*axes, indexing="ij")
+    in_hole = (np.abs(X - 0.5) < 0.1 - 1e-9) & (np.abs(Y - 0.5) < 0.1 - 1e-9)
+    np.testing.assert_allclose(out[~in_hole, 0], (2 * X + 3 * Y)[~in_hole], atol=1e-12)
+    assert in_hole[10, 8] and out[10, 8, 1] == pytest.approx(-0.1)
+    assert (out[in_hole, 1] < 0).all() and (out[~in_hole, 1] >= -1e-12).all()
+
+
+def test_gino_layout_puts_distances_on_the_latent_grid_and_the_rest_in_the_gno():
+    """The obstacle's ``sdf`` becomes the latent features and the input GNO integrates
+    its kernel alone into 3 channels (the car example); inputs that are no distance go
+    to the input GNO as its channels (the 2-D example); modes half the points per axis,
+    radii two (the larger) spacings, NeRF frequencies below the grid's Nyquist bound."""
+    import copy
+
+    from benchmarks.accuracy.peer_train import CONFIGS, gino_layout
+
+    cfg = copy.deepcopy(CONFIGS["gino"])
+    obstacle = gino_layout(cfg, [1.0, 0.25], ["sdf"], 1)
+    kw = obstacle["kwargs"]
+    assert obstacle["shape"] == [64, 16] and obstacle["grid"].shape == (1024, 2)
+    assert obstacle["latent_columns"] == [0] and obstacle["x_columns"] == []
+    assert (kw["in_channels"], kw["fno_in_channels"], kw["latent_feature_channels"]) == (0, 3, 1)
+    assert kw["fno_n_modes"] == (32, 8)
+    assert kw["in_gno_radius"] == kw["out_gno_radius"] == pytest.approx(2 * 0.25 / 15)
+    assert 2 ** (kw["gno_embed_channels"] - 1) < 64 / 2 <= 2 ** kw["gno_embed_channels"]
+    airfoil = gino_layout(cfg, [1.0, 0.8], ["u_inf", "v_inf"], 2)
+    assert airfoil["x_columns"] == [0, 1] and airfoil["latent_columns"] == []
+    assert (airfoil["kwargs"]["fno_in_channels"], airfoil["kwargs"]["latent_feature_channels"]) \
+        == (2, None)
+    with pytest.raises(ValueError, match="cannot tell their columns"):
+        gino_layout(cfg, [1.0, 1.0], ["sdf", "velocity"], 3)
+
+
 def test_p1_transfer_takes_triangulations_matplotlib_refuses():
     """A C-grid duplicates the nodes of its wake cut, which matplotlib's triangle finder
     refuses: the search fallback gives the same P1 values on a valid mesh (1e-12) and
