@@ -295,6 +295,8 @@ def build(torch, name: str, cfg: dict, k_in: int, c_out: int, layout=None):
 
     it.segment_csr = _fast_segment_csr(torch)
     kw = dict(layout["kwargs"])
+    # GNOBlock adds the kernel's input and output widths to these lists in place: copies,
+    # so that the recorded configuration keeps the hidden widths
     kw["in_gno_channel_mlp_hidden_layers"] = list(kw["in_gno_channel_mlp_hidden_layers"])
     kw["out_gno_channel_mlp_hidden_layers"] = list(kw["out_gno_channel_mlp_hidden_layers"])
     return GINO(out_channels=c_out, **kw)
