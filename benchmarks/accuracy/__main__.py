@@ -58,7 +58,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="a fixed number of epochs per trained model instead of the --minutes "
                         "clock: the load of the machine then changes the time, not the result")
     p.add_argument("--threads", type=int, default=2, help="threads per model (default 2)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the peers' training")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of every trained model (meshops' --seed, which also draws its "
+                        "validation split, and the peers'); --merge of several seeds' results "
+                        "averages them (default 0)")
     p.add_argument("--grace", type=float, default=1.2,
                    help="a model is stopped at grace x budget + a minute (default 1.2)")
     p.add_argument("--peers-python", default=None,
@@ -80,7 +83,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "result's trained models into FILE.png and exit")
     p.add_argument("--merge", type=Path, nargs="+", metavar="FILE.json",
                    help="combine stored results (same budget and threads; a later file's "
-                        "result for a data set and model replaces an earlier one's) into "
+                        "result for a data set and model replaces an earlier one's; the "
+                        "results of several seeds are averaged, with their spread) into "
                         "--out and exit")
     args = p.parse_args(argv)
     if not args.minutes > 0:
@@ -130,6 +134,7 @@ def _merge(files: list[Path], out: Path | None) -> int:
     import json
 
     from benchmarks.accuracy.report import merge
+    from benchmarks.accuracy.seeds import combine_seeds
     from benchmarks.reporting import write_json
 
     if out is None:
@@ -148,7 +153,8 @@ def _merge(files: list[Path], out: Path | None) -> int:
             return 2
         docs.append(doc)
     try:
-        merged = merge(docs)
+        several = len({d.get("seed", 0) for d in docs}) > 1
+        merged = combine_seeds(docs) if several else merge(docs)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -210,6 +216,7 @@ def main(argv=None) -> int:
         log_lines.append(portable(text, roots))
 
     doc = {"schema": SCHEMA, "command": command, "minutes": args.minutes, "epochs": args.epochs,
+           "seed": args.seed,
            "threads": args.threads, "models": args.models, "grace": args.grace,
            "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": sys.version.split()[0]},
            "meshops_commit": _commit(), "peers_python": args.peers_python,

@@ -66,7 +66,7 @@ def run_subprocess(cmd: Sequence[str], env: dict, log: Callable[[str], None],
 
 def run_meshops(data: Path, inputs: Sequence[str], fields: Sequence[str], minutes: float,
                 work: Path, env: dict, log: Callable[[str], None], grace: float,
-                extra: Sequence[str] = (), epochs: int | None = None) -> dict:
+                extra: Sequence[str] = (), epochs: int | None = None, seed: int = 0) -> dict:
     """Train with the CLI's defaults (``--targets`` the target ``fields``: ``u+v,p``) and
     predict on ``data/test`` (and on ``data/SPLIT`` for every split of ``extra``: the
     test shapes re-meshed). With ``epochs``, ``--epochs N`` replaces ``--minutes`` (a fixed
@@ -85,7 +85,7 @@ def run_meshops(data: Path, inputs: Sequence[str], fields: Sequence[str], minute
     train = py + ["train", "--data", str(data / "train"), "--inputs", ",".join(inputs),
                   "--targets", ",".join(fields),
                   *(["--epochs", str(epochs)] if epochs else ["--minutes", f"{minutes:g}"]),
-                  "--out", str(run)]
+                  "--seed", str(seed), "--out", str(run)]
     predict = py + ["predict", str(run), str(data / "test"), "-o", str(pred)]
     out: dict = {"commands": [" ".join(train[1:]), " ".join(predict[1:])]}
     log("  $ " + out["commands"][0])

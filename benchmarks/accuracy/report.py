@@ -87,6 +87,8 @@ def _cell(r: dict | None, best: bool, markdown: bool, spread: bool = True,
     text = f"{r['mean']:.4g}"
     if markdown and best:
         text = f"**{text}**"
+    if "spread" in r:  # the mean of several seeds
+        text += f" ({r['spread'][0]:.3g}-{r['spread'][1]:.3g}, {len(r['seeds'])} seeds)"
     if not spread:
         return text
     return f"{text} (median {r['median']:.3g}, worst {r['worst']:.3g})"
@@ -132,11 +134,22 @@ def verdict(d: dict) -> str:
     others = {LABELS[m]: row[m]["mean"] for m in OTHERS
               if row.get(m, {}).get("mean") is not None and m not in failed}
     text = standing("meshops", ours["mean"], others)
+    within = [LABELS[m] for m in OTHERS if _overlap(ours, row.get(m) or {})]
+    if within:
+        text += f"; level with {', '.join(within)} within the seeds' spread"
     if failed:
         text += ("; " + ", ".join(f"{LABELS[m]} ({row[m]['mean']:.3g})" for m in failed)
                  + " did not learn (no better than the zero field or the training mean), "
                    "so say nothing of meshops")
     return text
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    """Whether two results of several seeds have overlapping ranges of their seeds' means
+    (what a new seed could swap)."""
+    if "spread" not in a or "spread" not in b:
+        return False
+    return a["spread"][0] <= b["spread"][1] and b["spread"][0] <= a["spread"][1]
 
 
 def _best(d: dict) -> str | None:

@@ -601,3 +601,45 @@ def test_the_report_shows_every_split_with_the_truths_difference():
     two["models"]["meshops"]["fine"] = {"mean": 0.04}
     assert mesh_independence(two)[0][0] == "test_fine"
     assert mesh_independence(two)[0][3]["meshops"]["ratio"] == pytest.approx(2.0)
+
+
+# ------------------------------------------------------------------ seeds
+def _seed_doc(seed, ours, peer):
+    doc = _doc()
+    doc["seed"] = seed
+    one = doc["datasets"]["one"]["models"]
+    one["meshops"] = {"mean": ours, "median": ours, "worst": 2 * ours, "errors": [ours],
+                      "fields": {"u": {"mean": ours, "median": ours, "worst": ours}},
+                      "remeshed": {"test_fine": {"mean": 2 * ours, "median": 2 * ours,
+                                                 "worst": 2 * ours}}}
+    one["transolver"] = {"mean": peer, "median": peer, "worst": peer, "errors": [peer]}
+    return doc
+
+
+def test_seeds_are_averaged_with_their_spread():
+    from benchmarks.accuracy.seeds import combine_seeds
+
+    out = combine_seeds([_seed_doc(0, 0.02, 0.03), _seed_doc(1, 0.04, 0.05)])
+    ours = out["datasets"]["one"]["models"]["meshops"]
+    assert ours["mean"] == pytest.approx(0.03) and ours["worst"] == pytest.approx(0.06)
+    assert ours["seeds"] == {"0": 0.02, "1": 0.04} and ours["spread"] == [0.02, 0.04]
+    assert ours["fields"]["u"]["mean"] == pytest.approx(0.03)
+    # a ratio of means, not a mean of ratios
+    assert ours["remeshed"]["test_fine"]["ratio"] == pytest.approx(2.0)
+    assert out["seeds"] == [0, 1]
+    # the classical models do not depend on the seed: the same figure
+    assert out["datasets"]["one"]["models"]["pod_rbf"]["mean"] == pytest.approx(0.01)
+    with pytest.raises(ValueError, match="at least two seeds"):
+        combine_seeds([_seed_doc(0, 0.02, 0.03), _seed_doc(0, 0.02, 0.03)])
+
+
+def test_overlapping_seed_ranges_are_called_level():
+    from benchmarks.accuracy.seeds import combine_seeds
+
+    apart = combine_seeds([_seed_doc(0, 0.02, 0.05), _seed_doc(1, 0.021, 0.051)])
+    close = combine_seeds([_seed_doc(0, 0.02, 0.03), _seed_doc(1, 0.04, 0.025)])
+    assert "within the seeds' spread" not in verdict(apart["datasets"]["one"])
+    text = verdict(close["datasets"]["one"])
+    assert "level with Transolver within the seeds' spread" in text
+    md = markdown_table(close)
+    assert "0.03 (0.02-0.04, 2 seeds)" in md
