@@ -44,7 +44,7 @@ import torch
 from torch import Tensor
 from torch.nn.functional import gelu
 
-from meshops.datasets.normalizer import decode_outputs, encode_inputs
+from meshops.datasets.normalizer import decode_outputs, encode_inputs, output_scale
 
 __all__ = ["DEFAULT_CHUNK", "can_chunk", "predict_chunked"]
 
@@ -221,7 +221,8 @@ def predict_chunked(model, data, chunk_size: int = DEFAULT_CHUNK, progress: bool
     was_training = model.training
     model.eval()
     try:
-        x = encode_inputs(model, data.x)
+        raw = data.x
+        x = encode_inputs(model, raw)
         if x is not data.x:
             data = data.clone()
             data.x = x
@@ -238,7 +239,7 @@ def predict_chunked(model, data, chunk_size: int = DEFAULT_CHUNK, progress: bool
                 y = rows(ctx, s, s + chunk_size)
             else:
                 y = decode(model, ctx, inp.query_pos[s:s + chunk_size])
-            out.append(decode_outputs(model, y))
+            out.append(decode_outputs(model, y, output_scale(model, raw, y.shape[0])))
         return torch.cat(out)
     finally:
         model.train(was_training)

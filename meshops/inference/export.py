@@ -50,7 +50,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from meshops.datasets.normalizer import decode_outputs, encode_inputs
+from meshops.datasets.normalizer import decode_outputs, encode_inputs, output_scale
 from meshops.utils.atomic import atomic_write
 
 __all__ = ["FIXED_MESH", "FORMATS", "REFUSED", "ExportError", "check_exportable", "check_path",
@@ -124,8 +124,10 @@ class _Program(nn.Module):
 
         m = self.model
         given = dict(zip(self.names, inputs))
-        given["x"] = encode_inputs(m, given["x"])
-        return decode_outputs(m, m(MeshData(**(self.fixed or {}), **given)))
+        raw = given["x"]
+        given["x"] = encode_inputs(m, raw)
+        out = m(MeshData(**(self.fixed or {}), **given))
+        return decode_outputs(m, out, output_scale(m, raw, out.shape[0]))
 
 
 class _ReducedProgram(nn.Module):
@@ -149,13 +151,14 @@ class _ReducedProgram(nn.Module):
 
         m = self.model
         given = dict(zip(self.names, inputs))
-        x = encode_inputs(m, given.get("x", self.weight.new_zeros(self.weight.shape[0], 0)))
+        raw = given.get("x", self.weight.new_zeros(self.weight.shape[0], 0))
+        x = encode_inputs(m, raw)
         extra = {"params": given["params"]} if "params" in given else {}
         # 1. the parameter vector [1, K] -> the modal coefficients [1, r]
         coef = m.coefficients(batch_parameters(MeshData(x=x, weight=self.weight, **extra), 1))
         # 2. the fields at the built-in points [N, C]
         out = self.mean + torch.einsum("r,rmc->mc", coef[0], self.modes)
-        return decode_outputs(m, out.to(self.dtype))
+        return decode_outputs(m, out.to(self.dtype), output_scale(m, raw, out.shape[0]))
 
 
 def _input_names(model, sample, fixed: bool) -> list[str]:

@@ -12,7 +12,12 @@ from typing import Any, Callable
 import torch
 from torch import Tensor, nn
 
-from meshops.datasets.normalizer import UnitGaussianNormalizer, decode_outputs, encode_inputs
+from meshops.datasets.normalizer import (
+    UnitGaussianNormalizer,
+    decode_outputs,
+    encode_inputs,
+    output_scale,
+)
 from meshops.errors import CheckpointError
 from meshops.utils.atomic import atomic_write
 from meshops.utils.checkpoint import (
@@ -175,11 +180,13 @@ class NeuralOperator(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            x = encode_inputs(self, data.x)
-            if x is not data.x:
+            raw = data.x
+            x = encode_inputs(self, raw)
+            if x is not raw:
                 data = data.clone()
                 data.x = x
-            return decode_outputs(self, self(data))
+            out = self(data)
+            return decode_outputs(self, out, output_scale(self, raw, out.shape[0]))
         finally:
             self.train(was_training)
 

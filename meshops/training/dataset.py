@@ -104,10 +104,10 @@ def _target_view(sample) -> Data:
     if w.shape[0] != y.shape[0]:
         raise ValueError(f"sample {getattr(sample, 'source', '')!r}: y has {y.shape[0]} rows "
                          f"but its weights {w.shape[0]}")
-    return Data(y=y, weight=w)
+    return Data(y=y, weight=w, x=sample.x, source=getattr(sample, "source", ""))
 
 
-def fit_normalizers(train_samples: Iterable[MeshData]
+def fit_normalizers(train_samples: Iterable[MeshData], scale_by: int | None = None
                     ) -> tuple[UnitGaussianNormalizer | None, UnitGaussianNormalizer]:
     """Quadrature-weighted per-channel normalisers for ``x`` and ``y``.
 
@@ -117,6 +117,10 @@ def fit_normalizers(train_samples: Iterable[MeshData]
     Args:
         train_samples: Samples from :func:`assemble` (a list, or anything that can be
             iterated over more than once).
+        scale_by: An input channel constant over each mesh that the targets are
+            proportional to (a load): the output normaliser is fitted on the targets
+            per unit of it and scales the outputs by it
+            (:class:`~meshops.datasets.normalizer.UnitGaussianNormalizer`).
 
     Returns:
         ``(input_normalizer, output_normalizer)``; the input normaliser is ``None``
@@ -127,7 +131,7 @@ def fit_normalizers(train_samples: Iterable[MeshData]
     than holding all its samples in memory here.
     """
     own = getattr(train_samples, "normalizers", None)
-    if callable(own):
+    if callable(own) and scale_by is None:
         return own()
     samples = list(train_samples)
     if not samples:
@@ -139,7 +143,13 @@ def fit_normalizers(train_samples: Iterable[MeshData]
                          f"(x: {sorted(c_in)}, y: {sorted(c_out)})")
     (c_in,), (c_out,) = c_in, c_out
     norm_in = UnitGaussianNormalizer(c_in).fit(samples, "x") if c_in else None
-    norm_out = UnitGaussianNormalizer(c_out).fit([_target_view(s) for s in samples], "y")
+    norm_out = UnitGaussianNormalizer(c_out)
+    if scale_by is not None:
+        if not 0 <= scale_by < c_in:
+            raise ValueError(f"fit_normalizers: scale_by={scale_by} is not one of the "
+                             f"{c_in} input channels")
+        norm_out.set_scale_by(scale_by)
+    norm_out.fit([_target_view(s) for s in samples], "y")
     return norm_in, norm_out
 
 

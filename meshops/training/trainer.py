@@ -18,7 +18,12 @@ from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DistributedSampler
 
 from meshops.datasets.fields import TargetFields
-from meshops.datasets.normalizer import UnitGaussianNormalizer, decode_outputs, encode_inputs
+from meshops.datasets.normalizer import (
+    UnitGaussianNormalizer,
+    decode_outputs,
+    encode_inputs,
+    output_scale,
+)
 from meshops.models.conditioning import fit_param_normalizer
 from meshops.training import callbacks, distributed, state
 from meshops.training.callbacks import LAST, Callback, Checkpoints, EpochLog
@@ -284,7 +289,9 @@ class Trainer:
             bfloat16 on a GPU without it, is refused with ``ValueError``.
         out_dir: Folder for ``last.pt``, ``best.pt`` and ``history.json``, or ``None``.
         normalize: Fit input/output normalisers on ``train_data`` when the model
-            has none. Normalisers the model already has are always used.
+            has none. Normalisers the model already has are always used. An int: also
+            scale the outputs by that input channel, a global input the targets are
+            proportional to (a load; :func:`~meshops.training.dataset.fit_normalizers`).
         shuffle: Shuffle the training data each epoch.
         progress: Show a tqdm bar per epoch (running loss, ETA); rank 0 only, and only
             on a terminal (redirected output gets the one line per epoch).
@@ -340,7 +347,7 @@ class Trainer:
                  grad_clip: float | None = None,
                  loss: Callable | None = None, seed: int = 0,
                  device: str | torch.device | None = None, amp: bool | str = False,
-                 out_dir: str | Path | None = None, normalize: bool = True,
+                 out_dir: str | Path | None = None, normalize: bool | int = True,
                  shuffle: bool = True, progress: bool = True, log: Any = print,
                  resume: bool = False, metadata: dict | None = None, num_workers: int = 0,
                  find_unused_parameters: bool = False, precompute: bool = True,
@@ -487,6 +494,12 @@ class Trainer:
         cast = (lambda n: n.to(device=self.device, dtype=self.dtype) if n is not None else None)
         self.model.set_normalizers(input=cast(norm_in), output=cast(norm_out))
 
+    @property
+    def _scale_by(self) -> int | None:
+        """The input channel the outputs scale by (``normalize`` given as an int)."""
+        n = self.normalize
+        return None if isinstance(n, bool) else int(n)
+
     def _has_normalizers(self) -> bool:
         return any(getattr(self.model, f"{k}_normalizer", None) is not None
                    for k in ("input", "output"))
@@ -504,7 +517,7 @@ class Trainer:
             if self.normalize and not self._has_normalizers():
                 # Training split only: statistics that have seen the validation data
                 # would leak it into the model.
-                self._attach_normalizers(*fit_normalizers(self.train_data))
+                self._attach_normalizers(*fit_normalizers(self.train_data, self._scale_by))
             if self.normalize:  # the parameters' statistics, when the model takes some
                 fit_param_normalizer(self.model, self.train_data)
         # Wrapped after the normalisers are attached: DDP registers the buffers it
@@ -539,6 +552,7 @@ class Trainer:
     def _forward(self, net: nn.Module, batch) -> Tensor:
         """Decoded predictions (physical units) of ``net`` on a prepared batch."""
         # the batch is a fresh collation: safe to edit
+        raw = batch.x
         batch.x = encode_inputs(self.model, batch.x)
         if self.amp_dtype is not None:
             with torch.autocast(device_type=self.device.type, dtype=self.amp_dtype):
@@ -547,7 +561,9 @@ class Trainer:
             out = out.to(self.dtype)
         else:
             out = net(batch)
-        return decode_outputs(self.model, out)
+        scale = output_scale(self.model, raw, out.shape[0], getattr(batch, "batch", None),
+                             getattr(batch, "query_pos_batch", None))
+        return decode_outputs(self.model, out, scale)
 
     # ------------------------------------------------------------------ training
     def _train_epoch(self, epoch: int) -> float:
@@ -631,7 +647,7 @@ class Trainer:
         if data is None or len(data) == 0:
             raise ValueError("evaluate: no data (and no val_data)")
         if self._net is None and self.normalize and not self._has_normalizers():
-            self._attach_normalizers(*fit_normalizers(self.train_data))
+            self._attach_normalizers(*fit_normalizers(self.train_data, self._scale_by))
         if self._net is None and self.normalize:
             fit_param_normalizer(self.model, self.train_data)
         idx = distributed.shard(len(data), self.dist)
