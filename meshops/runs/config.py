@@ -363,15 +363,43 @@ class TrainConfig:
         return cls.coerce(cfg, source)
 
     @classmethod
+    def from_config(cls, config, source: str = "options") -> tuple[str, dict]:
+        """``(label, options)`` of a request's ``config``: a YAML or TOML file (its path
+        the label), a mapping of options or a :class:`TrainConfig` (its fields left
+        unset do not count: :meth:`given`), checked as from ``"<source> config"``."""
+        if config is None:
+            return "", {}
+        if isinstance(config, (str, os.PathLike)):
+            return str(config), cls.from_file(config)
+        label = f"{source} config"
+        if isinstance(config, TrainConfig):
+            config = config.given()
+        if not isinstance(config, Mapping):
+            raise UsageError(f"{label}: expected a TrainConfig, a mapping of options or a "
+                             f"YAML or TOML file, got {type(config).__name__}")
+        return label, cls.from_request(config, label)
+
+    def given(self) -> dict:
+        """The options this config sets: every field but those left unset (``None``
+        where the default is ``None`` too), and ``val_fraction`` not beside a
+        ``val_data``, which replaces it."""
+        unset = {k for k, v in TRAIN_DEFAULTS.items() if v is None}
+        out = {k: v for k, v in self.to_dict().items() if not (v is None and k in unset)}
+        if self.val_data:
+            out.pop("val_fraction", None)
+        return out
+
+    @classmethod
     def resolve(cls, request) -> "TrainConfig":
         """Defaults, then ``RUN/config.yaml`` (with ``--resume``), then ``--config
-        FILE``, then the flags; ``model_config`` mappings are merged, and the highest
-        level that says how to validate (``val_data`` or ``val_fraction``) decides.
+        FILE`` (or :func:`meshops.fit`'s ``config``), then the flags (or keywords);
+        ``model_config`` mappings are merged, and the highest level that says how to
+        validate (``val_data`` or ``val_fraction``) decides.
         ``request`` is a :class:`meshops.runs.train.TrainRequest`."""
         flags = cls.from_request(request.options, request.source)
-        from_file = cls.from_file(request.config) if request.config else {}
+        label, from_file = cls.from_config(request.config, request.source)
         if from_file.get("val_data") and from_file.get("val_fraction") is not None:
-            raise UsageError(f"{request.config}: give val_fraction or val_data, not both")
+            raise UsageError(f"{label}: give val_fraction or val_data, not both")
         cfg = cls()
         out = flags.get("out", from_file.get("out", cfg.out))
         levels = [from_file, flags]
@@ -410,14 +438,22 @@ class TrainConfig:
         if both:
             raise UsageError(f"{who}: field(s) {both} are both inputs and targets")
         self._check_fields()
-        if not self.series:
-            given = [f"--{k.replace('_', '-')}" for k, v in (
-                ("rollout_train", self.rollout_train != 2),
-                ("rollout_grad", self.rollout_grad != "last"),
-                ("rollout_loss", self.rollout_loss != "mse"),
-                ("no_time_input", not self.time_input)) if v]
-            if given:
-                raise UsageError(f"train: {', '.join(given)} apply to time series: add --series")
+        self._check_series_only(source)
+
+    def _check_series_only(self, source: str) -> None:
+        """The options of time series are left at their defaults without ``series``."""
+        if self.series:
+            return
+        given = [option_name(k, source, None if k != "time_input" else "False")
+                 for k, v in (("rollout_train", self.rollout_train != 2),
+                              ("rollout_grad", self.rollout_grad != "last"),
+                              ("rollout_loss", self.rollout_loss != "mse"),
+                              ("time_input", not self.time_input)) if v]
+        if source != FIT:
+            given = ["--no-time-input" if g == "--time-input False" else g for g in given]
+        if given:
+            raise UsageError(f"{FIT if source == FIT else 'train'}: {', '.join(given)} apply "
+                             f"to time series: add {option_name('series', source)}")
 
     def _check_fields(self) -> None:
         """``fields`` join the targets, each once and in their order; ``field_weights``

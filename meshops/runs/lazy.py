@@ -170,27 +170,31 @@ def data_parts(cfg) -> Optional[Callable]:
     return parts
 
 
-def shards_of(cfg, samples) -> Optional[int]:
+def shards_of(cfg, samples, source: str = "command line") -> Optional[int]:
     """The Trainer's ``shards``: ``--shards``, else one per process when each process
     owns a part of the lazily read data, else None.
 
     Raises:
         UsageError: ``--shards`` more than the training files, or (in one process) not
-            a divisor of the batch, which takes one part's batch from each part.
+            a divisor of the batch, which takes one part's batch from each part; in the
+            words of ``source`` (:func:`~meshops.runs.config.option_name`).
     """
+    from meshops.runs.config import option_name
     from meshops.training import distributed
 
     env = distributed.torchrun_env()
     if cfg.shards is not None:
         n, parts = len(samples), cfg.shards
+        given = option_name("shards", source, str(parts))
         if parts > n:
-            raise UsageError(f"--shards {parts}: the training set has {n} file(s) of "
-                             f"{cfg.data}, and each part needs one at least; give --shards "
-                             f"{n} or fewer")
+            raise UsageError(f"{given}: the training set has {n} file(s) of {cfg.data}, and "
+                             f"each part needs one at least; give "
+                             f"{option_name('shards', source, str(n))} or fewer")
         if (env is None or env[0] <= 1) and cfg.batch_size % parts:
-            raise UsageError(f"--shards {parts}: the batch of {cfg.batch_size} samples is not "
-                             f"a multiple of it (each step takes the same number from every "
-                             f"part); give --batch-size a multiple of {parts}")
+            raise UsageError(f"{given}: the batch of {cfg.batch_size} samples is not a "
+                             f"multiple of it (each step takes the same number from every "
+                             f"part); give {option_name('batch_size', source)} a multiple "
+                             f"of {parts}")
         return parts
     return env[0] if env and getattr(samples, "owned", None) is not None else None
 
