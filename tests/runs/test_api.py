@@ -83,13 +83,11 @@ def test_fit_takes_the_data_s_defaults_as_the_command_does(data, tmp_path, capsy
                                       "u", "--epochs", "1", "--out", tmp_path / "cli",
                                       "--dry-run"])
     assert code == 0, err
-    from meshops.runs.train import TrainRequest, train
-
-    train(TrainRequest({"data": str(data), "inputs": ["f"], "targets": ["u"], "epochs": 1,
-                        "out": str(tmp_path / "api")}, dry_run=True, source="fit()"))
-    api_out = capsys.readouterr().out
+    cfg = meshops.fit(str(data), ["f"], ["u"], epochs=1, out=str(tmp_path / "api"),
+                      dry_run=True)
+    assert isinstance(cfg, meshops.TrainConfig) and capsys.readouterr().out == ""
     say = lambda text: [ln for ln in text.splitlines() if not ln.startswith("out:")]  # noqa: E731
-    assert say(out) == say(api_out) and any(ln.startswith("model:") for ln in say(out))
+    assert say(out) == say(cfg.render()) and any(ln.startswith("model:") for ln in say(out))
 
 
 def test_evaluate_reports_what_the_command_prints(runs, data, capsys):
@@ -227,7 +225,7 @@ def test_fit_gives_the_caller_its_threads_back(data, tmp_path):
 def test_fit_reads_model_config_as_the_command_does(data, tmp_path, capsys):
     """Issue 38: model_config="w=16" was read a character at a time; a string is the
     words of --model-config, other types are refused, and fit(dry_run=True) returns
-    the options the command's dry run prints, training nothing."""
+    the TrainConfig whose YAML the command's dry run prints, training nothing."""
     base = {"inputs": ["f"], "targets": ["u"], "model": "transformer_no", "epochs": 1,
             "out": str(tmp_path / "api")}
     code, out, err = run_cli(capsys, ["train", "--data", data, "--inputs", "f", "--targets",
@@ -237,8 +235,8 @@ def test_fit_reads_model_config_as_the_command_does(data, tmp_path, capsys):
     assert code == 0, err
     for given in ("width=8 layers=1", ["width=8", "layers=1"], {"width": 8, "layers": 1}):
         got = meshops.fit(str(data), dry_run=True, model_config=given, **base)
-        assert got == yaml.safe_load(out), given
-        assert got["model_config"]["width"] == 8 and got["model_config"]["layers"] == 1
+        assert got.render() == out, given
+        assert got.model_config["width"] == 8 and got.model_config["layers"] == 1
     assert not (tmp_path / "api").exists()
     for bad in (16, ["width=8", 2]):
         with pytest.raises(UsageError, match=r"fit\(\): model_config: expected a mapping "
