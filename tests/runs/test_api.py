@@ -13,6 +13,7 @@ import torch
 import yaml
 from _folders import SMALL, folder_bytes, run_cli, write_folder
 from _series import series_params, write_heat_series
+from _tiny_run import checkpoint_tensors
 
 import meshops
 from meshops.errors import MeshError, UsageError
@@ -24,27 +25,10 @@ SMALL_KW = {"inputs": ["f"], "targets": ["u"], "model": "transformer_no",
             "batch_size": 2}
 
 
-def _tensors(path) -> dict:
-    """The weights and normalisers of a checkpoint, flat."""
-    out = {}
-
-    def walk(prefix, v):
-        if isinstance(v, torch.Tensor):
-            out[prefix] = v
-        elif isinstance(v, dict):
-            for k, x in v.items():
-                walk(f"{prefix}.{k}", x)
-
-    ckpt = torch.load(path, weights_only=True)
-    walk("w", ckpt["state_dict"])
-    walk("n", ckpt.get("normalizers"))
-    return out
-
-
 def _same_run(a, b) -> None:
     """Two run folders hold the same model and history, and the same config but for
     the run folder itself."""
-    wa, wb = _tensors(a / "best.pt"), _tensors(b / "best.pt")
+    wa, wb = checkpoint_tensors(a / "best.pt"), checkpoint_tensors(b / "best.pt")
     assert wa.keys() == wb.keys() and len(wa) > 2
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     ha, hb = (json.loads((r / "history.json").read_text()) for r in (a, b))
@@ -240,7 +224,7 @@ def test_fit_reads_model_config_as_the_command_does(data, tmp_path, capsys):
     assert not (tmp_path / "api").exists()
     for bad in (16, ["width=8", 2]):
         with pytest.raises(UsageError, match=r"fit\(\): model_config: expected a mapping "
-                                             r".* or key=value words as --model-config"):
+                                             r".* or key=value words \('width=64"):
             meshops.fit(str(data), dry_run=True, model_config=bad, **base)
     with pytest.raises(UsageError, match="expected key=value, got 'w'"):
         meshops.fit(str(data), dry_run=True, model_config="w", **base)
