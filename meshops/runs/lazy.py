@@ -226,7 +226,8 @@ def parsed_size(root, inputs: Sequence[str], targets: Sequence[str], dtype,
     return int(one * sum(sizes) / max(sizes[0], 1))
 
 
-def data_loader(cfg, dtype, layout=None) -> tuple[Callable, int, str]:
+def data_loader(cfg, dtype, layout=None, source: str = "command line"
+                ) -> tuple[Callable, int, str]:
     """How ``meshops train`` reads its folders: ``(load, workers, why)`` with ``load``
     :func:`load_folder` (in memory) or :func:`load_folder_cached`, the DataLoader worker
     processes, and a line saying so (empty when in memory).
@@ -235,17 +236,21 @@ def data_loader(cfg, dtype, layout=None) -> tuple[Callable, int, str]:
     when the estimated parsed size of ``--data`` and ``--val-data`` exceeds
     :data:`AUTO_FRACTION` of the available memory. ``--workers`` defaults to 2 worker
     processes for lazily read data where the machine has cores to spare for them
-    (:func:`default_workers`), none in memory.
+    (:func:`default_workers`), none in memory. ``source``: whose words the errors use
+    (:func:`~meshops.runs.config.option_name`).
     """
     from functools import partial
 
     from meshops.datasets.cache import default_cache_dir
+    from meshops.runs.config import FIT, option_name
     from meshops.training.distributed import torchrun_env
 
     lazy = cfg.lazy
     if lazy is False and cfg.cache:
-        raise UsageError("train: --cache DIR reads the data lazily through the cache; it "
-                       "cannot be combined with --no-lazy")
+        cache = option_name("cache", source, "DIR")
+        raise UsageError(f"{FIT if source == FIT else 'train'}: {cache} reads the data "
+                         f"lazily through the cache; it cannot be combined with "
+                         f"{'lazy=False' if source == FIT else '--no-lazy'}")
     why = ""
     if lazy is None and not cfg.cache:
         need = sum(parsed_size(root, cfg.inputs, cfg.targets, dtype, layout)

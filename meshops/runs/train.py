@@ -336,7 +336,7 @@ def _read_data(cfg: TrainConfig, main_rank: bool, source: str, dtype: str) -> _T
         layout = SampleLayout(cfg.inputs, cfg.targets, cfg.params, cfg.tags)
     except MeshError as e:
         raise UsageError(str(e)) from None
-    load_folder, workers, reading = data_loader(cfg, dtype, layout)
+    load_folder, workers, reading = data_loader(cfg, dtype, layout, source)
     if reading and main_rank:
         log.info(reading)
     files, samples, shapes, dim = load_folder(cfg.data, cfg.inputs, cfg.targets, dtype,

@@ -250,7 +250,7 @@ def run_training(request, cfg, model, train_samples, val_samples, chosen: str,
     out = Path(cfg.out)
     metadata = begin()
     _start_run(out, cfg.render(), chosen, summary, main_rank)
-    trainer = _trainer(request, cfg, model, train_samples, val_samples, metadata, main_rank,
+    trainer = _trainer(request.resume, cfg, model, train_samples, val_samples, metadata, main_rank,
                        trainer_options, thread_check)
     training.history = _fit(trainer, request)
     if trainer.dist.is_main:
@@ -270,7 +270,7 @@ def _start_run(out: Path, resolved: str, chosen: str, summary: str, main_rank: b
         log.info(f"training {summary}; writing {out}/")
 
 
-def _trainer(request, cfg, model, train_samples, val_samples, metadata: dict, main_rank: bool,
+def _trainer(resume: bool, cfg, model, train_samples, val_samples, metadata: dict, main_rank: bool,
              options: dict, thread_check):
     """The :class:`~meshops.training.Trainer` of the run, with the loggers it asks for
     (``options``: the Trainer's other arguments; ``callbacks`` there replaces them) and
@@ -288,7 +288,7 @@ def _trainer(request, cfg, model, train_samples, val_samples, metadata: dict, ma
         model, train_samples, val_samples, epochs=cfg.epochs, batch_size=cfg.batch_size,
         lr=cfg.lr, weight_decay=cfg.weight_decay, scheduler=cfg.schedule,
         grad_clip=cfg.grad_clip, seed=cfg.seed, device=cfg.device, out_dir=out,
-        resume=request.resume, metadata=metadata, progress=on_terminal(), log=log,
+        resume=resume, metadata=metadata, progress=on_terminal(), log=log,
         amp=cfg.amp or False, **options)
 
 
