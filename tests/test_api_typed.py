@@ -190,3 +190,16 @@ def test_a_step_that_does_not_fit_the_memory_is_named_in_keywords(data, tmp_path
     assert "with checkpoint_blocks=True" in message and "--" not in message
     code, _, err = run_cli(capsys, ["train", "--data", data, *SMALL, "--out", tmp_path / "c"])
     assert code == 2 and "a smaller --batch-size, a narrower model (--model-config " in err
+
+
+def test_a_resume_with_other_options_and_a_cache_without_lazy_are_named(data, tmp_path):
+    """The run folder's checks (resume) and the reading's (cache against lazy=False)."""
+    meshops.fit(str(data), out=str(tmp_path / "r"), verbose=False, **SMALL_OPTIONS)
+    message = _refused(data=str(data), **{**SMALL_OPTIONS, "seed": 5},
+                       out=str(tmp_path / "r"), resume=True)
+    assert "resume=True continues the run exactly, but seed= is 5 (the run: 0)" in message
+    assert message.endswith("start a new run with another out=") and "--" not in message
+    message = _refused(data=str(data), **SMALL_OPTIONS, out=str(tmp_path / "c"),
+                       cache=str(tmp_path / "cache"), lazy=False)
+    assert message == ("fit(): cache=DIR reads the data lazily through the cache; it cannot "
+                       "be combined with lazy=False")
