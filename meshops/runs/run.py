@@ -52,7 +52,7 @@ class Run:
         run = meshops.load_run("runs/poisson")
         fields = run.predict("case.vtu")           # fields["u_pred"]: a tensor [N, ...]
         report = run.evaluate("test/")              # per field and sample, baselines
-        print(report.table())
+        text = report.table()                       # what meshops evaluate prints
     """
 
     def __init__(self, path, device: str | None = None) -> None:
