@@ -108,7 +108,7 @@ def train_series(cfg, request, dtype, resumed: dict | None) -> Training:
 
     _check_series_options(cfg, request.source)
     data = _read_series(cfg, resumed, request.source)
-    plan = series_choice.plan(cfg, data, resumed, request.dry_run)
+    plan = series_choice.plan(cfg, data, resumed, request.dry_run, request.source)
     if plan.mode == "only":
         return series_choice.fit_only_run(
             request, cfg, data, plan, lambda resolved: series_metadata(cfg, data, resolved, True))

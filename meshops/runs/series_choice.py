@@ -185,33 +185,41 @@ def _write_choice(out: Path, pick: str, scores: dict, val, basis_errors, neural_
     atomic_write(out / CHOICE, lambda tmp: Path(tmp).write_text(json.dumps(record, indent=1)))
 
 
-def _resumed(out: Path, minutes: float) -> Plan:
-    """The plan of a resumed run with both candidates: the basis read back."""
+def _resumed(out: Path, minutes: float, source: str) -> Plan:
+    """The plan of a resumed run with both candidates: the basis read back (``source``:
+    whose words the error uses)."""
     from meshops.errors import CheckpointError
     from meshops.models.trajectory_basis import TrajectoryBasis
+    from meshops.runs.config import option_name
 
     path = out / CANDIDATE
     try:
         model = TrajectoryBasis.from_checkpoint(path)
     except (FileNotFoundError, CheckpointError) as e:
-        raise UsageError(f"{out}: --resume of a run with a trajectory basis, but {path} cannot "
-                       f"be read ({e}); start a new run with another --out") from None
+        raise UsageError(f"{out}: {option_name('resume', source)} of a run with a trajectory "
+                         f"basis, but {path} cannot be read ({e}); start a new run with "
+                         f"another {option_name('out', source)}") from None
     meta = model.metadata
     return Plan("with", minutes, "", model, list(meta.get("val_errors") or []),
                 str(meta.get("selected", "")))
 
 
-def plan(cfg, data, resumed: dict | None, dry_run: bool) -> Plan:
+def plan(cfg, data, resumed: dict | None, dry_run: bool, source: str = "command line"
+         ) -> Plan:
     """The candidates of this run (see the module docstring); a new run with both fits
-    the basis here (not with ``--dry-run``)."""
+    the basis here (not with ``--dry-run``). ``source``: whose words the errors use
+    (:func:`~meshops.runs.config.option_name`)."""
+    from meshops.runs.config import option_name
+
     if cfg.model == "trajectory_basis":
         why = _not_applicable(cfg, data)
         if why:
-            raise UsageError(f"--model trajectory_basis does not apply to {cfg.data}: {why}")
+            raise UsageError(f"{option_name('model', source, 'trajectory_basis')} does not "
+                             f"apply to {cfg.data}: {why}")
         return Plan("only", cfg.minutes)
     if resumed is not None:
         if "trajectory_basis" in (resumed.get("candidates") or []):
-            return _resumed(Path(cfg.out), cfg.minutes)
+            return _resumed(Path(cfg.out), cfg.minutes, source)
         return Plan("none", cfg.minutes)
     if cfg.model is not None:
         return Plan("none", cfg.minutes)

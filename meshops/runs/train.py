@@ -260,7 +260,7 @@ def _train_model(request, cfg: TrainConfig, chosen: str, data: "_TrainData",
     ``resumed``: the metadata of the run resumed, or None)."""
     from meshops.training import RelativeLpLoss
 
-    model = _build_model(cfg, data)
+    model = _build_model(cfg, data, request.source)
     # Before anything large is built: a step on the largest mesh must fit the memory.
     cfg, fitted = fit_memory(cfg, model, data.train, request.source)
     chosen = "; ".join(c for c in (chosen, fitted) if c)
@@ -391,16 +391,17 @@ def _options_from_data(cfg: TrainConfig, samples) -> tuple[TrainConfig, str]:
     return cfg.with_options("defaults", **options), reason
 
 
-def _build_model(cfg: TrainConfig, data: _TrainData):
+def _build_model(cfg: TrainConfig, data: _TrainData, source: str):
     """The model, on the meta device first (it must fit the device training uses: cuda
-    when available, as the Trainer), in the training dtype."""
+    when available, as the Trainer), in the training dtype (``source``: whose words
+    the errors use)."""
     import torch
 
     from meshops.training.distributed import check_device
 
     dtype = getattr(torch, cfg.dtype)
     model = build_model(cfg.model, cfg.model_config, *data.sizes, len(cfg.params), dtype,
-                        check_device(cfg.device))
+                        check_device(cfg.device), source)
     return model.double() if dtype == torch.float64 else model
 
 

@@ -32,12 +32,14 @@ log = logging.getLogger(__name__)
 
 
 def build_model(name: str, model_config: dict, in_channels: int, out_channels: int,
-                pos_dim: int, param_channels: int = 0, dtype=None, device=None):
+                pos_dim: int, param_channels: int = 0, dtype=None, device=None,
+                source: str = "command line"):
     """A registered model (:data:`meshops.models.MODELS`) with ``model_config`` and the
     channels, dimension and parameter count of the data; a key the model does not take
     is refused, as are parameters for a model that takes none, and a model whose
     training would not fit in the memory of ``device`` (checked on the meta device,
-    before anything is allocated; ``dtype``: the training dtype)."""
+    before anything is allocated; ``dtype``: the training dtype; ``source``: whose words
+    the errors use, :func:`~meshops.runs.config.option_name`)."""
     from meshops.models import MODELS, count_parameters
     from meshops.utils.memory import module_bytes, skeleton, too_big
 
@@ -51,8 +53,9 @@ def build_model(name: str, model_config: dict, in_channels: int, out_channels: i
     inferred = {"in_channels": in_channels, "out_channels": out_channels, "pos_dim": pos_dim,
                 "param_channels": param_channels}
     if param_channels and "param_channels" not in accepted and not open_kw:
-        raise UsageError(f"model {name!r} does not take parameter vectors (--params): it has no "
-                       f"param_channels argument")
+        raise UsageError(f"model {name!r} does not take parameter vectors "
+                         f"({option_name('params', source)}): it has no param_channels "
+                         f"argument")
     for key, value in model_config.items():
         if key in inferred:
             if value != inferred[key]:
