@@ -11,7 +11,8 @@ from meshops.cli._common import RAW, wrap
 def cmd_train(args) -> int:
     """``meshops train``: the run of :func:`meshops.runs.train.train` with the flags given;
     a dry run prints the resolved config (YAML) on standard output and what was chosen
-    on standard error. What training says is logged (:func:`meshops.cli.command_log`)."""
+    on standard error. What training says is logged (:func:`meshops.cli._common.command_log`
+    prints it)."""
     from meshops.runs.train import train
 
     training = train(train_request(args))
