@@ -7,9 +7,12 @@ those weights, so it gives (nearly) the same answer on any mesh of the same geom
 Where to start:
 
 * The main job, in Python or on the command line: ``fit`` (a folder of meshes to a run
-  folder; ``meshops train``), ``load_run`` and its ``Run``: ``run.predict(mesh)``,
-  ``run.predict_files`` (``meshops predict``), ``run.evaluate`` (``meshops
-  evaluate``), ``run.export`` (``meshops export``); ``meshops --help``.
+  folder; ``meshops train``; its options a ``TrainConfig``), ``load_run`` and its
+  ``Run``: ``run.predict(mesh)``, ``run.predict_files`` (``meshops predict``,
+  ``PredictOptions``), ``run.evaluate`` (``meshops evaluate``, ``EvaluateOptions``),
+  ``run.export`` (``meshops export``, ``ExportOptions``), each a ``Report``; a fitted
+  run's ``history`` and ``choice`` (``Choice``); ``meshops --help``. Progress is logged
+  (the ``meshops`` loggers, INFO; the package adds no handler but a ``NullHandler``).
 * Meshes as functions: ``read_mesh`` / ``write_mesh``, ``MeshData``.
 * A model of your own: ``meshops.nn`` (the layers in your PyG model),
   ``meshops.models``, ``meshops.training.Trainer`` (training a model on samples),
@@ -51,6 +54,8 @@ The root holds only these, ``errors`` (``MeshError``, ``CheckpointError``) and
 ``version``.
 """
 
+import logging
+
 from meshops.datasets.folder import MeshFolderDataset, export_to_folder, list_mesh_files
 from meshops.datasets.normalizer import UnitGaussianNormalizer
 from meshops.errors import CheckpointError, MeshError, UsageError
@@ -59,7 +64,18 @@ from meshops.mesh.data import MeshData
 from meshops.mesh.io import mesh_from_arrays, read_mesh, write_mesh
 from meshops.mesh.pointcloud import point_cloud_weights
 from meshops.mesh.quadrature import grid_weights, quadrature_weights, structured_grid_cells
-from meshops.runs import Report, Run, fit, load_run
+from meshops.runs import (
+    Choice,
+    EvaluateOptions,
+    ExportOptions,
+    PredictOptions,
+    Report,
+    Run,
+    TrainConfig,
+    Training,
+    fit,
+    load_run,
+)
 from meshops.search import (
                             available_backends,
                             cells_to_edge_index,
@@ -74,9 +90,14 @@ from meshops.search import (
 from meshops.utils.allocator import keep_freed_memory
 from meshops.version import __version__
 
+# A library says what it does through logging and leaves the output to the application:
+# nothing is printed unless the user's logging configuration (or the command) shows it.
+logging.getLogger(__name__).addHandler(logging.NullHandler())
+
 __all__ = [
-    "CheckpointError", "MeshData", "MeshError", "MeshFolderDataset", "Report", "Run", "RunSpec",
-    "UsageError", "fit", "load_run",
+    "CheckpointError", "Choice", "EvaluateOptions", "ExportOptions", "MeshData", "MeshError",
+    "MeshFolderDataset", "PredictOptions", "Report", "Run", "RunSpec", "TrainConfig",
+    "Training", "UsageError", "fit", "load_run",
     "UnitGaussianNormalizer", "__version__", "available_backends", "cells_to_edge_index",
     "default_backend", "export_to_folder", "fps", "grid_weights", "keep_freed_memory", "knn",
     "knn_graph", "list_mesh_files", "load_model", "mesh_from_arrays", "partition",

@@ -14,3 +14,21 @@ def tiny_args(epochs: int = 1) -> list[str]:
 def one_line_error(err: str) -> bool:
     """``err`` is one line ``meshops: error: ...`` and no traceback."""
     return err.startswith("meshops: error: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def checkpoint_tensors(path) -> dict:
+    """Every tensor of a checkpoint (the weights and the normalisers), by its path in
+    the checkpoint: two runs trained alike give equal ones, tensor for tensor."""
+    import torch
+
+    out = {}
+
+    def walk(prefix, v):
+        if isinstance(v, torch.Tensor):
+            out[prefix] = v
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                walk(f"{prefix}.{k}", x)
+
+    walk("", torch.load(path, weights_only=True))
+    return out

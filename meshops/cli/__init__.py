@@ -11,7 +11,9 @@ between files, a checkpoint that does not fit the data, bad config keys) print
 ``meshops: error: ...`` naming the file on stderr and exit with status 2.
 
 Imports :mod:`meshops.runs` and the packages below; nothing in meshops imports it.
-Its modules parse arguments and print; the job itself is :mod:`meshops.runs`.
+Its modules parse arguments and print; the job itself is :mod:`meshops.runs`, which
+logs its progress and warnings (:mod:`logging`): :func:`main` prints them as the
+command's lines (:class:`meshops.cli._common.CommandLines`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import warnings
 from contextlib import contextmanager
 
 from meshops.cli import evaluate, export, info, kernels, plot, predict, train
+from meshops.cli._common import command_log
 from meshops.errors import CheckpointError, MeshError, UsageError
 from meshops.inference.predict import RUN_CHECKPOINT, RunSpec, load_model
 from meshops.mesh.summary import mesh_summary
@@ -86,7 +89,8 @@ def _sigterm_interrupts():
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        with warnings.catch_warnings(), _sigterm_interrupts():
+        with warnings.catch_warnings(), _sigterm_interrupts(), \
+                command_log(progress_to_stderr=getattr(args, "dry_run", False)):
             warnings.showwarning = _show_warning
             return args.func(args)
     except (MeshError, CheckpointError, UsageError) as e:

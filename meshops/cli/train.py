@@ -3,15 +3,38 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from meshops.cli._common import RAW, wrap
 
 
 def cmd_train(args) -> int:
-    """``meshops train``: the run of :func:`meshops.runs.train.train` with the flags given."""
-    from meshops.runs.train import TrainRequest, train
+    """``meshops train``: the run of :func:`meshops.runs.train.train` with the flags given;
+    a dry run prints the resolved config (YAML) on standard output and what was chosen
+    on standard error. What training says is logged (:func:`meshops.cli._common.command_log`
+    prints it)."""
+    from meshops.runs.train import train
 
-    return train(TrainRequest.from_args(args))
+    training = train(train_request(args))
+    if training.dry_run:
+        print(training.config.render(), end="")
+        reason = training.choice.reason if training.choice else ""
+        if reason:
+            print(f"# defaults from the data: {reason}", file=sys.stderr)
+        if training.summary:
+            print(f"# {training.summary}", file=sys.stderr)
+    return 0
+
+
+def train_request(args):
+    """The :class:`~meshops.runs.train.TrainRequest` of ``meshops train``'s parsed flags
+    (absent options left out, so that a config file or the resumed run sets them)."""
+    from meshops.runs.config import TrainConfig
+    from meshops.runs.train import TrainRequest
+
+    options = {k: getattr(args, k) for k in TrainConfig.keys() if hasattr(args, k)}
+    return TrainRequest(options, args.config, args.resume, args.overwrite, args.dry_run,
+                        "command line")
 
 
 TRAIN_EPILOG = """\

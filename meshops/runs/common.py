@@ -1,9 +1,18 @@
 """Small helpers the parts of the job share: field-name lists, progress bars, the device
-check, the torchrun rank."""
+check, the torchrun rank, the notes of the log."""
 
 from __future__ import annotations
 
+import logging
+from contextlib import contextmanager
+from typing import Iterator
+
 from meshops.errors import UsageError
+
+#: ``extra`` of a log record that is a note: information the user may want to act on,
+#: which the command prints on standard error as ``meshops: note: ...`` (progress goes
+#: to standard output, warnings are records of level WARNING).
+NOTE = {"note": True}
 
 
 def names(value, key: str) -> list[str]:
@@ -69,3 +78,24 @@ def is_main_rank() -> bool:
 
     env = torchrun_env()
     return env is None or env[1] == 0
+
+
+@contextmanager
+def verbosity(verbose: bool) -> Iterator[None]:
+    """Inside, with ``verbose`` off: no progress records from the package's loggers (the
+    ``meshops`` logger is at WARNING at least) and no progress bars; warnings still go
+    where the user's logging sends them. With ``verbose`` on nothing changes: the
+    records are INFO, shown where the user's logging configuration shows them."""
+    if verbose:
+        yield
+        return
+    from meshops.utils.progress import hidden_bars
+
+    logger = logging.getLogger("meshops")
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        with hidden_bars():
+            yield
+    finally:
+        logger.setLevel(level)

@@ -235,14 +235,75 @@ def _option(default, coerce: Callable[[str, Any], Any]):
 # ------------------------------------------------------------------ the config
 @dataclass
 class TrainConfig:
-    """The options of ``meshops train``, typed and checked.
+    """The options of a training run (:func:`meshops.fit`, ``meshops train``), typed
+    and checked.
 
     ``None`` means "not set": ``data``, ``inputs`` and ``targets`` must be given;
     ``model``, ``epochs``, ``batch_size``, ``lr`` are chosen from the data
-    (:mod:`meshops.training.defaults`; ``meshops train`` sets them with
-    :meth:`with_options`). ``val_data`` replaces ``val_fraction``. Build one with
-    :meth:`resolve` (flags and files) or :meth:`from_options` (a mapping), never with
-    unchecked values.
+    (:mod:`meshops.training.defaults`). ``val_data`` replaces ``val_fraction``. Build one
+    with :meth:`from_options` (a mapping, every value checked) or :meth:`resolve` (a
+    request: files, the resumed run, flags or keywords), never with unchecked values;
+    :meth:`with_options` changes a few, checked. Each field is a keyword of
+    :func:`meshops.fit` and a flag of ``meshops train`` (``batch_size``:
+    ``--batch-size``).
+
+    Attributes:
+        data: Folder of training meshes (one file per sample), or of time series.
+        inputs: Input fields (``[]``: geometry only; ``geo:distance``,
+            ``geo:direction``: computed from each mesh).
+        targets: Target arrays (point or cell data); given as ``u+v,p`` they set
+            ``fields`` too.
+        fields: The target fields, each its own relative error in the loss: arrays
+            joined by ``+`` (``u+v``); ``None``: every target array its own field.
+        field_weights: ``{field: weight}`` in the loss and the validation error
+            (default 1 each).
+        params: Per-sample parameters (from the files' field data or a
+            ``params.csv`` / ``params.json``), conditioning the model.
+        tags: Boundary tags whose indicator and outward normal become input channels.
+        model: A registered model (``pit``, ``reduced_basis``, ...); ``None``: chosen
+            from the data.
+        model_config: The model's hyperparameters (``{"width": 64}``); the channels
+            and dimension come from the data.
+        epochs: Epochs to train; ``None``: as many as fit ``minutes`` (timed).
+        minutes: The wall-clock budget (sets the epochs, a reduced basis' ensemble).
+        batch_size: Meshes per step (per process under torchrun); ``None``: from the
+            data.
+        lr: Learning rate; ``None``: from the data.
+        weight_decay: AdamW's weight decay.
+        scheduler: ``"auto"`` (chosen from the data), ``"cosine"``, ``"onecycle"``
+            or ``None`` (a constant rate).
+        grad_clip: Clip the gradient norm to this (``None``: off).
+        quadrature_loss: Weight the relative L2 loss with the mesh's quadrature
+            (``False``: plain per-point norms, as published benchmarks).
+        val_fraction: Fraction of the files held out for validation (0: none).
+        val_data: Folder of validation meshes, instead of a split of ``data``.
+        seed: The seed of the split, the initial weights, the data order, dropout.
+        out: The run folder.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``; ``None``: cuda when available.
+        dtype: ``"float32"`` or ``"float64"``.
+        threads: Torch's CPU threads; ``None``: the faster of 1 and all (timed).
+        series: ``data`` holds time series: a next-step model of the targets.
+        rollout_train: Time series: steps unrolled per training sample.
+        rollout_grad: Time series: back-propagate through the ``"last"`` step or
+            ``"all"``.
+        rollout_loss: Time series: ``"mse"`` in units of the typical step, or
+            ``"relative"`` L2.
+        time_input: Time series: the model sees the time ``t``.
+        amp: Mixed precision, ``"bf16"`` or ``"fp16"`` (``None``: off).
+        compile: Train through :func:`torch.compile`.
+        checkpoint_blocks: Recompute the blocks' activations in the backward pass
+            (less memory; turned on by itself when a step would not fit).
+        logger: Experiment loggers (``["tensorboard"]``, ``["mlflow"]``; ``[]``:
+            none; ``None``: TensorBoard when installed).
+        ensemble: Train this many models with seeds ``seed ..``; predict gives their
+            mean and spread.
+        lazy: Read the data lazily through an on-disk cache; ``None``: when it would
+            not fit a quarter of the free memory.
+        cache: The cache folder (implies ``lazy``).
+        workers: DataLoader worker processes; ``None``: 2 when lazy (on more than 2
+            cores), else 0.
+        shards: Fixed parts of the training files, each step a batch of every part;
+            ``None``: one per process of a lazy torchrun run, else none.
     """
 
     data: str | None = _option(None, _opt_str)
@@ -363,15 +424,43 @@ class TrainConfig:
         return cls.coerce(cfg, source)
 
     @classmethod
+    def from_config(cls, config, source: str = "options") -> tuple[str, dict]:
+        """``(label, options)`` of a request's ``config``: a YAML or TOML file (its path
+        the label), a mapping of options or a :class:`TrainConfig` (its fields left
+        unset do not count: :meth:`given`), checked as from ``"<source> config"``."""
+        if config is None:
+            return "", {}
+        if isinstance(config, (str, os.PathLike)):
+            return str(config), cls.from_file(config)
+        label = f"{source} config"
+        if isinstance(config, TrainConfig):
+            config = config.given()
+        if not isinstance(config, Mapping):
+            raise UsageError(f"{label}: expected a TrainConfig, a mapping of options or a "
+                             f"YAML or TOML file, got {type(config).__name__}")
+        return label, cls.from_request(config, label)
+
+    def given(self) -> dict:
+        """The options this config sets: every field but those left unset (``None``
+        where the default is ``None`` too), and ``val_fraction`` not beside a
+        ``val_data``, which replaces it."""
+        unset = {k for k, v in TRAIN_DEFAULTS.items() if v is None}
+        out = {k: v for k, v in self.to_dict().items() if not (v is None and k in unset)}
+        if self.val_data:
+            out.pop("val_fraction", None)
+        return out
+
+    @classmethod
     def resolve(cls, request) -> "TrainConfig":
         """Defaults, then ``RUN/config.yaml`` (with ``--resume``), then ``--config
-        FILE``, then the flags; ``model_config`` mappings are merged, and the highest
-        level that says how to validate (``val_data`` or ``val_fraction``) decides.
+        FILE`` (or :func:`meshops.fit`'s ``config``), then the flags (or keywords);
+        ``model_config`` mappings are merged, and the highest level that says how to
+        validate (``val_data`` or ``val_fraction``) decides.
         ``request`` is a :class:`meshops.runs.train.TrainRequest`."""
         flags = cls.from_request(request.options, request.source)
-        from_file = cls.from_file(request.config) if request.config else {}
+        label, from_file = cls.from_config(request.config, request.source)
         if from_file.get("val_data") and from_file.get("val_fraction") is not None:
-            raise UsageError(f"{request.config}: give val_fraction or val_data, not both")
+            raise UsageError(f"{label}: give val_fraction or val_data, not both")
         cfg = cls()
         out = flags.get("out", from_file.get("out", cfg.out))
         levels = [from_file, flags]
@@ -410,14 +499,22 @@ class TrainConfig:
         if both:
             raise UsageError(f"{who}: field(s) {both} are both inputs and targets")
         self._check_fields()
-        if not self.series:
-            given = [f"--{k.replace('_', '-')}" for k, v in (
-                ("rollout_train", self.rollout_train != 2),
-                ("rollout_grad", self.rollout_grad != "last"),
-                ("rollout_loss", self.rollout_loss != "mse"),
-                ("no_time_input", not self.time_input)) if v]
-            if given:
-                raise UsageError(f"train: {', '.join(given)} apply to time series: add --series")
+        self._check_series_only(source)
+
+    def _check_series_only(self, source: str) -> None:
+        """The options of time series are left at their defaults without ``series``."""
+        if self.series:
+            return
+        given = [option_name(k, source, None if k != "time_input" else "False")
+                 for k, v in (("rollout_train", self.rollout_train != 2),
+                              ("rollout_grad", self.rollout_grad != "last"),
+                              ("rollout_loss", self.rollout_loss != "mse"),
+                              ("time_input", not self.time_input)) if v]
+        if source != FIT:
+            given = ["--no-time-input" if g == "--time-input False" else g for g in given]
+        if given:
+            raise UsageError(f"{FIT if source == FIT else 'train'}: {', '.join(given)} apply "
+                             f"to time series: add {option_name('series', source)}")
 
     def _check_fields(self) -> None:
         """``fields`` join the targets, each once and in their order; ``field_weights``
@@ -513,8 +610,7 @@ def _model_config_given(mc, source: str) -> dict:
     if isinstance(mc, (list, tuple)) and all(isinstance(p, str) for p in mc):
         return _model_config_from_pairs(mc, source)
     raise UsageError(f"{source}: model_config: expected a mapping ({{'width': 64}}) or "
-                     f"key=value words as --model-config takes ('width=64 layers=2'), got "
-                     f"{type(mc).__name__} {mc!r}")
+                     f"key=value words ('width=64 layers=2'), got {type(mc).__name__} {mc!r}")
 
 
 def _model_config_from_pairs(pairs: Sequence[str], source: str = "command line") -> dict:

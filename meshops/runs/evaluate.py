@@ -11,8 +11,8 @@ their mean; here they are also reported per file.
 
 from __future__ import annotations
 
+import logging
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -27,9 +27,9 @@ from meshops.runs.common import optional_names, progress
 from meshops.runs.folder import folder_dataset, training_samples
 from meshops.runs.integrals import (
     boundary_integrals,
+    integral_lines,
     integral_report,
     parse_integral,
-    print_integrals,
 )
 from meshops.runs.report import Report, json_number
 
@@ -37,6 +37,7 @@ from meshops.runs.report import Report, json_number
 _METRIC_LABELS = (("l2", "rel. L2 (quad)"), ("l2_unweighted", "rel. L2 (plain)"),
                   ("abs_l2", "abs. L2 (quad)"))
 _METRICS = tuple(m for m, _ in _METRIC_LABELS)
+log = logging.getLogger(__name__)
 
 
 #: The key of the mean over the target fields (the error training minimises) when
@@ -173,7 +174,7 @@ def evaluate_run(model, ckpt, meta: dict, opts: EvaluateOptions) -> Report:
     if opts.plot:
         ev.plot(result)
     description = ev.spec.describe()
-    return Report(result, lambda r: _print_report(r, description))
+    return Report(result, lambda r: _report_lines(r, description))
 
 
 class _Evaluation:
@@ -215,9 +216,9 @@ class _Evaluation:
         self.errors.append(values)
         bad = (~torch.isfinite(pred)).nonzero()
         if bad.numel():  # the inputs are finite (checked above): the model is at fault
-            print(f"meshops: warning: {path}: the model predicts a non-finite value "
-                  f"({pred[bad[0, 0], bad[0, 1]].item()}) at point {int(bad[0, 0])} although "
-                  f"the inputs are finite; counted as a failure (error inf)", file=sys.stderr)
+            log.warning(f"{path}: the model predicts a non-finite value "
+                        f"({pred[bad[0, 0], bad[0, 1]].item()}) at point {int(bad[0, 0])} "
+                        f"although the inputs are finite; counted as a failure (error inf)")
         row = {"file": self.names[i], **{
             key: {m: json_number(v) for m, v in e.items()} for key, e in values.items()}}
         self.per_sample.append(row)
@@ -233,9 +234,9 @@ class _Evaluation:
         for key, e in values.items():
             if not bad.numel() and (math.isnan(e["l2"]) or math.isnan(e["l2_unweighted"])):
                 # undefined, not huge: say so once per file and target
-                print(f"meshops: warning: {path}: target {key!r} is zero everywhere; "
-                      f"its relative L2 error is undefined and left out of the relative "
-                      f"statistics (absolute L2 error {e['abs_l2']:.4e})", file=sys.stderr)
+                log.warning(f"{path}: target {key!r} is zero everywhere; its relative L2 "
+                            f"error is undefined and left out of the relative statistics "
+                            f"(absolute L2 error {e['abs_l2']:.4e})")
 
     def result(self) -> dict:
         """The report's entries: statistics per field, failures, per-sample rows, and
@@ -290,63 +291,68 @@ class _Evaluation:
         result["plot"] = str(self.opts.plot)
 
 
-def _print_report(result: dict, description: str) -> None:
+def _report_lines(result: dict, description: str) -> list[str]:
     """The table of ``meshops evaluate`` (``description``: the run's fields, as
     :meth:`RunSpec.describe` says them)."""
     n, model_name = result["n"], result["model"]
     keys = list(result["fields"])
-    print(f"{result['checkpoint']} ({model_name}) on {result['data']}: {n} meshes, "
-          f"{description}")
-    print(f"{'field':<12} {'error':<16} {'mean':>10} {'median':>10} {'worst':>10}  "
-          f"worst sample")
-
-    def rows(stats: dict, notes: bool) -> None:
-        fmt = lambda v: f"{v:>10.4e}" if v is not None else f"{'undefined':>10}"  # noqa: E731
-        for key in keys:
-            if key not in stats:
-                continue
-            for metric, label in _METRIC_LABELS:
-                st = stats[key][metric]
-                print(f"{key:<12} {label:<16} {fmt(st['mean'])} {fmt(st['median'])} "
-                      f"{fmt(st['max'])}  {st['worst_sample'] or '-'}")
-            undefined = stats[key]["l2"]["undefined"] if notes else []
-            if undefined:
-                print(f"note: {key}: the relative L2 error is undefined for {len(undefined)} "
-                      f"of {n} meshes (target zero everywhere: "
-                      f"{', '.join(undefined[:5])}{', ...' if len(undefined) > 5 else ''}); "
-                      f"the relative statistics are over the other {n - len(undefined)}")
-
-    rows(result["fields"], notes=True)
+    out = [f"{result['checkpoint']} ({model_name}) on {result['data']}: {n} meshes, "
+           f"{description}",
+           f"{'field':<12} {'error':<16} {'mean':>10} {'median':>10} {'worst':>10}  "
+           f"worst sample"]
+    out += _rows(result["fields"], keys, n, notes=True)
     failed = result["failed"]
     if failed:
-        print(f"note: the model FAILED on {len(failed)} of {n} meshes: its prediction is not "
-              f"finite although the inputs are ({', '.join(failed[:5])}"
-              f"{', ...' if len(failed) > 5 else ''}); their errors are inf, and so are the "
-              f"means and the worst")
-    print_integrals(result.get("integrals", []))
+        out.append(f"note: the model FAILED on {len(failed)} of {n} meshes: its prediction "
+                   f"is not finite although the inputs are ({', '.join(failed[:5])}"
+                   f"{', ...' if len(failed) > 5 else ''}); their errors are inf, and so are "
+                   f"the means and the worst")
+    out += integral_lines(result.get("integrals", []))
     for name, entry in result.get("baselines", {}).items():
-        print(f"baseline: {name}: {entry['note']}")
-        rows(entry, notes=False)  # a baseline's undefined samples are the model's
+        out.append(f"baseline: {name}: {entry['note']}")
+        out += _rows(entry, keys, n, notes=False)  # a baseline's undefined samples are the model's
     if result.get("baselines"):
-        _print_standing(result, keys[-1], model_name)  # the fields' mean, or the field
+        out += _standing(result, keys[-1], model_name)  # the fields' mean, or the field
     if "bins" in result["distance"]:
-        trust_reports.print_distance_report(result["distance"], n)
+        out += trust_reports.distance_lines(result["distance"], n)
     if "refine" in result:
-        trust_reports.print_refine_report(result["refine"],
+        out += trust_reports.refine_lines(result["refine"],
                                           [s["refine"] for s in result["samples"]])
     if "note" in result:
-        print(f"note: {result['note']}")
+        out.append(f"note: {result['note']}")
     if "plot" in result:
-        print(f"wrote {result['plot']}")
+        out.append(f"wrote {result['plot']}")
+    return out
 
 
-def _print_standing(result: dict, key: str, model_name: str) -> None:
+def _rows(stats: dict, keys: list, n: int, notes: bool) -> list[str]:
+    """The table's rows of each field of ``stats`` (and, with ``notes``, the samples
+    whose relative error is undefined)."""
+    fmt = lambda v: f"{v:>10.4e}" if v is not None else f"{'undefined':>10}"  # noqa: E731
+    out = []
+    for key in keys:
+        if key not in stats:
+            continue
+        for metric, label in _METRIC_LABELS:
+            st = stats[key][metric]
+            out.append(f"{key:<12} {label:<16} {fmt(st['mean'])} {fmt(st['median'])} "
+                       f"{fmt(st['max'])}  {st['worst_sample'] or '-'}")
+        undefined = stats[key]["l2"]["undefined"] if notes else []
+        if undefined:
+            out.append(f"note: {key}: the relative L2 error is undefined for "
+                       f"{len(undefined)} of {n} meshes (target zero everywhere: "
+                       f"{', '.join(undefined[:5])}{', ...' if len(undefined) > 5 else ''}); "
+                       f"the relative statistics are over the other {n - len(undefined)}")
+    return out
+
+
+def _standing(result: dict, key: str, model_name: str) -> list[str]:
     """The model's mean rel. L2 (quad) of ``key`` against the baselines' (one tolerance
     for "level": :mod:`meshops.training.standing`)."""
     from meshops.training.standing import standing
 
     mean = result["fields"][key]["l2"]["mean"]
     if mean is None or not math.isfinite(mean):
-        return
+        return []
     others = {n: e[key]["l2"]["mean"] for n, e in result["baselines"].items() if key in e}
-    print(f"standing on {key}, mean rel. L2 (quad): {standing(model_name, mean, others)}")
+    return [f"standing on {key}, mean rel. L2 (quad): {standing(model_name, mean, others)}"]

@@ -136,18 +136,18 @@ def export_run(run, opts: ExportOptions) -> Report:
         model, sample, Path(tmp), opts, meta, what)))
     info, diff = done["result"]
     return Report({"output": str(path), "mesh": str(mesh_path), "difference": diff,
-                   "tolerance": TOLERANCE, **info}, _print_export)
+                   "tolerance": TOLERANCE, **info}, _export_lines)
 
 
-def _print_export(r: dict) -> None:
+def _export_lines(r: dict) -> list[str]:
     info, path, mesh_path, diff = r, r["output"], Path(r["mesh"]), r["difference"]
     where = info["location"]
     size = f"any number of {where} (N >= 2)" if info["points"] is None else \
         f"{info['points']} {where}"
-    print(f"wrote {path}: {info['model']}, inputs {_signature(info)} -> y [N, "
-          f"{info['out_channels']}] ({info['dtype']}), {size}"
-          + ("; the targets are cell data: pos holds the cells' centroids, weight their "
-             "measures" if where == "cells" else "")
-          + (f"; the mesh of {mesh_path.name} is built in" if info["fixed_mesh"] else ""))
-    print(f"checked on {mesh_path.name}: largest difference {diff:.1e} of the prediction's "
-          f"magnitude (tolerance {TOLERANCE:g})")
+    return [f"wrote {path}: {info['model']}, inputs {_signature(info)} -> y [N, "
+            f"{info['out_channels']}] ({info['dtype']}), {size}"
+            + ("; the targets are cell data: pos holds the cells' centroids, weight their "
+               "measures" if where == "cells" else "")
+            + (f"; the mesh of {mesh_path.name} is built in" if info["fixed_mesh"] else ""),
+            f"checked on {mesh_path.name}: largest difference {diff:.1e} of the prediction's "
+            f"magnitude (tolerance {TOLERANCE:g})"]

@@ -108,13 +108,16 @@ def integral_report(integrals: list, rows: list, names: list) -> list:
     return report
 
 
-def print_integrals(report: list) -> None:
+def integral_lines(report: list) -> list[str]:
+    """The table of :func:`integral_report` (none when no integral was asked)."""
     if not report:
-        return
+        return []
     fmt = lambda v: f"{v:>10.4e}" if v is not None else f"{'undefined':>10}"  # noqa: E731
-    print(f"{'integral':<20} {'|true| (mean)':>13} {'abs. error':>10} {'rel. mean':>10} "
-          f"{'median':>10} {'worst':>10}  worst sample")
+    out = [f"{'integral':<20} {'|true| (mean)':>13} {'abs. error':>10} {'rel. mean':>10} "
+           f"{'median':>10} {'worst':>10}  worst sample"]
     for r in report:
-        print(f"{r['integral']:<20} {r['mean_abs_true']:>13.4e} {r['mean_abs_error']:>10.4e} "
-              f"{fmt(r['mean_rel_error'])} {fmt(r['median_rel_error'])} "
-              f"{fmt(r['max_rel_error'])}  {r['worst_sample'] or '-'}")
+        out.append(f"{r['integral']:<20} {r['mean_abs_true']:>13.4e} "
+                   f"{r['mean_abs_error']:>10.4e} {fmt(r['mean_rel_error'])} "
+                   f"{fmt(r['median_rel_error'])} {fmt(r['max_rel_error'])}  "
+                   f"{r['worst_sample'] or '-'}")
+    return out

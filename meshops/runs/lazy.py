@@ -170,27 +170,31 @@ def data_parts(cfg) -> Optional[Callable]:
     return parts
 
 
-def shards_of(cfg, samples) -> Optional[int]:
+def shards_of(cfg, samples, source: str = "command line") -> Optional[int]:
     """The Trainer's ``shards``: ``--shards``, else one per process when each process
     owns a part of the lazily read data, else None.
 
     Raises:
         UsageError: ``--shards`` more than the training files, or (in one process) not
-            a divisor of the batch, which takes one part's batch from each part.
+            a divisor of the batch, which takes one part's batch from each part; in the
+            words of ``source`` (:func:`~meshops.runs.config.option_name`).
     """
+    from meshops.runs.config import option_name
     from meshops.training import distributed
 
     env = distributed.torchrun_env()
     if cfg.shards is not None:
         n, parts = len(samples), cfg.shards
+        given = option_name("shards", source, str(parts))
         if parts > n:
-            raise UsageError(f"--shards {parts}: the training set has {n} file(s) of "
-                             f"{cfg.data}, and each part needs one at least; give --shards "
-                             f"{n} or fewer")
+            raise UsageError(f"{given}: the training set has {n} file(s) of {cfg.data}, and "
+                             f"each part needs one at least; give "
+                             f"{option_name('shards', source, str(n))} or fewer")
         if (env is None or env[0] <= 1) and cfg.batch_size % parts:
-            raise UsageError(f"--shards {parts}: the batch of {cfg.batch_size} samples is not "
-                             f"a multiple of it (each step takes the same number from every "
-                             f"part); give --batch-size a multiple of {parts}")
+            raise UsageError(f"{given}: the batch of {cfg.batch_size} samples is not a "
+                             f"multiple of it (each step takes the same number from every "
+                             f"part); give {option_name('batch_size', source)} a multiple "
+                             f"of {parts}")
         return parts
     return env[0] if env and getattr(samples, "owned", None) is not None else None
 
@@ -222,7 +226,8 @@ def parsed_size(root, inputs: Sequence[str], targets: Sequence[str], dtype,
     return int(one * sum(sizes) / max(sizes[0], 1))
 
 
-def data_loader(cfg, dtype, layout=None) -> tuple[Callable, int, str]:
+def data_loader(cfg, dtype, layout=None, source: str = "command line"
+                ) -> tuple[Callable, int, str]:
     """How ``meshops train`` reads its folders: ``(load, workers, why)`` with ``load``
     :func:`load_folder` (in memory) or :func:`load_folder_cached`, the DataLoader worker
     processes, and a line saying so (empty when in memory).
@@ -231,17 +236,21 @@ def data_loader(cfg, dtype, layout=None) -> tuple[Callable, int, str]:
     when the estimated parsed size of ``--data`` and ``--val-data`` exceeds
     :data:`AUTO_FRACTION` of the available memory. ``--workers`` defaults to 2 worker
     processes for lazily read data where the machine has cores to spare for them
-    (:func:`default_workers`), none in memory.
+    (:func:`default_workers`), none in memory. ``source``: whose words the errors use
+    (:func:`~meshops.runs.config.option_name`).
     """
     from functools import partial
 
     from meshops.datasets.cache import default_cache_dir
+    from meshops.runs.config import FIT, option_name
     from meshops.training.distributed import torchrun_env
 
     lazy = cfg.lazy
     if lazy is False and cfg.cache:
-        raise UsageError("train: --cache DIR reads the data lazily through the cache; it "
-                       "cannot be combined with --no-lazy")
+        cache = option_name("cache", source, "DIR")
+        raise UsageError(f"{FIT if source == FIT else 'train'}: {cache} reads the data "
+                         f"lazily through the cache; it cannot be combined with "
+                         f"{'lazy=False' if source == FIT else '--no-lazy'}")
     why = ""
     if lazy is None and not cfg.cache:
         need = sum(parsed_size(root, cfg.inputs, cfg.targets, dtype, layout)

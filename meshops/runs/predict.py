@@ -5,7 +5,7 @@ written into copies of meshes."""
 from __future__ import annotations
 
 import copy
-import sys
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -16,9 +16,11 @@ from meshops.inference import predict as inference  # tests replace predict_mesh
 from meshops.inference.predict import RunSpec, mesh_sample
 from meshops.inference.trust import predict_ensemble
 from meshops.runs import trust_reports
-from meshops.runs.common import optional_names, progress
+from meshops.runs.common import NOTE, optional_names, progress
 from meshops.runs.folder import mesh_files
 from meshops.runs.report import Report
+
+log = logging.getLogger(__name__)
 
 
 def _suffix(fmt: str | None, path: Path) -> str:
@@ -145,7 +147,7 @@ def predict_files(model, ckpt, meta: dict, members: Sequence, opts: PredictOptio
 
     run = Predictor(model, ckpt, meta, members, opts.inputs, opts.targets)
     if run.train_set is None:
-        print(f"meshops: note: no distance to the training set ({run.why})", file=sys.stderr)
+        log.info(f"no distance to the training set ({run.why})", extra=NOTE)
     targets = _destinations(mesh_files(opts.meshes), opts)
     chunking = chunk_options(opts.chunk_size)
     written = []
@@ -157,13 +159,13 @@ def predict_files(model, ckpt, meta: dict, members: Sequence, opts: PredictOptio
             mesh.cell_data = {**(getattr(mesh, "cell_data", None) or {}), **cell_data}
         written.append(write_mesh(targets[f], mesh, point_data=point_data))
     return Report({"written": [str(w) for w in written], "fields": run.field_names(),
-                   "output": str(Path(opts.output)), "members": len(run.members)}, _print_written)
+                   "output": str(Path(opts.output)), "members": len(run.members)}, _written_lines)
 
 
-def _print_written(r: dict) -> None:
-    print(f"wrote {len(r['written'])} file(s) with {', '.join(r['fields'])} to {r['output']}/"
-          + (f" (mean and standard deviation of {r['members']} ensemble members)"
-             if r["members"] > 1 else ""))
+def _written_lines(r: dict) -> list[str]:
+    return [f"wrote {len(r['written'])} file(s) with {', '.join(r['fields'])} to "
+            f"{r['output']}/" + (f" (mean and standard deviation of {r['members']} ensemble "
+                                 f"members)" if r["members"] > 1 else "")]
 
 
 def chunk_options(chunk_size: int | None) -> dict:
@@ -177,6 +179,6 @@ def chunk_options(chunk_size: int | None) -> dict:
         if chunk_size < 0:
             raise UsageError(f"--chunk-size must be >= 0 (0: no chunks), got {chunk_size}")
         kw["chunk_size"] = chunk_size or None
-    if on_terminal(sys.stderr):
+    if on_terminal():
         kw["progress"] = True
     return kw

@@ -4,10 +4,16 @@ epochs), its regression chosen on the validation split, written like any run."""
 from __future__ import annotations
 
 import json
-import sys
+import logging
 from pathlib import Path
 
 from meshops.errors import UsageError
+from meshops.inference.predict import RUN_CHECKPOINT
+from meshops.runs.common import NOTE
+from meshops.runs.config import FIT, RUN_CONFIG, option_name
+from meshops.runs.outcome import Choice, Training
+
+log = logging.getLogger(__name__)
 
 # Options of gradient training that a fitted reduced basis does not use: a note (they
 # are chosen from the data for the other models, and a config file may set them) ...
@@ -19,63 +25,76 @@ _REFUSED = {"ensemble": (1,), "amp": (None,), "compile": (False,),
             "checkpoint_blocks": (False,), "logger": (None, [])}
 
 
-def fit_reduced_run(request, cfg, chosen: str, train_samples, val_samples, run) -> int:
+def fit_reduced_run(request, cfg, chosen: str, train_samples, val_samples, run) -> Training:
     """Fit, save ``best.pt``, ``config.yaml`` and ``history.json`` in the run folder, and
-    print the candidates next to the baselines on the validation samples (``run``: the
-    run's files, :class:`meshops.cli.train._RunFiles`)."""
-    from meshops.inference.predict import RUN_CHECKPOINT
-    from meshops.runs.config import RUN_CONFIG
+    say the candidates next to the baselines on the validation samples (``run``: the
+    run's files, :class:`meshops.runs.train._RunFiles`)."""
     from meshops.training.fit_reduced import fit_reduced_basis
-    from meshops.utils.atomic import atomic_write
 
     out = run.out
     _check_options(request, cfg, val_samples)
-    unused = [f"--{k.replace('_', '-')}" for k in _TRAINING_ONLY
+    unused = [option_name(k, request.source) for k in _TRAINING_ONLY
               if getattr(cfg, k) is not None]
     regressors, members = reduced_options(cfg.model_config)
     if request.dry_run:
-        print(cfg.render(), end="")
-        if chosen:
-            print(f"# defaults from the data: {chosen}", file=sys.stderr)
-        return 0
+        return Training(cfg, choice=Choice("reduced_basis", chosen), dry_run=True)
     metadata = run.metadata(cfg.render(), train_samples)
     run.prepare()
     if chosen:
-        print(f"defaults from the data: {chosen}")
+        log.info(f"defaults from the data: {chosen}")
     if unused:
-        print(f"meshops: note: {', '.join(unused)} do not apply to reduced_basis (it is "
-              f"fitted, not trained by epochs); --model pit trains a neural operator")
-    print(f"fitting reduced_basis on {len(train_samples)} meshes of {cfg.data}, choosing "
-          f"on {len(val_samples)}, within {cfg.minutes:g} minutes; writing {out}/")
+        log.info(f"{', '.join(unused)} do not apply to reduced_basis (it is fitted, not "
+                 f"trained by epochs); {option_name('model', request.source, 'pit')} trains "
+                 f"a neural operator", extra=NOTE)
+    log.info(f"fitting reduced_basis on {len(train_samples)} meshes of {cfg.data}, choosing "
+             f"on {len(val_samples)}, within {cfg.minutes:g} minutes; writing {out}/")
     try:
         model, report = fit_reduced_basis(train_samples, val_samples, minutes=cfg.minutes,
                                           seed=cfg.seed, regressors=regressors,
-                                          members=members, log=print, fields=run.fields)
+                                          members=members, log=log.info, fields=run.fields)
     except ValueError as e:
         raise UsageError(str(e)) from None
     lines = report.lines()
-    print(lines[0])
-    print(lines[-1])
-    mlp = next((c for c in report.candidates if c.name == "mlp"), None)
-    # config.yaml holds the options (usable as --config), not the model's internals
+    log.info(lines[0])
+    log.info(lines[-1])
+    cfg = cfg.with_options("defaults", model_config=_options(cfg, report, members,
+                                                             request.source))
+    _write(out, cfg, model, metadata, report, lines[-1])
+    best = next(c for c in report.candidates if c.name == report.chosen)
+    log.info(validation_table(train_samples, val_samples, f"reduced_basis ({report.chosen})",
+                              best.errors, run.fields))
+    log.info(f"wrote {out / RUN_CHECKPOINT} ({report.seconds / 60:.1f} min)")
+    return Training(cfg, choice=Choice(
+        "reduced_basis", chosen, lines[-1], "l2_mean",
+        {c.name: c.mean for c in report.candidates}))
+
+
+def _options(cfg, report, members, source: str) -> dict:
+    """The model_config that repeats the fit (the MLP ensemble's size the clock chose),
+    said when the chosen regression has that ensemble."""
     options = dict(cfg.model_config)
+    mlp = next((c for c in report.candidates if c.name == "mlp"), None)
     if mlp is not None and members is None:
         n = options["members"] = mlp.settings["members"]  # the choice repeats with it
         if "mlp" in report.chosen.split("+"):  # said only of a chosen ensemble
-            print(f"the MLP ensemble's {n} member{'s fit' if n > 1 else ' fits'} the "
-                  f"{cfg.minutes:g}-minute budget (--model-config members={n} repeats this "
-                  f"run exactly)")
+            again = (f'model_config={{"members": {n}}}' if source == FIT else
+                     f"--model-config members={n}")
+            log.info(f"the MLP ensemble's {n} member{'s fit' if n > 1 else ' fits'} the "
+                     f"{cfg.minutes:g}-minute budget ({again} repeats this run exactly)")
+    return options
+
+
+def _write(out, cfg, model, metadata: dict, report, selected: str) -> None:
+    """The run's files: config.yaml (the options, usable as --config, not the model's
+    internals), best.pt and history.json."""
+    from meshops.utils.atomic import atomic_write
+
     best = next(c for c in report.candidates if c.name == report.chosen)
-    atomic_write(out / RUN_CONFIG,
-                 lambda tmp: Path(tmp).write_text(cfg.render(model_config=options)))
+    atomic_write(out / RUN_CONFIG, lambda tmp: Path(tmp).write_text(cfg.render()))
     model.save(out / RUN_CHECKPOINT, **metadata, epoch=None, metric="l2",
-               val={"l2_mean": best.mean}, selected=lines[-1])
+               val={"l2_mean": best.mean}, selected=selected)
     atomic_write(out / "history.json",
                  lambda tmp: Path(tmp).write_text(json.dumps(_history(report), indent=1)))
-    print(validation_table(train_samples, val_samples, f"reduced_basis ({report.chosen})",
-                           best.errors, run.fields))
-    print(f"wrote {out / RUN_CHECKPOINT} ({report.seconds / 60:.1f} min)")
-    return 0
 
 
 def _history(report) -> dict:
@@ -89,18 +108,21 @@ def _history(report) -> dict:
 
 def _check_options(request, cfg, val_samples) -> None:
     """What a reduced basis cannot do, refused before anything is written."""
+    say = lambda key, value=None: option_name(key, request.source, value)  # noqa: E731
     if request.resume:
         raise UsageError(f"{cfg.out}: a reduced basis is fitted in one go, there is nothing "
-                       f"to resume; run again without --resume (and another --out)")
+                         f"to resume; run again without {say('resume')} (and another "
+                         f"{say('out')})")
     given = [k for k, off in _REFUSED.items() if getattr(cfg, k) not in off]
     if given:
-        flag = "--" + given[0].replace("_", "-")
-        raise UsageError(f"{flag} does not apply to reduced_basis (it is fitted, not trained "
-                       f"by epochs: nothing to compile, checkpoint, log or average over "
-                       f"seeds); leave it out, or pass --model pit to train a neural operator")
+        raise UsageError(f"{say(given[0])} does not apply to reduced_basis (it is fitted, not "
+                         f"trained by epochs: nothing to compile, checkpoint, log or average "
+                         f"over seeds); leave it out, or pass {say('model', 'pit')} to train "
+                         f"a neural operator")
     if not val_samples:
-        raise UsageError("the reduced_basis model chooses its regression on validation "
-                       "samples: use --val-fraction > 0 or --val-data DIR")
+        raise UsageError(f"the reduced_basis model chooses its regression on validation "
+                         f"samples: use {say('val_fraction', 'F')} with F > 0 or "
+                         f"{say('val_data', 'DIR')}")
 
 
 def reduced_options(model_config: dict, model: str = "reduced_basis"

@@ -4,8 +4,6 @@ table the command prints otherwise."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 from typing import Any, Callable, Mapping
@@ -26,16 +24,16 @@ class Report(Mapping):
     Args:
         data: The entries (``checkpoint``, ``fields``, ``baselines``, ... for an
             evaluation; see the function that made it).
-        printer: Prints the table of ``data`` on ``sys.stdout`` (the command's output).
+        lines: The lines of the table of ``data``: what the command prints.
         jsonable: ``data`` rearranged for JSON (e.g. notes on what ``null`` marks);
             default ``data`` itself. Non-finite numbers become ``null`` in any case
             (:func:`json_number`): ``to_json`` writes standard JSON, which has no
             ``Infinity`` or ``NaN``.
     """
 
-    def __init__(self, data: dict, printer: Callable[[dict], None],
+    def __init__(self, data: dict, lines: Callable[[dict], list[str]],
                  jsonable: Callable[[dict], Any] | None = None) -> None:
-        self._data, self._printer = data, printer
+        self._data, self._lines = data, lines
         self._jsonable = jsonable or (lambda d: d)
 
     def __getitem__(self, key: str):
@@ -57,11 +55,7 @@ class Report(Mapping):
 
     def table(self) -> str:
         """The text the command prints, lines joined (no trailing newline)."""
-        # The printers are the command's; captured here so that both say the same.
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            self._printer(self._data)
-        return out.getvalue().rstrip("\n")
+        return "\n".join(self._lines(self._data))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(self._data)})"

@@ -1,18 +1,25 @@
 """A trained run in Python: :func:`fit` trains one from a folder of meshes as ``meshops
 train`` does, :func:`load_run` opens one, and a :class:`Run` predicts, evaluates and
 exports as ``meshops predict``, ``evaluate`` and ``export`` do, with the same defaults,
-files and numbers (the commands are thin shells over these functions)."""
+files and numbers (the commands are thin shells over these functions). Every method
+returns a :class:`~meshops.runs.report.Report`: its entries, ``to_json()`` and the
+command's text, ``table()``. Nothing is printed: progress goes to the ``meshops``
+loggers (INFO), warnings at WARNING (:mod:`logging`)."""
 
 from __future__ import annotations
 
+import json
 from functools import cached_property
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from meshops.errors import UsageError
 from meshops.inference.predict import load_model
+from meshops.runs.common import verbosity
+from meshops.runs.config import TrainConfig
 from meshops.runs.evaluate import EvaluateOptions, evaluate_run
 from meshops.runs.export import ExportOptions, export_run
+from meshops.runs.outcome import Choice, Training
 from meshops.runs.predict import PredictOptions, Predictor, chunk_options, predict_files
 from meshops.runs.report import Report
 
@@ -28,18 +35,31 @@ class Run:
         model: The :class:`~meshops.models.NeuralOperator` (or reduced basis).
         checkpoint: The checkpoint file it was loaded from.
         metadata: What training recorded: fields, shapes, data files, split, config.
+        history: The Trainer's records, one per epoch (``epoch``, ``train_loss``,
+            ``val_l2``, ``val``, ``lr``, ``time_s``): those of :func:`fit`, or the run
+            folder's ``history.json``; empty for a fitted model (a reduced or trajectory
+            basis, whose candidates are in ``choice``).
+        choice: The :class:`~meshops.runs.outcome.Choice`: which model ``best.pt``
+            holds, why (the options chosen from the data; said by :func:`fit` only,
+            not recorded in the folder), and the validation figures it was kept by.
+
+    Every method returns a :class:`~meshops.runs.report.Report` (a read-only mapping
+    with ``to_json()`` and ``table()``) and takes ``verbose``: ``False`` hides its
+    progress records and bars (:func:`fit`).
 
     Example::
 
         run = meshops.load_run("runs/poisson")
-        fields = run.predict("case.vtu")           # {"u_pred": tensor [N, ...], ...}
+        fields = run.predict("case.vtu")           # fields["u_pred"]: a tensor [N, ...]
         report = run.evaluate("test/")              # per field and sample, baselines
-        print(report.table())
+        text = report.table()                       # what meshops evaluate prints
     """
 
     def __init__(self, path, device: str | None = None) -> None:
         self.path, self.device = Path(path), device
         self.model, self.checkpoint, self.metadata = load_model(path, device)
+        self.history: list[dict[str, Any]] = _recorded_history(self.checkpoint)
+        self.choice: Choice = Choice.from_metadata(self.model.model_name, self.metadata)
 
     # ------------------------------------------------------------------ predict
     @cached_property
@@ -56,7 +76,8 @@ class Run:
         """The run set up to predict (its layout, training set and members), once."""
         return Predictor(self.model, self.checkpoint, self.metadata, self._members)
 
-    def predict(self, mesh, *, chunk_size: int | None = None) -> dict:
+    def predict(self, mesh, *, chunk_size: int | None = None, verbose: bool = True
+                ) -> Report:
         """The fields ``meshops predict`` writes into a copy of ``mesh``.
 
         Args:
@@ -65,60 +86,103 @@ class Run:
                 fields are taken as tensors, and a missing ``weight`` is computed from
                 its cells as for a file (:func:`~meshops.mesh.io.in_memory_mesh`).
             chunk_size: Predict meshes of more points this many at a time (0: never).
+            verbose: ``False``: no progress records or bars.
 
         Returns:
-            What ``meshops predict`` adds to the file, by name: ``<target>_pred`` for
-            every target (a tensor ``[N]`` or ``[N, C]`` over the points; for a run
-            trained on cell data, the cell data as written: one array per cell block,
-            NaN on boundary cells), ``<target>_std`` of an ensemble, and the mesh's
-            distances to the training set (``train_distance``, ``..._params``,
-            ``..._geometry``, constant over the points) where the run recorded its
-            training set.
+            A :class:`~meshops.runs.report.Report` of what ``meshops predict`` adds to
+            the file, by name: ``<target>_pred`` for every target (a tensor ``[N]`` or
+            ``[N, C]`` over the points; for a run trained on cell data, the cell data as
+            written: one array per cell block, NaN on boundary cells), ``<target>_std``
+            of an ensemble, and the mesh's distances to the training set
+            (``train_distance``, ``..._params``, ``..._geometry``, constant over the
+            points) where the run recorded its training set. ``table()`` names them
+            with their shapes; ``to_json()`` gives the values as lists.
         """
         from meshops.mesh.io import in_memory_mesh, read_mesh
 
         if self.metadata.get("series"):
             raise UsageError(f"{self.checkpoint}: a time-series run predicts rollouts: "
                              f"Run.predict_files(series, output, rollout=N)")
-        if isinstance(mesh, (str, Path)):
-            path, mesh = mesh, read_mesh(mesh)
-        else:
-            path = getattr(mesh, "source", None) or "the mesh"
-            mesh = in_memory_mesh(mesh, str(path))
-        point_data, cell_data = self._predictor.fields(mesh, path, chunk_options(chunk_size))
-        return {**point_data, **cell_data}
+        with verbosity(verbose):
+            if isinstance(mesh, (str, Path)):
+                path, mesh = mesh, read_mesh(mesh)
+            else:
+                path = getattr(mesh, "source", None) or "the mesh"
+                mesh = in_memory_mesh(mesh, str(path))
+            point_data, cell_data = self._predictor.fields(mesh, path,
+                                                           chunk_options(chunk_size))
+        return Report({**point_data, **cell_data}, _field_lines, _field_values)
 
-    def predict_files(self, meshes, output, **options) -> Report:
+    def predict_files(self, meshes, output, *, verbose: bool = True, **options) -> Report:
         """``meshops predict``: every mesh of ``meshes`` (files or folders) written to the
         folder ``output`` with the predicted fields; a time-series run's rollouts with
-        ``rollout=N``. ``options`` are :class:`~meshops.runs.predict.PredictOptions`'."""
+        ``rollout=N``. ``options`` are :class:`~meshops.runs.predict.PredictOptions`'
+        fields. The report's entries: ``written`` (the files), ``fields``, ``output``."""
         meshes = [meshes] if isinstance(meshes, (str, Path)) else list(meshes)
         opts = PredictOptions([str(m) for m in meshes], str(output), **options)
-        return predict_files(self.model, self.checkpoint, self.metadata, self._members, opts)
+        with verbosity(verbose):
+            return predict_files(self.model, self.checkpoint, self.metadata, self._members,
+                                 opts)
 
     # ----------------------------------------------------------------- evaluate
-    def evaluate(self, data, **options) -> Report:
+    def evaluate(self, data, *, verbose: bool = True, **options) -> Report:
         """``meshops evaluate``: the errors on the folder ``data`` per target field and
         sample, beside the baselines that need no training. ``options`` are
-        :class:`~meshops.runs.evaluate.EvaluateOptions`' (``plot``, ``refine``,
+        :class:`~meshops.runs.evaluate.EvaluateOptions`' fields (``plot``, ``refine``,
         ``integrals``, ``baselines``, ...). ``report["fields"][field]["l2"]["mean"]``
         is a number; ``report.table()`` the command's table; ``report.to_json()`` its
         ``--json``."""
-        return evaluate_run(self.model, self.checkpoint, self.metadata,
-                            EvaluateOptions(str(data), **options))
+        with verbosity(verbose):
+            return evaluate_run(self.model, self.checkpoint, self.metadata,
+                                EvaluateOptions(str(data), **options))
 
     # ------------------------------------------------------------------- export
-    def export(self, output, **options) -> Report:
+    def export(self, output, *, verbose: bool = True, **options) -> Report:
         """``meshops export``: the model as a ``.pt2`` or ``.onnx`` program of tensors,
         written only once it reproduces the run's prediction. ``options`` are
-        :class:`~meshops.runs.export.ExportOptions`' (``mesh``, ``dynamic``,
-        ``overwrite``)."""
-        return export_run(self.path, ExportOptions(str(output), **options))
+        :class:`~meshops.runs.export.ExportOptions`' fields (``mesh``, ``dynamic``,
+        ``overwrite``). The report's entries: ``output``, ``difference``,
+        ``tolerance`` and the program's signature."""
+        with verbosity(verbose):
+            return export_run(self.path, ExportOptions(str(output), **options))
 
     def __repr__(self) -> str:
         m = self.metadata
         return (f"Run({str(self.path)!r}: {self.model.model_name}, inputs "
                 f"{list(m.get('inputs') or [])} -> targets {list(m.get('targets') or [])})")
+
+
+def _recorded_history(checkpoint: Path) -> list[dict]:
+    """The Trainer's records in the ``history.json`` beside ``checkpoint`` (none for a
+    fitted model, whose history.json holds its candidates, or a file without one)."""
+    path = Path(checkpoint).parent / "history.json"
+    try:
+        history = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return history if isinstance(history, list) else []
+
+
+def _field_lines(fields: dict) -> list[str]:
+    """The fields of a prediction, one line each, with their shapes."""
+    def shape(v) -> str:
+        if isinstance(v, (list, tuple)):  # cell data: one array per cell block
+            return " + ".join(str(list(getattr(b, "shape", ()))) for b in v)
+        return str(list(getattr(v, "shape", ())))
+
+    return [f"{name} {shape(v)}" for name, v in fields.items()]
+
+
+def _field_values(fields: dict) -> dict:
+    """The fields of a prediction as JSON lists."""
+    import numpy as np
+
+    def plain(v):
+        if isinstance(v, (list, tuple)):
+            return [plain(b) for b in v]
+        return np.asarray(v, dtype=np.float64).tolist()
+
+    return {name: plain(v) for name, v in fields.items()}
 
 
 def load_run(path, device: str | None = None) -> Run:
@@ -128,73 +192,70 @@ def load_run(path, device: str | None = None) -> Run:
 
 
 def fit(data=None, inputs: Sequence[str] | str | None = None,
-        targets: Sequence[str] | str | None = None, *, out=None, minutes: float | None = None,
-        config=None, resume: bool = False, overwrite: bool = False, dry_run: bool = False,
-        **options) -> Run | dict:
-    """Train a run as ``meshops train`` does, with the same defaults, choices, files and
-    printed report, and return it. Torch's thread count, which training sets, is the
-    caller's again afterwards (also after an error).
+        targets: Sequence[str] | str | None = None, *,
+        config: TrainConfig | Mapping | str | Path | None = None, resume: bool = False,
+        overwrite: bool = False, dry_run: bool = False, verbose: bool = True,
+        **overrides) -> Run | TrainConfig:
+    """Train a run as ``meshops train`` does, with the same defaults, choices and files,
+    and return it. Torch's thread count, which training sets, is the caller's again
+    afterwards (also after an error).
 
     Args:
-        data: Folder of training meshes (``--data``).
+        data: Folder of training meshes.
         inputs: Input fields (``[]`` or ``""``: geometry only; ``geo:distance`` ...).
         targets: Target fields; ``"u+v"`` joins the components of one vector field.
-        out: The run folder (default ``./run``).
-        minutes: The wall-clock budget (default 10).
-        config: A YAML or TOML file of options, below the keywords.
+        config: The options below the keywords: a
+            :class:`~meshops.runs.config.TrainConfig` (its fields left unset do not
+            count), a mapping of its fields, or a YAML or TOML file of them.
         resume: Continue the run in ``out``.
         overwrite: Start a new run in a folder that holds another one.
-        dry_run: Read the data and choose the options as ``meshops train --dry-run``
-            does, train nothing and write nothing.
-        **options: Any other option of ``meshops train`` by its long name (``model``,
-            ``model_config`` as a mapping or a string as ``--model-config`` takes it,
-            ``"width=64 layers=2"``, ``epochs``, ``seed``, ``params``, ``val_data``,
-            ``series``, ...).
+        dry_run: Read the data and choose the options, train nothing and write nothing.
+        verbose: ``False``: no progress records (the ``meshops`` loggers stay at
+            WARNING at least) and no progress bars. With ``True`` the progress is
+            logged at INFO, shown where your logging shows it (e.g.
+            ``logging.basicConfig(level="INFO", format="%(message)s")`` prints the
+            command's lines).
+        **overrides: Fields of :class:`~meshops.runs.config.TrainConfig` (``out``,
+            ``minutes``, ``model``, ``model_config`` as a mapping or as the words of
+            ``--model-config``, ``"width=64 layers=2"``, ``epochs``, ``seed``,
+            ``params``, ``val_data``, ``series``, ...), checked as the config's.
 
     Returns:
-        The :class:`Run` of ``out`` (its ``best.pt``); with ``dry_run`` the resolved
-        options instead, the mapping ``meshops train --dry-run`` prints as YAML.
+        The :class:`Run` of ``out`` (its ``best.pt``) with its ``history`` and
+        ``choice``; with ``dry_run`` the :class:`~meshops.runs.config.TrainConfig` the
+        run would take (what ``meshops train --dry-run`` prints as YAML).
 
     Raises:
         UsageError: options that contradict each other or the data, a run folder that
-            would lose files; ``MeshError`` for meshes that cannot be read.
+            would lose files, named by their keywords (``epochs=``); ``MeshError`` for
+            meshes that cannot be read.
 
     Example::
 
-        run = meshops.fit("data/", inputs=["f"], targets=["u"], minutes=2, out="runs/a")
+        run = meshops.fit("data/", ["f"], ["u"], minutes=2, out="runs/a")
+        run.choice.model, run.history[-1]["val_l2"]
     """
     import torch
 
-    from meshops.runs.config import FIT, TrainConfig
+    from meshops.runs.config import FIT
     from meshops.runs.train import TrainRequest, train
 
-    given = {"data": data, "inputs": inputs, "targets": targets, "out": out,
-             "minutes": minutes, **options}
-    request = TrainRequest({k: v for k, v in given.items() if v is not None},
-                           None if config is None else str(config), resume, overwrite,
-                           dry_run, source=FIT)
+    given = {"data": data, "inputs": inputs, "targets": targets}
+    options = {**{k: v for k, v in given.items() if v is not None}, **overrides}
+    request = TrainRequest(options, config, resume, overwrite, dry_run, source=FIT)
     threads = torch.get_num_threads()
     try:
-        if dry_run:
-            return _dry_run(request)
-        train(request)
+        with verbosity(verbose):
+            training = train(request)
     finally:
         torch.set_num_threads(threads)
-    return load_run(TrainConfig.resolve(request).out)
+    return training.config if dry_run else _fitted(training, verbose)
 
 
-def _dry_run(request) -> dict:
-    """The options :func:`meshops.runs.train.train` resolves for a dry run: what it
-    prints to standard output (and only that there: ``--dry-run > config.yaml`` is a
-    config file), read back."""
-    import contextlib
-    import io
-
-    import yaml
-
-    from meshops.runs.train import train
-
-    text = io.StringIO()
-    with contextlib.redirect_stdout(text):
-        train(request)
-    return yaml.safe_load(text.getvalue())
+def _fitted(training: Training, verbose: bool) -> Run:
+    """The run :func:`fit` trained, with its history and choice."""
+    with verbosity(verbose):
+        run = load_run(training.config.out)
+    run.history = list(training.history)
+    run.choice = training.choice or run.choice
+    return run

@@ -48,16 +48,17 @@ def _norm(key: str, value):
 
 
 def option_label(key: str, request, out: Path) -> str:
-    """Where option ``key`` came from: its flag, ``FILE: key`` for a ``--config`` file,
-    else the run's own ``out/config.yaml``."""
+    """Where option ``key`` came from: its flag (or :func:`meshops.fit`'s keyword),
+    ``FILE: key`` for a ``--config`` file (``fit() config: key`` for fit()'s
+    ``config``), else the run's own ``out/config.yaml``."""
     given = TrainConfig.from_request(request.options, request.source)
     if key == "fields" and "targets" in given:  # --targets u+v,p sets the fields
-        return "--targets"
+        return option_name("targets", request.source)
     if key in given:
-        return "--" + key.replace("_", "-")
-    config = getattr(request, "config", None)
-    if config and key in TrainConfig.from_file(config):
-        return f"{config}: {key}"
+        return option_name(key, request.source)
+    label, options = TrainConfig.from_config(getattr(request, "config", None), request.source)
+    if key in options:
+        return f"{label}: {key}"
     return f"{out / RUN_CONFIG}: {key}"
 
 
@@ -100,12 +101,14 @@ def check_resume_options(cfg: TrainConfig, recorded: dict, request, last: Path) 
     if not diff:
         return
     labels = {k: option_label(k, request, last.parent) for k, _, _ in diff}
+    flags = {k for k, v in labels.items() if v == option_name(k, request.source)
+             or (k == "fields" and v == option_name("targets", request.source))}
     pair = ("val_fraction", "val_data")
     if set(pair) <= set(labels):  # one way of validating replaced by the other: say which
-        given = [k for k in pair if labels[k].startswith("--")]
+        given = [k for k in pair if k in flags]
         diff = [d for d in diff if d[0] not in pair or d[0] == (given or ["val_data"])[0]]
     # what the user gave first, then the --config file, then an edited config.yaml
-    diff.sort(key=lambda d: (not labels[d[0]].startswith("--"),
+    diff.sort(key=lambda d: (d[0] not in flags,
                              labels[d[0]].startswith(str(last.parent / RUN_CONFIG))))
     key, now, then = diff[0]
     label = labels[key]
@@ -114,10 +117,11 @@ def check_resume_options(cfg: TrainConfig, recorded: dict, request, last: Path) 
     else:
         what = f"{_say(now)} (the run: {_say(then)})"
     more = f" (and {len(diff) - 1} more option(s))" if len(diff) > 1 else ""
-    raise UsageError(f"{last}: --resume continues the run exactly, but {label} is {what}"
-                   f"{more}; only --epochs (without a learning-rate schedule), --minutes and "
-                   f"--device may change: leave the option out, or start a new run with "
-                   f"another --out")
+    say = lambda k: option_name(k, request.source)  # noqa: E731
+    raise UsageError(f"{last}: {say('resume')} continues the run exactly, but {label} is "
+                     f"{what}{more}; only {say('epochs')} (without a learning-rate schedule), "
+                     f"{say('minutes')} and {say('device')} may change: leave the option "
+                     f"out, or start a new run with another {say('out')}")
 
 
 def recorded_config(out: Path) -> dict | None:

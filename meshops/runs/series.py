@@ -1,5 +1,6 @@
-"""Time series on the command line: ``meshops train --series``, ``meshops predict
---rollout N`` and ``meshops evaluate`` of a time-series run (error against horizon).
+"""Time series: ``fit(series=True)`` (``meshops train --series``), rollouts
+(``Run.predict_files(..., rollout=N)``, ``meshops predict --rollout N``) and the
+evaluation of a time-series run (error against horizon).
 
 The run is a :class:`~meshops.models.next_step.NextStep` model; its checkpoint
 metadata says ``series: true`` and records the state fields (``targets``), the input
@@ -9,18 +10,22 @@ the common time step of the training data (or null).
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from meshops.errors import CheckpointError, MeshError, UsageError
 from meshops.runs.common import is_main_rank, optional_names, plural
+from meshops.runs.config import FIT, option_name
+from meshops.runs.outcome import Training
 from meshops.runs.report import Report
 
 #: Stored in the checkpoint metadata of a time-series run.
 SERIES_KEY = "series"
+log = logging.getLogger(__name__)
 
 
 def _read_folder(root, fields: dict, desc: str, names=None) -> list:
@@ -63,9 +68,8 @@ def _warn_other_dt(series, meta: dict) -> None:
             continue
         steps = s.times[1:] - s.times[:-1]
         if float((steps - dt).abs().max()) > 1e-6 * abs(dt):
-            print(f"meshops: warning: {s.source}: time steps {float(steps.min()):g}.."
-                  f"{float(steps.max()):g}, but the run was trained on time step {dt:g}",
-                  file=sys.stderr)
+            log.warning(f"{s.source}: time steps {float(steps.min()):g}.."
+                        f"{float(steps.max()):g}, but the run was trained on time step {dt:g}")
 
 
 # ---------------------------------------------------------------------- training
@@ -90,7 +94,7 @@ class SeriesData:
     record: dict
 
 
-def train_series(cfg, request, dtype, resumed: dict | None) -> int:
+def train_series(cfg, request, dtype, resumed: dict | None) -> Training:
     """``meshops train --series``: read the series; on one mesh, fit a trajectory basis
     (:mod:`meshops.runs.series_choice`); train the next-step model on windows of
     ``--rollout-train`` steps, validating on full rollouts; keep the candidate with the
@@ -102,19 +106,21 @@ def train_series(cfg, request, dtype, resumed: dict | None) -> int:
     from meshops.runs.training_run import check_writable_folder, run_training
     from meshops.training.rollout import RolloutLoss
 
-    _check_series_options(cfg)
-    data = _read_series(cfg, resumed)
-    plan = series_choice.plan(cfg, data, resumed, request.dry_run)
+    _check_series_options(cfg, request.source)
+    data = _read_series(cfg, resumed, request.source)
+    plan = series_choice.plan(cfg, data, resumed, request.dry_run, request.source)
     if plan.mode == "only":
         return series_choice.fit_only_run(
             request, cfg, data, plan, lambda resolved: series_metadata(cfg, data, resolved, True))
     cfg, model, windows, val_samples, chosen, thread_check = _next_step_setup(cfg, data, plan,
                                                                               dtype)
+    # every option, with the operator's full hyperparameters: what config.yaml records
+    cfg = dataclasses.replace(cfg, model_config=dict(model.operator_config))
     train, val = data.train, data.val
-    resolved = cfg.render(model_config=model.operator_config)
     c_state = sum(field_channels(data.shapes[k]) for k in cfg.targets)
     summary = _summary(cfg, model, train, val, len(windows), c_state, data.dim)
-    metadata = dict(series_metadata(cfg, data, resolved, cfg.time_input), **plan.metadata())
+    metadata = dict(series_metadata(cfg, data, cfg.render(), cfg.time_input),
+                    **plan.metadata())
     out = Path(cfg.out)
 
     def begin() -> dict:
@@ -128,9 +134,8 @@ def train_series(cfg, request, dtype, resumed: dict | None) -> int:
     # mse: in units of the typical change of one step, rate spread times the mean dt
     scale = (model.rate_normalizer.std.detach().double().cpu() * _mean_dt(train)
              if cfg.rollout_loss == "mse" else None)
-    trained = run_training(
-        request, cfg, model, windows, val_samples, resolved, chosen, summary, begin,
-        thread_check,
+    training = run_training(
+        request, cfg, model, windows, val_samples, chosen, summary, begin, thread_check,
         loss=RolloutLoss(c_state, last_only=model.push_forward, quadrature=cfg.quadrature_loss,
                          scale=scale),
         # the model carries its own statistics; validation rollouts of different
@@ -139,9 +144,9 @@ def train_series(cfg, request, dtype, resumed: dict | None) -> int:
         normalize=False, val_batch_size=cfg.batch_size if len({len(s) for s in val}) <= 1
         else 1,
         callbacks=[])
-    if trained and is_main_rank():
-        plan.choose(out, data, metadata)
-    return 0
+    if not training.dry_run and is_main_rank():
+        training.choice = plan.choose(out, data, metadata, training.choice)
+    return training
 
 
 def _next_step_setup(cfg, data: SeriesData, plan, dtype):
@@ -206,11 +211,13 @@ def series_metadata(cfg, data: SeriesData, resolved: str, time_input: bool) -> d
             "train_config": yaml.safe_load(resolved), **data.record}
 
 
-def _check_series_options(cfg) -> None:
+def _check_series_options(cfg, source: str) -> None:
+    """Options that a time-series run does not take, refused (in ``source``'s words)."""
     given = [k for k, off in _NOT_FOR_SERIES.items() if getattr(cfg, k) not in off]
     if given:
-        raise UsageError(f"train --series: {', '.join('--' + k.replace('_', '-') for k in given)} "
-                       f"{'does' if len(given) == 1 else 'do'} not apply to time series")
+        who = "fit(series=True)" if source == FIT else "train --series"
+        raise UsageError(f"{who}: {', '.join(option_name(k, source) for k in given)} "
+                         f"{'does' if len(given) == 1 else 'do'} not apply to time series")
 
 
 def _next_step_model(cfg, train: list, c_state: int, c_in: int, dim: int, dtype):
@@ -237,7 +244,7 @@ def _next_step_model(cfg, train: list, c_state: int, c_in: int, dim: int, dtype)
     return model
 
 
-def _read_series(cfg, resumed: dict | None) -> SeriesData:
+def _read_series(cfg, resumed: dict | None, source: str) -> SeriesData:
     """The training and validation series (``--val-data``, or a split of ``--data`` by
     series, never by time step), their field shapes and dimension, and the fingerprints
     the run records (:func:`_record_files`, which refuses a resume on changed data)."""
@@ -258,7 +265,8 @@ def _read_series(cfg, resumed: dict | None) -> SeriesData:
         return SeriesData(series, val, shapes, dim, params,
                           _record_files(cfg, series, val, resumed))
     record = _record_files(cfg, series, None, resumed)
-    train_idx, val_idx = split_files(len(series), cfg.val_fraction, cfg.seed, cfg.data)
+    train_idx, val_idx = split_files(len(series), cfg.val_fraction, cfg.seed, cfg.data,
+                                     source)
     return SeriesData([series[i] for i in train_idx], [series[i] for i in val_idx], shapes,
                       dim, params, record)
 
@@ -493,13 +501,13 @@ def predict_series(model, ckpt, meta, opts) -> Report:
                                     times[start:start + steps + 1].tolist()))
     return Report({"written": [str(w) for w in written], "steps": steps,
                    "fields": [f"{k}_pred" for k in spec.targets], "output": str(out_dir)},
-                  _print_rollouts)
+                  _rollout_lines)
 
 
-def _print_rollouts(r: dict) -> None:
-    print(f"wrote {len(r['written'])} series of {r['steps'] + 1} steps (the start and "
-          f"{r['steps']} predicted) with {', '.join(r['fields'])} to {r['output']}/ (open "
-          f"the .pvd files in ParaView)")
+def _rollout_lines(r: dict) -> list[str]:
+    return [f"wrote {len(r['written'])} series of {r['steps'] + 1} steps (the start and "
+            f"{r['steps']} predicted) with {', '.join(r['fields'])} to {r['output']}/ (open "
+            f"the .pvd files in ParaView)"]
 
 
 # ------------------------------------------------------------------- evaluation
@@ -534,7 +542,7 @@ def evaluate_series(model, ckpt, meta, opts) -> Report:
     if opts.plot:
         _plot_horizon(report, opts.plot, f"{ckpt} on {opts.data}")
         report["plot"] = str(opts.plot)
-    return Report(report, _print_horizon, _json_report)
+    return Report(report, _horizon_lines, _json_report)
 
 
 def _horizons(test: list, opts) -> list[int]:
@@ -684,32 +692,33 @@ def _below(predictors: dict) -> dict:
     return out
 
 
-def _print_horizon(report: dict) -> None:
+def _horizon_lines(report: dict) -> list[str]:
+    """The table of a time-series evaluation: each predictor's error per step."""
     preds = report["predictors"]
-    print(f"{report['checkpoint']} ({report['model']}) on {report['data']}: "
-          f"{report['n']} series, rollouts of up to {report['horizon']} steps from time step "
-          f"{report['start']}; {report['metric']}")
-    for name, entry in preds.items():
-        print(f"{name}: {entry['note']}")
+    out = [f"{report['checkpoint']} ({report['model']}) on {report['data']}: "
+           f"{report['n']} series, rollouts of up to {report['horizon']} steps from time step "
+           f"{report['start']}; {report['metric']}"]
+    out += [f"{name}: {entry['note']}" for name, entry in preds.items()]
     shown = [n for n in preds if "steps" in preds[n]]
     fmt = lambda v: f"{v:9.3e}" if v is not None else f"{'-':>9}"  # noqa: E731
-    head = f"{'step':>5} {'time':>9} " + " | ".join(
-        f"{n[:29]:^29}" for n in shown)
-    print(head)
-    print(f"{'':>5} {'':>9} " + " | ".join(f"{'mean':>9} {'median':>9} {'worst':>9}"
-                                          for _ in shown))
+    out.append(f"{'step':>5} {'time':>9} " + " | ".join(f"{n[:29]:^29}" for n in shown))
+    out.append(f"{'':>5} {'':>9} " + " | ".join(f"{'mean':>9} {'median':>9} {'worst':>9}"
+                                               for _ in shown))
     for k in range(report["horizon"]):
         row = [preds[n]["steps"][k] for n in shown]
-        print(f"{k + 1:>5} {report['times'][k]:>9.4g} " + " | ".join(
+        out.append(f"{k + 1:>5} {report['times'][k]:>9.4g} " + " | ".join(
             f"{fmt(r['mean'])} {fmt(r['median'])} {fmt(r['worst'])}" for r in row))
-    print("all steps: " + ", ".join(f"{n} {preds[n]['all_steps_mean']:.4e}" for n in shown))
+    out.append("all steps: " + ", ".join(f"{n} {preds[n]['all_steps_mean']:.4e}"
+                                         for n in shown))
     for name, b in report["below"].items():
         nb = b["not_below"]
         extra = (f" (not at steps {', '.join(map(str, nb[:20]))}{', ...' if len(nb) > 20 else ''})"
                  if nb else "")
-        print(f"model mean below {name} at {b['steps_below']} of {b['steps']} steps{extra}")
+        out.append(f"model mean below {name} at {b['steps_below']} of {b['steps']} steps"
+                   f"{extra}")
     if "plot" in report:
-        print(f"wrote {report['plot']}")
+        out.append(f"wrote {report['plot']}")
+    return out
 
 
 def _plot_horizon(report: dict, path, title: str) -> None:

@@ -26,6 +26,7 @@ trains the next-step model alone; series on meshes that differ get the next-step
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -34,12 +35,15 @@ from pathlib import Path
 import numpy as np
 
 from meshops.errors import UsageError
+from meshops.runs.common import NOTE
+from meshops.runs.outcome import Choice, Training
 
 #: The most of ``--minutes`` the trajectory basis may take before the next-step model.
 TRAJECTORY_SHARE = 0.3
 CANDIDATE, NEURAL, CHOICE = "trajectory_basis.pt", "next_step.pt", "choice.json"
 METRIC = ("mean over the steps and series of the relative L2 error of each step of the "
           "validation rollouts from step 0 (quadrature-weighted)")
+log = logging.getLogger(__name__)
 
 
 def series_errors(model, series, targets, inputs, time_input: bool) -> np.ndarray:
@@ -84,19 +88,19 @@ class Plan:
     seconds: float = 0.0
 
     def fit(self, cfg, data, minutes: float, regressors=("rbf", "gp", "mlp"), members=None):
-        """Fit the trajectory basis within ``minutes`` (printing its candidates)."""
+        """Fit the trajectory basis within ``minutes`` (saying its candidates)."""
         from meshops.training.fit_trajectory import fit_trajectory_basis
 
-        print(f"fitting a trajectory basis on {len(data.train)} series of {cfg.data}, "
-              f"choosing its regression on {len(data.val)}, within {minutes:.3g} minutes")
+        log.info(f"fitting a trajectory basis on {len(data.train)} series of {cfg.data}, "
+                 f"choosing its regression on {len(data.val)}, within {minutes:.3g} minutes")
         t0 = time.perf_counter()
         self.model, report = fit_trajectory_basis(
-            data.train, data.val, cfg.targets, minutes=minutes, seed=cfg.seed, log=print,
+            data.train, data.val, cfg.targets, minutes=minutes, seed=cfg.seed, log=log.info,
             regressors=regressors, members=members)
         self.seconds = time.perf_counter() - t0
         lines = report.lines()
-        print(lines[0])
-        print(lines[-1])
+        log.info(lines[0])
+        log.info(lines[-1])
         self.selected = lines[-1]
         best = next(c for c in report.candidates if c.name == report.chosen)
         self.errors = [float(e) for e in best.errors]
@@ -135,13 +139,14 @@ class Plan:
             (out / name).unlink(missing_ok=True)
         self.model.save(out / CANDIDATE, **self.candidate_metadata(metadata))
 
-    def choose(self, out: Path, data, metadata: dict) -> str:
-        """After training: score the next-step model's best epoch, keep the better."""
+    def choose(self, out: Path, data, metadata: dict, choice: Choice) -> Choice:
+        """After training: score the next-step model's best epoch, keep the better
+        (``choice``: the next-step model's, returned when there is no other)."""
         from meshops.inference.predict import RUN_CHECKPOINT
         from meshops.models import NeuralOperator
 
         if self.mode != "with":
-            return "next_step"
+            return choice
         neural = NeuralOperator.from_checkpoint(out / RUN_CHECKPOINT).eval()
         n_err = series_errors(neural, data.val, metadata["targets"], metadata["inputs"],
                               bool(metadata.get("time_input", True)))
@@ -153,13 +158,16 @@ class Plan:
             self.model.save(out / RUN_CHECKPOINT, **self.candidate_metadata(metadata))
         _write_choice(out, pick, scores, data.val, self.errors, n_err, self.selected)
         name = getattr(neural.operator, "model_name", "")
-        print(f"validation ({len(data.val)} series; {METRIC}):")
-        print(f"  trajectory_basis  {scores['trajectory_basis']:.4e}  ({self.selected})")
-        print(f"  next_step {name:<7} {scores['next_step']:.4e}")
+        log.info(f"validation ({len(data.val)} series; {METRIC}):")
+        log.info(f"  trajectory_basis  {scores['trajectory_basis']:.4e}  ({self.selected})")
+        log.info(f"  next_step {name:<7} {scores['next_step']:.4e}")
         other = out / (NEURAL if pick == "trajectory_basis" else CANDIDATE)
-        print(f"chosen: {pick} (the lower validation error): {out / RUN_CHECKPOINT}; the "
-              f"other: {other}")
-        return pick
+        log.info(f"chosen: {pick} (the lower validation error): {out / RUN_CHECKPOINT}; the "
+                 f"other: {other}")
+        basis = pick == "trajectory_basis"
+        return Choice(pick if basis else choice.model, choice.reason,
+                      f"{pick} (the lower validation error)", "rollout", scores,
+                      None if basis else choice.epoch)
 
 
 def _write_choice(out: Path, pick: str, scores: dict, val, basis_errors, neural_errors,
@@ -177,33 +185,41 @@ def _write_choice(out: Path, pick: str, scores: dict, val, basis_errors, neural_
     atomic_write(out / CHOICE, lambda tmp: Path(tmp).write_text(json.dumps(record, indent=1)))
 
 
-def _resumed(out: Path, minutes: float) -> Plan:
-    """The plan of a resumed run with both candidates: the basis read back."""
+def _resumed(out: Path, minutes: float, source: str) -> Plan:
+    """The plan of a resumed run with both candidates: the basis read back (``source``:
+    whose words the error uses)."""
     from meshops.errors import CheckpointError
     from meshops.models.trajectory_basis import TrajectoryBasis
+    from meshops.runs.config import option_name
 
     path = out / CANDIDATE
     try:
         model = TrajectoryBasis.from_checkpoint(path)
     except (FileNotFoundError, CheckpointError) as e:
-        raise UsageError(f"{out}: --resume of a run with a trajectory basis, but {path} cannot "
-                       f"be read ({e}); start a new run with another --out") from None
+        raise UsageError(f"{out}: {option_name('resume', source)} of a run with a trajectory "
+                         f"basis, but {path} cannot be read ({e}); start a new run with "
+                         f"another {option_name('out', source)}") from None
     meta = model.metadata
     return Plan("with", minutes, "", model, list(meta.get("val_errors") or []),
                 str(meta.get("selected", "")))
 
 
-def plan(cfg, data, resumed: dict | None, dry_run: bool) -> Plan:
+def plan(cfg, data, resumed: dict | None, dry_run: bool, source: str = "command line"
+         ) -> Plan:
     """The candidates of this run (see the module docstring); a new run with both fits
-    the basis here (not with ``--dry-run``)."""
+    the basis here (not with ``--dry-run``). ``source``: whose words the errors use
+    (:func:`~meshops.runs.config.option_name`)."""
+    from meshops.runs.config import option_name
+
     if cfg.model == "trajectory_basis":
         why = _not_applicable(cfg, data)
         if why:
-            raise UsageError(f"--model trajectory_basis does not apply to {cfg.data}: {why}")
+            raise UsageError(f"{option_name('model', source, 'trajectory_basis')} does not "
+                             f"apply to {cfg.data}: {why}")
         return Plan("only", cfg.minutes)
     if resumed is not None:
         if "trajectory_basis" in (resumed.get("candidates") or []):
-            return _resumed(Path(cfg.out), cfg.minutes)
+            return _resumed(Path(cfg.out), cfg.minutes, source)
         return Plan("none", cfg.minutes)
     if cfg.model is not None:
         return Plan("none", cfg.minutes)
@@ -223,16 +239,16 @@ def plan(cfg, data, resumed: dict | None, dry_run: bool) -> Plan:
     try:
         p.fit(cfg, data, TRAJECTORY_SHARE * cfg.minutes, members=members)
     except ValueError as e:  # e.g. parameters that do not vary
-        print(f"meshops: note: no trajectory basis ({e}); training the next-step model alone")
+        log.info(f"no trajectory basis ({e}); training the next-step model alone", extra=NOTE)
         return Plan("none", cfg.minutes)
     return p
 
 
-def fit_only_run(request, cfg, data, p: Plan, metadata_of) -> int:
+def fit_only_run(request, cfg, data, p: Plan, metadata_of) -> Training:
     """``--model trajectory_basis``: fit the basis alone and write the run
     (``metadata_of(resolved config)``: the run's checkpoint metadata)."""
     from meshops.inference.predict import RUN_CHECKPOINT
-    from meshops.runs.config import RUN_CONFIG
+    from meshops.runs.config import RUN_CONFIG, option_name
     from meshops.runs.reduced import reduced_options
     from meshops.runs.run_folder import clear_run_files
     from meshops.runs.training_run import check_writable_folder
@@ -241,12 +257,12 @@ def fit_only_run(request, cfg, data, p: Plan, metadata_of) -> int:
     out = Path(cfg.out)
     if request.resume:
         raise UsageError(f"{out}: a trajectory basis is fitted in one go, there is nothing to "
-                       f"resume; run again without --resume (and another --out)")
+                         f"resume; run again without {option_name('resume', request.source)} "
+                         f"(and another {option_name('out', request.source)})")
     regressors, members = reduced_options(cfg.model_config, "trajectory_basis")
     resolved = cfg.render()
     if request.dry_run:
-        print(resolved, end="")
-        return 0
+        return Training(cfg, choice=Choice("trajectory_basis"), dry_run=True)
     check_writable_folder(out)
     clear_run_files(out)   # the candidates' files among them (run_folder.RUN_FILES)
     try:
@@ -262,5 +278,6 @@ def fit_only_run(request, cfg, data, p: Plan, metadata_of) -> int:
                "chosen": report.chosen, "rank": report.rank, "metric": METRIC}
     atomic_write(out / "history.json",
                  lambda tmp: Path(tmp).write_text(json.dumps(history, indent=1)))
-    print(f"wrote {out / RUN_CHECKPOINT} ({p.seconds / 60:.1f} min)")
-    return 0
+    log.info(f"wrote {out / RUN_CHECKPOINT} ({p.seconds / 60:.1f} min)")
+    return Training(cfg, choice=Choice("trajectory_basis", "", p.selected, "rollout",
+                                       {c.name: c.mean for c in report.candidates}))

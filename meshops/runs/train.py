@@ -1,18 +1,22 @@
-"""Training a run: a folder of meshes to a run folder (``meshops train``, :func:`meshops.fit`).
+"""Training a run: a folder of meshes to a run folder (:func:`meshops.fit`, ``meshops
+train``).
 
 :func:`train` takes a :class:`TrainRequest` (the options, a config file, and what may
 happen to the run folder), resolves the config, reads the data, chooses the options the
 data decides, builds the model and trains it (or fits a reduced basis, or a time-series
-model in :mod:`meshops.runs.series`), holding the run folder's lock.
+model in :mod:`meshops.runs.series`), holding the run folder's lock, and returns a
+:class:`~meshops.runs.outcome.Training`. Progress is logged (logger
+``meshops.runs.*``, INFO), warnings at WARNING.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from meshops.datasets.fields import TargetFields
 from meshops.datasets.layout import SampleLayout
@@ -22,6 +26,7 @@ from meshops.runs import train_extras, trust_reports
 from meshops.runs.common import device_or_error, is_main_rank, plural
 from meshops.runs.config import TrainConfig, option_name
 from meshops.runs.lazy import data_loader, fingerprints, shards_of, take, with_structures
+from meshops.runs.outcome import Training
 from meshops.runs.provenance import (
     changes,
     fingerprint,
@@ -46,6 +51,8 @@ from meshops.runs.training_run import (
     run_training,
     split_files,
 )
+
+log = logging.getLogger(__name__)
 
 
 def _same_folder(a: str, b: str) -> bool:
@@ -116,10 +123,9 @@ class _RunFiles:
             same = same_content([Path(cfg.val_data) / n for n in val_record], data_files)
             if same:
                 pairs = [f"{v} = {t}" for v, t in same.items()]
-                print(f"meshops: warning: {len(same)} of the {len(val_record)} validation "
-                      f"files have the same content as training files ({listing(pairs)}): "
-                      f"the best checkpoint is partly picked on training data",
-                      file=sys.stderr)
+                log.warning(f"{len(same)} of the {len(val_record)} validation files have "
+                            f"the same content as training files ({listing(pairs)}): the "
+                            f"best checkpoint is partly picked on training data")
         c_in, c_out, dim = self.sizes
         meta = {
             "inputs": self.layout.input_fields, "targets": list(cfg.targets),
@@ -180,39 +186,35 @@ class TrainRequest:
             from ``config``, the resumed run's ``config.yaml`` or the defaults.
             ``model_config`` is a mapping, or ``["key=value", ...]`` as on the command
             line (or one string of them, ``"width=64 layers=2"``).
-        config: A YAML or TOML file of options, below ``options``.
+        config: Options below ``options``: a YAML or TOML file of them, a mapping, or a
+            :class:`~meshops.runs.config.TrainConfig` (its fields left unset do not
+            count).
         resume: Continue the run in ``out`` from its ``last.pt``.
         overwrite: Start a new run in a folder that holds another one.
-        dry_run: Read the data, print the resolved config and write nothing.
+        dry_run: Read the data, resolve the config and write nothing.
         source: Where the options come from, for messages (``"command line"``,
             ``"fit()"``).
     """
 
     options: dict
-    config: str | None = None
+    config: "TrainConfig | Mapping | str | os.PathLike | None" = None
     resume: bool = False
     overwrite: bool = False
     dry_run: bool = False
     source: str = "options"
-
-    @classmethod
-    def from_args(cls, args) -> "TrainRequest":
-        """The request of ``meshops train``'s parsed flags (absent options left out)."""
-        options = {k: getattr(args, k) for k in TrainConfig.keys() if hasattr(args, k)}
-        return cls(options, args.config, args.resume, args.overwrite, args.dry_run,
-                   "command line")
 
     def with_options(self, **options) -> "TrainRequest":
         """The same request with ``options`` set (an ensemble member's seed and folder)."""
         return dataclasses.replace(self, options={**self.options, **options})
 
 
-def train(request: TrainRequest) -> int:
+def train(request: TrainRequest) -> Training:
     """The config, the data, the options chosen from the data, the model, then the
     training (or the fit of a reduced basis; time series in :mod:`meshops.runs.series`),
-    holding the run folder's lock (:mod:`meshops.runs.run_lock`). Returns 0; what cannot
-    be done raises :class:`~meshops.errors.UsageError` (or ``MeshError``,
-    ``CheckpointError``) before the run folder is touched where it can be told then."""
+    holding the run folder's lock (:mod:`meshops.runs.run_lock`). Returns what was done
+    (for a dry run, the options chosen); what cannot be done raises
+    :class:`~meshops.errors.UsageError` (or ``MeshError``, ``CheckpointError``) before
+    the run folder is touched where it can be told then."""
     cfg = _resolve_config(request)
     if request.dry_run or not is_main_rank():  # writes nothing, or only what rank 0 says
         return _train(request, cfg)
@@ -221,11 +223,10 @@ def train(request: TrainRequest) -> int:
         return _train(request, cfg)
 
 
-def _train(request, cfg: TrainConfig) -> int:
+def _train(request, cfg: TrainConfig) -> Training:
     """:func:`train` from the resolved config on."""
     import torch
 
-    from meshops.training import RelativeLpLoss
     from meshops.training.seed import seed_everything
 
     main_rank = is_main_rank()
@@ -241,50 +242,61 @@ def _train(request, cfg: TrainConfig) -> int:
         from meshops.runs.series import train_series
 
         return train_series(cfg, request, getattr(torch, cfg.dtype), resumed)
-    data, cfg, chosen = _data_and_options(cfg, main_rank, request.dry_run)
+    data, cfg, chosen = _data_and_options(cfg, main_rank, request.source)
     if cfg.model == "reduced_basis":
         from meshops.runs.reduced import fit_reduced_run
 
         return fit_reduced_run(request, cfg, chosen, data.train, data.val,
                                _RunFiles(cfg, data, resumed, out, main_rank))
-    model = _build_model(cfg, data)
+    training = _train_model(request, cfg, chosen, data, resumed)
+    if not request.dry_run:
+        train_extras.train_members(request, training.config, out, train)
+    return training
+
+
+def _train_model(request, cfg: TrainConfig, chosen: str, data: "_TrainData",
+                 resumed: dict | None) -> Training:
+    """Build the model that ``data`` decides and train it (the end of :func:`_train`;
+    ``resumed``: the metadata of the run resumed, or None)."""
+    from meshops.training import RelativeLpLoss
+
+    model = _build_model(cfg, data, request.source)
     # Before anything large is built: a step on the largest mesh must fit the memory.
-    cfg, fitted = fit_memory(cfg, model, data.train)
+    cfg, fitted = fit_memory(cfg, model, data.train, request.source)
     chosen = "; ".join(c for c in (chosen, fitted) if c)
     # Cached data get the model's mesh structures cached too (the Trainer builds those
     # of in-memory samples).
     data.train = with_structures(data.train, model, data.workers)
     data.val = with_structures(data.val, model, data.workers)
-    # The epoch count fitted to --minutes from one timed step is printed and saved in
+    # The epoch count fitted to --minutes from one timed step is said and saved in
     # config.yaml; the run then trains exactly that many epochs (no wall-clock stop), so
     # that `--epochs N` with the same seed repeats it bit for bit.
     cfg, fitted, thread_check = epochs_to_fit(cfg, model, data.train, len(data.val or []))
     chosen = "; ".join(c for c in (chosen, fitted) if c)
-    # Every option, with the model's full hyperparameters.
-    resolved = cfg.render(model_config=model.config)
-    run = _RunFiles(cfg, data, resumed, out, main_rank)
+    # Every option, with the model's full hyperparameters: what config.yaml records.
+    cfg = dataclasses.replace(cfg, model_config=dict(model.config))
+    run = _RunFiles(cfg, data, resumed, Path(cfg.out), is_main_rank())
 
     def begin() -> dict:
-        metadata = run.metadata(resolved, data.train)
+        metadata = run.metadata(cfg.render(), data.train)
         run.prepare()
         return metadata
 
-    if not run_training(request, cfg, model, data.train, data.val, resolved, chosen,
+    return run_training(request, cfg, model, data.train, data.val, chosen,
                         _summary(cfg, model, data), begin, thread_check,
                         loss=RelativeLpLoss(quadrature=cfg.quadrature_loss,
                                             fields=data.fields),
                         compile=cfg.compile, checkpoint_blocks=cfg.checkpoint_blocks,
-                        num_workers=data.workers, shards=shards_of(cfg, data.train)):
-        return 0
-    return train_extras.train_members(request, cfg, out, train)
+                        num_workers=data.workers,
+                        shards=shards_of(cfg, data.train, request.source))
 
 
 def _resolve_config(request) -> TrainConfig:
     """The run's options (defaults, config files, flags), with the data folders made
     absolute, checked before any data is read."""
     cfg = TrainConfig.resolve(request)
-    device_or_error(cfg.device)  # before any data is read
-    train_extras.check(cfg)
+    device_or_error(cfg.device, option_name("device", request.source))  # before any data
+    train_extras.check(cfg, lambda key, value: option_name(key, request.source, value))
     # The run records where its data is, not where it was run from: evaluate and
     # --resume from another folder then read this data (see provenance.py).
     cfg = cfg.with_options("command line", data=os.path.abspath(cfg.data),
@@ -299,21 +311,21 @@ def _resolve_config(request) -> TrainConfig:
     return cfg
 
 
-def _data_and_options(cfg: TrainConfig, main_rank: bool, dry_run: bool
+def _data_and_options(cfg: TrainConfig, main_rank: bool, source: str
                       ) -> tuple[_TrainData, TrainConfig, str]:
     """The data, and the config with the options chosen from it (and why). A reduced
     basis fits in float64, whatever ``--dtype``: its parameters (a timestamp-like
     1.7e9 + 100 a is quantised in float32) and snapshots are read in float64, again
-    when the data chose it."""
+    when the data chose it (``source``: whose words the errors use)."""
     dtype = "float64" if cfg.model == "reduced_basis" else cfg.dtype
-    data = _read_data(cfg, main_rank, dry_run, dtype)
+    data = _read_data(cfg, main_rank, source, dtype)
     cfg, chosen = _options_from_data(cfg, data.train)
     if cfg.model == "reduced_basis" and dtype != "float64":
-        data = _read_data(cfg, main_rank, dry_run, "float64")
+        data = _read_data(cfg, main_rank, source, "float64")
     return data, cfg, chosen
 
 
-def _read_data(cfg: TrainConfig, main_rank: bool, dry_run: bool, dtype: str) -> _TrainData:
+def _read_data(cfg: TrainConfig, main_rank: bool, source: str, dtype: str) -> _TrainData:
     """The training (and validation) samples in ``dtype``: ``--val-data``, or a split of
     ``--data``; in memory, or lazily through an on-disk cache for data larger than
     memory."""
@@ -324,9 +336,9 @@ def _read_data(cfg: TrainConfig, main_rank: bool, dry_run: bool, dtype: str) -> 
         layout = SampleLayout(cfg.inputs, cfg.targets, cfg.params, cfg.tags)
     except MeshError as e:
         raise UsageError(str(e)) from None
-    load_folder, workers, reading = data_loader(cfg, dtype, layout)
+    load_folder, workers, reading = data_loader(cfg, dtype, layout, source)
     if reading and main_rank:
-        print(reading, file=sys.stderr if dry_run else sys.stdout)
+        log.info(reading)
     files, samples, shapes, dim = load_folder(cfg.data, cfg.inputs, cfg.targets, dtype,
                                               desc="reading data", fields=cfg.field_specs)
     if cfg.val_data:
@@ -341,7 +353,8 @@ def _read_data(cfg: TrainConfig, main_rank: bool, dry_run: bool, dtype: str) -> 
             raise UsageError(f"{val_files[0]}: the mesh is {val_dim}-D but {files[0]} is {dim}-D")
         train_idx, train_samples = list(range(len(files))), samples
     else:
-        train_idx, val_idx = split_files(len(files), cfg.val_fraction, cfg.seed, cfg.data)
+        train_idx, val_idx = split_files(len(files), cfg.val_fraction, cfg.seed, cfg.data,
+                                         source)
         train_samples = take(samples, train_idx)
         val_samples = take(samples, val_idx) or None
         val_files = [files[i] for i in val_idx]
@@ -378,16 +391,17 @@ def _options_from_data(cfg: TrainConfig, samples) -> tuple[TrainConfig, str]:
     return cfg.with_options("defaults", **options), reason
 
 
-def _build_model(cfg: TrainConfig, data: _TrainData):
+def _build_model(cfg: TrainConfig, data: _TrainData, source: str):
     """The model, on the meta device first (it must fit the device training uses: cuda
-    when available, as the Trainer), in the training dtype."""
+    when available, as the Trainer), in the training dtype (``source``: whose words
+    the errors use)."""
     import torch
 
     from meshops.training.distributed import check_device
 
     dtype = getattr(torch, cfg.dtype)
     model = build_model(cfg.model, cfg.model_config, *data.sizes, len(cfg.params), dtype,
-                        check_device(cfg.device))
+                        check_device(cfg.device), source)
     return model.double() if dtype == torch.float64 else model
 
 

@@ -5,11 +5,14 @@ is installed, MLflow in ``RUN/mlflow.db`` on request)."""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 from meshops.errors import UsageError
 from meshops.runs.common import is_main_rank
+
+log = logging.getLogger(__name__)
 
 LOGGERS = ("tensorboard", "mlflow")
 #: The sub-folder of the run folder that holds TensorBoard's event files.
@@ -49,8 +52,10 @@ def coerce_loggers(key, v):
 
 
 # ------------------------------------------------------------------------ checks
-def check(cfg) -> None:
-    """Combinations that cannot work, refused before the data is read."""
+def check(cfg, say) -> None:
+    """Combinations that cannot work, refused before the data is read; ``say(key,
+    value)`` writes an option as the caller gives it (the command's flag, or
+    :func:`meshops.fit`'s keyword: :func:`~meshops.runs.config.option_name`)."""
     import torch
 
     from meshops.training.precision import amp_dtype
@@ -60,9 +65,8 @@ def check(cfg) -> None:
         try:
             amp_dtype(cfg.amp, device, getattr(torch, cfg.dtype))
         except ValueError as e:
-            raise UsageError(f"--amp {cfg.amp}: {e}" + (" (--dtype float64)" if
-                                                        cfg.dtype == "float64" else "")) \
-                from None
+            raise UsageError(f"{say('amp', cfg.amp)}: {e}" + (
+                f" ({say('dtype', 'float64')})" if cfg.dtype == "float64" else "")) from None
     if cfg.logger:
         from meshops.training.experiment import require
 
@@ -70,7 +74,7 @@ def check(cfg) -> None:
             try:
                 require(name)
             except ImportError as e:
-                raise UsageError(f"--logger {name}: {e}") from None
+                raise UsageError(f"{say('logger', name)}: {e}") from None
 
 
 def loggers(cfg) -> list[str]:
@@ -99,7 +103,7 @@ def callbacks(cfg, out: Path, config: dict) -> list:
     return made
 
 
-def train_members(request, cfg, out: Path, train) -> int:
+def train_members(request, cfg, out: Path, train) -> None:
     """The other members of ``--ensemble K``: the same command with seeds ``seed + k``
     into ``RUN/ensemble/seed<seed + k>/`` (with the run's epoch count), one by one."""
     from meshops.inference.trust import ENSEMBLE
@@ -109,8 +113,7 @@ def train_members(request, cfg, out: Path, train) -> int:
         sub = request.with_options(seed=seed, ensemble=1, epochs=cfg.epochs,
                                    out=str(out / ENSEMBLE / f"seed{seed}"))
         if is_main_rank():
-            print(f"ensemble member {k + 1}/{cfg.ensemble}: seed {seed} -> "
-                  f"{sub.options['out']}/")
+            log.info(f"ensemble member {k + 1}/{cfg.ensemble}: seed {seed} -> "
+                     f"{sub.options['out']}/")
         train(sub)
-    return 0
 

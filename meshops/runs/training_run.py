@@ -1,15 +1,15 @@
-"""The parts of ``meshops train`` shared by its two kinds of data, mesh folders
-(:mod:`meshops.cli.train`) and time series (:mod:`meshops.runs.series`): the model
+"""The parts of training a run shared by its two kinds of data, mesh folders
+(:mod:`meshops.runs.train`) and time series (:mod:`meshops.runs.series`): the model
 built from the data's channels, the split of the files, the run folder's write check,
-the epochs fitted to the time budget, and the training itself with its report."""
+the epochs fitted to the time budget, and the training itself with its outcome."""
 
 from __future__ import annotations
 
 import difflib
 import inspect
+import logging
 import math
 import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +17,8 @@ from meshops.errors import CheckpointError, UsageError
 from meshops.inference.predict import RUN_CHECKPOINT
 from meshops.runs import train_extras
 from meshops.runs.common import is_main_rank, os_reason
-from meshops.runs.config import RUN_CONFIG, TrainConfig
+from meshops.runs.config import FIT, RUN_CONFIG, TrainConfig, option_name
+from meshops.runs.outcome import Choice, Training
 
 if TYPE_CHECKING:  # for the annotations only
     from meshops.training.defaults import ThreadCheck
@@ -27,15 +28,18 @@ __all__ = ["INFERRED", "MEMORY_SHARE", "build_model", "check_writable_folder",
 
 # Set from the data, never by model_config.
 INFERRED = ("in_channels", "out_channels", "pos_dim", "param_channels")
+log = logging.getLogger(__name__)
 
 
 def build_model(name: str, model_config: dict, in_channels: int, out_channels: int,
-                pos_dim: int, param_channels: int = 0, dtype=None, device=None):
+                pos_dim: int, param_channels: int = 0, dtype=None, device=None,
+                source: str = "command line"):
     """A registered model (:data:`meshops.models.MODELS`) with ``model_config`` and the
     channels, dimension and parameter count of the data; a key the model does not take
     is refused, as are parameters for a model that takes none, and a model whose
     training would not fit in the memory of ``device`` (checked on the meta device,
-    before anything is allocated; ``dtype``: the training dtype)."""
+    before anything is allocated; ``dtype``: the training dtype; ``source``: whose words
+    the errors use, :func:`~meshops.runs.config.option_name`)."""
     from meshops.models import MODELS, count_parameters
     from meshops.utils.memory import module_bytes, skeleton, too_big
 
@@ -49,8 +53,9 @@ def build_model(name: str, model_config: dict, in_channels: int, out_channels: i
     inferred = {"in_channels": in_channels, "out_channels": out_channels, "pos_dim": pos_dim,
                 "param_channels": param_channels}
     if param_channels and "param_channels" not in accepted and not open_kw:
-        raise UsageError(f"model {name!r} does not take parameter vectors (--params): it has no "
-                       f"param_channels argument")
+        raise UsageError(f"model {name!r} does not take parameter vectors "
+                         f"({option_name('params', source)}): it has no param_channels "
+                         f"argument")
     for key, value in model_config.items():
         if key in inferred:
             if value != inferred[key]:
@@ -80,17 +85,19 @@ def build_model(name: str, model_config: dict, in_channels: int, out_channels: i
         raise UsageError(f"{described}: {e}") from None
 
 
-def split_files(n: int, val_fraction: float | None, seed: int, data: str
-                ) -> tuple[list[int], list[int]]:
+def split_files(n: int, val_fraction: float | None, seed: int, data: str,
+                source: str = "command line") -> tuple[list[int], list[int]]:
     """Deterministic train/validation indices of ``n`` files from the seed (``data``: the
-    folder, named in the error when the split leaves nothing to train on)."""
+    folder, named in the error when the split leaves nothing to train on; ``source``:
+    whose words the error uses, :func:`~meshops.runs.config.option_name`)."""
     from meshops.training.splits import validation_split
 
     try:
         return validation_split(n, val_fraction or 0.0, seed)
     except ValueError as e:
-        raise UsageError(f"{data}: {e}; add files, pass --val-data DIR or "
-                       f"--val-fraction 0") from None
+        raise UsageError(f"{data}: {e}; add files, pass "
+                         f"{option_name('val_data', source, 'DIR')} or "
+                         f"{option_name('val_fraction', source, '0')}") from None
 
 
 def check_writable_folder(out: Path) -> None:
@@ -141,7 +148,7 @@ def epochs_to_fit(cfg: TrainConfig, model, samples, num_val: float
     torch.set_num_threads(threads)
     check = None if cfg.threads is not None else defaults.ThreadCheck(
         model, timed, cfg.batch_size, step, many, math.ceil(num_val / cfg.batch_size),
-        print if is_main_rank() else _quiet)
+        log.info if is_main_rank() else _quiet)
     return cfg.with_options("defaults", epochs=epochs, threads=threads), reason, check
 
 
@@ -154,7 +161,8 @@ def _quiet(line: str) -> None:
 MEMORY_SHARE = 0.8
 
 
-def fit_memory(cfg: TrainConfig, model, samples) -> tuple[TrainConfig, str]:
+def fit_memory(cfg: TrainConfig, model, samples, source: str = "command line"
+               ) -> tuple[TrainConfig, str]:
     """Check, before training, that a step on the largest training mesh fits the free
     memory of the device training uses (:mod:`meshops.training.footprint`, measured on
     that mesh): when it does not but does with the blocks' activations recomputed,
@@ -162,7 +170,8 @@ def fit_memory(cfg: TrainConfig, model, samples) -> tuple[TrainConfig, str]:
     :class:`UsageError` says how much it would take, what is free and what would make
     it fit. Meshes below the probes' size, and machines whose peaks cannot be read, are
     not checked. A data-parallel run takes the first process's decision (all must
-    train alike).
+    train alike). ``source``: whose words the note and the error use (the command's
+    flags, or :func:`meshops.fit`'s keywords: :func:`~meshops.runs.config.option_name`).
 
     Returns:
         ``(cfg, note)``: the config (``checkpoint_blocks`` perhaps on) and what was done
@@ -170,7 +179,7 @@ def fit_memory(cfg: TrainConfig, model, samples) -> tuple[TrainConfig, str]:
     """
     import torch.distributed as dist
 
-    checkpoint, note, error = _memory_decision(cfg, model, samples)
+    checkpoint, note, error = _memory_decision(cfg, model, samples, source)
     if dist.is_available() and dist.is_initialized():
         every = [None] * dist.get_world_size()
         dist.all_gather_object(every, (checkpoint, note, error))
@@ -180,7 +189,8 @@ def fit_memory(cfg: TrainConfig, model, samples) -> tuple[TrainConfig, str]:
     return (cfg.with_options("defaults", checkpoint_blocks=True) if checkpoint else cfg), note
 
 
-def _memory_decision(cfg: TrainConfig, model, samples) -> tuple[bool, str, str]:
+def _memory_decision(cfg: TrainConfig, model, samples, source: str
+                     ) -> tuple[bool, str, str]:
     """:func:`fit_memory`'s finding on this process: ``(turn checkpointing on, note,
     error)``."""
     import copy
@@ -203,45 +213,53 @@ def _memory_decision(cfg: TrainConfig, model, samples) -> tuple[bool, str, str]:
     what = (f"a training step on the largest mesh ({points:,} points, batch {batch}) takes "
             f"about {format_bytes(plain.bytes(points, batch))}")
     ck = None if cfg.checkpoint_blocks else step_memory(probe, sample, device, checkpoint=True)
+    checkpointing = option_name("checkpoint_blocks", source)
     if ck is not None and ck.bytes(points, batch) <= MEMORY_SHARE * free:
         return True, (f"{what}, {format_bytes(free)} is free: the blocks' activations are "
-                      f"recomputed in the backward pass (--checkpoint-blocks), about "
+                      f"recomputed in the backward pass ({checkpointing}), about "
                       f"{format_bytes(ck.bytes(points, batch))}"), ""
     if ck is not None:
-        what += f" ({format_bytes(ck.bytes(points, batch))} with --checkpoint-blocks)"
-    smaller = " a smaller --batch-size," if batch > 1 else ""
-    return False, "", (f"train: {what} but {format_bytes(free)} of memory is free; to fit:"
-                       f"{smaller} a narrower model (--model-config width=...), a machine "
-                       f"with more memory, or meshes coarsened for training (predicting "
-                       f"on the fine ones afterwards)")
+        what += f" ({format_bytes(ck.bytes(points, batch))} with {checkpointing})"
+    return False, "", _memory_error(what, format_bytes(free), batch, source)
 
 
-def run_training(request, cfg, model, train_samples, val_samples, resolved: str, chosen: str,
-                 summary: str, begin, thread_check=None, **trainer_options) -> bool:
-    """The end of ``meshops train`` for a built model and its samples (mesh folders in
-    :func:`meshops.cli.train.cmd_train`, time series in :mod:`meshops.runs.series`):
-    ``--dry-run`` prints the resolved config and returns False; otherwise ``begin()``
-    records the run's data and prepares its folder (returning the checkpoint metadata),
-    ``config.yaml`` is written, the :class:`~meshops.training.Trainer` trains
-    (``trainer_options``: the loss, ...; ``thread_check``: :func:`epochs_to_fit`'s, a
-    callback too) and ``best.pt`` is left; returns True."""
+def _memory_error(what: str, free: str, batch: int, source: str) -> str:
+    """Why a training step does not fit (``what`` it takes, ``free`` memory) and what
+    would make it fit, in the words of ``source``."""
+    fit = source == FIT
+    smaller = f" a smaller {option_name('batch_size', source)}," if batch > 1 else ""
+    width = 'model_config={"width": ...}' if fit else "--model-config width=..."
+    return (f"{'fit()' if fit else 'train'}: {what} but {free} of memory is free; to fit:"
+            f"{smaller} a narrower model ({width}), a machine with more memory, or meshes "
+            f"coarsened for training (predicting on the fine ones afterwards)")
+
+
+def run_training(request, cfg, model, train_samples, val_samples, chosen: str,
+                 summary: str, begin, thread_check=None, **trainer_options) -> Training:
+    """The end of training a run for a built model and its samples (mesh folders in
+    :func:`meshops.runs.train.train`, time series in :mod:`meshops.runs.series`; ``cfg``
+    with the model's full hyperparameters, as ``config.yaml`` records them; ``chosen``
+    and ``summary``: what was chosen from the data, and the run in one line). A dry
+    run ends here; otherwise ``begin()`` records the run's data and prepares its folder
+    (returning the checkpoint metadata), ``config.yaml`` is written, the
+    :class:`~meshops.training.Trainer` trains (``trainer_options``: the loss, ...;
+    ``thread_check``: :func:`epochs_to_fit`'s, a callback too) and ``best.pt`` is
+    left. Returns what was done: the history and the model kept."""
+    training = Training(cfg, summary, choice=Choice(model.model_name, chosen),
+                        dry_run=request.dry_run)
+    if request.dry_run:
+        return training
     main_rank = is_main_rank()
     out = Path(cfg.out)
-    if request.dry_run:
-        if main_rank:
-            print(resolved, end="")
-            if chosen:
-                print(f"# defaults from the data: {chosen}", file=sys.stderr)
-            print(f"# {summary}", file=sys.stderr)
-        return False
     metadata = begin()
-    _start_run(out, resolved, chosen, summary, main_rank)
-    trainer = _trainer(request, cfg, model, train_samples, val_samples, metadata, main_rank,
+    _start_run(out, cfg.render(), chosen, summary, main_rank)
+    trainer = _trainer(request.resume, cfg, model, train_samples, val_samples, metadata, main_rank,
                        trainer_options, thread_check)
-    history = _fit(trainer, request)
+    training.history = _fit(trainer, request)
     if trainer.dist.is_main:
-        _report(trainer, history, model, metadata, out, val_samples is None)
-    return True
+        training.choice = _keep(trainer, training.history, model, metadata, out,
+                                val_samples is None, chosen)
+    return training
 
 
 def _start_run(out: Path, resolved: str, chosen: str, summary: str, main_rank: bool) -> None:
@@ -251,16 +269,17 @@ def _start_run(out: Path, resolved: str, chosen: str, summary: str, main_rank: b
     if main_rank:
         atomic_write(out / RUN_CONFIG, lambda tmp: Path(tmp).write_text(resolved))
         if chosen:
-            print(f"defaults from the data: {chosen}")
-        print(f"training {summary}; writing {out}/")
+            log.info(f"defaults from the data: {chosen}")
+        log.info(f"training {summary}; writing {out}/")
 
 
-def _trainer(request, cfg, model, train_samples, val_samples, metadata: dict, main_rank: bool,
+def _trainer(resume: bool, cfg, model, train_samples, val_samples, metadata: dict, main_rank: bool,
              options: dict, thread_check):
     """The :class:`~meshops.training.Trainer` of the run, with the loggers it asks for
     (``options``: the Trainer's other arguments; ``callbacks`` there replaces them) and
     the ``thread_check`` (if any)."""
     from meshops.training import Trainer
+    from meshops.utils.progress import on_terminal
 
     out = Path(cfg.out)
     loggers = (train_extras.callbacks(cfg, out, {**cfg.to_dict(),
@@ -272,7 +291,7 @@ def _trainer(request, cfg, model, train_samples, val_samples, metadata: dict, ma
         model, train_samples, val_samples, epochs=cfg.epochs, batch_size=cfg.batch_size,
         lr=cfg.lr, weight_decay=cfg.weight_decay, scheduler=cfg.schedule,
         grad_clip=cfg.grad_clip, seed=cfg.seed, device=cfg.device, out_dir=out,
-        resume=request.resume, metadata=metadata, progress=sys.stderr.isatty(), log=print,
+        resume=resume, metadata=metadata, progress=on_terminal(), log=log,
         amp=cfg.amp or False, **options)
 
 
@@ -285,9 +304,10 @@ def _fit(trainer, request) -> list:
     except FloatingPointError as e:
         raise UsageError(str(e)) from None
     except LoggerError as e:  # before the first epoch: nothing trained is lost
-        raise UsageError(f"--logger {e.logger}: {e}; repair or remove it, set "
-                       f"MLFLOW_TRACKING_URI to another store, or choose another --logger") \
-            from None
+        flag = option_name("logger", request.source)
+        raise UsageError(f"{option_name('logger', request.source, e.logger)}: {e}; repair or "
+                         f"remove it, set MLFLOW_TRACKING_URI to another store, or choose "
+                         f"another {flag}") from None
     except CheckpointError as e:  # a damaged, truncated or malicious RUN/last.pt
         raise UsageError(str(e)) from None
     except ValueError as e:
@@ -297,25 +317,33 @@ def _fit(trainer, request) -> list:
         raise UsageError(str(e)) from None
 
 
-def _report(trainer, history: list, model, metadata: dict, out: Path,
-            no_validation: bool) -> None:
-    """Where the run's model is: best.pt, or why there is none."""
+def _keep(trainer, history: list, model, metadata: dict, out: Path, no_validation: bool,
+          chosen: str) -> Choice:
+    """The model the run keeps as best.pt (without validation data the last epoch's,
+    saved here), said, or why there is none."""
+    name = model.model_name
     if no_validation:
         # No validation data: best.pt is the final model, so that predict/evaluate
         # find it in the usual place.
+        selected = "last epoch (no validation data)"
         model.save(out / RUN_CHECKPOINT, **metadata, epoch=trainer.epoch,
-                   metric=None, val=None, selected="last epoch (no validation data)")
-        print(f"no validation data: {out / RUN_CHECKPOINT} is the model after epoch "
-              f"{trainer.epoch}")
-    elif history and trainer.best["epoch"] is None:
+                   metric=None, val=None, selected=selected)
+        log.info(f"no validation data: {out / RUN_CHECKPOINT} is the model after epoch "
+                 f"{trainer.epoch}")
+        return Choice(name, chosen, selected, epoch=trainer.epoch)
+    best = trainer.best
+    if history and best["epoch"] is None:
         last = history[-1]["val"] or {}
         why = (f"the model predicts non-finite values on {last['failed']} of "
                f"{last['n']} validation meshes" if last.get("failed") else
                f"{trainer.metric} is {last.get(trainer.metric)}")
         raise UsageError(f"no epoch had a finite validation error ({why}), so there is no "
-                       f"best model: {out / RUN_CHECKPOINT} was not written; "
-                       f"{out / 'last.pt'} holds the model after epoch {trainer.epoch}")
-    elif history:
-        best = trainer.best
-        print(f"best validation {trainer.metric} {best['value']:.4e} at epoch "
-              f"{best['epoch']}: {out / RUN_CHECKPOINT}")
+                         f"best model: {out / RUN_CHECKPOINT} was not written; "
+                         f"{out / 'last.pt'} holds the model after epoch {trainer.epoch}")
+    if best["epoch"] is None:  # no epoch trained
+        return Choice(name, chosen)
+    log.info(f"best validation {trainer.metric} {best['value']:.4e} at epoch "
+             f"{best['epoch']}: {out / RUN_CHECKPOINT}")
+    return Choice(name, chosen, f"epoch {best['epoch']} of {trainer.epoch}: the lowest "
+                  f"validation {trainer.metric}", trainer.metric, {name: best["value"]},
+                  best["epoch"])

@@ -4,8 +4,8 @@ training set (:mod:`meshops.inference.trust`) and the mesh-independence check
 
 from __future__ import annotations
 
+import logging
 import math
-import sys
 from typing import Sequence
 
 from meshops.inference.predict import field_channels
@@ -14,6 +14,7 @@ from meshops.runs.report import json_number
 #: The point fields ``meshops predict`` writes with the distance to the training set.
 DISTANCE_FIELDS = {"distance": "train_distance", "params_distance": "train_distance_params",
                    "geometry_distance": "train_distance_geometry"}
+log = logging.getLogger(__name__)
 
 
 def param_names(meta: dict) -> list[str] | None:
@@ -51,9 +52,9 @@ def training_set_of(meta: dict, inputs, targets):
 
 
 def warn_extrapolation(path, dist: dict) -> None:
+    """A warning when the mesh of ``path`` is far from the training set (``dist``)."""
     if dist["extrapolates"]:
-        print(f"meshops: warning: {path}: the model extrapolates here: "
-              + "; ".join(dist["reasons"]), file=sys.stderr)
+        log.warning(f"{path}: the model extrapolates here: " + "; ".join(dist["reasons"]))
 
 
 def _bins(distances: list[float], errors: list[float], n_bins: int = 4) -> list[dict]:
@@ -96,16 +97,18 @@ def distance_report(distances: list[dict], errors: list[float]) -> dict:
             "max_distance": json_number(float(np.max(d))) if d else None}
 
 
-def print_distance_report(rep: dict, n: int) -> None:
-    print(f"error against distance to the training set (in training spreads; extrapolation "
-          f"beyond {rep['reference']:.3g}): {rep['extrapolating']} of {n} meshes extrapolate"
-          + (f", Spearman rank correlation {rep['spearman']:.2f}"
-             if rep["spearman"] is not None else ""))
+def distance_lines(rep: dict, n: int) -> list[str]:
+    """The text of :func:`distance_report` over ``n`` meshes."""
+    out = [f"error against distance to the training set (in training spreads; extrapolation "
+           f"beyond {rep['reference']:.3g}): {rep['extrapolating']} of {n} meshes extrapolate"
+           + (f", Spearman rank correlation {rep['spearman']:.2f}"
+              if rep["spearman"] is not None else "")]
     for b in rep["bins"]:
         span = "different geometry/constant mismatch" if b["from"] is None else \
             f"{b['from']:.3g} - {b['to']:.3g}"
-        print(f"  distance {span:<24} {b['n']:>4} meshes  mean rel. L2 {b['mean_error']:.4e}"
-              f"  worst {b['max_error']:.4e}")
+        out.append(f"  distance {span:<24} {b['n']:>4} meshes  mean rel. L2 "
+                   f"{b['mean_error']:.4e}  worst {b['max_error']:.4e}")
+    return out
 
 
 def refine_report(per_sample: list[dict]) -> dict:
@@ -122,18 +125,20 @@ def refine_report(per_sample: list[dict]) -> dict:
     return out
 
 
-def print_refine_report(rep: dict, per_sample: list[dict]) -> None:
-    print("mesh independence: relative L2 change of the prediction at the shared points "
-          "(and the mean error against the targets)")
+def refine_lines(rep: dict, per_sample: list[dict]) -> list[str]:
+    """The text of :func:`refine_report` (``per_sample``: its samples' checks)."""
+    out = ["mesh independence: relative L2 change of the prediction at the shared points "
+           "(and the mean error against the targets)"]
     for copy, label in (("refined", "uniformly refined"), ("coarsened", "coarsened (FPS)")):
         st = rep[copy]
         errs = [s[copy]["error"] for s in per_sample
                 if s[copy].get("error") is not None and not math.isnan(s[copy]["error"])]
         base = [s["error"] for s in per_sample if s.get("error") is not None]
         if st["mean"] is None:
-            print(f"  {label:<18} n/a: {'; '.join(st.get('notes', []))}")
+            out.append(f"  {label:<18} n/a: {'; '.join(st.get('notes', []))}")
             continue
         err = (f"  (error {sum(errs) / len(errs):.4e} vs {sum(base) / len(base):.4e} on the "
                f"original meshes)" if errs and base else "")
-        print(f"  {label:<18} change mean {st['mean']:.4e}  median {st['median']:.4e}  "
-              f"max {st['max']:.4e}{err}")
+        out.append(f"  {label:<18} change mean {st['mean']:.4e}  median {st['median']:.4e}  "
+                   f"max {st['max']:.4e}{err}")
+    return out

@@ -201,11 +201,15 @@ def _child_main(path: str) -> None:
     """The child of :func:`_child_peaks`: the peaks as one JSON line (``null`` each when
     the high-water mark cannot be reset here)."""
     import json
+    import sys
 
     job = torch.load(path, weights_only=False)
     torch.set_num_threads(1)
     _malloc("mallopt", _M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    print(json.dumps(_probe_peaks(job["model"], job["batches"], job["checkpoint"], _rss_peak)))
+    peaks = _probe_peaks(job["model"], job["batches"], job["checkpoint"], _rss_peak)
+    # The child's standard output is its answer to the parent (the protocol), not a
+    # message to a user: written directly, as one JSON line.
+    sys.stdout.write(json.dumps(peaks) + "\n")
 
 
 def step_memory(model, sample, device=None, checkpoint: bool = False

@@ -10,10 +10,25 @@ one-line messages (one per epoch, one per phase) are all a log gets.
 
 from __future__ import annotations
 
+import contextvars
 import sys
-from typing import Iterable, Optional
+from contextlib import contextmanager
+from typing import Iterable, Iterator, Optional
 
-__all__ = ["on_terminal", "progress"]
+__all__ = ["hidden_bars", "on_terminal", "progress"]
+
+_HIDDEN = contextvars.ContextVar("meshops_hidden_bars", default=False)
+
+
+@contextmanager
+def hidden_bars() -> Iterator[None]:
+    """No bar is drawn inside (in this thread): a caller asked for silence
+    (``meshops.fit(..., verbose=False)``), which a terminal or a notebook would break."""
+    token = _HIDDEN.set(True)
+    try:
+        yield
+    finally:
+        _HIDDEN.reset(token)
 
 
 def on_terminal(stream=None) -> bool:
@@ -32,7 +47,7 @@ def progress(iterable: Optional[Iterable] = None, *, enabled: bool = True, **kw)
     Args:
         iterable: What to iterate over (tqdm's first argument).
         enabled: False hides the bar everywhere (e.g. a ``progress=False`` option or a
-            rank other than 0).
+            rank other than 0); so does :func:`hidden_bars`.
         **kw: tqdm's keyword arguments (``desc``, ``total``, ``unit``, ``leave`` ...).
 
     Returns:
@@ -42,4 +57,4 @@ def progress(iterable: Optional[Iterable] = None, *, enabled: bool = True, **kw)
 
     kw.setdefault("dynamic_ncols", True)
     # None: tqdm disables itself when its file is not a TTY (the notebook bar keeps it on)
-    return tqdm(iterable, disable=None if enabled else True, **kw)
+    return tqdm(iterable, disable=None if enabled and not _HIDDEN.get() else True, **kw)

@@ -12,9 +12,9 @@ from meshops.cli import TrainConfig, UsageError, build_parser, main
 
 def _flags(*argv):
     """The request of ``meshops train`` with these flags."""
-    from meshops.runs.train import TrainRequest
+    from meshops.cli.train import train_request
 
-    return TrainRequest.from_args(build_parser().parse_args(["train", *argv]))
+    return train_request(build_parser().parse_args(["train", *argv]))
 
 
 def _write(path, text):

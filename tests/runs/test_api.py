@@ -13,6 +13,7 @@ import torch
 import yaml
 from _folders import SMALL, folder_bytes, run_cli, write_folder
 from _series import series_params, write_heat_series
+from _tiny_run import checkpoint_tensors
 
 import meshops
 from meshops.errors import MeshError, UsageError
@@ -24,27 +25,10 @@ SMALL_KW = {"inputs": ["f"], "targets": ["u"], "model": "transformer_no",
             "batch_size": 2}
 
 
-def _tensors(path) -> dict:
-    """The weights and normalisers of a checkpoint, flat."""
-    out = {}
-
-    def walk(prefix, v):
-        if isinstance(v, torch.Tensor):
-            out[prefix] = v
-        elif isinstance(v, dict):
-            for k, x in v.items():
-                walk(f"{prefix}.{k}", x)
-
-    ckpt = torch.load(path, weights_only=True)
-    walk("w", ckpt["state_dict"])
-    walk("n", ckpt.get("normalizers"))
-    return out
-
-
 def _same_run(a, b) -> None:
     """Two run folders hold the same model and history, and the same config but for
     the run folder itself."""
-    wa, wb = _tensors(a / "best.pt"), _tensors(b / "best.pt")
+    wa, wb = checkpoint_tensors(a / "best.pt"), checkpoint_tensors(b / "best.pt")
     assert wa.keys() == wb.keys() and len(wa) > 2
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     ha, hb = (json.loads((r / "history.json").read_text()) for r in (a, b))
@@ -83,13 +67,11 @@ def test_fit_takes_the_data_s_defaults_as_the_command_does(data, tmp_path, capsy
                                       "u", "--epochs", "1", "--out", tmp_path / "cli",
                                       "--dry-run"])
     assert code == 0, err
-    from meshops.runs.train import TrainRequest, train
-
-    train(TrainRequest({"data": str(data), "inputs": ["f"], "targets": ["u"], "epochs": 1,
-                        "out": str(tmp_path / "api")}, dry_run=True, source="fit()"))
-    api_out = capsys.readouterr().out
+    cfg = meshops.fit(str(data), ["f"], ["u"], epochs=1, out=str(tmp_path / "api"),
+                      dry_run=True)
+    assert isinstance(cfg, meshops.TrainConfig) and capsys.readouterr().out == ""
     say = lambda text: [ln for ln in text.splitlines() if not ln.startswith("out:")]  # noqa: E731
-    assert say(out) == say(api_out) and any(ln.startswith("model:") for ln in say(out))
+    assert say(out) == say(cfg.render()) and any(ln.startswith("model:") for ln in say(out))
 
 
 def test_evaluate_reports_what_the_command_prints(runs, data, capsys):
@@ -227,7 +209,7 @@ def test_fit_gives_the_caller_its_threads_back(data, tmp_path):
 def test_fit_reads_model_config_as_the_command_does(data, tmp_path, capsys):
     """Issue 38: model_config="w=16" was read a character at a time; a string is the
     words of --model-config, other types are refused, and fit(dry_run=True) returns
-    the options the command's dry run prints, training nothing."""
+    the TrainConfig whose YAML the command's dry run prints, training nothing."""
     base = {"inputs": ["f"], "targets": ["u"], "model": "transformer_no", "epochs": 1,
             "out": str(tmp_path / "api")}
     code, out, err = run_cli(capsys, ["train", "--data", data, "--inputs", "f", "--targets",
@@ -237,12 +219,12 @@ def test_fit_reads_model_config_as_the_command_does(data, tmp_path, capsys):
     assert code == 0, err
     for given in ("width=8 layers=1", ["width=8", "layers=1"], {"width": 8, "layers": 1}):
         got = meshops.fit(str(data), dry_run=True, model_config=given, **base)
-        assert got == yaml.safe_load(out), given
-        assert got["model_config"]["width"] == 8 and got["model_config"]["layers"] == 1
+        assert got.render() == out, given
+        assert got.model_config["width"] == 8 and got.model_config["layers"] == 1
     assert not (tmp_path / "api").exists()
     for bad in (16, ["width=8", 2]):
         with pytest.raises(UsageError, match=r"fit\(\): model_config: expected a mapping "
-                                             r".* or key=value words as --model-config"):
+                                             r".* or key=value words \('width=64"):
             meshops.fit(str(data), dry_run=True, model_config=bad, **base)
     with pytest.raises(UsageError, match="expected key=value, got 'w'"):
         meshops.fit(str(data), dry_run=True, model_config="w", **base)

@@ -227,7 +227,11 @@ def test_the_choice_follows_the_validation_errors(choice, tmp_path):
     data = type("D", (), {"val": read_series_folder(root / "train", ["u"], ["kappa", "a"],
                                                     meta["split"]["val"])})
     meta["time_input"] = True
-    assert plan.choose(run, data, meta) == "next_step"
+    from meshops.runs.outcome import Choice
+
+    kept = plan.choose(run, data, meta, Choice("next_step", "the reasons", epoch=2))
+    assert (kept.model, kept.reason, kept.epoch) == ("next_step", "the reasons", 2)
+    assert kept.validation["trajectory_basis"] == 1e9 > kept.validation["next_step"]
     assert isinstance(NeuralOperator.from_checkpoint(run / "best.pt"), NextStep)
     assert json.loads((run / "choice.json").read_text())["chosen"] == "next_step"
     assert not (run / "next_step.pt").exists()
