@@ -93,6 +93,22 @@ def _encoded(model, data):
     return d
 
 
+def test_a_model_saved_before_scale_by_loads_and_predicts_as_it_did(tmp_path):
+    from meshops.models import NeuralOperator, get_model
+
+    torch.manual_seed(0)
+    model = get_model("transformer_no", in_channels=2, out_channels=1, pos_dim=2, width=8,
+                      layers=1, heads=2).double()
+    model.set_normalizers(*fit_normalizers([_loaded(k, 1.0 + k) for k in range(3)]))
+    state = model.checkpoint_state()
+    state["state_dict"] = {k: v for k, v in state["state_dict"].items()
+                           if not k.endswith("scale_by")}
+    torch.save(state, tmp_path / "old.pt")
+    old = NeuralOperator.from_checkpoint(tmp_path / "old.pt").double()
+    assert old.output_normalizer.scale_channel == -1
+    torch.testing.assert_close(old.predict(_loaded(5, 3.0)), model.predict(_loaded(5, 3.0)))
+
+
 def test_a_checkpoint_from_before_scale_by_loads_scaling_by_nothing():
     norm = UnitGaussianNormalizer(2)
     state = {k: v for k, v in norm.state_dict().items() if k != "scale_by"}
