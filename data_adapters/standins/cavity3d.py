@@ -72,6 +72,8 @@ H, H_CAVITY, GROW = 0.095, 0.035, 0.3
 #: Width (m) of the band around the cavities that a graded re-mesh refines: half the
 #: default ``h_cavity``, about one layer of the training meshes' tetrahedra.
 RING_BAND = 0.0175
+#: How much faster than the plain mesh's the sizes grow back out of a refined band.
+RING_GROWTH = 4.0
 EXTRA = "standins3d"
 
 
@@ -205,15 +207,17 @@ def _size_field(gmsh, surfaces, h: float, h_cavity: float, ring: float, band: fl
     field.setNumbers(dist, "SurfacesList", surfaces)
     field.setNumber(dist, "Sampling", 60)
     sizes = []
-    for size_min, reach in [(h_cavity, 0.0)] + ([(h_cavity / ring ** (1 / 3), band)]
-                                               if ring > 1 else []):
+    # beyond the band the sizes grow back RING_GROWTH times as fast as the plain mesh's,
+    # so that the band, not a wide shell, is what a graded re-mesh refines
+    for size_min, reach, rate in [(h_cavity, 0.0, 1.0)] + (
+            [(h_cavity / ring ** (1 / 3), band, RING_GROWTH)] if ring > 1 else []):
         f = field.add("Threshold")
         field.setNumber(f, "InField", dist)
         field.setNumber(f, "SizeMin", size_min)
         field.setNumber(f, "SizeMax", h)
         field.setNumber(f, "DistMin", reach)
-        # the same growth rate as the plain mesh's beyond the band
-        field.setNumber(f, "DistMax", reach + GROW * (h - size_min) / max(h - h_cavity, 1e-12))
+        field.setNumber(f, "DistMax",
+                        reach + GROW * (h - size_min) / max(h - h_cavity, 1e-12) / rate)
         sizes.append(f)
     least = field.add("Min")
     field.setNumbers(least, "FieldsList", sizes)
