@@ -210,7 +210,7 @@ _family_set("cavity3d", "STAND-IN: 3-D linear elasticity of a 2 m x 1 m x 1 m st
             "x = 2 m by a traction of random size and direction, each sample its own gmsh "
             "tetrahedral mesh (3,100-5,200 nodes); inputs the distance to the cavities and "
             "the load's size (Pa) and direction (angle, elevation) as constant fields, targets "
-            "the displacement (ux, uy, uz) in m and the von Mises stress vm in Pa, about 1e10 "
+            "the displacement (ux, uy, uz) in m and the von Mises stress vm in Pa, about 5e10 "
             "times larger (data_adapters.standins.cavity3d); the test shapes meshed again: "
             "test_fine with every mesh size divided by 1.5 (about 3.4x the nodes), "
             "test_ring16 with a 17.5 mm band at the cavities refined 16x in volume.",

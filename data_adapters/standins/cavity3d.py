@@ -32,7 +32,7 @@ space (consistent mass matrix, component by component).
 Each sample is a :class:`meshops.MeshData` on the tetrahedral mesh with ``fields``
 ``sdf`` (distance to the nearest cavity surface, m: the geometry input), ``load`` (Pa),
 ``angle`` and ``elevation`` (rad) as constant fields (the global inputs), the targets
-``ux, uy, uz`` (m) and ``vm`` (Pa, about ``1e10`` times the displacement), ``x [N, 4]``,
+``ux, uy, uz`` (m) and ``vm`` (Pa, about ``5e10`` times the displacement), ``x [N, 4]``,
 ``y [N, 4]``, ``params [1, 22]`` (:data:`PARAMS`: the number of cavities, each cavity's
 nine parameters, the second a copy of the first when there is one cavity, and the load's
 three, for the nearest-sample baseline) and ``standin=True``.

@@ -115,7 +115,7 @@ def test_samples_have_the_stated_sizes_fields_and_units():
     u = np.linalg.norm(s.y[:, :3].double().numpy(), axis=1).max()
     vm = float(s.fields["vm"].max())
     assert 1e-6 < u < 1e-2                     # m
-    assert 1e5 < vm < 1e9 and 1e9 < vm / u < 1e12   # Pa, about 1e10 x the displacement
+    assert 1e5 < vm < 1e9 and 1e10 < vm / u < 1e12  # Pa, about 5e10 x the displacement
 
 
 @pytest.mark.parametrize("bad, name", [({"refine": 0.5}, "refine=0.5"), ({"ring": 0}, "ring=0"),
