@@ -183,7 +183,7 @@ def console_table(doc: dict) -> str:
                                  f"{r['worst']:>10.4g} {wall:>7.0f}"
                                  + (f"   {note}" if note else ""))
             lines.append(f"  -> {verdict({'models': models})}")
-        lines += [f"  {line}" for line in time_to_accuracy(d)]
+        lines += [] if doc.get("epochs") else [f"  {line}" for line in time_to_accuracy(d)]
         lines += [f"  {line}" for line in mesh_independence_lines(d, _models(doc))]
     return "\n".join(lines)
 
@@ -302,8 +302,10 @@ def markdown_table(doc: dict) -> str:
     out += ["", "Where meshops stands:", ""]
     out += [f"- {label}: {verdict({'models': row})}" for name, d in doc["datasets"].items()
             for label, row in rows(name, d)]
-    extra = [f"- {name}: {line}" for name, d in doc["datasets"].items()
-             for line in time_to_accuracy(d)]
+    # a fixed amount of work on a loaded machine: its times are not figures
+    extra = [] if doc.get("epochs") else [f"- {name}: {line}"
+                                          for name, d in doc["datasets"].items()
+                                          for line in time_to_accuracy(d)]
     if extra:
         out += ["", "Time to accuracy:", "", *extra]
     out += _mesh_independence_markdown(doc, models)
