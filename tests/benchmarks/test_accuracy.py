@@ -665,6 +665,9 @@ def test_every_model_is_scored_on_the_remeshed_splits_with_its_ratio(tmp_path):
     # up to the quadrature of the finer mesh
     assert fine["ratio"] == pytest.approx(fine["mean"] / mean["mean"], rel=1e-12)
     assert 0.8 < fine["ratio"] < 1.25
+    # the test predictions carried onto the finer meshes: linear fields, moved exactly,
+    # so they score what the predictions made there score
+    assert fine["moved"]["mean"] == pytest.approx(fine["mean"], rel=1e-9)
     assert fine["fields"]["u"]["ratio"] == pytest.approx(
         fine["fields"]["u"]["mean"] / mean["fields"]["u"]["mean"], rel=1e-12)
     assert res["models"]["pod_rbf"]["note"].startswith("n/a") or \
