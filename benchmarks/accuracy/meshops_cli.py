@@ -89,7 +89,9 @@ def run_meshops(data: Path, inputs: Sequence[str], fields: Sequence[str], minute
                   "--targets", ",".join(fields),
                   *(["--epochs", str(epochs)] if epochs else ["--minutes", f"{minutes:g}"]),
                   "--seed", str(seed), "--out", str(run)]
-    predict = py + ["predict", str(run), str(data / "test"), "-o", str(pred)]
+    # a rescored run replaces the predictions its earlier scoring wrote
+    again = ["--overwrite"] if reuse else []
+    predict = py + ["predict", str(run), str(data / "test"), "-o", str(pred), *again]
     out: dict = {"commands": [" ".join(train[1:]), " ".join(predict[1:])]}
     log("  $ " + out["commands"][0])
     record = work / "train.json"
@@ -118,7 +120,8 @@ def run_meshops(data: Path, inputs: Sequence[str], fields: Sequence[str], minute
         return out
     out["predictions"] = _read_predictions(pred, targets)
     for split in extra:
-        cmd = py + ["predict", str(run), str(data / split), "-o", str(work / f"pred_{split}")]
+        cmd = py + ["predict", str(run), str(data / split), "-o", str(work / f"pred_{split}"),
+                    *again]
         out["commands"].append(" ".join(cmd[1:]))
         log("  $ " + out["commands"][-1])
         if run_subprocess(cmd, env, log)[0] == 0:
