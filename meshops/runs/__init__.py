@@ -10,7 +10,8 @@ the baselines) and exports (:mod:`~meshops.runs.export`, :class:`ExportOptions`)
 gives a :class:`~meshops.runs.report.Report` with ``to_json()`` and ``table()``.
 Nothing here prints: progress is logged at INFO and warnings at WARNING on the
 ``meshops.runs.*`` loggers. :func:`plot_file` draws a mesh file's fields (``meshops
-plot``). Time series (``series=True``) are :mod:`~meshops.runs.series`.
+plot``). Time series (``series=True``) are :mod:`~meshops.runs.series` (fitting one:
+:mod:`~meshops.runs.series_fit`).
 
 Imports :mod:`meshops.training` and the packages below; :mod:`meshops.cli` is a thin
 shell over it: argument parsing, and printing what it returns and logs.

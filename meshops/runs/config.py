@@ -335,7 +335,7 @@ class TrainConfig:
     dtype: str = _option("float32", _dtype)
     # torch's threads; None: the faster of 1 and all (meshops.training.defaults)
     threads: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))
-    # time series (meshops.runs.series): a next-step model rolled out over K steps
+    # time series (meshops.runs.series_fit): a next-step model rolled out over K steps
     series: bool = _option(False, _to_bool)
     rollout_train: int = _option(2, lambda k, v: _to_int(k, v, minimum=1))
     rollout_grad: str = _option("last", _one_of("all", "last"))

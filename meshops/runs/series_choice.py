@@ -37,10 +37,11 @@ import numpy as np
 from meshops.errors import UsageError
 from meshops.runs.common import NOTE
 from meshops.runs.outcome import Choice, Training
+from meshops.runs.series import NEURAL
 
 #: The most of ``--minutes`` the trajectory basis may take before the next-step model.
 TRAJECTORY_SHARE = 0.3
-CANDIDATE, NEURAL, CHOICE = "trajectory_basis.pt", "next_step.pt", "choice.json"
+CANDIDATE, CHOICE = "trajectory_basis.pt", "choice.json"
 METRIC = ("mean over the steps and series of the relative L2 error of each step of the "
           "validation rollouts from step 0 (quadrature-weighted)")
 log = logging.getLogger(__name__)

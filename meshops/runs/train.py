@@ -4,7 +4,7 @@ train``).
 :func:`train` takes a :class:`TrainRequest` (the options, a config file, and what may
 happen to the run folder), resolves the config, reads the data, chooses the options the
 data decides, builds the model and trains it (or fits a reduced basis, or a time-series
-model in :mod:`meshops.runs.series`), holding the run folder's lock, and returns a
+model in :mod:`meshops.runs.series_fit`), holding the run folder's lock, and returns a
 :class:`~meshops.runs.outcome.Training`. Progress is logged (logger
 ``meshops.runs.*``, INFO), warnings at WARNING.
 """
@@ -210,7 +210,7 @@ class TrainRequest:
 
 def train(request: TrainRequest) -> Training:
     """The config, the data, the options chosen from the data, the model, then the
-    training (or the fit of a reduced basis; time series in :mod:`meshops.runs.series`),
+    training (or the fit of a reduced basis; time series in :mod:`meshops.runs.series_fit`),
     holding the run folder's lock (:mod:`meshops.runs.run_lock`). Returns what was done
     (for a dry run, the options chosen); what cannot be done raises
     :class:`~meshops.errors.UsageError` (or ``MeshError``, ``CheckpointError``) before
@@ -239,7 +239,7 @@ def _train(request, cfg: TrainConfig) -> Training:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if cfg.series:
-        from meshops.runs.series import train_series
+        from meshops.runs.series_fit import train_series
 
         return train_series(cfg, request, getattr(torch, cfg.dtype), resumed)
     data, cfg, chosen = _data_and_options(cfg, main_rank, request.source)

@@ -1,5 +1,5 @@
 """The parts of training a run shared by its two kinds of data, mesh folders
-(:mod:`meshops.runs.train`) and time series (:mod:`meshops.runs.series`): the model
+(:mod:`meshops.runs.train`) and time series (:mod:`meshops.runs.series_fit`): the model
 built from the data's channels, the split of the files, the run folder's write check,
 the epochs fitted to the time budget, and the training itself with its outcome."""
 
@@ -237,7 +237,7 @@ def _memory_error(what: str, free: str, batch: int, source: str) -> str:
 def run_training(request, cfg, model, train_samples, val_samples, chosen: str,
                  summary: str, begin, thread_check=None, **trainer_options) -> Training:
     """The end of training a run for a built model and its samples (mesh folders in
-    :func:`meshops.runs.train.train`, time series in :mod:`meshops.runs.series`; ``cfg``
+    :func:`meshops.runs.train.train`, time series in :mod:`meshops.runs.series_fit`; ``cfg``
     with the model's full hyperparameters, as ``config.yaml`` records them; ``chosen``
     and ``summary``: what was chosen from the data, and the run in one line). A dry
     run ends here; otherwise ``begin()`` records the run's data and prepares its folder
