@@ -4,7 +4,7 @@ changes their time and not their result).
 
 The split: the stand-in's first 200 meshes train, the next 50 validate; meshes 250-299
 are never read. The model is the default ``meshops train`` builds for input fields and
-several target fields (:data:`meshops.training.defaults.FIELDS_SLICE`, batch 1, one-cycle
+several target fields (:data:`meshops.fitting.defaults.FIELDS_SLICE`, batch 1, one-cycle
 rate peaking at 1e-3, the per-field relative L2 loss); the figure is the best epoch's mean
 validation error per field and over the fields.
 
@@ -64,9 +64,9 @@ def probe(what: str, variant: str, seed: int, epochs: int) -> dict:
     import torch
 
     from meshops.datasets.fields import TargetFields
+    from meshops.fitting.defaults import FIELDS_SLICE, FIELDS_TRAIN
     from meshops.models.slice_transformer import SliceTransformer
     from meshops.training import Trainer
-    from meshops.training.defaults import FIELDS_SLICE, FIELDS_TRAIN
     from meshops.training.loss import RelativeLpLoss
     from meshops.training.seed import seed_everything
 

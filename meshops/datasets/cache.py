@@ -170,7 +170,7 @@ def _merge(parts: Iterable[list]) -> tuple[float, Tensor, Tensor]:
 def sample_meta(sample) -> dict:
     """What a cache records of a sample so that a run needs no second read of it: the
     point count and dimension, a digest of ``pos`` (samples of one mesh), the facts
-    :func:`meshops.training.defaults.data_facts` reads, the weighted moments of ``x``
+    :func:`meshops.fitting.defaults.data_facts` reads, the weighted moments of ``x``
     and ``y`` (normalisers, :meth:`CachedMeshDataset.normalizers`) and the descriptors
     of :func:`meshops.datasets.descriptors.describe` with their
     :func:`~meshops.datasets.descriptors.geometry_tolerance`
@@ -753,7 +753,7 @@ class CachedMeshDataset(torch.utils.data.Dataset):
         return out
 
     def facts(self) -> dict:
-        """:func:`meshops.training.defaults.data_facts` of the samples, from what the cache
+        """:func:`meshops.fitting.defaults.data_facts` of the samples, from what the cache
         recorded (no sample is read)."""
         from meshops.reduced import constant_channels, global_channels, input_ranges
 

@@ -348,8 +348,8 @@ def _rows(stats: dict, keys: list, n: int, notes: bool) -> list[str]:
 
 def _standing(result: dict, key: str, model_name: str) -> list[str]:
     """The model's mean rel. L2 (quad) of ``key`` against the baselines' (one tolerance
-    for "level": :mod:`meshops.training.standing`)."""
-    from meshops.training.standing import standing
+    for "level": :mod:`meshops.runs.comparison`)."""
+    from meshops.runs.comparison import standing
 
     mean = result["fields"][key]["l2"]["mean"]
     if mean is None or not math.isfinite(mean):

@@ -53,7 +53,7 @@ def load_folder(root, inputs: Sequence[str], targets: Sequence[str], dtype,
     disagrees). Input and target values must be finite (checked by the data set),
     and a mesh where a target field (of ``fields``, the specs ``u+v, p``; ``None``: all
     targets as one) is zero everywhere is refused: the relative L2 loss is undefined
-    for it. (:func:`meshops.runs.lazy.load_folder_cached` is the same through an
+    for it. (:func:`meshops.fitting.lazy.load_folder_cached` is the same through an
     on-disk cache, for folders larger than memory.)
     """
     ds = folder_dataset(root, inputs, targets, dtype, layout)

@@ -304,7 +304,7 @@ def _step_table(test: list, lengths: list, start: int, targets: list):
     past a series' end, or for a predictor with no rollout of it)."""
     import numpy as np
 
-    from meshops.training.horizon import step_errors
+    from meshops.runs.horizon import step_errors
 
     H = max(lengths)
 
@@ -322,7 +322,7 @@ def _step_table(test: list, lengths: list, start: int, targets: list):
 def _series_baselines(meta, test, lengths, start, targets, table) -> dict:
     """``{name: (errors or None, note)}`` of persistence and the nearest training
     trajectory."""
-    from meshops.training.horizon import nearest_trajectory, persistence
+    from meshops.runs.horizon import nearest_trajectory, persistence
 
     out = {"persistence": (table([persistence(s, targets, start, h)
                                   for s, h in zip(test, lengths)]),
@@ -347,7 +347,7 @@ def _horizon_report(results: dict, test: list, lengths: list, start: int,
     note)): statistics per step, the mean over all steps, the steps each is below."""
     import numpy as np
 
-    from meshops.training.horizon import horizon_statistics
+    from meshops.runs.horizon import horizon_statistics
 
     names, H = [s.name for s in test], max(lengths)
     report = {

@@ -23,10 +23,10 @@ from meshops.datasets.cache import (
     CacheError,
     MeshCache,
 )
+from meshops.fitting.defaults import data_facts
+from meshops.fitting.lazy import FolderReader
 from meshops.mesh.io import mesh_from_arrays, write_mesh
-from meshops.runs.lazy import FolderReader
 from meshops.training.dataset import fit_normalizers
-from meshops.training.defaults import data_facts
 
 SETTINGS = {"test": 1}
 SMALL_PIT = ["--model", "pit", "--model-config", "width=16", "blocks=1", "num_latent=16"]
@@ -332,7 +332,7 @@ def test_lazy_training_in_worker_processes_is_training_in_memory(tmp_path, capsy
 
 
 def test_lazy_mode_is_chosen_when_the_data_would_not_fit(tmp_path, capsys, monkeypatch):
-    from meshops.runs import lazy
+    from meshops.fitting import lazy
 
     data = _folder(tmp_path / "data", 4)
     monkeypatch.setenv("MESHOPS_CACHE_DIR", str(tmp_path / "auto"))
@@ -432,6 +432,6 @@ def test_a_full_disk_while_caching_is_one_line_and_leaves_no_entry(tmp_path):
 
 
 def test_lazy_reading_workers_leave_the_training_step_two_cores():
-    from meshops.runs.lazy import default_workers
+    from meshops.fitting.lazy import default_workers
 
     assert [default_workers(c) for c in (None, 1, 2, 3, 4, 16)] == [0, 0, 0, 1, 2, 2]

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Iterator
 
 from meshops.errors import UsageError
+from meshops.fitting.config import option_name
 from meshops.runs.common import os_reason
-from meshops.runs.config import option_name
 
 __all__ = ["HOLDER_FILE", "LOCK_FILE", "LOCK_FILES", "run_lock"]
 
@@ -91,7 +91,7 @@ def _acquire(out: Path, source: str):
 def run_lock(out: Path, source: str = "command line") -> Iterator[None]:
     """Hold the lock of the run folder ``out`` (created if missing) for the ``with``
     block; see the module docstring. ``source``: whose options asked for it, for the
-    message (:func:`~meshops.runs.config.option_name`).
+    message (:func:`~meshops.fitting.config.option_name`).
 
     Raises:
         UsageError: another process holds it (its pid named), or the folder cannot be

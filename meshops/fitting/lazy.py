@@ -177,9 +177,9 @@ def shards_of(cfg, samples, source: str = "command line") -> Optional[int]:
     Raises:
         UsageError: ``--shards`` more than the training files, or (in one process) not
             a divisor of the batch, which takes one part's batch from each part; in the
-            words of ``source`` (:func:`~meshops.runs.config.option_name`).
+            words of ``source`` (:func:`~meshops.fitting.config.option_name`).
     """
-    from meshops.runs.config import option_name
+    from meshops.fitting.config import option_name
     from meshops.training import distributed
 
     env = distributed.torchrun_env()
@@ -237,12 +237,12 @@ def data_loader(cfg, dtype, layout=None, source: str = "command line"
     :data:`AUTO_FRACTION` of the available memory. ``--workers`` defaults to 2 worker
     processes for lazily read data where the machine has cores to spare for them
     (:func:`default_workers`), none in memory. ``source``: whose words the errors use
-    (:func:`~meshops.runs.config.option_name`).
+    (:func:`~meshops.fitting.config.option_name`).
     """
     from functools import partial
 
     from meshops.datasets.cache import default_cache_dir
-    from meshops.runs.config import FIT, option_name
+    from meshops.fitting.config import FIT, option_name
     from meshops.training.distributed import torchrun_env
 
     lazy = cfg.lazy

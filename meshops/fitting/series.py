@@ -1,5 +1,5 @@
 """Fitting a time-series run (:func:`meshops.fit` with ``series=True``): read the
-series, fit a trajectory basis on one mesh (:mod:`~meshops.runs.series_choice`), train
+series, fit a trajectory basis on one mesh (:mod:`~meshops.fitting.series_choice`), train
 the next-step model on windows of ``rollout_train`` steps and keep the better.
 """
 
@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meshops.errors import UsageError
+from meshops.fitting.config import FIT, option_name
+from meshops.fitting.outcome import Training
 from meshops.runs.common import is_main_rank, plural
-from meshops.runs.config import FIT, option_name
-from meshops.runs.outcome import Training
 from meshops.runs.series import SERIES_KEY, read_folder
 
 #: Options of meshops train that a time-series run does not take, with the values that
@@ -58,14 +58,14 @@ class SeriesData:
 
 def train_series(cfg, request, dtype, resumed: dict | None) -> Training:
     """``meshops train --series``: read the series; on one mesh, fit a trajectory basis
-    (:mod:`meshops.runs.series_choice`); train the next-step model on windows of
+    (:mod:`meshops.fitting.series_choice`); train the next-step model on windows of
     ``--rollout-train`` steps, validating on full rollouts; keep the candidate with the
     lower validation error (``resumed``: the metadata of the run being resumed, or
     None)."""
+    from meshops.fitting import series_choice
+    from meshops.fitting.run_folder import clear_run_files
+    from meshops.fitting.training_run import check_writable_folder, run_training
     from meshops.inference.predict import field_channels
-    from meshops.runs import series_choice
-    from meshops.runs.run_folder import clear_run_files
-    from meshops.runs.training_run import check_writable_folder, run_training
     from meshops.training.rollout import RolloutLoss
 
     _check_series_options(cfg, request.source)
@@ -116,8 +116,8 @@ def _next_step_setup(cfg, data: SeriesData, plan, dtype):
     options the data chose, model, training windows, validation rollouts, the reasons
     said, the thread check of the epochs' plan)``; the epochs fit the time the
     trajectory basis left."""
+    from meshops.fitting.training_run import epochs_to_fit
     from meshops.inference.predict import field_channels
-    from meshops.runs.training_run import epochs_to_fit
     from meshops.training.rollout import rollout_sample, rollout_windows
 
     train, val = data.train, data.val
@@ -169,7 +169,7 @@ def series_metadata(cfg, data: SeriesData, resolved: str, time_input: bool) -> d
             "out_channels": sum(field_channels(data.shapes[k]) for k in cfg.targets),
             "pos_dim": data.dim, **_metadata(cfg, data.train, data.val),
             "time_input": time_input,
-            # --resume compares the options with these (meshops.runs.run_folder)
+            # --resume compares the options with these (meshops.fitting.run_folder)
             "train_config": yaml.safe_load(resolved), **data.record}
 
 
@@ -185,8 +185,8 @@ def _check_series_options(cfg, source: str) -> None:
 def _next_step_model(cfg, train: list, c_state: int, c_in: int, dim: int, dtype):
     """The :class:`~meshops.models.NextStep` model of the run, with the statistics of
     the training series, in ``dtype``."""
+    from meshops.fitting.training_run import build_model
     from meshops.models.next_step import NextStep, condition_channels
-    from meshops.runs.training_run import build_model
     from meshops.training.distributed import check_device
     from meshops.training.rollout import series_statistics
 
@@ -210,7 +210,7 @@ def _read_series(cfg, resumed: dict | None, source: str) -> SeriesData:
     """The training and validation series (``--val-data``, or a split of ``--data`` by
     series, never by time step), their field shapes and dimension, and the fingerprints
     the run records (:func:`_record_files`, which refuses a resume on changed data)."""
-    from meshops.runs.training_run import split_files
+    from meshops.fitting.training_run import split_files
 
     fields_read = {"targets": cfg.targets, "inputs": cfg.inputs, "params": cfg.params}
     series = read_folder(cfg.data, fields_read, "reading series")

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from meshops.training.standing import LEVEL_RTOL, gap, is_level, standing
+from meshops.runs.comparison import LEVEL_RTOL, gap, is_level, standing
 
 
 def test_gap_in_percent_below_twice_and_as_a_factor_above():

@@ -26,13 +26,13 @@ import os
 from pathlib import Path
 
 from meshops.errors import UsageError
-from meshops.runs.config import RUN_CONFIG, TrainConfig, option_name
-from meshops.runs.run_lock import LOCK_FILES
-from meshops.runs.train_extras import TENSORBOARD_FOLDER
+from meshops.fitting.config import RUN_CONFIG, TrainConfig, option_name
+from meshops.fitting.run_lock import LOCK_FILES
+from meshops.fitting.trainer_options import TENSORBOARD_FOLDER
 
 # What a run of ``meshops train`` writes into its folder (removed before a new run, so
 # that a run never leaves another's files behind): the series candidates'
-# (meshops.runs.series_choice) among them.
+# (meshops.fitting.series_choice) among them.
 RUN_FILES = (RUN_CONFIG, "best.pt", "last.pt", "history.json", "trajectory_basis.pt",
              "next_step.pt", "choice.json")
 
@@ -148,7 +148,7 @@ def check_out_folder(out: Path, cfg: TrainConfig, overwrite: bool, resume: bool 
     trajectory) basis; ``overwrite`` allows any folder. ``resume``: a resume was asked
     for (and ``out`` has no ``last.pt``), refused for a fitted basis with that reason.
     The messages name the options as ``source``'s caller writes them
-    (:func:`~meshops.runs.config.option_name`)."""
+    (:func:`~meshops.fitting.config.option_name`)."""
     if overwrite or not out.is_dir():
         return
     overwrite_, resume_, out_ = (option_name(k, source) for k in ("overwrite", "resume", "out"))
@@ -158,7 +158,7 @@ def check_out_folder(out: Path, cfg: TrainConfig, overwrite: bool, resume: bool 
         what = (f" and a {fitted} is fitted in one go, there is nothing to resume"
                 if resume else "")
         raise UsageError(f"{out}: already holds a fitted {fitted} (best.pt){what}; {hint}")
-    # the lock of this run (meshops.runs.run_lock) is no content
+    # the lock of this run (meshops.fitting.run_lock) is no content
     entries = sorted(p.name for p in out.iterdir() if p.name not in LOCK_FILES)
     if not entries:
         return

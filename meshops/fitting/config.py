@@ -6,7 +6,7 @@ TOML by its suffix) and the command-line flags. Every value is coerced and check
 by the coercer of its field, and a bad one is refused naming the option and where
 it came from (``command line: lr: ...`` or ``train.yaml: lr: ...``). Options left
 ``None`` (model size, batch size, learning rate, epochs) are chosen later from the
-data by :mod:`meshops.training.defaults`; :meth:`TrainConfig.render` writes the
+data by :mod:`meshops.fitting.defaults`; :meth:`TrainConfig.render` writes the
 config as it was finally chosen (``RUN/config.yaml``, ``--dry-run``).
 """
 
@@ -215,9 +215,9 @@ def _one_of(*choices: str):
 
 
 def _extras():
-    from meshops.runs import train_extras
+    from meshops.fitting import trainer_options
 
-    return train_extras
+    return trainer_options
 
 
 def _unset_or(coerce):
@@ -240,7 +240,7 @@ class TrainConfig:
 
     ``None`` means "not set": ``data``, ``inputs`` and ``targets`` must be given;
     ``model``, ``epochs``, ``batch_size``, ``lr`` are chosen from the data
-    (:mod:`meshops.training.defaults`). ``val_data`` replaces ``val_fraction``. Build one
+    (:mod:`meshops.fitting.defaults`). ``val_data`` replaces ``val_fraction``. Build one
     with :meth:`from_options` (a mapping, every value checked) or :meth:`resolve` (a
     request: files, the resumed run, flags or keywords), never with unchecked values;
     :meth:`with_options` changes a few, checked. Each field is a keyword of
@@ -323,7 +323,7 @@ class TrainConfig:
     batch_size: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))
     lr: float | None = _option(None, _unset_or(lambda k, v: _to_float(k, v, positive=True)))
     weight_decay: float = _option(1e-4, lambda k, v: _to_float(k, v, nonneg=True))
-    # "auto": chosen from the data (meshops.training.defaults); None: a constant rate
+    # "auto": chosen from the data (meshops.fitting.defaults); None: a constant rate
     scheduler: str | None = _option("auto", _scheduler)
     grad_clip: float | None = _option(None, _grad_clip)
     quadrature_loss: bool = _option(True, _to_bool)
@@ -333,21 +333,21 @@ class TrainConfig:
     out: str = _option("run", _folder)
     device: str | None = _option(None, _opt_str)
     dtype: str = _option("float32", _dtype)
-    # torch's threads; None: the faster of 1 and all (meshops.training.defaults)
+    # torch's threads; None: the faster of 1 and all (meshops.fitting.defaults)
     threads: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))
-    # time series (meshops.runs.series_fit): a next-step model rolled out over K steps
+    # time series (meshops.fitting.series): a next-step model rolled out over K steps
     series: bool = _option(False, _to_bool)
     rollout_train: int = _option(2, lambda k, v: _to_int(k, v, minimum=1))
     rollout_grad: str = _option("last", _one_of("all", "last"))
     rollout_loss: str = _option("mse", _one_of("mse", "relative"))
     time_input: bool = _option(True, _to_bool)
-    # speed, memory and logging (meshops.runs.train_extras)
+    # speed, memory and logging (meshops.fitting.trainer_options)
     amp: str | None = _option(None, lambda k, v: _extras().coerce_amp(k, v))
     compile: bool = _option(False, _to_bool)
     checkpoint_blocks: bool = _option(False, _to_bool)
     logger: list[str] | None = _option(None, lambda k, v: _extras().coerce_loggers(k, v))
     ensemble: int = _option(1, lambda k, v: _to_int(k, v, minimum=1))
-    # Reading (meshops.runs.lazy): None = lazily only when the data would not fit.
+    # Reading (meshops.fitting.lazy): None = lazily only when the data would not fit.
     lazy: bool | None = _option(None, _unset_or(_to_bool))
     cache: str | None = _option(None, _opt_str)
     workers: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=0)))
@@ -413,7 +413,7 @@ class TrainConfig:
 
     @classmethod
     def from_request(cls, options: Mapping, source: str = "options") -> dict:
-        """The options a request sets (:class:`meshops.runs.train.TrainRequest`: the
+        """The options a request sets (:class:`meshops.fitting.train.TrainRequest`: the
         flags given, or :func:`meshops.fit`'s keywords); ``model_config`` is a mapping,
         a list of ``key=value`` as on the command line, or one string of them."""
         cfg = {k: v for k, v in options.items() if k != "model_config"}
@@ -456,7 +456,7 @@ class TrainConfig:
         FILE`` (or :func:`meshops.fit`'s ``config``), then the flags (or keywords);
         ``model_config`` mappings are merged, and the highest level that says how to
         validate (``val_data`` or ``val_fraction``) decides.
-        ``request`` is a :class:`meshops.runs.train.TrainRequest`."""
+        ``request`` is a :class:`meshops.fitting.train.TrainRequest`."""
         flags = cls.from_request(request.options, request.source)
         label, from_file = cls.from_config(request.config, request.source)
         if from_file.get("val_data") and from_file.get("val_fraction") is not None:

@@ -4,9 +4,9 @@ train``).
 :func:`train` takes a :class:`TrainRequest` (the options, a config file, and what may
 happen to the run folder), resolves the config, reads the data, chooses the options the
 data decides, builds the model and trains it (or fits a reduced basis, or a time-series
-model in :mod:`meshops.runs.series_fit`), holding the run folder's lock, and returns a
-:class:`~meshops.runs.outcome.Training`. Progress is logged (logger
-``meshops.runs.*``, INFO), warnings at WARNING.
+model in :mod:`meshops.fitting.series`), holding the run folder's lock, and returns a
+:class:`~meshops.fitting.outcome.Training`. Progress is logged (logger
+``meshops.fitting.*``, INFO), warnings at WARNING.
 """
 
 from __future__ import annotations
@@ -21,12 +21,28 @@ from typing import Mapping
 from meshops.datasets.fields import TargetFields
 from meshops.datasets.layout import SampleLayout
 from meshops.errors import CheckpointError, MeshError, UsageError
+from meshops.fitting import trainer_options
+from meshops.fitting.config import TrainConfig, option_name
+from meshops.fitting.lazy import data_loader, fingerprints, shards_of, take, with_structures
+from meshops.fitting.outcome import Training
+from meshops.fitting.run_folder import (
+    check_out_folder,
+    check_resume_options,
+    clear_run_files,
+    recorded_config,
+)
+from meshops.fitting.run_lock import run_lock
+from meshops.fitting.training_run import (
+    build_model,
+    check_writable_folder,
+    epochs_to_fit,
+    fit_memory,
+    run_training,
+    split_files,
+)
 from meshops.inference.predict import field_channels, format_shape
-from meshops.runs import train_extras, trust_reports
+from meshops.runs import trust_reports
 from meshops.runs.common import device_or_error, is_main_rank, plural
-from meshops.runs.config import TrainConfig, option_name
-from meshops.runs.lazy import data_loader, fingerprints, shards_of, take, with_structures
-from meshops.runs.outcome import Training
 from meshops.runs.provenance import (
     changes,
     fingerprint,
@@ -35,21 +51,6 @@ from meshops.runs.provenance import (
     param_fingerprint,
     refuse_changed,
     same_content,
-)
-from meshops.runs.run_folder import (
-    check_out_folder,
-    check_resume_options,
-    clear_run_files,
-    recorded_config,
-)
-from meshops.runs.run_lock import run_lock
-from meshops.runs.training_run import (
-    build_model,
-    check_writable_folder,
-    epochs_to_fit,
-    fit_memory,
-    run_training,
-    split_files,
 )
 
 log = logging.getLogger(__name__)
@@ -181,13 +182,13 @@ class TrainRequest:
     """What a training run is asked to do.
 
     Args:
-        options: :class:`~meshops.runs.config.TrainConfig` keys and values (``data``,
+        options: :class:`~meshops.fitting.config.TrainConfig` keys and values (``data``,
             ``inputs``, ``targets``, ``minutes``, ...); a key left out takes its value
             from ``config``, the resumed run's ``config.yaml`` or the defaults.
             ``model_config`` is a mapping, or ``["key=value", ...]`` as on the command
             line (or one string of them, ``"width=64 layers=2"``).
         config: Options below ``options``: a YAML or TOML file of them, a mapping, or a
-            :class:`~meshops.runs.config.TrainConfig` (its fields left unset do not
+            :class:`~meshops.fitting.config.TrainConfig` (its fields left unset do not
             count).
         resume: Continue the run in ``out`` from its ``last.pt``.
         overwrite: Start a new run in a folder that holds another one.
@@ -210,8 +211,8 @@ class TrainRequest:
 
 def train(request: TrainRequest) -> Training:
     """The config, the data, the options chosen from the data, the model, then the
-    training (or the fit of a reduced basis; time series in :mod:`meshops.runs.series_fit`),
-    holding the run folder's lock (:mod:`meshops.runs.run_lock`). Returns what was done
+    training (or the fit of a reduced basis; time series in :mod:`meshops.fitting.series`),
+    holding the run folder's lock (:mod:`meshops.fitting.run_lock`). Returns what was done
     (for a dry run, the options chosen); what cannot be done raises
     :class:`~meshops.errors.UsageError` (or ``MeshError``, ``CheckpointError``) before
     the run folder is touched where it can be told then."""
@@ -239,18 +240,18 @@ def _train(request, cfg: TrainConfig) -> Training:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if cfg.series:
-        from meshops.runs.series_fit import train_series
+        from meshops.fitting.series import train_series
 
         return train_series(cfg, request, getattr(torch, cfg.dtype), resumed)
     data, cfg, chosen = _data_and_options(cfg, main_rank, request.source)
     if cfg.model == "reduced_basis":
-        from meshops.runs.reduced import fit_reduced_run
+        from meshops.fitting.reduced import fit_reduced_run
 
         return fit_reduced_run(request, cfg, chosen, data.train, data.val,
                                _RunFiles(cfg, data, resumed, out, main_rank))
     training = _train_model(request, cfg, chosen, data, resumed)
     if not request.dry_run:
-        train_extras.train_members(request, training.config, out, train)
+        trainer_options.train_members(request, training.config, out, train)
     return training
 
 
@@ -296,7 +297,7 @@ def _resolve_config(request) -> TrainConfig:
     absolute, checked before any data is read."""
     cfg = TrainConfig.resolve(request)
     device_or_error(cfg.device, option_name("device", request.source))  # before any data
-    train_extras.check(cfg, lambda key, value: option_name(key, request.source, value))
+    trainer_options.check(cfg, lambda key, value: option_name(key, request.source, value))
     # The run records where its data is, not where it was run from: evaluate and
     # --resume from another folder then read this data (see provenance.py).
     cfg = cfg.with_options("command line", data=os.path.abspath(cfg.data),
@@ -381,7 +382,7 @@ def target_fields(cfg: TrainConfig, shapes: dict) -> TargetFields:
 def _options_from_data(cfg: TrainConfig, samples) -> tuple[TrainConfig, str]:
     """Options nobody set, chosen from the data (a resumed run's config.yaml sets them
     all), and the reason said (``""``: nothing chosen)."""
-    from meshops.training.defaults import options_from_data
+    from meshops.fitting.defaults import options_from_data
 
     try:
         options, reason = options_from_data(samples, cfg.model, cfg.model_config,
