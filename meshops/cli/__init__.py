@@ -29,7 +29,6 @@ from meshops.cli import evaluate, export, info, kernels, plot, predict, train
 from meshops.cli._common import command_log
 from meshops.errors import CheckpointError, MeshError, UsageError
 from meshops.fitting.config import (
-    RUN_CONFIG,
     TRAIN_DEFAULTS,
     TrainConfig,
     load_config_file,
@@ -40,6 +39,7 @@ from meshops.inference.predict import RUN_CHECKPOINT, RunSpec, load_model
 from meshops.mesh.summary import mesh_summary
 from meshops.runs.common import os_reason
 from meshops.runs.folder import load_folder
+from meshops.runs.run_folder import RUN_CONFIG
 
 __all__ = ["UsageError", "RUN_CHECKPOINT", "RUN_CONFIG", "RunSpec", "TRAIN_DEFAULTS",
            "TrainConfig", "build_model", "build_parser", "load_config_file", "load_folder",

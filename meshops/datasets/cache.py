@@ -727,7 +727,7 @@ class CachedMeshDataset(torch.utils.data.Dataset):
     # ------------------------------------------------------- what the run needs
     def fingerprints(self) -> dict[str, list]:
         """``{file name: [size, mtime_ns, sha256]}`` as the cache took them (the
-        provenance record of :func:`meshops.runs.provenance.fingerprint`, without
+        provenance record of :func:`meshops.runs.run_folder.fingerprint`, without
         reading the files again)."""
         return {Path(r.path).name: [int(r.stat[0]), int(r.stat[1]), r.sha256]
                 for r in self.records if r.stat is not None}

@@ -6,15 +6,17 @@
 (:mod:`~meshops.fitting.defaults`), the neural fit (:mod:`~meshops.fitting.train`,
 :mod:`~meshops.fitting.training_run`), the reduced fit (:mod:`~meshops.fitting.reduced`,
 :mod:`~meshops.fitting.reduced_basis`), the series fit (:mod:`~meshops.fitting.series`,
-:mod:`~meshops.fitting.series_choice`, :mod:`~meshops.fitting.trajectory_basis`), the
-run folder a fit may write into (:mod:`~meshops.fitting.run_folder`, its lock) and
-reading training data larger than memory (:mod:`~meshops.fitting.lazy`). Nothing here
-prints: progress is logged at INFO on the ``meshops.fitting.*`` loggers.
+:mod:`~meshops.fitting.series_choice`, :mod:`~meshops.fitting.trajectory_basis`), the run
+folder a fit may write into, and what a resumed fit keeps
+(:mod:`~meshops.fitting.out_folder`), and reading training data larger than memory
+(:mod:`~meshops.fitting.lazy`). Nothing here prints: progress is logged at INFO on the
+``meshops.fitting.*`` loggers.
 
-Imports :mod:`meshops.runs` (a fit returns the :class:`~meshops.runs.Run` it trained,
-compared with the baselines as an evaluation is), :mod:`meshops.training` (the
-``Trainer``) and the packages below; :mod:`meshops.cli` parses the command's options
-into it. Nothing that uses a trained run imports it.
+Imports :mod:`meshops.runs` (a fit returns the :class:`~meshops.runs.Run` it trained; the
+run folder's layout, lock and provenance, :mod:`meshops.runs.run_folder`; where a model
+stands against the baselines), :mod:`meshops.training` (the ``Trainer``) and the packages
+below; :mod:`meshops.cli` parses the command's options into it. Nothing that uses a
+trained run imports it.
 """
 
 from meshops.fitting.config import TrainConfig

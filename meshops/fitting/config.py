@@ -22,12 +22,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from meshops.errors import UsageError
 from meshops.runs.common import names
+from meshops.runs.run_folder import RUN_CONFIG
 
-__all__ = ["RUN_CONFIG", "TRAIN_DEFAULTS", "TrainConfig", "load_config_file",
-           "resolve_train_config"]
+__all__ = ["TRAIN_DEFAULTS", "TrainConfig", "load_config_file", "resolve_train_config"]
 
-# The resolved config of a run folder, usable as --config and the base of --resume.
-RUN_CONFIG = "config.yaml"
 #: The source of :func:`meshops.fit`'s options (``TrainRequest.source``): its messages
 #: name its keywords where the command's name flags (:func:`option_name`).
 FIT = "fit()"

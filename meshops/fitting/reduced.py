@@ -8,11 +8,12 @@ import logging
 from pathlib import Path
 
 from meshops.errors import UsageError
-from meshops.fitting.config import FIT, RUN_CONFIG, option_name
+from meshops.fitting.config import FIT, option_name
 from meshops.fitting.outcome import Training
 from meshops.inference.predict import RUN_CHECKPOINT
 from meshops.runs.choice import Choice
 from meshops.runs.common import NOTE
+from meshops.runs.run_folder import RUN_CONFIG
 
 log = logging.getLogger(__name__)
 

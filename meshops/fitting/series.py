@@ -63,7 +63,7 @@ def train_series(cfg, request, dtype, resumed: dict | None) -> Training:
     lower validation error (``resumed``: the metadata of the run being resumed, or
     None)."""
     from meshops.fitting import series_choice
-    from meshops.fitting.run_folder import clear_run_files
+    from meshops.fitting.out_folder import clear_run_files
     from meshops.fitting.training_run import check_writable_folder, run_training
     from meshops.inference.predict import field_channels
     from meshops.training.rollout import RolloutLoss
@@ -169,7 +169,7 @@ def series_metadata(cfg, data: SeriesData, resolved: str, time_input: bool) -> d
             "out_channels": sum(field_channels(data.shapes[k]) for k in cfg.targets),
             "pos_dim": data.dim, **_metadata(cfg, data.train, data.val),
             "time_input": time_input,
-            # --resume compares the options with these (meshops.fitting.run_folder)
+            # --resume compares the options with these (meshops.fitting.out_folder)
             "train_config": yaml.safe_load(resolved), **data.record}
 
 
@@ -255,10 +255,10 @@ def _summary(cfg, model, train: list, val: list, windows: int, c_state: int,
 def _record_files(cfg, series: list, val: list | None, resumed: dict | None) -> dict:
     """The fingerprints a series run records (``data_files``, ``val_files``: every file
     of every series and the parameter file,
-    :func:`~meshops.runs.provenance.series_fingerprint`); resuming, a series added or
+    :func:`~meshops.runs.run_folder.series_fingerprint`); resuming, a series added or
     removed or a file changed since the run was trained is refused (it would
     redraw the split or train on other data)."""
-    from meshops.runs.provenance import refuse_changed, series_changes, series_fingerprint
+    from meshops.runs.run_folder import refuse_changed, series_changes, series_fingerprint
 
     if resumed is not None and resumed.get("data_files") is not None:
         split = resumed.get("split") or {}

@@ -38,11 +38,10 @@ from meshops.errors import UsageError
 from meshops.fitting.outcome import Training
 from meshops.runs.choice import Choice
 from meshops.runs.common import NOTE
-from meshops.runs.series import NEURAL
+from meshops.runs.run_folder import CANDIDATE, CHOICE, NEURAL
 
 #: The most of ``--minutes`` the trajectory basis may take before the next-step model.
 TRAJECTORY_SHARE = 0.3
-CANDIDATE, CHOICE = "trajectory_basis.pt", "choice.json"
 METRIC = ("mean over the steps and series of the relative L2 error of each step of the "
           "validation rollouts from step 0 (quadrature-weighted)")
 log = logging.getLogger(__name__)
@@ -249,11 +248,12 @@ def plan(cfg, data, resumed: dict | None, dry_run: bool, source: str = "command 
 def fit_only_run(request, cfg, data, p: Plan, metadata_of) -> Training:
     """``--model trajectory_basis``: fit the basis alone and write the run
     (``metadata_of(resolved config)``: the run's checkpoint metadata)."""
-    from meshops.fitting.config import RUN_CONFIG, option_name
+    from meshops.fitting.config import option_name
+    from meshops.fitting.out_folder import clear_run_files
     from meshops.fitting.reduced import reduced_options
-    from meshops.fitting.run_folder import clear_run_files
     from meshops.fitting.training_run import check_writable_folder
     from meshops.inference.predict import RUN_CHECKPOINT
+    from meshops.runs.run_folder import RUN_CONFIG
     from meshops.utils.atomic import atomic_write
 
     out = Path(cfg.out)

@@ -24,14 +24,13 @@ from meshops.errors import CheckpointError, MeshError, UsageError
 from meshops.fitting import trainer_options
 from meshops.fitting.config import TrainConfig, option_name
 from meshops.fitting.lazy import data_loader, fingerprints, shards_of, take, with_structures
-from meshops.fitting.outcome import Training
-from meshops.fitting.run_folder import (
+from meshops.fitting.out_folder import (
     check_out_folder,
     check_resume_options,
     clear_run_files,
     recorded_config,
 )
-from meshops.fitting.run_lock import run_lock
+from meshops.fitting.outcome import Training
 from meshops.fitting.training_run import (
     build_model,
     check_writable_folder,
@@ -43,13 +42,14 @@ from meshops.fitting.training_run import (
 from meshops.inference.predict import field_channels, format_shape
 from meshops.runs import trust_reports
 from meshops.runs.common import device_or_error, is_main_rank, plural
-from meshops.runs.provenance import (
+from meshops.runs.run_folder import (
     changes,
     fingerprint,
     listing,
     param_changes,
     param_fingerprint,
     refuse_changed,
+    run_lock,
     same_content,
 )
 
@@ -212,7 +212,7 @@ class TrainRequest:
 def train(request: TrainRequest) -> Training:
     """The config, the data, the options chosen from the data, the model, then the
     training (or the fit of a reduced basis; time series in :mod:`meshops.fitting.series`),
-    holding the run folder's lock (:mod:`meshops.fitting.run_lock`). Returns what was done
+    holding the run folder's lock (:mod:`meshops.runs.run_folder`). Returns what was done
     (for a dry run, the options chosen); what cannot be done raises
     :class:`~meshops.errors.UsageError` (or ``MeshError``, ``CheckpointError``) before
     the run folder is touched where it can be told then."""
@@ -220,7 +220,7 @@ def train(request: TrainRequest) -> Training:
     if request.dry_run or not is_main_rank():  # writes nothing, or only what rank 0 says
         return _train(request, cfg)
     # One run at a time in a folder, from its first look at it to its last write.
-    with run_lock(Path(cfg.out), request.source):
+    with run_lock(Path(cfg.out), option_name("out", request.source)):
         return _train(request, cfg)
 
 
@@ -299,7 +299,7 @@ def _resolve_config(request) -> TrainConfig:
     device_or_error(cfg.device, option_name("device", request.source))  # before any data
     trainer_options.check(cfg, lambda key, value: option_name(key, request.source, value))
     # The run records where its data is, not where it was run from: evaluate and
-    # --resume from another folder then read this data (see provenance.py).
+    # --resume from another folder then read this data (see meshops.runs.run_folder).
     cfg = cfg.with_options("command line", data=os.path.abspath(cfg.data),
                            val_data=os.path.abspath(cfg.val_data) if cfg.val_data else None)
     if cfg.val_data and _same_folder(cfg.val_data, cfg.data):

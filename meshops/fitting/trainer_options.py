@@ -11,12 +11,11 @@ from pathlib import Path
 
 from meshops.errors import UsageError
 from meshops.runs.common import is_main_rank
+from meshops.runs.run_folder import TENSORBOARD_FOLDER
 
 log = logging.getLogger(__name__)
 
 LOGGERS = ("tensorboard", "mlflow")
-#: The sub-folder of the run folder that holds TensorBoard's event files.
-TENSORBOARD_FOLDER = "tensorboard"
 
 
 # --------------------------------------------------------------- config coercers

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING
 
 from meshops.errors import CheckpointError, UsageError
 from meshops.fitting import trainer_options
-from meshops.fitting.config import FIT, RUN_CONFIG, TrainConfig, option_name
+from meshops.fitting.config import FIT, TrainConfig, option_name
 from meshops.fitting.outcome import Training
 from meshops.inference.predict import RUN_CHECKPOINT
 from meshops.runs.choice import Choice
 from meshops.runs.common import is_main_rank, os_reason
+from meshops.runs.run_folder import RUN_CONFIG
 
 if TYPE_CHECKING:  # for the annotations only
     from meshops.fitting.defaults import ThreadCheck

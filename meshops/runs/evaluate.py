@@ -95,7 +95,7 @@ def _baseline_report(train, note: str, tests: list, names: list, fields) -> dict
 def _training_overlap(meta: dict, data, files) -> str:
     """A note when evaluated files are training files of the run: by content when the
     run recorded a fingerprint of its data, else by name in the training folder."""
-    from meshops.runs.provenance import listing, same_content
+    from meshops.runs.run_folder import listing, same_content
 
     train = list((meta.get("split") or {}).get("train", []))
     recorded = meta.get("data_files")

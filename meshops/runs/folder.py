@@ -128,11 +128,11 @@ def training_samples(meta: dict, inputs: Sequence[str], targets: Sequence[str], 
     """A run's training samples (``meta["data"]``, files ``meta["split"]["train"]``)
     in float64, read as ``layout`` says (then ``inputs`` are its own), or ``(None, why
     not)``: also when the files differ from the fingerprint the run recorded
-    (``meta["data_files"]`` and ``meta["param_files"]``, see :mod:`.provenance`)."""
+    (``meta["data_files"]`` and ``meta["param_files"]``, see :mod:`.run_folder`)."""
     import torch
 
     from meshops.errors import MeshError
-    from meshops.runs.provenance import changes, listing, param_changes
+    from meshops.runs.run_folder import changes, listing, param_changes
 
     root, train = meta.get("data"), (meta.get("split") or {}).get("train")
     if not root or not train:

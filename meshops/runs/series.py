@@ -18,11 +18,10 @@ from pathlib import Path
 from meshops.errors import CheckpointError, MeshError, UsageError
 from meshops.runs.common import optional_names
 from meshops.runs.report import Report
+from meshops.runs.run_folder import NEURAL
 
 #: Stored in the checkpoint metadata of a time-series run.
 SERIES_KEY = "series"
-#: The next-step model of a series run whose kept model is its trajectory basis.
-NEURAL = "next_step.pt"
 log = logging.getLogger(__name__)
 
 
@@ -402,7 +401,7 @@ def _training_series(meta: dict):
     if not Path(root).exists():
         return None, f"n/a: the training data {root} is not here"
     if isinstance(meta.get("data_files"), dict):
-        from meshops.runs.provenance import changes, listing, series_keys
+        from meshops.runs.run_folder import changes, listing, series_keys
 
         diff = changes(meta["data_files"], root, series_keys(meta["data_files"], names),
                        new_files=False)

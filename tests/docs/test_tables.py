@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from meshops.fitting.config import TrainConfig
-from meshops.fitting.run_folder import RESUME_MAY_CHANGE
+from meshops.fitting.out_folder import RESUME_MAY_CHANGE
 from meshops.inference.export import FIXED_MESH, REFUSED
 from meshops.mesh.io import FIELD_FORMATS
 from meshops.models import MODELS
@@ -72,7 +72,7 @@ def test_the_export_table_is_every_registered_model():
 
 
 def test_a_rule_the_generator_cannot_say_stops_the_build(monkeypatch):
-    import meshops.fitting.run_folder as run_folder
+    import meshops.fitting.out_folder as run_folder
     import meshops.mesh.io as io
 
     monkeypatch.setattr(run_folder, "RESUME_MAY_CHANGE", RESUME_MAY_CHANGE + ("seed",))

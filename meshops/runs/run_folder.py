@@ -1,6 +1,25 @@
-"""What a run records about its data, and whether the data behind a run is still that.
+"""The run folder: what it holds, its lock, and what it records about its data.
 
-``meshops train`` records in its checkpoints (``best.pt`` and ``last.pt`` metadata):
+A run folder is written by :func:`meshops.fit` (``meshops train``) and read by
+:func:`meshops.load_run`: :data:`RUN_FILES` are what a fit writes into it (its config,
+checkpoints, history, a time-series run's candidates), :data:`LOCK_FILES` what its
+lock puts there while it runs, :data:`TENSORBOARD_FOLDER` the event files of
+TensorBoard. Both the fitting and the use of a run import this module.
+
+**The lock.** Two runs writing one folder interleave their files: a second run started
+with ``--overwrite`` while the first still trained left a ``config.yaml`` saying seed 7
+beside the first run's seed-0 model. :func:`run_lock` holds an OS lock
+(:mod:`filelock`) on ``RUN/.meshops-run.lock`` from the first look at the folder to
+the last file written, with the holder's process id in ``RUN/.meshops-run.pid``; a
+second run is refused in one line naming the folder and that pid. The OS drops the
+lock when its holder dies, so a killed run leaves no stale lock.
+
+The lock needs the folder: one made for it (and any missing parent) is removed again
+when the run leaves nothing in it, so that a run refused for its data leaves no
+empty run folder behind; both lock files are removed when the run ends.
+
+**Provenance.** What a run records about its data, and whether the data behind a run
+is still that. A fit records in its checkpoints (``best.pt`` and ``last.pt`` metadata):
 
 * ``data`` (and ``val_data``): the absolute path of the folder, so that a run
   evaluated or resumed from another working directory reads its own data, not a
@@ -33,8 +52,118 @@ from __future__ import annotations
 
 import hashlib
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
+
+from meshops.errors import UsageError
+from meshops.runs.common import os_reason
+
+#: The options of a run, as ``fit`` resolved them (``TrainConfig.render()``).
+RUN_CONFIG = "config.yaml"
+#: The sub-folder of the run folder that holds TensorBoard's event files.
+TENSORBOARD_FOLDER = "tensorboard"
+#: A time-series run's candidates beside ``best.pt``, and its record of the pick.
+CANDIDATE, NEURAL, CHOICE = "trajectory_basis.pt", "next_step.pt", "choice.json"
+#: What a fit writes into its folder (removed before a new run, so that a run never
+#: leaves another's files behind).
+RUN_FILES = (RUN_CONFIG, "best.pt", "last.pt", "history.json", CANDIDATE, NEURAL, CHOICE)
+
+LOCK_FILE = ".meshops-run.lock"
+HOLDER_FILE = ".meshops-run.pid"
+#: What the lock puts in a run folder (not the user's files, not a run's outputs).
+LOCK_FILES = (LOCK_FILE, HOLDER_FILE)
+
+
+def _make_folder(out: Path) -> list[Path]:
+    """Create ``out`` and its missing parents; returns those created, outermost first."""
+    missing = []
+    for p in [out, *out.parents]:
+        if p.exists() or p.is_symlink():
+            break
+        missing.append(p)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{out}: cannot write the run folder ({os_reason(e)})") from None
+    return missing[::-1]
+
+
+def _remove_if_empty(made: list[Path]) -> None:
+    """Remove the folders made for the lock, innermost first, while they are empty."""
+    for p in reversed(made):
+        try:
+            p.rmdir()
+        except OSError:  # holds something: the run's files, or another run's lock
+            return
+
+
+def _holder(out: Path) -> str:
+    try:
+        pid = (out / HOLDER_FILE).read_text().strip()
+    except OSError:
+        pid = ""
+    return f"pid {pid}" if pid.isdigit() else "pid unknown"
+
+
+def _acquire(out: Path, out_option: str):
+    """The held lock of ``out`` (a :class:`filelock.FileLock`), or a UsageError (naming
+    ``out_option``, the option that chose the folder, as its caller writes it)."""
+    from filelock import FileLock, Timeout
+
+    path = out / LOCK_FILE
+    for _ in range(3):
+        lock = FileLock(str(path))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            raise UsageError(f"{out}: another meshops train ({_holder(out)}) is writing this "
+                             f"run folder; wait for it to end, or choose another "
+                             f"{out_option}") from None
+        except OSError as e:
+            raise UsageError(f"{out}: cannot write the run folder ({os_reason(e)})") from None
+        if path.exists():
+            return lock
+        # The holder before us removed the file as it ended, after we opened it: a lock
+        # on a removed file excludes nobody. Take the lock of the path as it is now.
+        lock.release()
+    raise UsageError(f"{out}: cannot lock the run folder ({LOCK_FILE} keeps disappearing)")
+
+
+@contextmanager
+def run_lock(out: Path, out_option: str = "--out") -> Iterator[None]:
+    """Hold the lock of the run folder ``out`` (created if missing) for the ``with``
+    block (see the module docstring). ``out_option``: the option that chose ``out``, as
+    the caller writes it (``--out``, ``out=``), for the message.
+
+    Raises:
+        UsageError: another process holds it (its pid named), or the folder cannot be
+            created or written.
+    """
+    from meshops.utils.atomic import atomic_write
+
+    out = Path(out)
+    made = _make_folder(out)
+    try:
+        lock = _acquire(out, out_option)
+    except UsageError:
+        _remove_if_empty(made)
+        raise
+    try:
+        try:
+            atomic_write(out / HOLDER_FILE,
+                         lambda tmp: Path(tmp).write_text(f"{os.getpid()}\n"))
+        except OSError as e:
+            raise UsageError(f"{out}: cannot write the run folder ({os_reason(e)})") from None
+        yield
+    finally:
+        # Removed while still held, so that a run that opened the file before this
+        # sees it gone once it gets the lock (see _acquire).
+        for name in (HOLDER_FILE, LOCK_FILE):
+            (out / name).unlink(missing_ok=True)
+        lock.release()
+        _remove_if_empty(made)
+
 
 # Read in blocks: files can be larger than memory is free.
 _BLOCK = 1 << 20

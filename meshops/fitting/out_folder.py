@@ -1,5 +1,5 @@
-"""The run folder of ``meshops train``: what may be written into it, and what a resumed
-run must keep.
+"""The run folder a fit writes: what may be written into it, and what a resumed run
+must keep (its layout, lock and provenance: :mod:`meshops.runs.run_folder`).
 
 * A new run writes into ``--out`` only when the folder is absent, empty, or holds a
   meshops run of the same config that never saved a ``last.pt`` (a relaunch of a
@@ -26,15 +26,8 @@ import os
 from pathlib import Path
 
 from meshops.errors import UsageError
-from meshops.fitting.config import RUN_CONFIG, TrainConfig, option_name
-from meshops.fitting.run_lock import LOCK_FILES
-from meshops.fitting.trainer_options import TENSORBOARD_FOLDER
-
-# What a run of ``meshops train`` writes into its folder (removed before a new run, so
-# that a run never leaves another's files behind): the series candidates'
-# (meshops.fitting.series_choice) among them.
-RUN_FILES = (RUN_CONFIG, "best.pt", "last.pt", "history.json", "trajectory_basis.pt",
-             "next_step.pt", "choice.json")
+from meshops.fitting.config import TrainConfig, option_name
+from meshops.runs.run_folder import LOCK_FILES, RUN_CONFIG, RUN_FILES, TENSORBOARD_FOLDER
 
 # Options a resumed run may change (--epochs has its own rule: check_resume_epochs).
 RESUME_MAY_CHANGE = ("epochs", "minutes", "device", "out")
@@ -158,7 +151,7 @@ def check_out_folder(out: Path, cfg: TrainConfig, overwrite: bool, resume: bool 
         what = (f" and a {fitted} is fitted in one go, there is nothing to resume"
                 if resume else "")
         raise UsageError(f"{out}: already holds a fitted {fitted} (best.pt){what}; {hint}")
-    # the lock of this run (meshops.fitting.run_lock) is no content
+    # the lock of this run (meshops.runs.run_folder) is no content
     entries = sorted(p.name for p in out.iterdir() if p.name not in LOCK_FILES)
     if not entries:
         return
