@@ -50,8 +50,8 @@ def parse_args(argv=None):
 
 def _samples(data: Path, dtype):
     from benchmarks.accuracy.folder import description
+    from meshops.datasets.samples import load_folder
     from meshops.fitting.config import TrainConfig
-    from meshops.runs.folder import load_folder
     from meshops.training.splits import validation_split
 
     desc = description(data)

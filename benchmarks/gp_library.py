@@ -73,10 +73,10 @@ def load_problem(name: str, root: Path) -> dict:
     standardised parameters ``x_tr [S, D]``, ``x_val [V, D]``, coefficients ``c_tr [S, R]``,
     the basis, the validation fields, the weights and the target fields."""
     from meshops.datasets.fields import TargetFields
+    from meshops.datasets.samples import load_folder
     from meshops.fitting.config import TrainConfig
     from meshops.inference.predict import field_channels
     from meshops.reduced import pod_basis, sample_parameters
-    from meshops.runs.folder import load_folder
     from meshops.training.baselines import target_points
     from meshops.training.splits import validation_split
 

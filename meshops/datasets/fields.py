@@ -27,7 +27,18 @@ from typing import Mapping, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["JOIN", "TargetFields", "field_mean", "field_spec", "split_field", "target_names"]
+__all__ = ["JOIN", "TargetFields", "field_mean", "field_shape", "field_spec", "format_shape",
+           "split_field", "target_names"]
+
+
+def field_shape(v) -> list[int]:
+    """Per-point shape of a field: ``[]`` for a scalar, ``[c]`` for a vector."""
+    return [int(s) for s in v.shape[1:]]
+
+
+def format_shape(shape: Sequence[int]) -> str:
+    """A per-point field shape for messages: ``scalar`` or ``3x3 per point``."""
+    return "scalar" if not shape else "x".join(str(s) for s in shape) + " per point"
 
 #: Joins the scalar arrays of one field: ``u+v``.
 JOIN = "+"

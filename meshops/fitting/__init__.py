@@ -8,8 +8,8 @@
 :mod:`~meshops.fitting.reduced_basis`), the series fit (:mod:`~meshops.fitting.series`,
 :mod:`~meshops.fitting.series_choice`, :mod:`~meshops.fitting.trajectory_basis`), the run
 folder a fit may write into, and what a resumed fit keeps
-(:mod:`~meshops.fitting.out_folder`), and reading training data larger than memory
-(:mod:`~meshops.fitting.lazy`). Nothing here prints: progress is logged at INFO on the
+(:mod:`~meshops.fitting.out_folder`), and how a fit reads its data, in memory or lazily
+(:mod:`~meshops.fitting.data`). Nothing here prints: progress is logged at INFO on the
 ``meshops.fitting.*`` loggers.
 
 Imports :mod:`meshops.runs` (a fit returns the :class:`~meshops.runs.Run` it trained; the

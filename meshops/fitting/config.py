@@ -345,7 +345,7 @@ class TrainConfig:
     checkpoint_blocks: bool = _option(False, _to_bool)
     logger: list[str] | None = _option(None, lambda k, v: _extras().coerce_loggers(k, v))
     ensemble: int = _option(1, lambda k, v: _to_int(k, v, minimum=1))
-    # Reading (meshops.fitting.lazy): None = lazily only when the data would not fit.
+    # Reading (meshops.fitting.data): None = lazily only when the data would not fit.
     lazy: bool | None = _option(None, _unset_or(_to_bool))
     cache: str | None = _option(None, _opt_str)
     workers: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=0)))

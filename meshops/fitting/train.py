@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from meshops.datasets.fields import TargetFields
+from meshops.datasets.fields import TargetFields, format_shape
 from meshops.datasets.layout import SampleLayout
+from meshops.datasets.lazy import fingerprints, take, with_structures
 from meshops.errors import CheckpointError, MeshError, UsageError
 from meshops.fitting import trainer_options
 from meshops.fitting.config import TrainConfig, option_name
-from meshops.fitting.lazy import data_loader, fingerprints, shards_of, take, with_structures
+from meshops.fitting.data import NonzeroTargets, data_loader, shards_of
 from meshops.fitting.out_folder import (
     check_out_folder,
     check_resume_options,
@@ -39,7 +40,7 @@ from meshops.fitting.training_run import (
     run_training,
     split_files,
 )
-from meshops.inference.predict import field_channels, format_shape
+from meshops.inference.predict import field_channels
 from meshops.runs import trust_reports
 from meshops.runs.common import device_or_error, is_main_rank, plural
 from meshops.runs.run_folder import (
@@ -340,12 +341,13 @@ def _read_data(cfg: TrainConfig, main_rank: bool, source: str, dtype: str) -> _T
     load_folder, workers, reading = data_loader(cfg, dtype, layout, source)
     if reading and main_rank:
         log.info(reading)
+    check = NonzeroTargets(tuple(cfg.targets), tuple(cfg.field_specs))
     files, samples, shapes, dim = load_folder(cfg.data, cfg.inputs, cfg.targets, dtype,
-                                              desc="reading data", fields=cfg.field_specs)
+                                              desc="reading data", check=check)
     if cfg.val_data:
         val_files, val_samples, val_shapes, val_dim = load_folder(
             cfg.val_data, cfg.inputs, cfg.targets, dtype, desc="reading val data",
-            fields=cfg.field_specs)
+            check=check)
         for k, sh in shapes.items():
             if val_shapes[k] != sh:
                 raise UsageError(f"{val_files[0]}: field {k!r} is {format_shape(val_shapes[k])} "

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from meshops.datasets.folder import MeshFolderDataset
 from meshops.datasets.layout import SampleLayout
 from meshops.errors import UsageError
 from meshops.inference import predict as inference  # tests replace predict_mesh there
@@ -24,7 +25,6 @@ from meshops.inference.predict import RunSpec, mesh_sample
 from meshops.mesh.io import read_mesh
 from meshops.runs import trust_reports
 from meshops.runs.common import optional_names, progress
-from meshops.runs.folder import folder_dataset, training_samples
 from meshops.runs.integrals import (
     boundary_integrals,
     integral_lines,
@@ -32,6 +32,7 @@ from meshops.runs.integrals import (
     parse_integral,
 )
 from meshops.runs.report import Report, json_number
+from meshops.runs.run_folder import training_samples
 
 # The errors of sample_errors, in the order they are printed, with their labels.
 _METRIC_LABELS = (("l2", "rel. L2 (quad)"), ("l2_unweighted", "rel. L2 (plain)"),
@@ -190,8 +191,8 @@ class _Evaluation:
         self.layout = _run_layout(opts, meta, spec, model, ckpt)
         asked = [opts.integrals] if isinstance(opts.integrals, str) else opts.integrals
         self.integrals = [parse_integral(t, spec.targets, spec.shapes) for t in asked or []]
-        self.ds = folder_dataset(opts.data, self.layout.inputs, spec.targets, torch.float64,
-                                 self.layout)
+        self.ds = MeshFolderDataset(opts.data, inputs=self.layout.inputs, targets=spec.targets,
+                                    dtype=torch.float64, layout=self.layout)
         self.names = [Path(f).name for f in self.ds.files]
         self.keys = _keys(spec.fields)
         self.train_set, self.why = trust_reports.training_set_of(meta, spec.inputs,

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Sequence
 
 from meshops.datasets.layout import SampleLayout
+from meshops.datasets.samples import mesh_files
 from meshops.errors import UsageError
 from meshops.inference import predict as inference  # tests replace predict_mesh there
 from meshops.inference.predict import RunSpec, mesh_sample
 from meshops.inference.trust import predict_ensemble
 from meshops.runs import trust_reports
 from meshops.runs.common import NOTE, optional_names, progress
-from meshops.runs.folder import mesh_files
 from meshops.runs.report import Report
 
 log = logging.getLogger(__name__)

@@ -343,3 +343,39 @@ def series_changes(recorded: dict, root, names: Sequence[str]) -> list[str]:
     out += [f"{n}: new series" for n in now if n not in names]
     out += [f"{n}: series missing" for n in names if n not in now]
     return out
+
+
+def training_samples(meta: dict, inputs: Sequence[str], targets: Sequence[str], layout=None):
+    """A run's training samples (``meta["data"]``, files ``meta["split"]["train"]``)
+    in float64, read as ``layout`` says (then ``inputs`` are its own), or ``(None, why
+    not)``: also when the files differ from the fingerprint the run recorded
+    (``meta["data_files"]`` and ``meta["param_files"]``, see above)."""
+    import torch
+
+    from meshops.datasets.folder import MeshFolderDataset
+    from meshops.errors import MeshError
+
+    root, train = meta.get("data"), (meta.get("split") or {}).get("train")
+    if not root or not train:
+        return None, "n/a: the checkpoint does not record its training files"
+    if not Path(root).is_dir():
+        return None, f"n/a: the training data {root} is not here"
+    recorded = meta.get("data_files")
+    if isinstance(recorded, dict):
+        diff = changes(recorded, root, names=train, new_files=False)
+        if isinstance(meta.get("param_files"), dict):
+            diff += param_changes(meta["param_files"], root)
+        if diff:
+            return None, (f"n/a: the training data in {root} changed since the run was "
+                          f"trained ({listing(diff)})")
+    try:
+        ds = MeshFolderDataset(root, inputs=layout.inputs if layout else inputs,
+                               targets=targets, dtype=torch.float64, layout=layout)
+        index = {Path(f).name: i for i, f in enumerate(ds.files)}
+        missing = [n for n in train if n not in index]
+        if missing:
+            return None, (f"n/a: {len(missing)} training file(s) are no longer in {root} "
+                          f"(e.g. {missing[0]})")
+        return [ds[index[n]] for n in train], ""
+    except (MeshError, OSError, ValueError, KeyError) as e:
+        return None, f"n/a: cannot read the training data {root} ({e})"

@@ -41,7 +41,7 @@ def training_set_of(meta: dict, inputs, targets):
     """The run's :class:`~meshops.inference.trust.TrainingSet`: from the checkpoint, or from its
     training files when the checkpoint predates it; ``(None, why not)`` otherwise."""
     from meshops.inference.trust import TrainingSet
-    from meshops.runs.folder import training_samples
+    from meshops.runs.run_folder import training_samples
 
     if meta.get("training_set"):
         return TrainingSet.from_dict(meta["training_set"]), ""
