@@ -1,4 +1,5 @@
-"""The options of ``meshops train`` as one typed :class:`TrainConfig`.
+"""The options of a fit (:func:`meshops.fit`'s keywords) as one typed
+:class:`TrainConfig`.
 
 Options come from four places, each overriding the one before: the defaults
 below, ``RUN/config.yaml`` of a run being resumed, a ``--config FILE`` (YAML, or

@@ -1,5 +1,5 @@
-"""``meshops train`` for a :class:`~meshops.models.ReducedBasis`: fitted in one go (no
-epochs), its regression chosen on the validation split, written like any run."""
+"""The reduced fit: a run of a :class:`~meshops.models.ReducedBasis`, fitted in one go
+(no epochs), its regression chosen on the validation split, written like any run."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Which model ``meshops train --series`` keeps: a trajectory basis or the next-step model.
+"""Which model a time-series fit keeps: a trajectory basis or the next-step model.
 
 For series on one mesh with the same time steps (and no input fields),
 :class:`~meshops.models.trajectory_basis.TrajectoryBasis` (POD of whole trajectories,

@@ -1,7 +1,7 @@
-"""``meshops train``'s precision, compile, memory and logging options: their config-file
-coercers, the combinations refused before any data is read, and the
-Trainer callbacks they make (TensorBoard under ``RUN/tensorboard`` by default when it
-is installed, MLflow in ``RUN/mlflow.db`` on request)."""
+"""A fit's options for the Trainer: precision, compile, memory and loggers; their
+coercers, the combinations refused before any data is read, and the Trainer callbacks
+they make (TensorBoard under ``RUN/tensorboard`` by default when it is installed, MLflow
+in ``RUN/mlflow.db`` on request)."""
 
 from __future__ import annotations
 

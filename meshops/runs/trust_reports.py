@@ -1,5 +1,5 @@
-"""The trust reports of ``meshops predict`` and ``meshops evaluate``: distance to the
-training set (:mod:`meshops.inference.trust`) and the mesh-independence check
+"""The trust reports of a run's predictions and evaluations: distance to the training set
+(:mod:`meshops.inference.trust`) and the mesh-independence check
 (:mod:`meshops.inference.refine`), with their text and JSON forms."""
 
 from __future__ import annotations
