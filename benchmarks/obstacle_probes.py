@@ -17,7 +17,9 @@ validation error per field and over the fields.
   takes ``c`` as a pointwise feature only.
   ``film-only`` conditions on it without reading it at every point
   (``global_inputs``: a value unique to each training mesh, read pointwise, lets the
-  model tell the meshes apart).
+  model tell the meshes apart). ``per-unit`` is ``film-only`` learning the targets per
+  unit load: the channel :func:`meshops.fitting.defaults.output_scale_channel` finds
+  (what ``meshops train`` does when the targets are proportional to a global input).
 * ``irrelevant-global``: the same load factor as a second input, the targets not
   scaled: what a global input the answer does not depend on costs (the plain family
   without it is ``adaptive-temperature --variant plain``).
@@ -37,7 +39,7 @@ from pathlib import Path
 
 from benchmarks.paths import command
 
-VARIANTS = {"global-inputs": ("film", "film-only", "plain"),
+VARIANTS = {"global-inputs": ("film", "film-only", "per-unit", "plain"),
             "irrelevant-global": ("film", "film-only", "plain"),
             "adaptive-temperature": ("ada", "plain")}
 
@@ -64,7 +66,7 @@ def probe(what: str, variant: str, seed: int, epochs: int) -> dict:
     import torch
 
     from meshops.datasets.fields import TargetFields
-    from meshops.fitting.defaults import FIELDS_SLICE, FIELDS_TRAIN
+    from meshops.fitting.defaults import FIELDS_SLICE, FIELDS_TRAIN, output_scale_channel
     from meshops.models.slice_transformer import SliceTransformer
     from meshops.training import Trainer
     from meshops.training.loss import RelativeLpLoss
@@ -75,14 +77,18 @@ def probe(what: str, variant: str, seed: int, epochs: int) -> dict:
     fields = TargetFields.from_specs(["u+v", "p"], {"u": 1, "v": 1, "p": 1})
     seed_everything(seed)
     model = SliceTransformer(channels, 3, pos_dim=2, **FIELDS_SLICE,
-                             condition_on_inputs=variant in ("film", "film-only"),
-                             global_inputs=(1,) if variant == "film-only" else (),
+                             condition_on_inputs=variant in ("film", "film-only", "per-unit"),
+                             global_inputs=(1,) if variant in ("film-only", "per-unit") else (),
                              adaptive_temperature=variant == "ada")
+    scale = output_scale_channel(train) if variant == "per-unit" else None
+    if variant == "per-unit" and scale != 1:
+        raise RuntimeError(f"the load (input channel 1) was not found proportional: {scale}")
     t0 = time.perf_counter()
     history = Trainer(model, train, val, epochs=epochs, batch_size=FIELDS_TRAIN["batch_size"],
                       lr=FIELDS_TRAIN["lr"], scheduler=FIELDS_TRAIN["scheduler"],
                       progress=False, log=None, loss=RelativeLpLoss(fields=fields),
-                      fields=fields, seed=seed).fit()
+                      fields=fields, seed=seed,
+                      normalize=True if scale is None else scale).fit()
     best = min(history, key=lambda e: e["val_l2"])
     return {"what": what, "variant": variant, "seed": seed, "epochs": epochs,
             "best_epoch": best["epoch"], "val_l2": best["val_l2"],

@@ -76,6 +76,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--keep", type=Path, default=None,
                    help="keep the runs and predictions in this folder (default: a temporary "
                         "folder, removed)")
+    p.add_argument("--reuse", action="store_true",
+                   help="with --keep: a meshops run already trained in the kept folder is "
+                        "predicted and scored again instead of trained again, and a peer's "
+                        "kept predictions are scored again")
     p.add_argument("--table", type=Path, metavar="FILE.json",
                    help="print the Markdown table of a stored result and exit")
     p.add_argument("--plot", type=Path, metavar="FILE.json",
@@ -89,6 +93,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if not args.minutes > 0:
         p.error(f"--minutes must be positive, got {args.minutes}")
+    if args.reuse and args.keep is None:
+        p.error("--reuse needs --keep FOLDER (where the runs were kept)")
     if args.epochs is not None and args.epochs < 1:
         p.error(f"--epochs must be >= 1, got {args.epochs}")
     if args.threads < 1:

@@ -2,7 +2,8 @@
 
 * **training mean**: the node-wise mean of the training targets; on meshes that
   differ, the mean of the training fields carried over to the test mesh by P1
-  interpolation on each training mesh's triangles (nearest node outside them).
+  interpolation on each training mesh's triangles or tetrahedra (nearest node outside
+  them: in a cavity of the training shape or beyond its domain).
 * **nearest training sample**: the targets of the training sample whose parameters
   (those of ``params.json``, e.g. a family's shape parameters, else the input
   fields' node means; standardised by their spread over the training set) are
@@ -50,13 +51,20 @@ def training_mean(train: Sequence[Sample], test: Sequence[Sample]) -> list[np.nd
 
 
 def _values_at(src: Sample, points: np.ndarray) -> np.ndarray:
-    """``src.targets`` at ``points [P, 2]``: P1 interpolation on ``src``'s triangles, the
-    nearest node's value outside them."""
+    """``src.targets`` at ``points [P, d]``: P1 interpolation on ``src``'s cells, the
+    nearest node's value outside them (a point in a cavity or beyond the source's
+    domain). Triangles in the plane go through matplotlib's finder, tetrahedra (and
+    triangulations matplotlib refuses) through :func:`_values_by_search`; triangles in
+    space (a surface) get the nearest node's value alone."""
     import matplotlib.tri as mtri
     from scipy.spatial import cKDTree
 
     nearest = cKDTree(src.points).query(points)[1]
-    tri = mtri.Triangulation(src.points[:, 0], src.points[:, 1], src.triangles)
+    if src.cells.shape[1] != src.points.shape[1] + 1:
+        return src.targets[nearest].astype(np.float64)
+    if src.points.shape[1] == 3:
+        return _values_by_search(src, points, nearest)
+    tri = mtri.Triangulation(src.points[:, 0], src.points[:, 1], src.cells)
     try:
         finder = tri.get_trifinder()
     except RuntimeError:  # matplotlib refuses e.g. a C-grid's duplicated wake-cut nodes
@@ -69,37 +77,56 @@ def _values_at(src: Sample, points: np.ndarray) -> np.ndarray:
     return out
 
 
+def _barycentric_maps(points: np.ndarray, cells: np.ndarray):
+    """``(first vertex [M, d], inverse edge matrices [M, d, d])`` of simplices: the
+    barycentric coordinates of ``q`` but the first are ``inv @ (q - first)``; NaN for a
+    degenerate cell, which then holds no point."""
+    first = points[cells[:, 0]]
+    edges = np.swapaxes(points[cells[:, 1:]] - first[:, None], 1, 2)     # columns: edges
+    det = np.linalg.det(edges)
+    ok = np.isfinite(det) & (np.abs(det) > 0)
+    inv = np.linalg.inv(np.where(ok[:, None, None], edges, np.eye(points.shape[1])))
+    inv[~ok] = np.nan
+    return first, inv
+
+
 def _values_by_search(src: Sample, points: np.ndarray, nearest: np.ndarray,
-                      k: int = 64, chunk: int = 4096) -> np.ndarray:
-    """P1 interpolation as :func:`_values_at`, the triangle of each point found among the
-    ``k`` triangles with the nearest centroids (barycentric coordinates all >= -1e-9),
-    the nearest node's value where none holds it. For triangulations matplotlib's
-    finder refuses (duplicated nodes, overlapping cells)."""
+                      ks=(2, 8, 64), chunk: int = 4096) -> np.ndarray:
+    """P1 interpolation as :func:`_values_at` on ``src``'s simplices (triangles in 2-D,
+    tetrahedra in 3-D): the cell of each point is searched among the ``k`` cells with
+    the nearest centroids, ``k`` = 2, then 8, then 64 for the points not yet placed (half
+    the time of 8 and 64 alone on the 3-D family), and holds it when its barycentric
+    coordinates are all >= -1e-9; the nearest node's
+    value where none holds it. For tetrahedra and for triangulations matplotlib's
+    finder refuses (duplicated nodes, overlapping cells).
+
+    Shapes:
+        points ``[P, d]``, nearest ``[P]`` -> ``[P, C]``
+    """
     from scipy.spatial import cKDTree
 
-    p, t, y = src.points[:, :2], src.triangles, src.targets
-    k = min(k, len(t))
+    p, t, y = src.points, src.cells, src.targets
+    first, inv = _barycentric_maps(p, t)
     out = y[nearest].astype(np.float64)
+    todo = np.arange(len(points))
     tree = cKDTree(p[t].mean(1))
-    for s in range(0, len(points), chunk):
-        q = points[s:s + chunk, :2]
-        cand = tree.query(q, k)[1].reshape(len(q), k)                  # [n, k]
-        a, b, c = (p[t[cand, i]] for i in range(3))                     # [n, k, 2]
-        v0, v1, v2 = b - a, c - a, q[:, None] - a
-        d00, d01, d11 = (v0 * v0).sum(-1), (v0 * v1).sum(-1), (v1 * v1).sum(-1)
-        d20, d21 = (v2 * v0).sum(-1), (v2 * v1).sum(-1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            den = d00 * d11 - d01 * d01
-            l1 = (d11 * d20 - d01 * d21) / den
-            l2 = (d00 * d21 - d01 * d20) / den
-        lam = np.stack([1 - l1 - l2, l1, l2], -1)                      # [n, k, 3]
-        inside = np.isfinite(lam).all(-1) & (lam >= -1e-9).all(-1)
-        found = inside.any(1)
-        j = inside.argmax(1)
-        rows = np.arange(len(q))
-        verts = t[cand[rows, j]]                                        # [n, 3]
-        vals = (lam[rows, j][..., None] * y[verts]).sum(1)              # [n, C]
-        out[s:s + chunk][found] = vals[found]
+    for k in ks:
+        k = min(k, len(t))
+        placed = []
+        for s in range(0, len(todo), chunk):
+            rows = todo[s:s + chunk]
+            cand = tree.query(points[rows], k)[1].reshape(len(rows), k)         # [n, k]
+            lam = np.einsum("nkij,nkj->nki", inv[cand], points[rows, None] - first[cand])
+            lam = np.concatenate([1 - lam.sum(-1, keepdims=True), lam], -1)    # [n, k, d+1]
+            inside = np.isfinite(lam).all(-1) & (lam >= -1e-9).all(-1)
+            found = inside.any(1)
+            j = inside.argmax(1)[found]
+            at = np.flatnonzero(found)
+            out[rows[found]] = (lam[at, j][..., None] * y[t[cand[at, j]]]).sum(1)
+            placed.append(rows[found])
+        todo = np.setdiff1d(todo, np.concatenate(placed) if placed else [])
+        if not len(todo):
+            break
     return out
 
 

@@ -28,6 +28,7 @@ from typing import Callable
 import torch
 
 from data_adapters.parametric import ParametricSet, prepare_parametric_folders
+from data_adapters.standins.cavity3d import PARAMS as CAVITY3D_PARAMS
 
 #: Name -> (key, builder). The key names everything the folder depends on.
 _SPECS: dict[str, tuple[dict, Callable[[dict], ParametricSet]]] = {}
@@ -192,6 +193,29 @@ _family_set("obstacle", "STAND-IN: steady viscous flow (Re 20-40) past a star-sh
             _obstacle, ["sdf"], ["u", "v", "p"], ["u+v", "p"],
             ["cx", "cy", "r0", "a1", "a2", "a3", "b1", "b2", "b3"], version=2)
 
+
+
+def _cavity3d(n, seed, n_test):
+    from data_adapters.standins.cavity3d import make_cavity3d_standin
+
+    def make(**how):
+        return make_cavity3d_standin(n, seed=seed, dtype=torch.float64, progress=False, **how)
+
+    again = {"test_fine": {"refine": 1.5}, "test_ring16": {"ring": 16}}
+    return make(), {split: make(first=n - n_test, **how) for split, how in again.items()}
+
+
+_family_set("cavity3d", "STAND-IN: 3-D linear elasticity of a 2 m x 1 m x 1 m steel block "
+            "with one or two random ellipsoidal cavities, clamped at x = 0 and pulled at "
+            "x = 2 m by a traction of random size and direction, each sample its own gmsh "
+            "tetrahedral mesh (3,100-5,200 nodes); inputs the distance to the cavities and "
+            "the load's size (Pa) and direction (angle, elevation) as constant fields, targets "
+            "the displacement (ux, uy, uz) in m and the von Mises stress vm in Pa, about 5e10 "
+            "times larger (data_adapters.standins.cavity3d); the test shapes meshed again: "
+            "test_fine with every mesh size divided by 1.5 (about 3.4x the nodes), "
+            "test_ring16 with a 17.5 mm band at the cavities refined 16x in volume.",
+            _cavity3d, ["sdf", "load", "angle", "elevation"], ["ux", "uy", "uz", "vm"],
+            ["ux+uy+uz", "vm"], CAVITY3D_PARAMS)
 
 NAMES = tuple(_SPECS)
 

@@ -27,8 +27,10 @@ class Sample:
     Attributes:
         given_params: ``[K]`` the parameters of ``params.json`` beside the file, if any.
         name: File name.
-        points: ``[N, 2]`` node coordinates.
-        triangles: ``[M, 3]`` P1 triangles.
+        points: ``[N, d]`` node coordinates: ``d = 2`` for a plane mesh (a zero ``z``
+            dropped), 3 for tetrahedra or a surface in space.
+        cells: The P1 simplices: triangles ``[M, 3]`` (quads split in two) or, where the
+            file has any, its tetrahedra ``[M, 4]``.
         inputs: ``[N, K]`` the input fields (the parameters, constant per sample).
         targets: ``[N, C]`` the target fields, concatenated in order.
         weight: ``[N]`` P1 lumped-mass weights (:func:`lumped_mass_weights`).
@@ -36,7 +38,7 @@ class Sample:
 
     name: str
     points: np.ndarray
-    triangles: np.ndarray
+    cells: np.ndarray
     inputs: np.ndarray
     targets: np.ndarray
     weight: np.ndarray
@@ -75,19 +77,28 @@ def read_sample(path, inputs: Sequence[str], targets: Sequence[str],
 
     path = Path(path)
     mesh = meshio.read(path)
-    # quads (a structured grid) as two triangles each: P1 weights and interpolation
+    cells = _simplices(mesh, path)
+    points = np.asarray(mesh.points, np.float64)
+    flat = cells.shape[1] == 3 and points.shape[1] == 3 and not np.any(points[:, 2])
+    points = points[:, :2] if flat or points.shape[1] == 2 else points[:, :3]
+    cols = [_field(mesh, k, path) for k in inputs]
+    outs = [_field(mesh, k, path) for k in list(targets) + list(extra)]
+    return Sample(path.name, points, cells,
+                  np.concatenate(cols, 1) if cols else np.zeros((len(points), 0)),
+                  np.concatenate(outs, 1), lumped_mass_weights(points, cells))
+
+
+def _simplices(mesh, path: Path) -> np.ndarray:
+    """The tetrahedra of a meshio mesh if it has any (its boundary triangles left
+    out), else its triangles, quads (a structured grid) as two triangles each: the cells
+    of the P1 weights and interpolation."""
+    tets = [c.data for c in mesh.cells if c.type == "tetra"]
     tri = [c.data for c in mesh.cells if c.type == "triangle"]
     tri += [np.asarray(c.data)[:, idx] for c in mesh.cells if c.type == "quad"
             for idx in ([0, 1, 2], [0, 2, 3])]
-    if not tri:
-        raise ValueError(f"{path}: no triangle or quad cells")
-    points = np.asarray(mesh.points, np.float64)[:, :2]
-    triangles = np.concatenate(tri).astype(np.int64)
-    cols = [_field(mesh, k, path) for k in inputs]
-    outs = [_field(mesh, k, path) for k in list(targets) + list(extra)]
-    return Sample(path.name, points, triangles,
-                  np.concatenate(cols, 1) if cols else np.zeros((len(points), 0)),
-                  np.concatenate(outs, 1), lumped_mass_weights(points, triangles))
+    if not tets and not tri:
+        raise ValueError(f"{path}: no tetra, triangle or quad cells")
+    return np.concatenate(tets or tri).astype(np.int64)
 
 
 def read_split(root, split: str, inputs: Sequence[str], targets: Sequence[str],
@@ -114,8 +125,8 @@ def description(root) -> dict:
 
 
 def same_mesh(samples: Sequence[Sample]) -> bool:
-    """Whether all samples share one mesh (same points and triangles)."""
+    """Whether all samples share one mesh (same points and cells)."""
     a = samples[0]
-    return all(s.points.shape == a.points.shape and s.triangles.shape == a.triangles.shape
-               and np.array_equal(s.points, a.points) and np.array_equal(s.triangles, a.triangles)
+    return all(s.points.shape == a.points.shape and s.cells.shape == a.cells.shape
+               and np.array_equal(s.points, a.points) and np.array_equal(s.cells, a.cells)
                for s in samples[1:])

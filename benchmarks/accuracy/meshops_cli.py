@@ -14,6 +14,7 @@ epoch so far) and records the wall time either way.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -66,11 +67,13 @@ def run_subprocess(cmd: Sequence[str], env: dict, log: Callable[[str], None],
 
 def run_meshops(data: Path, inputs: Sequence[str], fields: Sequence[str], minutes: float,
                 work: Path, env: dict, log: Callable[[str], None], grace: float,
-                extra: Sequence[str] = (), epochs: int | None = None, seed: int = 0) -> dict:
+                extra: Sequence[str] = (), epochs: int | None = None, seed: int = 0,
+                reuse: bool = False) -> dict:
     """Train with the CLI's defaults (``--targets`` the target ``fields``: ``u+v,p``) and
     predict on ``data/test`` (and on ``data/SPLIT`` for every split of ``extra``: the
     test shapes re-meshed). With ``epochs``, ``--epochs N`` replaces ``--minutes`` (a fixed
-    amount of work) and nothing is stopped at a deadline.
+    amount of work) and nothing is stopped at a deadline. With ``reuse``, a run already
+    trained in ``work`` (a kept folder) is predicted and scored again, not retrained.
 
     Returns:
         ``{"predictions": {file name: [N, C]}, "extra_predictions": {split: {file name:
@@ -86,12 +89,23 @@ def run_meshops(data: Path, inputs: Sequence[str], fields: Sequence[str], minute
                   "--targets", ",".join(fields),
                   *(["--epochs", str(epochs)] if epochs else ["--minutes", f"{minutes:g}"]),
                   "--seed", str(seed), "--out", str(run)]
-    predict = py + ["predict", str(run), str(data / "test"), "-o", str(pred)]
+    # a rescored run replaces the predictions its earlier scoring wrote
+    again = ["--overwrite"] if reuse else []
+    predict = py + ["predict", str(run), str(data / "test"), "-o", str(pred), *again]
     out: dict = {"commands": [" ".join(train[1:]), " ".join(predict[1:])]}
     log("  $ " + out["commands"][0])
-    rc, wall, stopped = run_subprocess(train, env, log, deadline_s=None if epochs else
-                                       60 * minutes * grace + 60)
-    out.update(train_wall_s=round(wall, 1), stopped=stopped)
+    record = work / "train.json"
+    if reuse and (run / "best.pt").is_file():
+        done = json.loads(record.read_text()) if record.is_file() else {}
+        log(f"  (reused the run trained before in {run})")
+        rc, stopped = done.get("rc", 0), done.get("stopped", False)
+        out.update(train_wall_s=done.get("train_wall_s"), stopped=stopped, reused=True)
+    else:
+        rc, wall, stopped = run_subprocess(train, env, log, deadline_s=None if epochs else
+                                           60 * minutes * grace + 60)
+        out.update(train_wall_s=round(wall, 1), stopped=stopped)
+        record.write_text(json.dumps({"rc": rc, "stopped": stopped,
+                                      "train_wall_s": out["train_wall_s"]}))
     if not (run / "best.pt").is_file():
         out["note"] = f"meshops train exited {rc} without best.pt"
         return out
@@ -106,7 +120,8 @@ def run_meshops(data: Path, inputs: Sequence[str], fields: Sequence[str], minute
         return out
     out["predictions"] = _read_predictions(pred, targets)
     for split in extra:
-        cmd = py + ["predict", str(run), str(data / split), "-o", str(work / f"pred_{split}")]
+        cmd = py + ["predict", str(run), str(data / split), "-o", str(work / f"pred_{split}"),
+                    *again]
         out["commands"].append(" ".join(cmd[1:]))
         log("  $ " + out["commands"][-1])
         if run_subprocess(cmd, env, log)[0] == 0:

@@ -3,7 +3,8 @@
 Per test sample and target field ``f`` (a data set's ``fields``: ``u+v`` is the
 velocity, its two channels together), the relative L2 error of a prediction with the
 sample mesh's own P1 lumped-mass quadrature weights ``w_i = sum over the triangles T
-around node i of |T| / 3`` (the row sums of the consistent P1 mass matrix):
+around node i of |T| / 3`` (tetrahedra: ``|T| / 4``; the row sums of the consistent P1
+mass matrix):
 
     e_f = sqrt(sum_i w_i sum_{c in f} (pred_ic - true_ic)^2)
           / sqrt(sum_i w_i sum_{c in f} true_ic^2),
@@ -25,19 +26,31 @@ from typing import Sequence
 import numpy as np
 
 
-def lumped_mass_weights(points, triangles) -> np.ndarray:
-    """P1 lumped-mass quadrature weights of a triangle mesh.
+def lumped_mass_weights(points, cells) -> np.ndarray:
+    """P1 lumped-mass quadrature weights of a simplex mesh: each triangle's area / 3,
+    each tetrahedron's volume / 4, to its vertices (the row sums of the consistent P1
+    mass matrix). Triangles in 3-D (a surface) get their true area.
 
     Shapes:
-        points ``[N, 2]`` (or ``[N, 3]`` with z = 0), triangles ``[M, 3]`` -> ``[N]``
+        points ``[N, d]`` (d = 2 or 3), cells ``[M, 3]`` (triangles) or ``[M, 4]``
+        (tetrahedra, d = 3) -> ``[N]``
+
+    Raises:
+        ValueError: cells that are neither, or tetrahedra in 2-D.
     """
-    p = np.asarray(points, np.float64)[:, :2]
-    t = np.asarray(triangles, np.int64)
-    a, b, c = p[t[:, 0]], p[t[:, 1]], p[t[:, 2]]
-    area = 0.5 * np.abs((b[:, 0] - a[:, 0]) * (c[:, 1] - a[:, 1])
-                        - (c[:, 0] - a[:, 0]) * (b[:, 1] - a[:, 1]))
+    p = np.asarray(points, np.float64)
+    t = np.asarray(cells, np.int64)
+    if t.ndim != 2 or t.shape[1] not in (3, 4) or (t.shape[1] == 4 and p.shape[1] != 3):
+        raise ValueError(f"lumped_mass_weights: cells must be triangles [M, 3] or tetrahedra "
+                         f"[M, 4] in 3-D, got cells {t.shape} and points {p.shape}")
+    p = np.pad(p, ((0, 0), (0, 3 - p.shape[1])))
+    edges = p[t[:, 1:]] - p[t[:, :1]]                       # [M, k - 1, 3]
+    if t.shape[1] == 3:
+        measure = 0.5 * np.linalg.norm(np.cross(edges[:, 0], edges[:, 1]), axis=1)
+    else:
+        measure = np.abs(np.linalg.det(edges)) / 6.0
     w = np.zeros(len(p))
-    np.add.at(w, t.ravel(), np.repeat(area / 3.0, 3))
+    np.add.at(w, t.ravel(), np.repeat(measure / t.shape[1], t.shape[1]))
     return w
 
 

@@ -284,12 +284,14 @@ def gino_layout(cfg: dict, extent, inputs: list, k_in: int) -> dict:
             "latent_columns": dist, "kwargs": kwargs}
 
 
-def build(torch, name: str, cfg: dict, k_in: int, c_out: int, layout=None):
-    """The peer's network; GINO's arguments from ``layout`` (:func:`gino_layout`)."""
+def build(torch, name: str, cfg: dict, k_in: int, c_out: int, layout=None, dim: int = 2):
+    """The peer's network (``dim``: the points' dimension, 2 or 3); GINO's arguments from
+    ``layout`` (:func:`gino_layout`)."""
     if name == "transolver":
         from physicsnemo.models.transolver import Transolver
 
-        return Transolver(functional_dim=k_in, out_dim=c_out, embedding_dim=2, **cfg["model"])
+        return Transolver(functional_dim=k_in, out_dim=c_out, embedding_dim=dim,
+                          **cfg["model"])
     import neuralop.layers.integral_transform as it
     from neuralop.models import GINO
 
@@ -307,7 +309,7 @@ class Peer:
 
     def __init__(self, torch, name, cfg, stats, k_in, c_out, layout=None):
         self.torch, self.name, self.layout = torch, name, layout
-        self.net = build(torch, name, cfg, k_in, c_out, layout)
+        self.net = build(torch, name, cfg, k_in, c_out, layout, dim=len(stats["p_lo"]))
         self.y_mu = torch.tensor(stats["y_mu"], dtype=torch.float32)
         self.y_sd = torch.tensor(stats["y_sd"], dtype=torch.float32)
         if layout is not None:

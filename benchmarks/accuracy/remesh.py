@@ -15,7 +15,10 @@ difference depends on the mesh.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
+
+import numpy as np
 
 from benchmarks.accuracy.classical import transfer
 from benchmarks.accuracy.folder import Sample
@@ -45,6 +48,22 @@ def pair(test: Sequence[Sample], remeshed: Sequence[Sample]) -> list[tuple[Sampl
         raise ValueError(f"re-meshed file(s) without a test file of the same shape: "
                          f"{', '.join(missing[:3])}")
     return [(by_name[s.name], s) for s in remeshed]
+
+
+def moved_predictions(test: Sequence[Sample], predictions: dict,
+                      remeshed: Sequence[Sample]) -> dict:
+    """A model's predictions on the test meshes carried (P1) onto the re-meshed ones:
+    ``{file name: [N, C]}``. Scored against the re-meshed truths, they say what the
+    model's error would be there if it computed the same function on every mesh; its
+    own predictions on the re-meshed files scoring worse than these is the model's
+    dependence on the mesh, not the meshing's change of the truth or of the metric's
+    quadrature."""
+    out = {}
+    for coarse, fine in pair(test, remeshed):
+        if coarse.name in predictions:
+            src = dataclasses.replace(coarse, targets=np.asarray(predictions[coarse.name]))
+            out[fine.name] = transfer(src, fine)
+    return out
 
 
 def truth_difference(test: Sequence[Sample], remeshed: Sequence[Sample],

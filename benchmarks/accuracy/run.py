@@ -42,14 +42,20 @@ def score(predictions: dict, test, columns: dict) -> dict:
     return out
 
 
-def score_remeshed(out: dict, predictions: dict, remeshed: dict, columns: dict) -> None:
+def score_remeshed(out: dict, predictions: dict, remeshed: dict, columns: dict,
+                   test=(), test_predictions: dict | None = None) -> None:
     """Add to a model's result ``out`` its scores on the re-meshed splits
     (``predictions``: ``{split: {file name: [N, C]}}``; ``remeshed``: ``{split:
-    samples}``), each with ``ratio``, its mean error over the model's own on ``test/``."""
+    samples}``), each with ``ratio``, its mean error over the model's own on ``test/``,
+    and ``moved``: the score of its ``test_predictions`` on the ``test`` samples carried
+    onto the re-meshed ones (:func:`benchmarks.accuracy.remesh.moved_predictions`)."""
     for split, samples in remeshed.items():
         if split not in predictions:
             continue
         r = score(predictions[split], samples, columns)
+        if test_predictions:
+            r["moved"] = score(remesh.moved_predictions(test, test_predictions, samples),
+                               samples, columns)
         if r.get("mean") is not None and out.get("mean"):
             r["ratio"] = r["mean"] / out["mean"]
         for f, v in r.get("fields", {}).items():
@@ -70,7 +76,8 @@ def _classical(model: str, train, test, columns: dict, remeshed: dict) -> dict:
     except classical.NotApplicable as e:
         return {"note": f"n/a: {e}"}
     out = score(dict(zip((s.name for s in test), preds)), test, columns)
-    score_remeshed(out, extra, remeshed, columns)
+    score_remeshed(out, extra, remeshed, columns, test, dict(zip((s.name for s in test),
+                                                                  preds)))
     out["wall_s"] = round(time.perf_counter() - t0, 2)
     if model == "pod_rbf":
         out["note"] = classical.LAST_NOTE[0]
@@ -92,9 +99,14 @@ def _peer(model: str, data: Path, desc: dict, train_names, val_names, test, reme
     cmd = [args.peers_python, "-m", "benchmarks.accuracy.peer_train",
            str(work / f"{model}-job.json")]
     log(f"  $ {' '.join(cmd)}")
-    rc, wall, stopped = run_subprocess(
-        cmd, env, lambda line: None if "Warp CUDA warning" in line else log(line),
-        deadline_s=None if job["epochs"] else 60 * args.minutes * args.grace + 180)
+    done = all((work / f"{model}{end}").is_file() for end in (".npz", ".json"))
+    if getattr(args, "reuse", False) and done:
+        log(f"  (reused what {model} trained and predicted before in {work})")
+        rc, wall, stopped = 0, 0.0, False
+    else:
+        rc, wall, stopped = run_subprocess(
+            cmd, env, lambda line: None if "Warp CUDA warning" in line else log(line),
+            deadline_s=None if job["epochs"] else 60 * args.minutes * args.grace + 180)
     if rc != 0 or not (work / f"{model}.npz").is_file():
         return {"note": f"{model} runner exited {rc}" + (" (stopped)" if stopped else ""),
                 "wall_s": round(wall, 1)}
@@ -104,8 +116,9 @@ def _peer(model: str, data: Path, desc: dict, train_names, val_names, test, reme
         if path.is_file():
             with np.load(path) as z:
                 preds[split] = {k: z[k] for k in z.files}
-    out = score(preds.pop(""), test, columns)
-    score_remeshed(out, preds, remeshed, columns)
+    own = preds.pop("")
+    out = score(own, test, columns)
+    score_remeshed(out, preds, remeshed, columns, test, own)
     info = json.loads((work / f"{model}.json").read_text())
     out.update(wall_s=round(wall, 1), train_wall_s=info["train_wall_s"],
                parameters=info["parameters"], config=info["config"],
@@ -124,10 +137,12 @@ def _one_model(model, name, data, desc, names, train, test, remeshed, columns, a
         r = run_meshops(data, desc["inputs"], desc.get("fields") or list(desc["targets"]),
                         args.minutes, work / "meshops",
                         thread_env(args.threads), log, args.grace, extra=list(remeshed),
-                        epochs=getattr(args, "epochs", None), seed=args.seed)
+                        epochs=getattr(args, "epochs", None), seed=args.seed,
+                        reuse=getattr(args, "reuse", False))
         run_config = r.get("run_config")
         out = score(r["predictions"], test, columns) if "predictions" in r else {}
-        score_remeshed(out, r.get("extra_predictions", {}), remeshed, columns)
+        score_remeshed(out, r.get("extra_predictions", {}), remeshed, columns, test,
+                       r.get("predictions"))
         out.update({k: v for k, v in r.items()
                     if k not in ("predictions", "extra_predictions")})
     elif model in PEERS:

@@ -27,7 +27,10 @@ def _average(entries: dict) -> dict:
         return next(iter(entries.values()))
     first = next(iter(ok.values()))
     out = {k: v for k, v in first.items() if k not in (*AVERAGED, "errors", "fields",
-                                                       "remeshed", "history", "ratio")}
+                                                       "remeshed", "history", "ratio",
+                                                       "moved")}
+    if all("moved" in e for e in ok.values()):
+        out["moved"] = _average({s: e["moved"] for s, e in ok.items()})
     for k in AVERAGED:
         out[k] = float(np.mean([e[k] for e in ok.values()]))
     out["seeds"] = {str(s): e["mean"] for s, e in ok.items()}

@@ -59,9 +59,15 @@ class UnitGaussianNormalizer(nn.Module):
         self.scale_channel = int(channel)
         return self
 
+    @staticmethod
+    def complete_state(state_dict: dict, prefix: str) -> None:
+        """Give a normaliser's entries saved before ``scale_by`` existed (under
+        ``prefix``) the ``scale_by`` of one that scales by nothing."""
+        if prefix + "mean" in state_dict:
+            state_dict.setdefault(prefix + "scale_by", torch.tensor(-1))
+
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # normalisers saved before scale_by existed scale by nothing
-        state_dict.setdefault(prefix + "scale_by", torch.tensor(-1))
+        self.complete_state(state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         self.scale_channel = int(state_dict[prefix + "scale_by"])
 

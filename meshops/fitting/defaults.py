@@ -26,7 +26,12 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from meshops.reduced import constant_channels, global_channels, input_ranges
+from meshops.reduced import (
+    constant_channels,
+    global_channels,
+    input_ranges,
+    proportional_channel,
+)
 from meshops.training.callbacks import Callback
 
 # Every default below was chosen on the validation split of the benchmark's stand-ins
@@ -111,8 +116,10 @@ def data_facts(dataset: Sequence) -> dict[str, Any]:
     """What :func:`choose_defaults` looks at: ``n`` samples, their mean ``points``,
     whether they share ``one_mesh``, whether their inputs are ``constant`` over each mesh,
     which input channels are global inputs (``global_channels``: constant over each mesh
-    and not the same in all, a bool per channel, ``None`` without inputs), whether they
-    have inputs at all (``has_x``) and the number of target ``channels``.
+    and not the same in all, a bool per channel, ``None`` without inputs), the one the
+    targets are proportional to (``proportional``: ``(channel, exponent)`` or ``None``,
+    :func:`~meshops.reduced.parameters.proportional_channel`), whether they have inputs
+    at all (``has_x``) and the number of target ``channels``.
     A data set that knows these without reading its samples
     (:class:`meshops.datasets.cache.CachedMeshDataset`) gives them by its ``facts()``."""
     facts = getattr(dataset, "facts", None)
@@ -120,13 +127,24 @@ def data_facts(dataset: Sequence) -> dict[str, Any]:
         return facts()
     n = len(dataset)
     ranges = [input_ranges(s) for s in dataset]
-    channels = constant_channels(ranges)
+    channels, glob = constant_channels(ranges), global_channels(ranges)
     return {"n": n, "points": round(sum(int(s.pos.shape[0]) for s in dataset) / n),
             "one_mesh": _shares_one_mesh(dataset),
             "constant": channels is not None and all(channels),
-            "global_channels": global_channels(ranges),
+            "global_channels": glob,
+            "proportional": None if channels is not None and all(channels)
+            else proportional_channel(dataset, glob),
             "has_x": getattr(dataset[0], "x", None) is not None,
             "channels": int(dataset[0].y.reshape(dataset[0].y.shape[0], -1).shape[1])}
+
+
+def output_scale_channel(dataset: Sequence) -> int | None:
+    """The input channel the model's outputs scale by (``Trainer(normalize=...)``): the
+    global input the targets are proportional to (``data_facts``'s ``proportional``),
+    ``None`` when there is none or the data set does not say without reading every
+    sample (a lazy cache)."""
+    found = data_facts(dataset).get("proportional")
+    return None if found is None else found[0]
 
 
 def global_inputs(facts: dict[str, Any]) -> str:
@@ -141,8 +159,11 @@ def global_inputs(facts: dict[str, Any]) -> str:
     if facts.get("constant") or not any(channels):
         return ""
     which = ", ".join(str(i) for i, c in enumerate(channels) if c)
+    scaled = facts.get("proportional")
+    per_unit = (f"; the targets are proportional to channel {scaled[0]} (exponent "
+                f"{scaled[1]:.2f}), so the model learns them per unit of it" if scaled else "")
     return (f" ({sum(channels)} of them constant over each mesh, channel(s) {which}: "
-            f"global inputs that condition every block)")
+            f"global inputs that condition every block{per_unit})")
 
 
 def _facts_line(f: dict[str, Any]) -> str:

@@ -289,8 +289,18 @@ def _train_model(request, cfg: TrainConfig, chosen: str, data: "_TrainData",
                         loss=RelativeLpLoss(quadrature=cfg.quadrature_loss,
                                             fields=data.fields),
                         compile=cfg.compile, checkpoint_blocks=cfg.checkpoint_blocks,
-                        num_workers=data.workers,
+                        num_workers=data.workers, normalize=_normalize(cfg, data.train),
                         shards=shards_of(cfg, data.train, request.source))
+
+
+def _normalize(cfg: TrainConfig, samples) -> bool | int:
+    """The Trainer's ``normalize``: the input channel the outputs scale by when the
+    targets are proportional to a global input (a neural model; the reduced basis and
+    series have their own fits)."""
+    from meshops.fitting.defaults import output_scale_channel
+
+    channel = output_scale_channel(samples)
+    return True if channel is None else channel
 
 
 def _resolve_config(request) -> TrainConfig:

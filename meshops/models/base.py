@@ -247,6 +247,8 @@ class NeuralOperator(nn.Module):
         check_finite(state["state_dict"], path)
         check_normalizer_scales(state["state_dict"], path)
         norms = state.get("normalizers", {})
+        for role in norms:
+            UnitGaussianNormalizer.complete_state(state["state_dict"], f"{role}_normalizer.")
 
         def build():
             model = model_cls(**state["config"])

@@ -33,10 +33,11 @@ from meshops.reduced.parameters import (
     constant_inputs,
     global_channels,
     input_ranges,
+    proportional_channel,
     sample_parameters,
 )
 from meshops.reduced.pod import PODBasis, pod_basis
 
 __all__ = ["PODBasis", "batch_parameters", "constant_channels", "constant_inputs",
-           "global_channels", "input_ranges", "pod_basis",
+           "global_channels", "input_ranges", "pod_basis", "proportional_channel",
            "sample_parameters"]

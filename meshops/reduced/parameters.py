@@ -205,3 +205,64 @@ def _means(x: Tensor, w: Tensor, batch: Tensor, num_graphs: int) -> Tensor:
     num.index_add_(0, batch, w[:, None] * d)
     den.index_add_(0, batch, w)
     return x[first] + num / den[:, None]
+
+
+#: A global input the targets are proportional to: the log-log slope of each target
+#: channel's size against it within this of 1 ...
+PROPORTIONAL_SLOPE_TOL = 0.1
+#: ... explaining at least this fraction of the variance of the log sizes ...
+PROPORTIONAL_R2 = 0.8
+#: ... over inputs that span at least this ratio (a narrower range cannot tell).
+PROPORTIONAL_SPAN = 2.0
+
+
+def _log_fit(u: Tensor, v: Tensor) -> tuple[float, float]:
+    """Slope and R^2 of the least-squares line through ``(u, v)``."""
+    du, dv = u - u.mean(), v - v.mean()
+    slope = float((du * dv).sum() / (du * du).sum())
+    resid = dv - slope * du
+    total = float((dv * dv).sum())
+    return slope, 1.0 - float((resid * resid).sum()) / total if total > 0 else 1.0
+
+
+def proportional_channel(samples: Sequence, channels: Sequence[bool] | None
+                         ) -> tuple[int, float] | None:
+    """The global input the targets are proportional to (a load in linear elasticity,
+    a source in a linear heat problem), and the fitted exponent; ``None`` when none is.
+
+    For each global input channel ``k`` (``channels``: :func:`global_channels`) whose
+    values keep one sign and span a ratio of :data:`PROPORTIONAL_SPAN`: the root mean
+    square (quadrature-weighted) of every target channel against ``|c_k|`` on a log-log
+    scale has a slope within :data:`PROPORTIONAL_SLOPE_TOL` of 1 and an ``R^2`` of
+    :data:`PROPORTIONAL_R2` (channels that are 0 everywhere left out). The first such
+    channel is returned. A model then learns the answer per unit of it
+    (:class:`~meshops.datasets.normalizer.UnitGaussianNormalizer`'s ``scale_by``).
+
+    Shapes:
+        samples: ``x [N_s, C_in]``, ``y [N_s, C_out]``, ``weight [N_s]``
+    """
+    if not channels or not any(channels) or len(samples) < 3:
+        return None
+    c = torch.stack([s.x.to(torch.float64).mean(0) for s in samples])          # [S, C_in]
+    size = torch.stack([_rms(s) for s in samples])                             # [S, C_out]
+    live = (size > 0).all(0)
+    for k in (i for i, g in enumerate(channels) if g):
+        ck = c[:, k]
+        same_sign = bool((ck > 0).all() or (ck < 0).all())
+        if not same_sign or float(ck.abs().max() / ck.abs().min()) < PROPORTIONAL_SPAN:
+            continue
+        fits = [_log_fit(ck.abs().log(), size[:, j].log()) for j in range(size.shape[1])
+                if live[j]]
+        if fits and all(abs(a - 1) <= PROPORTIONAL_SLOPE_TOL and r2 >= PROPORTIONAL_R2
+                        for a, r2 in fits):
+            return k, sum(a for a, _ in fits) / len(fits)
+    return None
+
+
+def _rms(sample) -> Tensor:
+    """Quadrature-weighted root mean square of each target channel ``[C_out]`` (at the
+    query points when the sample has them, weighted uniformly there)."""
+    y = sample.y.reshape(sample.y.shape[0], -1).to(torch.float64)
+    w = sample.weight.to(torch.float64) if y.shape[0] == sample.weight.shape[0] \
+        else torch.ones(y.shape[0], dtype=torch.float64)
+    return ((w[:, None] * y * y).sum(0) / w.sum()).sqrt()

@@ -24,7 +24,10 @@ def gap(larger: float, smaller: float) -> str:
     """How much ``larger`` is above ``smaller``: ``"0.33 %"``, or ``"2.1x"`` from
     :data:`PERCENT_UP_TO` on."""
     ratio = larger / smaller if smaller > 0 else math.inf
-    return f"{100 * (ratio - 1):.2g} %" if ratio < PERCENT_UP_TO else f"{ratio:.3g}x"
+    if ratio >= PERCENT_UP_TO:
+        return f"{ratio:.3g}x"
+    percent = 100 * (ratio - 1)  # two digits, and no exponent from 99.5 % on
+    return f"{percent:.2g} %" if percent < 99.5 else f"{percent:.0f} %"
 
 
 def is_level(a: float, b: float) -> bool:

@@ -43,6 +43,50 @@ def test_lumped_weights_of_two_triangles_and_exact_for_linear_fields():
     assert (w * pts[:, 0]).sum() == pytest.approx(2.0, rel=1e-14)
 
 
+def _kuhn(n, keep=lambda centre: True):
+    """The cube ``[0, 1]^3`` in ``n^3`` cubes of six tetrahedra each (Kuhn's: every path
+    from a cube's corner 000 to 111 along its edges), the cubes whose centre ``keep``
+    refuses left out (a cavity)."""
+    from itertools import permutations
+
+    t = np.linspace(0.0, 1.0, n + 1)
+    pts = np.stack(np.meshgrid(t, t, t, indexing="ij"), -1).reshape(-1, 3)
+    index = np.arange((n + 1) ** 3).reshape(n + 1, n + 1, n + 1)
+    tets = []
+    for corner in np.ndindex(n, n, n):
+        if not keep((np.asarray(corner) + 0.5) / n):
+            continue
+        for order in permutations(range(3)):
+            path, at = [np.asarray(corner)], np.asarray(corner).copy()
+            for axis in order:
+                at = at.copy()
+                at[axis] += 1
+                path.append(at)
+            tets.append([index[tuple(v)] for v in path])
+    return pts, np.asarray(tets)
+
+
+def test_lumped_weights_of_tetrahedra_and_of_a_surface_in_space():
+    """One cube in Kuhn's six tetrahedra of volume 1/6: the two corners on the diagonal
+    are in all six (6 / 24 = 1/4), the other six corners in two each (1/12); a triangle
+    in space gets its true area, not its shadow on the plane."""
+    pts, tets = _kuhn(1)
+    w = metric.lumped_mass_weights(pts, tets)
+    diagonal = (pts == 0).all(1) | (pts == 1).all(1)
+    np.testing.assert_allclose(w[diagonal], 1 / 4, rtol=1e-14)
+    np.testing.assert_allclose(w[~diagonal], 1 / 12, rtol=1e-14)
+    pts, tets = _kuhn(4)
+    pts = pts * [2.0, 1.0, 0.5]
+    w = metric.lumped_mass_weights(pts, tets)
+    assert w.sum() == pytest.approx(1.0, rel=1e-14)
+    assert (w * pts[:, 0]).sum() == pytest.approx(1.0, rel=1e-14)  # integral of x
+    tilted = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
+    np.testing.assert_allclose(metric.lumped_mass_weights(tilted, [[0, 1, 2]]),
+                               math.sqrt(2) / 2 / 3, rtol=1e-14)
+    with pytest.raises(ValueError, match="tetrahedra"):
+        metric.lumped_mass_weights(SQUARE, [[0, 1, 2, 3]])
+
+
 def test_relative_l2_pools_the_channels_by_hand():
     """weights (1/3, 1/6, 1/3, 1/6); channel 1 true 1 everywhere, off by 1 at node 0;
     channel 2 true 3 at node 3 only, exact. Pooled: sqrt((1/3) / (1 + 9/6)) = sqrt(2/15);
@@ -486,7 +530,7 @@ def test_p1_transfer_takes_triangulations_matplotlib_refuses():
         pass
 
     s = S()
-    s.points, s.triangles, s.targets = p, t, y
+    s.points, s.cells, s.targets = p, t, y
     q = rng.random((2000, 2)) * 1.2 - 0.1  # some outside: the nearest node's value
     near = cKDTree(p).query(q)[1]
     np.testing.assert_allclose(classical._values_by_search(s, q, near),
@@ -500,13 +544,59 @@ def test_p1_transfer_takes_triangulations_matplotlib_refuses():
     half = half[: len(half) // 2]
     tri = t.copy()
     tri[half] = np.where(tri[half] == k, len(p), tri[half])
-    s.points, s.triangles = np.concatenate([p, p[k:k + 1]]), tri
+    s.points, s.cells = np.concatenate([p, p[k:k + 1]]), tri
     s.targets = np.concatenate([y, y[k:k + 1]])
     with pytest.raises(RuntimeError, match="Triangulation is invalid"):
         mtri.Triangulation(s.points[:, 0], s.points[:, 1], tri).get_trifinder()
     inside = Delaunay(p).find_simplex(q) >= 0
     got = classical._values_at(s, q)
     np.testing.assert_allclose(got[inside, 0], 2 * q[inside, 0] + q[inside, 1], atol=1e-12)
+
+
+def test_p1_transfer_in_tetrahedra_is_exact_for_linear_fields_and_nearest_in_a_cavity():
+    """On a block of tetrahedra with a cubic cavity, P1 interpolation at points in the
+    material reproduces a linear field exactly; a point in the cavity, held by no
+    tetrahedron, gets its nearest node's value."""
+    from scipy.spatial import cKDTree
+
+    def solid(c):
+        return not (np.abs(c - 0.5) < 0.25).all()
+
+    pts, tets = _kuhn(8, solid)
+    used = np.unique(tets)  # the grid's nodes inside the cavity go
+    pts, tets = pts[used], np.searchsorted(used, tets)
+    y = np.stack([1 + 2 * pts[:, 0] - pts[:, 1] + 0.5 * pts[:, 2], pts[:, 2]], 1)
+    src = Sample("s.vtu", pts, tets, np.zeros((len(pts), 0)), y,
+                 metric.lumped_mass_weights(pts, tets))
+    rng = np.random.default_rng(0)
+    q = rng.random((3000, 3))
+    material = ~(np.abs(q - 0.5) < 0.25).all(1)
+    got = classical._values_at(src, q)
+    np.testing.assert_allclose(got[material, 0],
+                               1 + 2 * q[material, 0] - q[material, 1] + 0.5 * q[material, 2],
+                               atol=1e-12)
+    hollow = ~material & (np.abs(q - 0.5) < 0.2).all(1)  # clear of the cavity's faces
+    assert hollow.sum() > 50
+    near = cKDTree(pts).query(q[hollow])[1]
+    np.testing.assert_allclose(got[hollow], y[near], rtol=0, atol=0)
+    assert np.abs(got[hollow, 0] - (1 + 2 * q[hollow, 0] - q[hollow, 1]
+                                    + 0.5 * q[hollow, 2])).max() > 0.05
+
+
+def test_read_sample_keeps_the_tetrahedra_and_three_coordinates(tmp_path):
+    import meshio
+
+    from benchmarks.accuracy.folder import read_sample
+
+    pts, tets = _kuhn(2)
+    pts = pts * [2.0, 1.0, 1.0]
+    faces = np.array([[0, 1, 2]])  # a boundary triangle, left out of the weights
+    meshio.write(tmp_path / "a.vtu", meshio.Mesh(pts, [("tetra", tets), ("triangle", faces)],
+                                                 point_data={"s": pts[:, 0], "u": pts[:, 1]}))
+    s = read_sample(tmp_path / "a.vtu", ["s"], ["u"])
+    assert s.points.shape == (len(pts), 3) and s.cells.shape == (len(tets), 4)
+    assert s.weight.sum() == pytest.approx(2.0, rel=1e-12)
+    np.testing.assert_allclose(s.targets[:, 0], pts[:, 1])
 
 
 # ------------------------------------------------------- mesh-independence suite
@@ -575,6 +665,9 @@ def test_every_model_is_scored_on_the_remeshed_splits_with_its_ratio(tmp_path):
     # up to the quadrature of the finer mesh
     assert fine["ratio"] == pytest.approx(fine["mean"] / mean["mean"], rel=1e-12)
     assert 0.8 < fine["ratio"] < 1.25
+    # the test predictions carried onto the finer meshes: linear fields, moved exactly,
+    # so they score what the predictions made there score
+    assert fine["moved"]["mean"] == pytest.approx(fine["mean"], rel=1e-9)
     assert fine["fields"]["u"]["ratio"] == pytest.approx(
         fine["fields"]["u"]["mean"] / mean["fields"]["u"]["mean"], rel=1e-12)
     assert res["models"]["pod_rbf"]["note"].startswith("n/a") or \
@@ -643,3 +736,40 @@ def test_overlapping_seed_ranges_are_called_level():
     assert "level with Transolver within the seeds' spread" in text
     md = markdown_table(close)
     assert "0.03 (0.02-0.04, 2 seeds)" in md
+
+
+# ------------------------------------------------------------------ a 3-D family
+def test_a_3d_family_folder_is_read_in_tetrahedra_and_scored(tmp_path):
+    """A tiny block-with-cavities family (coarse gmsh meshes) written as the suite writes
+    its folders: read back in tetrahedra with their volume as weights, the nearest sample
+    is the one of the closest standardised parameters moved by P1 interpolation, and the
+    re-meshed split is scored with the truths' difference."""
+    pytest.importorskip("gmsh")
+    from data_adapters.parametric import ParametricSet, write_parametric_folders
+    from data_adapters.standins import cavity3d as cv
+
+    coarse = {"h": 0.4, "h_cavity": 0.12, "dtype": torch.float64, "progress": False,
+              "cache_dir": False}
+    samples = cv.make_cavity3d_standin(6, seed=2, **coarse)
+    ds = ParametricSet("cav", samples, list(cv.PARAMS), list(cv.TARGETS), [0, 1, 2, 3], [4, 5],
+                       description="tiny", inputs=list(cv.INPUTS), fields=list(cv.FIELDS),
+                       extra={"test_fine": cv.make_cavity3d_standin(6, seed=2, first=4,
+                                                                    refine=1.5, **coarse)})
+    root = write_parametric_folders(ds, tmp_path / "cav", progress=False)
+    train = read_split(root, "train", cv.INPUTS, cv.TARGETS)
+    test = read_split(root, "test", cv.INPUTS, cv.TARGETS)
+    for s, m in zip(train + test, samples):
+        assert s.points.shape[1] == 3 and s.cells.shape[1] == 4
+        np.testing.assert_allclose(s.weight, m.weight.numpy(), rtol=1e-10)
+    P = cv.sample_params(6, seed=2)
+    np.testing.assert_allclose(np.stack([s.params for s in train]),
+                               P[:4][:, np.argsort(cv.PARAMS)], rtol=1e-12)
+    z = (P - P[:4].mean(0)) / np.where(P[:4].std(0) > 0, P[:4].std(0), 1.0)
+    pick = [int(np.argmin(((z[:4] - z[k]) ** 2).sum(1))) for k in (4, 5)]
+    for got, t, k in zip(classical.nearest_sample(train, test), test, pick):
+        np.testing.assert_allclose(got, classical.transfer(train[k], t), rtol=1e-12)
+    args = types.SimpleNamespace(minutes=0.1, threads=1, seed=0, grace=1.2, peers_python="")
+    res = run_dataset("cav", root, ["mean", "nearest"], args, tmp_path / "w", lambda _: None)
+    assert set(res["models"]["nearest"]["fields"]) == {"ux+uy+uz", "vm"}
+    assert 0 < res["truth_difference"]["test_fine"]["mean"] < 0.5
+    assert np.isfinite(res["models"]["mean"]["remeshed"]["test_fine"]["ratio"])

@@ -369,3 +369,24 @@ def test_cli_export_of_a_parametric_study_run(tmp_path, capsys):
     assert "wrote " in printed and "reduced_basis, inputs x [N, 2] -> y [N, 1]" in printed
     _, y, info = _program_matches_predict(tmp_path / "rb.pt2", out, data / "s003.vtu")
     assert info["fixed_mesh"] and y.shape == (81, 1)
+
+
+@pytest.mark.parametrize("suffix", [".pt2", ".onnx"])
+def test_an_exported_model_scales_its_outputs_by_the_load(tmp_path, suffix):
+    """A model whose outputs scale by input channel 1 (issue 37): the program multiplies
+    by the sample's value of it, at the example's load and at another."""
+    if suffix == ".onnx":
+        pytest.importorskip("onnxruntime")
+    model = _model("transformer_no")
+    model.output_normalizer.set_scale_by(1)
+    mesh = _mesh(50, 0)
+    mesh.x[:, 1] = 2.5  # a load: constant over the mesh
+    export_model(model, mesh, tmp_path / f"m{suffix}", dynamic=True)
+    run = load_exported(tmp_path / f"m{suffix}")
+    other = _mesh(37, 1)
+    other.x[:, 1] = -7.0
+    for m in (mesh, other):
+        _close(run(m.x, m.pos, m.weight), model.predict(m))
+    ref = model.predict(other)
+    model.output_normalizer.set_scale_by(-1)
+    _close(ref, -7.0 * model.predict(other))

@@ -39,3 +39,11 @@ def test_results_that_are_no_numbers_are_left_out():
     assert standing("rb", 0.1, {"failed": math.inf, "undefined": None, "a": 0.2}) == \
         "rb is ahead: the closest, a, is 2x above (0.2 vs 0.1)"
     assert standing("rb", 0.1, {"failed": math.nan}) == "rb: nothing to compare with"
+
+
+def test_a_gap_just_below_twice_is_in_percent_without_an_exponent():
+    from meshops.runs.comparison import gap
+
+    assert gap(1.997, 1.0) == "100 %"
+    assert gap(1.7, 1.0) == "70 %"
+    assert gap(2.0, 1.0) == "2x"

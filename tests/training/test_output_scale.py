@@ -93,6 +93,22 @@ def _encoded(model, data):
     return d
 
 
+def test_a_model_saved_before_scale_by_loads_and_predicts_as_it_did(tmp_path):
+    from meshops.models import NeuralOperator, get_model
+
+    torch.manual_seed(0)
+    model = get_model("transformer_no", in_channels=2, out_channels=1, pos_dim=2, width=8,
+                      layers=1, heads=2).double()
+    model.set_normalizers(*fit_normalizers([_loaded(k, 1.0 + k) for k in range(3)]))
+    state = model.checkpoint_state()
+    state["state_dict"] = {k: v for k, v in state["state_dict"].items()
+                           if not k.endswith("scale_by")}
+    torch.save(state, tmp_path / "old.pt")
+    old = NeuralOperator.from_checkpoint(tmp_path / "old.pt").double()
+    assert old.output_normalizer.scale_channel == -1
+    torch.testing.assert_close(old.predict(_loaded(5, 3.0)), model.predict(_loaded(5, 3.0)))
+
+
 def test_a_checkpoint_from_before_scale_by_loads_scaling_by_nothing():
     norm = UnitGaussianNormalizer(2)
     state = {k: v for k, v in norm.state_dict().items() if k != "scale_by"}
@@ -101,3 +117,35 @@ def test_a_checkpoint_from_before_scale_by_loads_scaling_by_nothing():
     assert int(again.scale_by) == -1 and again.scale_channel == -1
     again.load_state_dict(UnitGaussianNormalizer(2).set_scale_by(1).state_dict())
     assert again.scale_channel == 1
+
+
+def test_meshops_train_scales_by_a_load_the_targets_are_proportional_to(tmp_path):
+    """A folder of meshes whose target is linear in a load: the run's model learns it
+    per unit load (its output normaliser scales by the load's channel), and says so;
+    without the load in the targets, it does not."""
+    import numpy as np
+
+    import meshops
+    from meshops.inference.predict import load_model
+    from meshops.mesh.io import write_mesh
+
+    def folder(name, linear):
+        root = tmp_path / name
+        root.mkdir()
+        for k, c in enumerate(np.linspace(0.5, 3.0, 8)):
+            pts, cells = square_mesh(4, "triangle", amount=0.2, seed=k)
+            f = np.sin((1 + 0.3 * k) * np.pi * pts[:, 0])
+            u = (c if linear else 1.0) * (f * pts[:, 1] + 0.5 * pts[:, 0] ** 2 + 1)
+            write_mesh(root / f"s{k}.vtu",
+                       mesh_from_arrays(pts, cells, {"f": f, "c": np.full(len(f), c),
+                                                     "u": u, "v": 2 * u}))
+        return root
+
+    for linear, expect in ((True, 1), (False, -1)):
+        data = folder(f"linear{linear}", linear)
+        meshops.fit(data, ["f", "c"], ["u", "v"], out=tmp_path / f"run{linear}", epochs=1,
+                    model="slice_transformer", model_config={"width": 8, "layers": 1,
+                                                            "heads": 2, "slices": 4},
+                    verbose=False)
+        model = load_model(tmp_path / f"run{linear}")[0]
+        assert model.output_normalizer.scale_channel == expect
