@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from meshops.cli import evaluate, export, info, kernels, plot, predict, train
 from meshops.cli._common import command_log
 from meshops.datasets.samples import load_folder
-from meshops.errors import CheckpointError, MeshError, UsageError
+from meshops.errors import CheckpointError, MeshError, UsageError, os_reason
 from meshops.fitting.config import (
     TRAIN_DEFAULTS,
     TrainConfig,
@@ -38,7 +38,6 @@ from meshops.fitting.config import (
 from meshops.fitting.training_run import build_model, split_files
 from meshops.inference.predict import RUN_CHECKPOINT, RunSpec, load_model
 from meshops.mesh.summary import mesh_summary
-from meshops.runs.common import os_reason
 from meshops.runs.run_folder import RUN_CONFIG
 
 __all__ = ["UsageError", "RUN_CHECKPOINT", "RUN_CONFIG", "RunSpec", "TRAIN_DEFAULTS",

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from meshops.datasets.fields import field_names
 from meshops.errors import UsageError
-from meshops.runs.common import names
 from meshops.runs.run_folder import RUN_CONFIG
 
 __all__ = ["TRAIN_DEFAULTS", "TrainConfig", "load_config_file", "resolve_train_config"]
@@ -147,7 +147,7 @@ def _field_spec(key, spec: str) -> str:
 
 
 def _field_specs(key, v) -> list[str]:
-    return [_field_spec(key, s) for s in names(v, key)]
+    return [_field_spec(key, s) for s in field_names(v, key)]
 
 
 def _field_weight(key, w) -> float:
@@ -306,15 +306,15 @@ class TrainConfig:
     """
 
     data: str | None = _option(None, _opt_str)
-    inputs: list[str] | None = _option(None, lambda k, v: names(v, k))
-    targets: list[str] | None = _option(None, lambda k, v: names(v, k))
+    inputs: list[str] | None = _option(None, lambda k, v: field_names(v, k))
+    targets: list[str] | None = _option(None, lambda k, v: field_names(v, k))
     # The target fields, each its own relative error (meshops.datasets.fields): scalar
     # targets joined by "+" (u+v); None: every target array its own field. Set by
     # "--targets u+v,p", which also sets targets to u,v,p.
     fields: list[str] | None = _option(None, _unset_or(_field_specs))
     field_weights: dict = _option({}, _field_weights)
-    params: list[str] = _option([], lambda k, v: names(v, k))
-    tags: list[str] = _option([], lambda k, v: names(v, k))
+    params: list[str] = _option([], lambda k, v: field_names(v, k))
+    tags: list[str] = _option([], lambda k, v: field_names(v, k))
     model: str | None = _option(None, _model_name)
     model_config: dict = _option({}, _model_config)
     epochs: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))
@@ -651,3 +651,7 @@ def _split_field_specs(options: dict, source: str) -> dict:
 TRAIN_DEFAULTS: dict[str, Any] = TrainConfig().to_dict()
 load_config_file = TrainConfig.from_file
 resolve_train_config = TrainConfig.resolve
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")

@@ -9,8 +9,8 @@ from typing import Mapping, Sequence
 
 from meshops.fitting.config import TrainConfig
 from meshops.fitting.outcome import Training
-from meshops.runs.common import verbosity
 from meshops.runs.run import Run, load_run
+from meshops.utils.progress import verbosity
 
 
 def fit(data=None, inputs: Sequence[str] | str | None = None,

@@ -12,8 +12,8 @@ from meshops.fitting.config import FIT, option_name
 from meshops.fitting.outcome import Training
 from meshops.inference.predict import RUN_CHECKPOINT
 from meshops.runs.choice import Choice
-from meshops.runs.common import NOTE
 from meshops.runs.run_folder import RUN_CONFIG
+from meshops.utils.progress import NOTE
 
 log = logging.getLogger(__name__)
 

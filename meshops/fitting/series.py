@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meshops.errors import UsageError
-from meshops.fitting.config import FIT, option_name
+from meshops.fitting.config import FIT, option_name, plural
 from meshops.fitting.outcome import Training
-from meshops.runs.common import is_main_rank, plural
 from meshops.runs.series import SERIES_KEY, read_folder
+from meshops.training.distributed import is_main_rank
 
 #: Options of meshops train that a time-series run does not take, with the values that
 #: leave them off (their defaults; ``--logger none`` too).

@@ -37,8 +37,8 @@ import numpy as np
 from meshops.errors import UsageError
 from meshops.fitting.outcome import Training
 from meshops.runs.choice import Choice
-from meshops.runs.common import NOTE
 from meshops.runs.run_folder import CANDIDATE, CHOICE, NEURAL
+from meshops.utils.progress import NOTE
 
 #: The most of ``--minutes`` the trajectory basis may take before the next-step model.
 TRAJECTORY_SHARE = 0.3

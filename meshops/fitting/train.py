@@ -23,7 +23,7 @@ from meshops.datasets.layout import SampleLayout
 from meshops.datasets.lazy import fingerprints, take, with_structures
 from meshops.errors import CheckpointError, MeshError, UsageError
 from meshops.fitting import trainer_options
-from meshops.fitting.config import TrainConfig, option_name
+from meshops.fitting.config import TrainConfig, option_name, plural
 from meshops.fitting.data import NonzeroTargets, data_loader, shards_of
 from meshops.fitting.out_folder import (
     check_out_folder,
@@ -42,7 +42,6 @@ from meshops.fitting.training_run import (
 )
 from meshops.inference.predict import field_channels
 from meshops.runs import trust_reports
-from meshops.runs.common import device_or_error, is_main_rank, plural
 from meshops.runs.run_folder import (
     changes,
     fingerprint,
@@ -53,6 +52,7 @@ from meshops.runs.run_folder import (
     run_lock,
     same_content,
 )
+from meshops.training.distributed import device_or_error, is_main_rank
 
 log = logging.getLogger(__name__)
 

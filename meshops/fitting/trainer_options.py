@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 
 from meshops.errors import UsageError
-from meshops.runs.common import is_main_rank
 from meshops.runs.run_folder import TENSORBOARD_FOLDER
+from meshops.training.distributed import is_main_rank
 
 log = logging.getLogger(__name__)
 

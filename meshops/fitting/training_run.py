@@ -13,14 +13,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from meshops.errors import CheckpointError, UsageError
+from meshops.errors import CheckpointError, UsageError, os_reason
 from meshops.fitting import trainer_options
 from meshops.fitting.config import FIT, TrainConfig, option_name
 from meshops.fitting.outcome import Training
 from meshops.inference.predict import RUN_CHECKPOINT
 from meshops.runs.choice import Choice
-from meshops.runs.common import is_main_rank, os_reason
 from meshops.runs.run_folder import RUN_CONFIG
+from meshops.training.distributed import is_main_rank
 
 if TYPE_CHECKING:  # for the annotations only
     from meshops.fitting.defaults import ThreadCheck

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from meshops.datasets.fields import optional_field_names
 from meshops.datasets.folder import MeshFolderDataset
 from meshops.datasets.layout import SampleLayout
 from meshops.errors import UsageError
@@ -24,7 +25,6 @@ from meshops.inference import predict as inference  # tests replace predict_mesh
 from meshops.inference.predict import RunSpec, mesh_sample
 from meshops.mesh.io import read_mesh
 from meshops.runs import trust_reports
-from meshops.runs.common import optional_names, progress
 from meshops.runs.integrals import (
     boundary_integrals,
     integral_lines,
@@ -33,6 +33,7 @@ from meshops.runs.integrals import (
 )
 from meshops.runs.report import Report, json_number
 from meshops.runs.run_folder import training_samples
+from meshops.utils.progress import progress
 
 # The errors of sample_errors, in the order they are printed, with their labels.
 _METRIC_LABELS = (("l2", "rel. L2 (quad)"), ("l2_unweighted", "rel. L2 (plain)"),
@@ -186,8 +187,8 @@ class _Evaluation:
         import torch
 
         self.model, self.ckpt, self.meta, self.opts = model, ckpt, meta, opts
-        spec = self.spec = RunSpec(model, ckpt, meta, optional_names(opts.inputs),
-                                   optional_names(opts.targets))
+        spec = self.spec = RunSpec(model, ckpt, meta, optional_field_names(opts.inputs),
+                                   optional_field_names(opts.targets))
         self.layout = _run_layout(opts, meta, spec, model, ckpt)
         asked = [opts.integrals] if isinstance(opts.integrals, str) else opts.integrals
         self.integrals = [parse_integral(t, spec.targets, spec.shapes) for t in asked or []]

@@ -16,11 +16,11 @@ from typing import Any
 from meshops.errors import UsageError
 from meshops.inference.predict import load_model
 from meshops.runs.choice import Choice
-from meshops.runs.common import verbosity
 from meshops.runs.evaluate import EvaluateOptions, evaluate_run
 from meshops.runs.export import ExportOptions, export_run
 from meshops.runs.predict import PredictOptions, Predictor, chunk_options, predict_files
 from meshops.runs.report import Report
+from meshops.utils.progress import verbosity
 
 
 class Run:

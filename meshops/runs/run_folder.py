@@ -56,8 +56,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from meshops.errors import UsageError
-from meshops.runs.common import os_reason
+from meshops.errors import UsageError, os_reason
 
 #: The options of a run, as ``fit`` resolved them (``TrainConfig.render()``).
 RUN_CONFIG = "config.yaml"
@@ -188,7 +187,7 @@ def fingerprint(files: Iterable, desc: str | None = None, root=None,
     ``known``: fingerprints taken already (a lazy run's cache has them), used for the
     files whose size and modification time are still those.
     """
-    from meshops.runs.common import progress
+    from meshops.utils.progress import progress
 
     out = {}
     known = known or {}

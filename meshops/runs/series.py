@@ -15,8 +15,8 @@ import math
 import re
 from pathlib import Path
 
+from meshops.datasets.fields import optional_field_names
 from meshops.errors import CheckpointError, MeshError, UsageError
-from meshops.runs.common import optional_names
 from meshops.runs.report import Report
 from meshops.runs.run_folder import NEURAL
 
@@ -193,11 +193,12 @@ def predict_series(model, ckpt, meta, opts) -> Report:
     from meshops.datasets.series import write_series
     from meshops.inference.predict import RunSpec
     from meshops.mesh.data import MeshData
-    from meshops.runs.common import progress
     from meshops.training.rollout import rollout_sample
+    from meshops.utils.progress import progress
 
     _check_rollout_args(opts, ckpt, meta)
-    spec = RunSpec(model, ckpt, meta, optional_names(opts.inputs), optional_names(opts.targets))
+    spec = RunSpec(model, ckpt, meta, optional_field_names(opts.inputs),
+                   optional_field_names(opts.targets))
     steps, start = opts.rollout, opts.start
     out_dir = Path(opts.output)
     todo = []
@@ -253,14 +254,15 @@ def evaluate_series(model, ckpt, meta, opts) -> Report:
     """``meshops evaluate`` of a time-series run: relative L2 error against the
     horizon, per step, beside persistence and the nearest training trajectory."""
     from meshops.inference.predict import RunSpec, model_tensor
-    from meshops.runs.common import progress
     from meshops.training.rollout import rollout_sample
+    from meshops.utils.progress import progress
 
     _check_series_run(ckpt, meta, "--horizon/--start")
     if (opts.horizon is not None and opts.horizon < 1) or opts.start < 0:
         raise UsageError(f"--horizon must be >= 1 and --start >= 0, got {opts.horizon} and "
                          f"{opts.start}")
-    RunSpec(model, ckpt, meta, optional_names(opts.inputs), optional_names(opts.targets))
+    RunSpec(model, ckpt, meta, optional_field_names(opts.inputs),
+            optional_field_names(opts.targets))
     test = read_folder(opts.data, meta, "reading series")
     _warn_other_dt(test, meta)
     start, lengths = opts.start, _horizons(test, opts)
