@@ -50,8 +50,8 @@ def parse_args(argv=None):
 
 def _samples(data: Path, dtype):
     from benchmarks.accuracy.folder import description
-    from meshops.runs.config import TrainConfig
-    from meshops.runs.folder import load_folder
+    from meshops.datasets.samples import load_folder
+    from meshops.fitting.config import TrainConfig
     from meshops.training.splits import validation_split
 
     desc = description(data)
@@ -84,9 +84,9 @@ def main(argv=None) -> int:
     import torch
 
     from meshops.datasets.fields import TargetFields
+    from meshops.fitting.config import TrainConfig
+    from meshops.fitting.training_run import build_model
     from meshops.inference.predict import field_channels
-    from meshops.runs.config import TrainConfig
-    from meshops.runs.training_run import build_model
 
     torch.set_num_threads(1)
     train, val, desc, specs, shapes, dim = _samples(args.data, torch.float32)

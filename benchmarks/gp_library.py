@@ -4,7 +4,7 @@ on the problem the reduced basis gives it (issue 29, item 3).
     python -m benchmarks.gp_library [--datasets navier_stokes,heat,convdiff,...]
         [--repeats 3] [--data-root DIR] [--out FILE.txt]
 
-The problem is exactly the one :func:`meshops.training.fit_reduced.fit_reduced_basis` hands its
+The problem is exactly the one :func:`meshops.fitting.reduced_basis.fit_reduced_basis` hands its
 ``gp`` candidate: each benchmark data set's ``train/`` folder (``python -m
 benchmarks.accuracy`` writes them; never ``test/``) read as ``meshops train`` reads it,
 split into training and validation files as ``meshops train`` splits it (its default
@@ -69,14 +69,14 @@ FITTED_OUTPUTS = 16
 
 def load_problem(name: str, root: Path) -> dict:
     """The reduced basis' regression problem of data set ``name`` (see the module
-    docstring), built as :func:`meshops.training.fit_reduced.fit_reduced_basis` builds it:
+    docstring), built as :func:`meshops.fitting.reduced_basis.fit_reduced_basis` builds it:
     standardised parameters ``x_tr [S, D]``, ``x_val [V, D]``, coefficients ``c_tr [S, R]``,
     the basis, the validation fields, the weights and the target fields."""
     from meshops.datasets.fields import TargetFields
+    from meshops.datasets.samples import load_folder
+    from meshops.fitting.config import TrainConfig
     from meshops.inference.predict import field_channels
     from meshops.reduced import pod_basis, sample_parameters
-    from meshops.runs.config import TrainConfig
-    from meshops.runs.folder import load_folder
     from meshops.training.baselines import target_points
     from meshops.training.splits import validation_split
 

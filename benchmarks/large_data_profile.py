@@ -35,7 +35,7 @@ def _model():
 
 def _dataset(data: Path, cache: Path, model, workers: int):
     from meshops.datasets.layout import SampleLayout
-    from meshops.runs.lazy import load_folder_cached, with_structures
+    from meshops.datasets.lazy import load_folder_cached, with_structures
 
     layout = SampleLayout(["f"], ["u"], [], [])
     _, ds, _, _ = load_folder_cached(data, ["f"], ["u"], torch.float32, layout=layout,

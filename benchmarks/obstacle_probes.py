@@ -4,7 +4,7 @@ changes their time and not their result).
 
 The split: the stand-in's first 200 meshes train, the next 50 validate; meshes 250-299
 are never read. The model is the default ``meshops train`` builds for input fields and
-several target fields (:data:`meshops.training.defaults.FIELDS_SLICE`, batch 1, one-cycle
+several target fields (:data:`meshops.fitting.defaults.FIELDS_SLICE`, batch 1, one-cycle
 rate peaking at 1e-3, the per-field relative L2 loss); the figure is the best epoch's mean
 validation error per field and over the fields.
 
@@ -18,7 +18,7 @@ validation error per field and over the fields.
   ``film-only`` conditions on it without reading it at every point
   (``global_inputs``: a value unique to each training mesh, read pointwise, lets the
   model tell the meshes apart). ``per-unit`` is ``film-only`` learning the targets per
-  unit load: the channel :func:`meshops.training.defaults.output_scale_channel` finds
+  unit load: the channel :func:`meshops.fitting.defaults.output_scale_channel` finds
   (what ``meshops train`` does when the targets are proportional to a global input).
 * ``irrelevant-global``: the same load factor as a second input, the targets not
   scaled: what a global input the answer does not depend on costs (the plain family
@@ -66,9 +66,9 @@ def probe(what: str, variant: str, seed: int, epochs: int) -> dict:
     import torch
 
     from meshops.datasets.fields import TargetFields
+    from meshops.fitting.defaults import FIELDS_SLICE, FIELDS_TRAIN, output_scale_channel
     from meshops.models.slice_transformer import SliceTransformer
     from meshops.training import Trainer
-    from meshops.training.defaults import FIELDS_SLICE, FIELDS_TRAIN, output_scale_channel
     from meshops.training.loss import RelativeLpLoss
     from meshops.training.seed import seed_everything
 

@@ -81,7 +81,7 @@ def main(argv=None) -> None:
     ap.add_argument("--npz", type=Path, default=DATA)
     ap.add_argument("--work", type=Path, default=Path("params_real_work"),
                     help="folder for the .vtu files and the two runs")
-    # the sizes meshops train picks for a parametric study (training.defaults.PARAMETRIC_PIT)
+    # the sizes meshops train picks for a parametric study (fitting.defaults.PARAMETRIC_PIT)
     ap.add_argument("--model", default="pit")
     ap.add_argument("--model-config", nargs="+", default=["width=64", "heads=2", "blocks=2",
                                                           "num_latent=128"])

@@ -7,14 +7,14 @@ from 30 s to 90 s).
         [--spin-seconds 300] --out FILE
 
 The model and batch are those ``meshops train`` picks for the data (the neural
-default, :func:`meshops.training.defaults.choose_defaults`); a step is the forward and
+default, :func:`meshops.fitting.defaults.choose_defaults`); a step is the forward and
 backward pass that ``meshops train`` times to plan its epochs and threads
-(:func:`meshops.training.defaults.time_training_step`), timed ``--reps`` times after a
+(:func:`meshops.fitting.defaults.time_training_step`), timed ``--reps`` times after a
 warm-up for each thread count, the counts alternating so that a change of load hits
 both. First alone, then while a second Python process spins on one core: started by
 this script, it stops by itself after ``--spin-seconds`` and is killed (by its own
 process id) as soon as the timing ends, also on an error. The output says which
-count :func:`meshops.training.defaults.fewest_threads` keeps in each case, and the
+count :func:`meshops.fitting.defaults.fewest_threads` keeps in each case, and the
 load averages before, between and after; ``--out`` writes it, with the command line,
 completely or not at all. Take it on an otherwise quiet machine: the busy process
 must be the only other load.
@@ -55,8 +55,8 @@ def one_busy_core(seconds: float):
 
 def default_model(samples: list):
     """``(name, model, batch size)`` of the neural default for ``samples``."""
-    from meshops.runs.training_run import build_model
-    from meshops.training.defaults import choose_defaults
+    from meshops.fitting.defaults import choose_defaults
+    from meshops.fitting.training_run import build_model
 
     # The neural default: a parametric study would get a reduced basis, which is
     # fitted, not trained by steps.
@@ -71,7 +71,7 @@ def time_steps(model, samples: list, batch: int, reps: int) -> dict[int, list[fl
     the counts alternating."""
     import torch
 
-    from meshops.training.defaults import time_training_step
+    from meshops.fitting.defaults import time_training_step
 
     times: dict[int, list[float]] = {n: [] for n in THREADS}
     for rep in range(reps + 1):
@@ -84,7 +84,7 @@ def time_steps(model, samples: list, batch: int, reps: int) -> dict[int, list[fl
 
 
 def _lines(label: str, times: dict[int, list[float]]) -> list[str]:
-    from meshops.training.defaults import fewest_threads
+    from meshops.fitting.defaults import fewest_threads
 
     median = {n: statistics.median(ts) for n, ts in times.items()}
     out = [f"{label}: {_on(n)} {median[n]:.4f} s/step (median; "

@@ -30,11 +30,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import torch
 
+    from meshops.fitting.defaults import FIELDS_SLICE
+    from meshops.fitting.training_run import build_model
     from meshops.mesh.data import MeshData
-    from meshops.runs.training_run import build_model
     from meshops.training import footprint
     from meshops.training.dataset import make_loader, prepare_batch
-    from meshops.training.defaults import FIELDS_SLICE
 
     torch.set_num_threads(1)
     lines: list[str] = []

@@ -4,7 +4,8 @@
         [--data-dir PATH] [--samples 200] [--epochs 3] [--out FILE]
 
 The model and batch size are those ``meshops train --model pit`` picks for the data
-(:func:`meshops.training.defaults.choose_defaults`, :func:`meshops.runs.training_run.build_model`);
+(:func:`meshops.fitting.defaults.choose_defaults`,
+:func:`meshops.fitting.training_run.build_model`);
 training is the :class:`~meshops.training.Trainer`'s (AdamW, cosine schedule, the
 weighted relative L2 loss), with ``--amp`` its mixed precision.  The data are the
 offline stand-ins (``--data elasticity`` or ``airfoil``) or, with ``--data-dir``, the
@@ -60,9 +61,9 @@ def measure(samples: list, device: str, epochs: int, amp, batch_size: int | None
     """
     import torch
 
-    from meshops.runs.training_run import build_model
+    from meshops.fitting.defaults import choose_defaults
+    from meshops.fitting.training_run import build_model
     from meshops.training import Trainer
-    from meshops.training.defaults import choose_defaults
 
     if epochs < 2:
         raise ValueError(f"epochs must be >= 2 (the first is the warm-up), got {epochs}")

@@ -8,7 +8,7 @@ the transient stand-in :mod:`data_adapters.standins.transient_hole` (48 training
 test trajectories, one mesh each). Then ``meshops train --series`` with its defaults
 (the options after ``--`` are passed on: on one mesh it chooses between a trajectory
 basis and the next-step model on the validation series, see
-:mod:`meshops.runs.series_choice`) and ``meshops evaluate`` on the test trajectories:
+:mod:`meshops.fitting.series_choice`) and ``meshops evaluate`` on the test trajectories:
 the relative L2 error of every step of the rollouts from step 0, mean, median and
 worst over the test series, beside the two baselines::
 

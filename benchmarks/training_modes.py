@@ -41,9 +41,9 @@ def _uptime() -> str:
 # ----------------------------------------------------------------- precision
 def _precision(args) -> None:
     from data_adapters.standins.convdiff import make_convection_diffusion_standin
+    from meshops.fitting.defaults import PARAMETRIC_PIT
     from meshops.models import get_model
     from meshops.training import Trainer
-    from meshops.training.defaults import PARAMETRIC_PIT
     from meshops.training.seed import seed_everything
 
     samples = make_convection_diffusion_standin(args.train + args.val, seed=0)

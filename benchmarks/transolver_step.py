@@ -5,7 +5,7 @@ Issue 36's throughput target: samples per second of forward, backward and AdamW 
 one thread, the two models alternated so that a change of load hits both. The models:
 
 * ``meshops``: what ``meshops train`` builds for input fields and several target fields
-  (:data:`meshops.training.defaults.FIELDS_SLICE`: the slice transformer, width 64,
+  (:data:`meshops.fitting.defaults.FIELDS_SLICE`: the slice transformer, width 64,
   4 layers, 4 heads, 32 slices, batch 1), called as the Trainer calls it (a collated PyG
   batch through :func:`~meshops.models.inputs.read_inputs`);
 * ``transolver``: ``physicsnemo.models.transolver.Transolver`` with the benchmark's
@@ -59,8 +59,8 @@ def _models(torch):
     from physicsnemo.models.transolver import Transolver
 
     from benchmarks.accuracy.peer_train import CONFIGS
-    from meshops.runs.training_run import build_model
-    from meshops.training.defaults import FIELDS_SLICE
+    from meshops.fitting.defaults import FIELDS_SLICE
+    from meshops.fitting.training_run import build_model
 
     torch.manual_seed(0)
     ours = build_model("slice_transformer", dict(FIELDS_SLICE), 1, 3, 2)

@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 
 import meshops.models  # noqa: F401  (registers the models)
+from meshops.fitting.defaults import choose_defaults
 from meshops.inference.plot import plot_comparisons
 from meshops.mesh.io import write_mesh
 from meshops.models import NeuralOperator, get_model
 from meshops.training import RelativeLpLoss, Trainer
 from meshops.training.baselines import baselines, error_stats, format_table, per_sample_errors
-from meshops.training.defaults import choose_defaults
 from meshops.training.seed import seed_everything
 from meshops.training.splits import validation_split
 from meshops.utils.progress import on_terminal
@@ -156,7 +156,7 @@ def _train(args, sample, fit, val, model_config, metadata, title, num_test):
 def _fit_reduced_basis(args, fit, val, metadata, title, num_test):
     """A :class:`~meshops.models.ReducedBasis` fitted within ``args.minutes``, its
     regression chosen on ``val``, refitted on ``fit + val``; ``best.pt`` written."""
-    from meshops.training.fit_reduced import fit_reduced_basis
+    from meshops.fitting.reduced_basis import fit_reduced_basis
 
     if not val:
         fail("the reduced basis chooses its regression on validation samples: "

@@ -43,12 +43,16 @@ may import; ``tests/package/test_import_graph.py`` checks that direction):
     using a trained model: ``load_model``, ``predict_mesh``, huge meshes in bounded
     memory, ``torch.export`` and ONNX, the trust report, plots.
 ``training``
-    ``Trainer``, losses, defaults chosen from the data, baselines, fitting a reduced
-    basis.
+    the engine: ``Trainer``, losses, optimisers, callbacks and loggers, the baselines
+    every model is compared with, rollouts of time series, torchrun/DDP.
 ``runs``
-    the main job in Python: a folder of meshes to a trained run, and its use.
+    the use of a trained run: ``load_run``, ``Run`` (predict, evaluate, export), its
+    ``Report``, trust reports, where a model stands against the baselines.
+``fitting``
+    fitting a run: ``fit``, ``TrainConfig``, the choice of model from the data, the
+    neural, reduced and time-series fits, the run folder a fit writes.
 ``cli``
-    the ``meshops`` command, a thin shell over ``runs``.
+    the ``meshops`` command, a thin shell over ``fitting`` and ``runs``.
 
 The root holds only these, ``errors`` (``MeshError``, ``CheckpointError``) and
 ``version``.
@@ -59,22 +63,20 @@ import logging
 from meshops.datasets.folder import MeshFolderDataset, export_to_folder, list_mesh_files
 from meshops.datasets.normalizer import UnitGaussianNormalizer
 from meshops.errors import CheckpointError, MeshError, UsageError
+from meshops.fitting import TrainConfig, Training, fit
 from meshops.inference.predict import RunSpec, load_model, predict_mesh
 from meshops.mesh.data import MeshData
 from meshops.mesh.io import mesh_from_arrays, read_mesh, write_mesh
 from meshops.mesh.pointcloud import point_cloud_weights
 from meshops.mesh.quadrature import grid_weights, quadrature_weights, structured_grid_cells
 from meshops.runs import (
-    Choice,
-    EvaluateOptions,
-    ExportOptions,
-    PredictOptions,
-    Report,
-    Run,
-    TrainConfig,
-    Training,
-    fit,
-    load_run,
+                            Choice,
+                            EvaluateOptions,
+                            ExportOptions,
+                            PredictOptions,
+                            Report,
+                            Run,
+                            load_run,
 )
 from meshops.search import (
                             available_backends,

@@ -26,3 +26,9 @@ class UsageError(ValueError):
 
     The message names the option, file or field and says what to do instead.
     """
+
+
+def os_reason(e: OSError) -> str:
+    """``strerror: filename`` of an OSError (its str() repeats the errno)."""
+    reason = e.strerror or str(e)
+    return f"{reason}: {e.filename}" if e.filename is not None else reason

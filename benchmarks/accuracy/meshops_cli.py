@@ -174,7 +174,7 @@ def split_of_run(run_config: str | None, n: int) -> tuple[list[int], list[int]]:
     defaults) through :func:`meshops.training.splits.validation_split`."""
     import yaml
 
-    from meshops.runs.config import TrainConfig
+    from meshops.fitting.config import TrainConfig
     from meshops.training.splits import validation_split
 
     defaults = TrainConfig()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from benchmarks.accuracy import remesh
 from benchmarks.accuracy.run import LABELS, MODELS
-from meshops.training.standing import standing
+from meshops.runs.comparison import standing
 
 #: The neural-network and classical columns meshops is compared with.
 OTHERS = ("mean", "nearest", "pod_rbf", "transolver", "gino")
@@ -122,7 +122,7 @@ def rows(name: str, d: dict) -> list[tuple[str, dict]]:
 
 def verdict(d: dict) -> str:
     """Where meshops stands on one row (``{"models": {model: result}}``): behind, level
-    with (within :data:`meshops.training.standing.LEVEL_RTOL`) or ahead of the others'
+    with (within :data:`meshops.runs.comparison.LEVEL_RTOL`) or ahead of the others'
     mean errors, in the words ``meshops train`` and ``meshops evaluate`` use."""
     row = d["models"]
     ours = row.get("meshops")

@@ -6,8 +6,8 @@ Run by the docs build (``docs/conf.py``) before the pages are read, or by hand:
 pages with ``{include}``):
 
 * ``resume.md`` (docs/trust.md): every option of ``meshops train``
-  (:class:`meshops.runs.config.TrainConfig`) under ``--resume``: those of
-  ``meshops.runs.run_folder.RESUME_MAY_CHANGE`` may change, every other one is refused;
+  (:class:`meshops.fitting.config.TrainConfig`) under ``--resume``: those of
+  ``meshops.fitting.out_folder.RESUME_MAY_CHANGE`` may change, every other one is refused;
 * ``field-formats.md`` (docs/trust.md): the components per point each mesh format
   keeps (``meshops.mesh.io._COMPONENTS``, evaluated);
 * ``export.md`` (docs/training-and-deployment.md): what ``meshops export`` makes of
@@ -49,8 +49,8 @@ def _flag(key: str) -> str:
 
 def resume_md() -> str:
     """The options under ``--resume``."""
-    from meshops.runs.config import TrainConfig
-    from meshops.runs.run_folder import RESUME_MAY_CHANGE
+    from meshops.fitting.config import TrainConfig
+    from meshops.fitting.out_folder import RESUME_MAY_CHANGE
 
     unknown = [k for k in RESUME_MAY_CHANGE if k not in RESUME_WHY]
     if unknown:
@@ -61,8 +61,8 @@ def resume_md() -> str:
     rows.append([f"every other option: {', '.join(refused)}",
                  "refused when it differs, naming the flag, the `--config` file or the "
                  "edited `config.yaml` that changed it"])
-    return ("Generated from `meshops.runs.run_folder.RESUME_MAY_CHANGE` and the options of "
-            "`meshops.runs.config.TrainConfig`.\n\n"
+    return ("Generated from `meshops.fitting.out_folder.RESUME_MAY_CHANGE` and the options of "
+            "`meshops.fitting.config.TrainConfig`.\n\n"
             + md_table(["option", "under `--resume`"], rows) + "\n")
 
 

@@ -27,19 +27,18 @@ from contextlib import contextmanager
 
 from meshops.cli import evaluate, export, info, kernels, plot, predict, train
 from meshops.cli._common import command_log
-from meshops.errors import CheckpointError, MeshError, UsageError
-from meshops.inference.predict import RUN_CHECKPOINT, RunSpec, load_model
-from meshops.mesh.summary import mesh_summary
-from meshops.runs.common import os_reason
-from meshops.runs.config import (
-    RUN_CONFIG,
+from meshops.datasets.samples import load_folder
+from meshops.errors import CheckpointError, MeshError, UsageError, os_reason
+from meshops.fitting.config import (
     TRAIN_DEFAULTS,
     TrainConfig,
     load_config_file,
     resolve_train_config,
 )
-from meshops.runs.folder import load_folder
-from meshops.runs.training_run import build_model, split_files
+from meshops.fitting.training_run import build_model, split_files
+from meshops.inference.predict import RUN_CHECKPOINT, RunSpec, load_model
+from meshops.mesh.summary import mesh_summary
+from meshops.runs.run_folder import RUN_CONFIG
 
 __all__ = ["UsageError", "RUN_CHECKPOINT", "RUN_CONFIG", "RunSpec", "TRAIN_DEFAULTS",
            "TrainConfig", "build_model", "build_parser", "load_config_file", "load_folder",

@@ -10,7 +10,7 @@ def cmd_evaluate(args) -> int:
     """Load the run, evaluate it, print the table or the JSON."""
     from meshops.inference.plot import check_picture_path
     from meshops.runs import load_run
-    from meshops.runs.common import device_or_error
+    from meshops.training.distributed import device_or_error
 
     if args.plot:  # a picture that cannot be written is said before anything is loaded
         check_picture_path(args.plot)

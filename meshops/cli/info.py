@@ -53,7 +53,7 @@ def folder_summary(root) -> dict:
     from meshops.errors import UsageError
     from meshops.mesh.io import read_mesh
     from meshops.mesh.summary import mesh_summary
-    from meshops.runs.common import progress
+    from meshops.utils.progress import progress
 
     files = list_mesh_files(root)
     if not files:

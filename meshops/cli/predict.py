@@ -9,7 +9,7 @@ from meshops.cli._common import RAW, wrap
 def cmd_predict(args) -> int:
     """Load the run (and an ensemble's members), predict, say what was written."""
     from meshops.runs import load_run
-    from meshops.runs.common import device_or_error
+    from meshops.training.distributed import device_or_error
 
     run = load_run(args.run, device_or_error(args.device))
     report = run.predict_files(args.meshes, args.output, format=args.format,

@@ -1,4 +1,4 @@
-"""``meshops train``: its options and examples; the run is :func:`meshops.runs.train.train`."""
+"""``meshops train``: its options and examples; the run is :func:`meshops.fitting.train.train`."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from meshops.cli._common import RAW, wrap
 
 
 def cmd_train(args) -> int:
-    """``meshops train``: the run of :func:`meshops.runs.train.train` with the flags given;
+    """``meshops train``: the run of :func:`meshops.fitting.train.train` with the flags given;
     a dry run prints the resolved config (YAML) on standard output and what was chosen
     on standard error. What training says is logged (:func:`meshops.cli._common.command_log`
     prints it)."""
-    from meshops.runs.train import train
+    from meshops.fitting.train import train
 
     training = train(train_request(args))
     if training.dry_run:
@@ -27,10 +27,10 @@ def cmd_train(args) -> int:
 
 
 def train_request(args):
-    """The :class:`~meshops.runs.train.TrainRequest` of ``meshops train``'s parsed flags
+    """The :class:`~meshops.fitting.train.TrainRequest` of ``meshops train``'s parsed flags
     (absent options left out, so that a config file or the resumed run sets them)."""
-    from meshops.runs.config import TrainConfig
-    from meshops.runs.train import TrainRequest
+    from meshops.fitting.config import TrainConfig
+    from meshops.fitting.train import TrainRequest
 
     options = {k: getattr(args, k) for k in TrainConfig.keys() if hasattr(args, k)}
     return TrainRequest(options, args.config, args.resume, args.overwrite, args.dry_run,

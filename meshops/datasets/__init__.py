@@ -1,6 +1,9 @@
 """Data sets on disk: a folder of meshes as training samples.
 
 :mod:`~meshops.datasets.folder` (a folder of meshes, :class:`MeshFolderDataset`),
+:mod:`~meshops.datasets.samples` (a folder read as lean training samples, in memory),
+:mod:`~meshops.datasets.lazy` (the same through the cache, for folders larger than
+memory),
 :mod:`~meshops.datasets.layout` (how a file becomes a sample: inputs, targets,
 geometry features), :mod:`~meshops.datasets.cache` (parsed meshes, read lazily),
 :mod:`~meshops.datasets.series` (time series), :mod:`~meshops.datasets.params`

@@ -170,7 +170,7 @@ def _merge(parts: Iterable[list]) -> tuple[float, Tensor, Tensor]:
 def sample_meta(sample) -> dict:
     """What a cache records of a sample so that a run needs no second read of it: the
     point count and dimension, a digest of ``pos`` (samples of one mesh), the facts
-    :func:`meshops.training.defaults.data_facts` reads, the weighted moments of ``x``
+    :func:`meshops.fitting.defaults.data_facts` reads, the weighted moments of ``x``
     and ``y`` (normalisers, :meth:`CachedMeshDataset.normalizers`) and the descriptors
     of :func:`meshops.datasets.descriptors.describe` with their
     :func:`~meshops.datasets.descriptors.geometry_tolerance`
@@ -727,7 +727,7 @@ class CachedMeshDataset(torch.utils.data.Dataset):
     # ------------------------------------------------------- what the run needs
     def fingerprints(self) -> dict[str, list]:
         """``{file name: [size, mtime_ns, sha256]}`` as the cache took them (the
-        provenance record of :func:`meshops.runs.provenance.fingerprint`, without
+        provenance record of :func:`meshops.runs.run_folder.fingerprint`, without
         reading the files again)."""
         return {Path(r.path).name: [int(r.stat[0]), int(r.stat[1]), r.sha256]
                 for r in self.records if r.stat is not None}
@@ -753,7 +753,7 @@ class CachedMeshDataset(torch.utils.data.Dataset):
         return out
 
     def facts(self) -> dict:
-        """:func:`meshops.training.defaults.data_facts` of the samples, from what the cache
+        """:func:`meshops.fitting.defaults.data_facts` of the samples, from what the cache
         recorded (no sample is read)."""
         from meshops.reduced import constant_channels, global_channels, input_ranges
 

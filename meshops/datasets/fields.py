@@ -27,7 +27,20 @@ from typing import Mapping, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["JOIN", "TargetFields", "field_mean", "field_spec", "split_field", "target_names"]
+from meshops.errors import UsageError
+
+__all__ = ["JOIN", "TargetFields", "field_mean", "field_names", "field_shape", "field_spec",
+           "format_shape", "optional_field_names", "split_field", "target_names"]
+
+
+def field_shape(v) -> list[int]:
+    """Per-point shape of a field: ``[]`` for a scalar, ``[c]`` for a vector."""
+    return [int(s) for s in v.shape[1:]]
+
+
+def format_shape(shape: Sequence[int]) -> str:
+    """A per-point field shape for messages: ``scalar`` or ``3x3 per point``."""
+    return "scalar" if not shape else "x".join(str(s) for s in shape) + " per point"
 
 #: Joins the scalar arrays of one field: ``u+v``.
 JOIN = "+"
@@ -193,3 +206,31 @@ def field_mean(values: Tensor, fields: TargetFields | None) -> Tensor:
     w = torch.where(defined, w, torch.zeros_like(values))
     total = (w * torch.where(defined, values, torch.zeros_like(values))).sum(-1)
     return total / w.sum(-1)  # 0 / 0 = NaN where no field is defined
+
+
+def field_names(value, key: str) -> list[str]:
+    """A list of field names from ``"a,b"``, ``""`` or a list; ``key`` names the
+    option (and its source) in the error."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        out = [s.strip() for s in value.split(",")]
+        out = [s for s in out if s]
+    elif isinstance(value, (list, tuple)):
+        out = []
+        for v in value:
+            if not isinstance(v, str) or not v.strip():
+                raise UsageError(f"{key}: field names must be non-empty strings, got {v!r}")
+            out.append(v.strip())
+    else:
+        raise UsageError(f"{key}: expected a comma-separated string or a list of field "
+                       f"names, got {value!r}")
+    dup = sorted({n for n in out if out.count(n) > 1})
+    if dup:
+        raise UsageError(f"{key}: field(s) {dup} given more than once")
+    return out
+
+
+def optional_field_names(value) -> list[str] | None:
+    """``--inputs`` / ``--targets`` of predict and evaluate: ``None`` when absent."""
+    return None if value is None else field_names(value, "--inputs/--targets")

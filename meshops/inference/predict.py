@@ -26,14 +26,15 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+from meshops.datasets.fields import field_shape, format_shape
 from meshops.errors import CheckpointError, MeshError
 from meshops.inference.chunked import DEFAULT_CHUNK
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["RUN_CHECKPOINT", "RunSpec", "available_fields", "field_channels", "field_shape",
-           "format_shape", "input_dtype", "load_model", "mesh_sample", "predict_mesh"]
+__all__ = ["RUN_CHECKPOINT", "RunSpec", "available_fields", "field_channels", "input_dtype",
+           "load_model", "mesh_sample", "predict_mesh"]
 
 # The model file of a run folder (lowest validation error; the final model without
 # validation data), as ``meshops train`` writes it.
@@ -41,11 +42,6 @@ RUN_CHECKPOINT = "best.pt"
 
 
 # ----------------------------------------------------------------- field shapes
-def field_shape(v) -> list[int]:
-    """Per-point shape of a field: ``[]`` for a scalar, ``[c]`` for a vector."""
-    return [int(s) for s in v.shape[1:]]
-
-
 def field_channels(shape: Sequence[int]) -> int:
     """Model channels of a field of per-point ``shape``."""
     return int(math.prod(shape)) if shape else 1
@@ -59,11 +55,6 @@ def _same_layout(shape: Sequence[int], expected: Sequence[int]) -> bool:
     return list(shape) == list(expected) or (
         field_channels(shape) == field_channels(expected)
         and min(len(shape), len(expected)) <= 1)
-
-
-def format_shape(shape: Sequence[int]) -> str:
-    """A per-point field shape for messages: ``scalar`` or ``3x3 per point``."""
-    return "scalar" if not shape else "x".join(str(s) for s in shape) + " per point"
 
 
 def available_fields(mesh) -> str:

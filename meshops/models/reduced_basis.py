@@ -52,7 +52,7 @@ class ReducedBasis(NeuralOperator):
     POD-NN of Hesthaven & Ubbiali, 2018), Gaussian processes with a length scale per
     parameter (``"gp"``), the thin-plate spline of the classical POD + RBF model
     (``"rbf"``), or the mean of the first two (``"gp+mlp"``).
-    :func:`meshops.training.fit_reduced.fit_reduced_basis` fits them and keeps the one with the
+    :func:`meshops.fitting.reduced_basis.fit_reduced_basis` fits them and keeps the one with the
     lowest validation error.
 
     Any mesh of the same geometry: on the training points the modes are used as

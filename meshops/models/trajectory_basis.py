@@ -37,7 +37,7 @@ class TrajectoryBasis(NeuralOperator):
     over every step) and :math:`c(\mu)` a regression of the identity :math:`\mu`: a
     :class:`~meshops.models.ReducedBasis` whose output channels are the ``T * C``
     columns of a trajectory (its regression chosen on validation series by
-    :func:`meshops.training.fit_trajectory.fit_trajectory_basis`). The identity is the
+    :func:`meshops.fitting.trajectory_basis.fit_trajectory_basis`). The identity is the
     series' parameter vector (``identity="params"``) or, without parameters, the
     leading POD coefficients of its first state (``identity="initial"``).
 

@@ -6,7 +6,7 @@ proper orthogonal decomposition (POD) of the training snapshots in the mesh's ow
 quadrature inner product, and a regression from the parameters to the modal
 coefficients. This package holds the mathematics of those pieces, on tensors, each in
 its own module (fitting a reduced basis to a data set, the regression chosen on
-validation samples, is :mod:`meshops.training.fit_reduced`). Imports only
+validation samples, is :mod:`meshops.fitting.reduced_basis`). Imports only
 :mod:`meshops.mesh`, :mod:`meshops.nn`, :mod:`meshops.search` and :mod:`meshops.utils`.
 The modules:
 

@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from meshops.datasets.fields import optional_field_names
+from meshops.datasets.folder import MeshFolderDataset
 from meshops.datasets.layout import SampleLayout
 from meshops.errors import UsageError
 from meshops.inference import predict as inference  # tests replace predict_mesh there
 from meshops.inference.predict import RunSpec, mesh_sample
 from meshops.mesh.io import read_mesh
 from meshops.runs import trust_reports
-from meshops.runs.common import optional_names, progress
-from meshops.runs.folder import folder_dataset, training_samples
 from meshops.runs.integrals import (
     boundary_integrals,
     integral_lines,
@@ -32,6 +32,8 @@ from meshops.runs.integrals import (
     parse_integral,
 )
 from meshops.runs.report import Report, json_number
+from meshops.runs.run_folder import training_samples
+from meshops.utils.progress import progress
 
 # The errors of sample_errors, in the order they are printed, with their labels.
 _METRIC_LABELS = (("l2", "rel. L2 (quad)"), ("l2_unweighted", "rel. L2 (plain)"),
@@ -95,7 +97,7 @@ def _baseline_report(train, note: str, tests: list, names: list, fields) -> dict
 def _training_overlap(meta: dict, data, files) -> str:
     """A note when evaluated files are training files of the run: by content when the
     run recorded a fingerprint of its data, else by name in the training folder."""
-    from meshops.runs.provenance import listing, same_content
+    from meshops.runs.run_folder import listing, same_content
 
     train = list((meta.get("split") or {}).get("train", []))
     recorded = meta.get("data_files")
@@ -185,13 +187,13 @@ class _Evaluation:
         import torch
 
         self.model, self.ckpt, self.meta, self.opts = model, ckpt, meta, opts
-        spec = self.spec = RunSpec(model, ckpt, meta, optional_names(opts.inputs),
-                                   optional_names(opts.targets))
+        spec = self.spec = RunSpec(model, ckpt, meta, optional_field_names(opts.inputs),
+                                   optional_field_names(opts.targets))
         self.layout = _run_layout(opts, meta, spec, model, ckpt)
         asked = [opts.integrals] if isinstance(opts.integrals, str) else opts.integrals
         self.integrals = [parse_integral(t, spec.targets, spec.shapes) for t in asked or []]
-        self.ds = folder_dataset(opts.data, self.layout.inputs, spec.targets, torch.float64,
-                                 self.layout)
+        self.ds = MeshFolderDataset(opts.data, inputs=self.layout.inputs, targets=spec.targets,
+                                    dtype=torch.float64, layout=self.layout)
         self.names = [Path(f).name for f in self.ds.files]
         self.keys = _keys(spec.fields)
         self.train_set, self.why = trust_reports.training_set_of(meta, spec.inputs,
@@ -348,8 +350,8 @@ def _rows(stats: dict, keys: list, n: int, notes: bool) -> list[str]:
 
 def _standing(result: dict, key: str, model_name: str) -> list[str]:
     """The model's mean rel. L2 (quad) of ``key`` against the baselines' (one tolerance
-    for "level": :mod:`meshops.training.standing`)."""
-    from meshops.training.standing import standing
+    for "level": :mod:`meshops.runs.comparison`)."""
+    from meshops.runs.comparison import standing
 
     mean = result["fields"][key]["l2"]["mean"]
     if mean is None or not math.isfinite(mean):

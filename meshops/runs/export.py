@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from meshops.datasets.fields import optional_field_names
 from meshops.errors import UsageError
 from meshops.inference.predict import RunSpec, load_model, mesh_sample
-from meshops.runs.common import optional_names
 from meshops.runs.report import Report
 
 #: Largest difference allowed between the exported program and the run on the example
@@ -126,7 +126,7 @@ def export_run(run, opts: ExportOptions) -> Report:
         check_exportable(model)
     except ExportError as e:
         raise UsageError(f"{ckpt}: {e}") from None
-    spec = RunSpec(model, ckpt, meta, optional_names(opts.inputs), None)
+    spec = RunSpec(model, ckpt, meta, optional_field_names(opts.inputs), None)
     mesh_path, sample = _example_sample(opts, model, spec, meta, ckpt, run)
     # Written beside path and renamed over it only once checked: a file that fails the
     # check, or an export that fails, leaves path as it was.

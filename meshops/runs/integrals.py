@@ -1,5 +1,5 @@
-"""``meshops evaluate --integral TAG:FIELD``: integrals of a target over a tagged
-boundary (forces, fluxes), predicted against true, with the boundary's quadrature
+"""The integrals an evaluation reports (``integrals=["TAG:FIELD"]``): of a target over a
+tagged boundary (forces, fluxes), predicted against true, with the boundary's quadrature
 (:class:`meshops.mesh.boundary.Boundary`: exact for linear fields on straight facets).
 
 ``TAG:FIELD`` integrates the field (each component of a vector field),

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from meshops.datasets.fields import field_names
 from meshops.errors import UsageError
 from meshops.inference.predict import available_fields
-from meshops.runs.common import names
 
 
 def plot_file(mesh, output, *, field=None, truth: str | None = None, pred: str | None = None,
@@ -50,7 +50,7 @@ def plot_file(mesh, output, *, field=None, truth: str | None = None, pred: str |
         return str(output)
     if not field:
         raise UsageError("plot: give --field NAME[,NAME...] or --truth NAME --pred NAME")
-    chosen = names(field, "--field")
+    chosen = field_names(field, "--field")
     if all(f"{n}_pred" in fields for n in chosen) and compare:
         if len(chosen) == 1:
             plot_comparison(mesh, get(chosen[0]), get(f"{chosen[0]}_pred"), output,

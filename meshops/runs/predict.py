@@ -10,15 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from meshops.datasets.fields import optional_field_names
 from meshops.datasets.layout import SampleLayout
+from meshops.datasets.samples import mesh_files
 from meshops.errors import UsageError
 from meshops.inference import predict as inference  # tests replace predict_mesh there
 from meshops.inference.predict import RunSpec, mesh_sample
 from meshops.inference.trust import predict_ensemble
 from meshops.runs import trust_reports
-from meshops.runs.common import NOTE, optional_names, progress
-from meshops.runs.folder import mesh_files
 from meshops.runs.report import Report
+from meshops.utils.progress import NOTE, progress
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,8 @@ class Predictor:
     def __init__(self, model, ckpt, meta: dict, members: Sequence = (), inputs=None,
                  targets=None) -> None:
         self.model, self.meta = model, meta
-        self.spec = RunSpec(model, ckpt, meta, optional_names(inputs), optional_names(targets))
+        self.spec = RunSpec(model, ckpt, meta, optional_field_names(inputs),
+                            optional_field_names(targets))
         self.train_set, self.why = trust_reports.training_set_of(
             meta, self.spec.inputs, self.spec.targets)
         # an ensemble run (meshops train --ensemble K): every member predicts

@@ -1,5 +1,5 @@
-"""A trained run in Python: :func:`fit` trains one from a folder of meshes as ``meshops
-train`` does, :func:`load_run` opens one, and a :class:`Run` predicts, evaluates and
+"""A trained run in Python: :func:`load_run` opens one (:func:`meshops.fit` trains one
+and returns it), and a :class:`Run` predicts, evaluates and
 exports as ``meshops predict``, ``evaluate`` and ``export`` do, with the same defaults,
 files and numbers (the commands are thin shells over these functions). Every method
 returns a :class:`~meshops.runs.report.Report`: its entries, ``to_json()`` and the
@@ -11,17 +11,16 @@ from __future__ import annotations
 import json
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from meshops.errors import UsageError
 from meshops.inference.predict import load_model
-from meshops.runs.common import verbosity
-from meshops.runs.config import TrainConfig
+from meshops.runs.choice import Choice
 from meshops.runs.evaluate import EvaluateOptions, evaluate_run
 from meshops.runs.export import ExportOptions, export_run
-from meshops.runs.outcome import Choice, Training
 from meshops.runs.predict import PredictOptions, Predictor, chunk_options, predict_files
 from meshops.runs.report import Report
+from meshops.utils.progress import verbosity
 
 
 class Run:
@@ -36,16 +35,16 @@ class Run:
         checkpoint: The checkpoint file it was loaded from.
         metadata: What training recorded: fields, shapes, data files, split, config.
         history: The Trainer's records, one per epoch (``epoch``, ``train_loss``,
-            ``val_l2``, ``val``, ``lr``, ``time_s``): those of :func:`fit`, or the run
+            ``val_l2``, ``val``, ``lr``, ``time_s``): those of :func:`meshops.fit`, or the run
             folder's ``history.json``; empty for a fitted model (a reduced or trajectory
             basis, whose candidates are in ``choice``).
-        choice: The :class:`~meshops.runs.outcome.Choice`: which model ``best.pt``
-            holds, why (the options chosen from the data; said by :func:`fit` only,
+        choice: The :class:`~meshops.runs.choice.Choice`: which model ``best.pt``
+            holds, why (the options chosen from the data; said by :func:`meshops.fit` only,
             not recorded in the folder), and the validation figures it was kept by.
 
     Every method returns a :class:`~meshops.runs.report.Report` (a read-only mapping
     with ``to_json()`` and ``table()``) and takes ``verbose``: ``False`` hides its
-    progress records and bars (:func:`fit`).
+    progress records and bars (:func:`meshops.fit`).
 
     Example::
 
@@ -186,76 +185,6 @@ def _field_values(fields: dict) -> dict:
 
 
 def load_run(path, device: str | None = None) -> Run:
-    """The run of a folder written by ``meshops train`` or :func:`fit` (or a checkpoint
+    """The run of a folder written by ``meshops train`` or :func:`meshops.fit` (or a checkpoint
     file); see :class:`Run`."""
     return Run(path, device)
-
-
-def fit(data=None, inputs: Sequence[str] | str | None = None,
-        targets: Sequence[str] | str | None = None, *,
-        config: TrainConfig | Mapping | str | Path | None = None, resume: bool = False,
-        overwrite: bool = False, dry_run: bool = False, verbose: bool = True,
-        **overrides) -> Run | TrainConfig:
-    """Train a run as ``meshops train`` does, with the same defaults, choices and files,
-    and return it. Torch's thread count, which training sets, is the caller's again
-    afterwards (also after an error).
-
-    Args:
-        data: Folder of training meshes.
-        inputs: Input fields (``[]`` or ``""``: geometry only; ``geo:distance`` ...).
-        targets: Target fields; ``"u+v"`` joins the components of one vector field.
-        config: The options below the keywords: a
-            :class:`~meshops.runs.config.TrainConfig` (its fields left unset do not
-            count), a mapping of its fields, or a YAML or TOML file of them.
-        resume: Continue the run in ``out``.
-        overwrite: Start a new run in a folder that holds another one.
-        dry_run: Read the data and choose the options, train nothing and write nothing.
-        verbose: ``False``: no progress records (the ``meshops`` loggers stay at
-            WARNING at least) and no progress bars. With ``True`` the progress is
-            logged at INFO, shown where your logging shows it (e.g.
-            ``logging.basicConfig(level="INFO", format="%(message)s")`` prints the
-            command's lines).
-        **overrides: Fields of :class:`~meshops.runs.config.TrainConfig` (``out``,
-            ``minutes``, ``model``, ``model_config`` as a mapping or as the words of
-            ``--model-config``, ``"width=64 layers=2"``, ``epochs``, ``seed``,
-            ``params``, ``val_data``, ``series``, ...), checked as the config's.
-
-    Returns:
-        The :class:`Run` of ``out`` (its ``best.pt``) with its ``history`` and
-        ``choice``; with ``dry_run`` the :class:`~meshops.runs.config.TrainConfig` the
-        run would take (what ``meshops train --dry-run`` prints as YAML).
-
-    Raises:
-        UsageError: options that contradict each other or the data, a run folder that
-            would lose files, named by their keywords (``epochs=``); ``MeshError`` for
-            meshes that cannot be read.
-
-    Example::
-
-        run = meshops.fit("data/", ["f"], ["u"], minutes=2, out="runs/a")
-        run.choice.model, run.history[-1]["val_l2"]
-    """
-    import torch
-
-    from meshops.runs.config import FIT
-    from meshops.runs.train import TrainRequest, train
-
-    given = {"data": data, "inputs": inputs, "targets": targets}
-    options = {**{k: v for k, v in given.items() if v is not None}, **overrides}
-    request = TrainRequest(options, config, resume, overwrite, dry_run, source=FIT)
-    threads = torch.get_num_threads()
-    try:
-        with verbosity(verbose):
-            training = train(request)
-    finally:
-        torch.set_num_threads(threads)
-    return training.config if dry_run else _fitted(training, verbose)
-
-
-def _fitted(training: Training, verbose: bool) -> Run:
-    """The run :func:`fit` trained, with its history and choice."""
-    with verbosity(verbose):
-        run = load_run(training.config.out)
-    run.history = list(training.history)
-    run.choice = training.choice or run.choice
-    return run

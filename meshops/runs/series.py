@@ -1,59 +1,37 @@
-"""Time series: ``fit(series=True)`` (``meshops train --series``), rollouts
-(``Run.predict_files(..., rollout=N)``, ``meshops predict --rollout N``) and the
-evaluation of a time-series run (error against horizon).
+"""Time series: rollouts of a time-series run (``Run.predict_files(..., rollout=N)``)
+and its evaluation (error against horizon), beside the single-mesh
+:mod:`~meshops.runs.predict` and :mod:`~meshops.runs.evaluate`.
 
-The run is a :class:`~meshops.models.next_step.NextStep` model; its checkpoint
-metadata says ``series: true`` and records the state fields (``targets``), the input
-fields, the parameter names, whether the model sees the time, the training series and
-the common time step of the training data (or null).
+The run is a :class:`~meshops.models.next_step.NextStep` model or a trajectory basis;
+its checkpoint metadata says ``series: true`` and records the state fields
+(``targets``), the input fields, the parameter names, whether the model sees the time,
+the training series and the common time step of the training data (or null).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
+from meshops.datasets.fields import optional_field_names
 from meshops.errors import CheckpointError, MeshError, UsageError
-from meshops.runs.common import is_main_rank, optional_names, plural
-from meshops.runs.config import FIT, option_name
-from meshops.runs.outcome import Training
 from meshops.runs.report import Report
+from meshops.runs.run_folder import NEURAL
 
 #: Stored in the checkpoint metadata of a time-series run.
 SERIES_KEY = "series"
 log = logging.getLogger(__name__)
 
 
-def _read_folder(root, fields: dict, desc: str, names=None) -> list:
+def read_folder(root, fields: dict, desc: str, names=None) -> list:
     """The series of folder ``root`` with the fields of ``fields`` (a run's metadata, or
     the ``targets``, ``inputs`` and ``params`` of its config)."""
     from meshops.datasets.series import read_series_folder
 
     names_read = list(fields["targets"]) + list(fields["inputs"])
     return read_series_folder(root, names_read, fields["params"] or (), names, desc)
-
-
-def _shapes(series, fields) -> dict:
-    return {k: [int(n) for n in series.fields[k].shape[2:]] for k in fields}
-
-
-def _mean_dt(series) -> float:
-    import torch
-
-    return float(torch.cat([s.times[1:] - s.times[:-1] for s in series]).mean())
-
-
-def _common_dt(series) -> float | None:
-    """The time step of the series when it is one and the same everywhere."""
-    import torch
-
-    dts = torch.cat([s.times[1:] - s.times[:-1] for s in series])
-    lo, hi = float(dts.min()), float(dts.max())
-    return lo if hi - lo <= 1e-9 * max(abs(hi), 1e-300) else None
 
 
 def _warn_other_dt(series, meta: dict) -> None:
@@ -70,245 +48,6 @@ def _warn_other_dt(series, meta: dict) -> None:
         if float((steps - dt).abs().max()) > 1e-6 * abs(dt):
             log.warning(f"{s.source}: time steps {float(steps.min()):g}.."
                         f"{float(steps.max()):g}, but the run was trained on time step {dt:g}")
-
-
-# ---------------------------------------------------------------------- training
-#: Options of meshops train that a time-series run does not take, with the values that
-#: leave them off (their defaults; ``--logger none`` too).
-_NOT_FOR_SERIES = {"tags": ([],), "ensemble": (1,), "lazy": (None,), "cache": (None,),
-                   "workers": (None,), "shards": (None,), "compile": (False,),
-                   "checkpoint_blocks": (False,), "logger": (None, [])}
-
-
-@dataclass
-class SeriesData:
-    """The series of a ``train --series`` run: the training and validation split, the
-    fields' shapes, the dimension, the parameter names and the fingerprints the run
-    records (:func:`_record_files`)."""
-
-    train: list
-    val: list
-    shapes: dict
-    dim: int
-    params: list
-    record: dict
-
-
-def train_series(cfg, request, dtype, resumed: dict | None) -> Training:
-    """``meshops train --series``: read the series; on one mesh, fit a trajectory basis
-    (:mod:`meshops.runs.series_choice`); train the next-step model on windows of
-    ``--rollout-train`` steps, validating on full rollouts; keep the candidate with the
-    lower validation error (``resumed``: the metadata of the run being resumed, or
-    None)."""
-    from meshops.inference.predict import field_channels
-    from meshops.runs import series_choice
-    from meshops.runs.run_folder import clear_run_files
-    from meshops.runs.training_run import check_writable_folder, run_training
-    from meshops.training.rollout import RolloutLoss
-
-    _check_series_options(cfg, request.source)
-    data = _read_series(cfg, resumed, request.source)
-    plan = series_choice.plan(cfg, data, resumed, request.dry_run, request.source)
-    if plan.mode == "only":
-        return series_choice.fit_only_run(
-            request, cfg, data, plan, lambda resolved: series_metadata(cfg, data, resolved, True))
-    cfg, model, windows, val_samples, chosen, thread_check = _next_step_setup(cfg, data, plan,
-                                                                              dtype)
-    # every option, with the operator's full hyperparameters: what config.yaml records
-    cfg = dataclasses.replace(cfg, model_config=dict(model.operator_config))
-    train, val = data.train, data.val
-    c_state = sum(field_channels(data.shapes[k]) for k in cfg.targets)
-    summary = _summary(cfg, model, train, val, len(windows), c_state, data.dim)
-    metadata = dict(series_metadata(cfg, data, cfg.render(), cfg.time_input),
-                    **plan.metadata())
-    out = Path(cfg.out)
-
-    def begin() -> dict:
-        check_writable_folder(out)
-        if is_main_rank() and resumed is None:
-            clear_run_files(out)  # a new run leaves no best.pt of an earlier one behind
-        if is_main_rank():
-            plan.begin(out, resumed is not None, metadata)
-        return metadata
-
-    # mse: in units of the typical change of one step, rate spread times the mean dt
-    scale = (model.rate_normalizer.std.detach().double().cpu() * _mean_dt(train)
-             if cfg.rollout_loss == "mse" else None)
-    training = run_training(
-        request, cfg, model, windows, val_samples, chosen, summary, begin, thread_check,
-        loss=RolloutLoss(c_state, last_only=model.push_forward, quadrature=cfg.quadrature_loss,
-                         scale=scale),
-        # the model carries its own statistics; validation rollouts of different
-        # lengths cannot share a batch; the loggers' baselines are those of one-step
-        # samples, not of rollouts: none
-        normalize=False, val_batch_size=cfg.batch_size if len({len(s) for s in val}) <= 1
-        else 1,
-        callbacks=[])
-    if not training.dry_run and is_main_rank():
-        training.choice = plan.choose(out, data, metadata, training.choice)
-    return training
-
-
-def _next_step_setup(cfg, data: SeriesData, plan, dtype):
-    """The next-step model of a series run and what it trains on: ``(cfg with the
-    options the data chose, model, training windows, validation rollouts, the reasons
-    said, the thread check of the epochs' plan)``; the epochs fit the time the
-    trajectory basis left."""
-    from meshops.inference.predict import field_channels
-    from meshops.runs.training_run import epochs_to_fit
-    from meshops.training.rollout import rollout_sample, rollout_windows
-
-    train, val = data.train, data.val
-    K = cfg.rollout_train
-    c_state = sum(field_channels(data.shapes[k]) for k in cfg.targets)
-    c_in = sum(field_channels(data.shapes[k]) for k in cfg.inputs)
-    windows = rollout_windows(train, cfg.targets, cfg.inputs, K, cfg.time_input, dtype)
-    val_samples = [rollout_sample(s, cfg.targets, cfg.inputs, 0, len(s) - 1, cfg.time_input,
-                                  dtype) for s in val] or None
-    cfg, reason = _options_from_data(cfg, train)
-    model = _next_step_model(cfg, train, c_state, c_in, data.dim, dtype)
-    # A validation rollout of T - 1 steps costs (T - 1) / K training windows' forwards.
-    val_equiv = sum(math.ceil((len(s) - 1) / K) for s in val)
-    # the epochs fit the time the trajectory basis left; the run records --minutes
-    cfg, fitted, thread_check = epochs_to_fit(plan.budget(cfg), model, windows, val_equiv)
-    cfg = cfg.with_options("defaults", minutes=plan.minutes)
-    return cfg, model, windows, val_samples, "; ".join(
-        c for c in (reason, fitted, plan.note) if c), thread_check
-
-
-def _options_from_data(cfg, train: list):
-    """The config with the options nobody set chosen from the training series, and why."""
-    from meshops.training.rollout import series_options
-
-    options, reason = series_options(train, cfg.model, cfg.model_config, cfg.batch_size,
-                                     cfg.lr)
-    return cfg.with_options("defaults", **options), reason
-
-
-def _metadata(cfg, train: list, val: list) -> dict:
-    """What a series run records of its fields, options, time step and split."""
-    return {"inputs": list(cfg.inputs), "targets": list(cfg.targets),
-            "params": list(cfg.params or []), "data": str(cfg.data),
-            "val_data": cfg.val_data, "time_input": cfg.time_input,
-            "rollout_train": cfg.rollout_train, "rollout_grad": cfg.rollout_grad,
-            "rollout_loss": cfg.rollout_loss, "dt": _common_dt(train),
-            "split": {"train": [s.name for s in train], "val": [s.name for s in val]}}
-
-
-def series_metadata(cfg, data: SeriesData, resolved: str, time_input: bool) -> dict:
-    """The checkpoint metadata of a time-series run (``resolved``: its rendered config;
-    ``time_input``: whether its model sees the time)."""
-    import yaml
-
-    from meshops.inference.predict import field_channels
-
-    return {SERIES_KEY: True, "field_shapes": data.shapes,
-            "in_channels": sum(field_channels(data.shapes[k]) for k in cfg.inputs),
-            "out_channels": sum(field_channels(data.shapes[k]) for k in cfg.targets),
-            "pos_dim": data.dim, **_metadata(cfg, data.train, data.val),
-            "time_input": time_input,
-            # --resume compares the options with these (meshops.runs.run_folder)
-            "train_config": yaml.safe_load(resolved), **data.record}
-
-
-def _check_series_options(cfg, source: str) -> None:
-    """Options that a time-series run does not take, refused (in ``source``'s words)."""
-    given = [k for k, off in _NOT_FOR_SERIES.items() if getattr(cfg, k) not in off]
-    if given:
-        who = "fit(series=True)" if source == FIT else "train --series"
-        raise UsageError(f"{who}: {', '.join(option_name(k, source) for k in given)} "
-                         f"{'does' if len(given) == 1 else 'do'} not apply to time series")
-
-
-def _next_step_model(cfg, train: list, c_state: int, c_in: int, dim: int, dtype):
-    """The :class:`~meshops.models.NextStep` model of the run, with the statistics of
-    the training series, in ``dtype``."""
-    from meshops.models.next_step import NextStep, condition_channels
-    from meshops.runs.training_run import build_model
-    from meshops.training.distributed import check_device
-    from meshops.training.rollout import series_statistics
-
-    c_cond = condition_channels(cfg.time_input, len(cfg.params or []))
-    # Built once through the CLI's model builder, which names a bad model_config key;
-    # NextStep then builds its operator from that full configuration.
-    operator = build_model(cfg.model, cfg.model_config, c_state + c_in + c_cond, c_state, dim,
-                           0, dtype, check_device(cfg.device))
-    model = NextStep(cfg.model, c_state, dim, c_in, len(cfg.params or []), cfg.time_input,
-                     {k: v for k, v in operator.config.items()
-                      if k not in ("in_channels", "out_channels", "pos_dim")})
-    del operator
-    model.set_statistics(series_statistics(train, cfg.targets, cfg.inputs, cfg.time_input))
-    model.push_forward = cfg.rollout_grad == "last"
-    if dtype.is_floating_point and dtype != next(model.parameters()).dtype:
-        model = model.to(dtype)
-    return model
-
-
-def _read_series(cfg, resumed: dict | None, source: str) -> SeriesData:
-    """The training and validation series (``--val-data``, or a split of ``--data`` by
-    series, never by time step), their field shapes and dimension, and the fingerprints
-    the run records (:func:`_record_files`, which refuses a resume on changed data)."""
-    from meshops.runs.training_run import split_files
-
-    fields_read = {"targets": cfg.targets, "inputs": cfg.inputs, "params": cfg.params}
-    series = _read_folder(cfg.data, fields_read, "reading series")
-    fields = list(cfg.targets) + list(cfg.inputs)
-    shapes = _shapes(series[0], fields)
-    dim = int(series[0].mesh.pos.shape[1])
-    params = list(cfg.params or [])
-    if cfg.val_data:
-        val = _read_folder(cfg.val_data, fields_read, "reading val series")
-        vs, vd = _shapes(val[0], fields), int(val[0].mesh.pos.shape[1])
-        if vs != shapes or vd != dim:
-            raise UsageError(f"{val[0].source}: fields {vs} ({vd}-D) but {shapes} ({dim}-D) in "
-                           f"{series[0].source}")
-        return SeriesData(series, val, shapes, dim, params,
-                          _record_files(cfg, series, val, resumed))
-    record = _record_files(cfg, series, None, resumed)
-    train_idx, val_idx = split_files(len(series), cfg.val_fraction, cfg.seed, cfg.data,
-                                     source)
-    return SeriesData([series[i] for i in train_idx], [series[i] for i in val_idx], shapes,
-                      dim, params, record)
-
-
-def _summary(cfg, model, train: list, val: list, windows: int, c_state: int,
-             dim: int) -> str:
-    """One line: the model, its size, the series, the windows, the loss, the fields."""
-    n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    steps = sorted({len(s) for s in train})
-    params = list(cfg.params or [])
-    return (f"next-step {cfg.model} ({n_params:,} parameters) on {len(train)} series of "
-            f"{cfg.data} ({steps[0]}{'' if len(steps) == 1 else f'-{steps[-1]}'} time "
-            f"steps, {windows} windows of {plural(cfg.rollout_train, 'step')}, gradient "
-            f"through {'the last step' if model.push_forward else 'all steps'}, "
-            f"{'relative L2' if cfg.rollout_loss == 'relative' else 'scaled mse'} loss), "
-            f"validating on "
-            + (f"{len(val)} full rollouts" if val else "none")
-            + f"; state {', '.join(cfg.targets)} ({plural(c_state, 'channel')})"
-            + (f", inputs {', '.join(cfg.inputs)}" if cfg.inputs else "")
-            + (f", parameters {', '.join(params)}" if params else "")
-            + f", {'t, ' if cfg.time_input else ''}dt; {dim}-D")
-
-
-def _record_files(cfg, series: list, val: list | None, resumed: dict | None) -> dict:
-    """The fingerprints a series run records (``data_files``, ``val_files``: every file
-    of every series and the parameter file,
-    :func:`~meshops.runs.provenance.series_fingerprint`); resuming, a series added or
-    removed or a file changed since the run was trained is refused (it would
-    redraw the split or train on other data)."""
-    from meshops.runs.provenance import refuse_changed, series_changes, series_fingerprint
-
-    if resumed is not None and resumed.get("data_files") is not None:
-        split = resumed.get("split") or {}
-        names = list(split.get("train", [])) + ([] if cfg.val_data else
-                                                list(split.get("val", [])))
-        diff = series_changes(resumed["data_files"], cfg.data, names)
-        if cfg.val_data and resumed.get("val_files") is not None:
-            diff += series_changes(resumed["val_files"], cfg.val_data, split.get("val", []))
-        refuse_changed(diff, Path(cfg.out) / "last.pt")
-    return {"data_files": series_fingerprint(cfg.data, series, "fingerprinting series"),
-            "val_files": series_fingerprint(cfg.val_data, val, "fingerprinting val series")
-            if val is not None else None}
 
 
 def _check_series_run(ckpt, meta: dict, options: str) -> None:
@@ -341,7 +80,6 @@ def model_rollout(model, sample, series, targets, ckpt: Path):
     basis that tells series apart by their first state gets it (``series``' step 0);
     a time it cannot predict is one line naming the series (and the run's next-step
     model, when ``ckpt`` has one beside it)."""
-    from meshops.runs.series_choice import NEURAL
     from meshops.training.rollout import rollout
 
     if getattr(model, "identity", None) == "initial":
@@ -455,11 +193,12 @@ def predict_series(model, ckpt, meta, opts) -> Report:
     from meshops.datasets.series import write_series
     from meshops.inference.predict import RunSpec
     from meshops.mesh.data import MeshData
-    from meshops.runs.common import progress
     from meshops.training.rollout import rollout_sample
+    from meshops.utils.progress import progress
 
     _check_rollout_args(opts, ckpt, meta)
-    spec = RunSpec(model, ckpt, meta, optional_names(opts.inputs), optional_names(opts.targets))
+    spec = RunSpec(model, ckpt, meta, optional_field_names(opts.inputs),
+                   optional_field_names(opts.targets))
     steps, start = opts.rollout, opts.start
     out_dir = Path(opts.output)
     todo = []
@@ -515,15 +254,16 @@ def evaluate_series(model, ckpt, meta, opts) -> Report:
     """``meshops evaluate`` of a time-series run: relative L2 error against the
     horizon, per step, beside persistence and the nearest training trajectory."""
     from meshops.inference.predict import RunSpec, model_tensor
-    from meshops.runs.common import progress
     from meshops.training.rollout import rollout_sample
+    from meshops.utils.progress import progress
 
     _check_series_run(ckpt, meta, "--horizon/--start")
     if (opts.horizon is not None and opts.horizon < 1) or opts.start < 0:
         raise UsageError(f"--horizon must be >= 1 and --start >= 0, got {opts.horizon} and "
                          f"{opts.start}")
-    RunSpec(model, ckpt, meta, optional_names(opts.inputs), optional_names(opts.targets))
-    test = _read_folder(opts.data, meta, "reading series")
+    RunSpec(model, ckpt, meta, optional_field_names(opts.inputs),
+            optional_field_names(opts.targets))
+    test = read_folder(opts.data, meta, "reading series")
     _warn_other_dt(test, meta)
     start, lengths = opts.start, _horizons(test, opts)
     targets, inputs = list(meta["targets"]), list(meta["inputs"])
@@ -565,7 +305,7 @@ def _step_table(test: list, lengths: list, start: int, targets: list):
     past a series' end, or for a predictor with no rollout of it)."""
     import numpy as np
 
-    from meshops.training.horizon import step_errors
+    from meshops.runs.horizon import step_errors
 
     H = max(lengths)
 
@@ -583,7 +323,7 @@ def _step_table(test: list, lengths: list, start: int, targets: list):
 def _series_baselines(meta, test, lengths, start, targets, table) -> dict:
     """``{name: (errors or None, note)}`` of persistence and the nearest training
     trajectory."""
-    from meshops.training.horizon import nearest_trajectory, persistence
+    from meshops.runs.horizon import nearest_trajectory, persistence
 
     out = {"persistence": (table([persistence(s, targets, start, h)
                                   for s, h in zip(test, lengths)]),
@@ -608,7 +348,7 @@ def _horizon_report(results: dict, test: list, lengths: list, start: int,
     note)): statistics per step, the mean over all steps, the steps each is below."""
     import numpy as np
 
-    from meshops.training.horizon import horizon_statistics
+    from meshops.runs.horizon import horizon_statistics
 
     names, H = [s.name for s in test], max(lengths)
     report = {
@@ -663,7 +403,7 @@ def _training_series(meta: dict):
     if not Path(root).exists():
         return None, f"n/a: the training data {root} is not here"
     if isinstance(meta.get("data_files"), dict):
-        from meshops.runs.provenance import changes, listing, series_keys
+        from meshops.runs.run_folder import changes, listing, series_keys
 
         diff = changes(meta["data_files"], root, series_keys(meta["data_files"], names),
                        new_files=False)
@@ -671,7 +411,7 @@ def _training_series(meta: dict):
             return None, (f"n/a: the training series in {root} changed since the run was "
                           f"trained ({listing(diff)})")
     try:
-        return _read_folder(root, meta, "reading training series", names), ""
+        return read_folder(root, meta, "reading training series", names), ""
     except (MeshError, OSError) as e:
         return None, f"n/a: cannot read the training series ({e})"
 

@@ -1,5 +1,5 @@
-"""The trust reports of ``meshops predict`` and ``meshops evaluate``: distance to the
-training set (:mod:`meshops.inference.trust`) and the mesh-independence check
+"""The trust reports of a run's predictions and evaluations: distance to the training set
+(:mod:`meshops.inference.trust`) and the mesh-independence check
 (:mod:`meshops.inference.refine`), with their text and JSON forms."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def training_set_of(meta: dict, inputs, targets):
     """The run's :class:`~meshops.inference.trust.TrainingSet`: from the checkpoint, or from its
     training files when the checkpoint predates it; ``(None, why not)`` otherwise."""
     from meshops.inference.trust import TrainingSet
-    from meshops.runs.folder import training_samples
+    from meshops.runs.run_folder import training_samples
 
     if meta.get("training_set"):
         return TrainingSet.from_dict(meta["training_set"]), ""

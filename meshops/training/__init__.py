@@ -1,16 +1,17 @@
-"""Training utilities: losses, normalisers, datasets, the Trainer, torchrun/DDP.
+"""The training engine: the Trainer, losses, optimisers, callbacks, torchrun/DDP.
 
 A :class:`Trainer` with hooks fits a model to samples: losses per target field
-(:mod:`~meshops.training.loss`), defaults chosen from the data
-(:mod:`~meshops.training.defaults`), the baselines every run is compared with
-(:mod:`~meshops.training.baselines`), fitting a reduced basis or a trajectory basis
-with its regression chosen on validation (:mod:`~meshops.training.fit_reduced`,
-:mod:`~meshops.training.fit_trajectory`), rollouts of time series and
-torchrun/DDP.
+(:mod:`~meshops.training.loss`), optimisers and schedules (:mod:`~meshops.training.optim`),
+the baselines every model is compared with (:mod:`~meshops.training.baselines`:
+predictors that need no training, scored with the Trainer's metric), experiment
+loggers, rollout samples of time series (:mod:`~meshops.training.rollout`), the memory
+of a step and torchrun/DDP. It is usable alone, on samples of your own; fitting a run
+from a folder of meshes, with its options chosen from the data, is
+:mod:`meshops.fitting`.
 
 Imports :mod:`meshops.models`, :mod:`meshops.inference` (a model's tensors, plots),
-:mod:`meshops.datasets` and below; never the whole job (:mod:`meshops.runs`) or the
-command line.
+:mod:`meshops.datasets` and below; never the job (:mod:`meshops.runs`,
+:mod:`meshops.fitting`) or the command line.
 """
 
 from meshops.datasets.normalizer import UnitGaussianNormalizer

@@ -12,8 +12,8 @@ Three moments, in this order::
 ``entry`` is the epoch's history record (``epoch``, ``train_loss``, ``val_l2``,
 ``val``, ``lr``, ``time_s``; see :meth:`Trainer.fit`). Every rank calls the hooks,
 so a callback that writes files or talks to a server does so on the main rank only
-(``trainer.dist.is_main``), as :class:`~meshops.training.experiment.TensorBoardLogger`
-and :class:`~meshops.training.experiment.MLflowLogger` do. A hook that raises stops
+(``trainer.dist.is_main``), as :class:`~meshops.training.loggers.TensorBoardLogger`
+and :class:`~meshops.training.loggers.MLflowLogger` do. A hook that raises stops
 the training (``on_fit_end`` still runs). A checkpoint every ``k`` epochs, for
 example::
 

@@ -26,6 +26,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from meshops.errors import UsageError
+
 # Whether the live process group was created by setup(): a later setup() (the Trainer's,
 # after meshops train read its data shard through the group) then owns it as well, and
 # its cleanup() destroys it.
@@ -256,3 +258,19 @@ class ShardSampler(torch.utils.data.Sampler):
 
     def __len__(self) -> int:
         return self.size if self.part is not None else self.size * self.parts
+
+
+def is_main_rank() -> bool:
+    env = torchrun_env()
+    return env is None or env[1] == 0
+
+
+def device_or_error(device: str | None, what: str = "--device") -> str | None:
+    """``device`` if this machine has it, else :class:`UsageError` saying which it has."""
+    if device is None:
+        return None
+    try:
+        check_device(device)
+    except ValueError as e:
+        raise UsageError(f"{what}: {e}") from None
+    return device

@@ -8,7 +8,7 @@ the global models of meshops are linear in the number of points (slices, latent
 tokens, neighbourhoods of bounded size), so two sizes give the bytes per point and the
 fixed part. ``meshops train`` checks the estimate against the free memory once the data
 is read, before it builds the mesh structures and trains
-(:func:`meshops.runs.training_run.fit_memory`).
+(:func:`meshops.fitting.training_run.fit_memory`).
 
 Peaks are read where they can be: the CUDA allocator's peak on a GPU; on the CPU, the
 resident high-water mark on Linux (``/proc/self/clear_refs``, reset before each probe)

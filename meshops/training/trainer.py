@@ -324,7 +324,7 @@ class Trainer:
             less peak memory at the cost of one more forward of the blocks.
         callbacks: :class:`~meshops.training.callbacks.Callback` objects whose hooks
             run at the start and end of :meth:`fit` and after every epoch (e.g.
-            :class:`~meshops.training.experiment.TensorBoardLogger`).
+            :class:`~meshops.training.loggers.TensorBoardLogger`).
         fields: The target fields (:class:`~meshops.datasets.fields.TargetFields`):
             every relative error (the default loss, the validation metric that picks
             ``best.pt``) is the weighted mean of the fields' relative errors, and

@@ -6,16 +6,19 @@ every redraw is kept, and a log fills with tens of kilobytes of half-lines. So a
 is drawn only when its stream is a terminal (tqdm's ``disable=None``; a Jupyter
 notebook still gets its widget, which ``tqdm.auto`` picks there), and the caller's
 one-line messages (one per epoch, one per phase) are all a log gets.
+:func:`verbosity` silences the package's progress records and bars together, and a
+record with ``extra=NOTE`` is a note the command prints as ``meshops: note: ...``.
 """
 
 from __future__ import annotations
 
 import contextvars
+import logging
 import sys
 from contextlib import contextmanager
 from typing import Iterable, Iterator, Optional
 
-__all__ = ["hidden_bars", "on_terminal", "progress"]
+__all__ = ["NOTE", "hidden_bars", "on_terminal", "progress", "verbosity"]
 
 _HIDDEN = contextvars.ContextVar("meshops_hidden_bars", default=False)
 
@@ -58,3 +61,30 @@ def progress(iterable: Optional[Iterable] = None, *, enabled: bool = True, **kw)
     kw.setdefault("dynamic_ncols", True)
     # None: tqdm disables itself when its file is not a TTY (the notebook bar keeps it on)
     return tqdm(iterable, disable=None if enabled and not _HIDDEN.get() else True, **kw)
+
+
+#: ``extra`` of a log record that is a note: information the user may want to act on,
+#: which the command prints on standard error as ``meshops: note: ...`` (progress goes
+#: to standard output, warnings are records of level WARNING).
+NOTE = {"note": True}
+
+
+@contextmanager
+def verbosity(verbose: bool) -> Iterator[None]:
+    """Inside, with ``verbose`` off: no progress records from the package's loggers (the
+    ``meshops`` logger is at WARNING at least) and no progress bars; warnings still go
+    where the user's logging sends them. With ``verbose`` on nothing changes: the
+    records are INFO, shown where the user's logging configuration shows them."""
+    if verbose:
+        yield
+        return
+    from meshops.utils.progress import hidden_bars
+
+    logger = logging.getLogger("meshops")
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        with hidden_bars():
+            yield
+    finally:
+        logger.setLevel(level)

@@ -213,7 +213,7 @@ def test_run_dataset_scores_every_model_with_the_metric(tmp_path):
 
 def test_peer_validation_split_is_meshops_trains():
     from benchmarks.accuracy.meshops_cli import split_of_run
-    from meshops.runs.config import TrainConfig
+    from meshops.fitting.config import TrainConfig
     from meshops.training.splits import validation_split
 
     d = TrainConfig()

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from benchmarks.throughput import main, measure
+from meshops.fitting.defaults import PARAMETRIC_PIT
 from meshops.mesh.data import MeshData
-from meshops.training.defaults import PARAMETRIC_PIT
 
 
 def _samples(n=6, points=40, seed=0):

@@ -182,7 +182,7 @@ def test_plain_targets_over_a_grouping_mean_one_field_each(tmp_path):
 def test_a_resume_that_regroups_the_targets_is_refused(tmp_path, was, now):
     """The resumed run's config.yaml kept its grouping under a plain ``--targets``
     (silently dropped); a changed grouping is another run: refused, naming --targets."""
-    from meshops.runs.run_folder import check_resume_options
+    from meshops.fitting.out_folder import check_resume_options
 
     out = tmp_path / "run"
     out.mkdir()

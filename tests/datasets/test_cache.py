@@ -23,10 +23,10 @@ from meshops.datasets.cache import (
     CacheError,
     MeshCache,
 )
+from meshops.datasets.lazy import FolderReader
+from meshops.fitting.defaults import data_facts
 from meshops.mesh.io import mesh_from_arrays, write_mesh
-from meshops.runs.lazy import FolderReader
 from meshops.training.dataset import fit_normalizers
-from meshops.training.defaults import data_facts
 
 SETTINGS = {"test": 1}
 SMALL_PIT = ["--model", "pit", "--model-config", "width=16", "blocks=1", "num_latent=16"]
@@ -332,11 +332,11 @@ def test_lazy_training_in_worker_processes_is_training_in_memory(tmp_path, capsy
 
 
 def test_lazy_mode_is_chosen_when_the_data_would_not_fit(tmp_path, capsys, monkeypatch):
-    from meshops.runs import lazy
+    from meshops.fitting import data as fit_data
 
     data = _folder(tmp_path / "data", 4)
     monkeypatch.setenv("MESHOPS_CACHE_DIR", str(tmp_path / "auto"))
-    monkeypatch.setattr(lazy, "available_memory", lambda: 1000)
+    monkeypatch.setattr(fit_data, "available_memory", lambda: 1000)
     code = cli.main(["train", "--data", str(data), "--inputs", "f", "--targets", "u",
                      *SMALL_PIT, "--epochs", "1", "--dry-run", "--workers", "0"])
     err = capsys.readouterr().err
@@ -344,7 +344,7 @@ def test_lazy_mode_is_chosen_when_the_data_would_not_fit(tmp_path, capsys, monke
     assert f"through the cache {tmp_path / 'auto'}/" in err
     assert "of the 0.0 GB of available memory (--no-lazy reads it into memory anyway)" in err
     assert len(list((tmp_path / "auto" / SAMPLE).rglob("*.pt"))) == 4
-    monkeypatch.setattr(lazy, "available_memory", lambda: 10 ** 12)
+    monkeypatch.setattr(fit_data, "available_memory", lambda: 10 ** 12)
     code = cli.main(["train", "--data", str(data), "--inputs", "f", "--targets", "u",
                      *SMALL_PIT, "--epochs", "1", "--dry-run"])
     assert code == 0 and "lazily" not in capsys.readouterr().err
@@ -432,6 +432,6 @@ def test_a_full_disk_while_caching_is_one_line_and_leaves_no_entry(tmp_path):
 
 
 def test_lazy_reading_workers_leave_the_training_step_two_cores():
-    from meshops.runs.lazy import default_workers
+    from meshops.fitting.data import default_workers
 
     assert [default_workers(c) for c in (None, 1, 2, 3, 4, 16)] == [0, 0, 0, 1, 2, 2]

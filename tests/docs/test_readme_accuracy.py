@@ -9,7 +9,7 @@ from pathlib import Path
 
 from benchmarks.accuracy.report import OTHERS, did_not_learn, readme_table, rows
 from benchmarks.accuracy.run import LABELS
-from meshops.training.standing import LEVEL_RTOL
+from meshops.runs.comparison import LEVEL_RTOL
 
 ROOT = Path(__file__).resolve().parents[2]
 

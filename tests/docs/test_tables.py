@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from meshops.fitting.config import TrainConfig
+from meshops.fitting.out_folder import RESUME_MAY_CHANGE
 from meshops.inference.export import FIXED_MESH, REFUSED
 from meshops.mesh.io import FIELD_FORMATS
 from meshops.models import MODELS
-from meshops.runs.config import TrainConfig
-from meshops.runs.run_folder import RESUME_MAY_CHANGE
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
@@ -72,8 +72,8 @@ def test_the_export_table_is_every_registered_model():
 
 
 def test_a_rule_the_generator_cannot_say_stops_the_build(monkeypatch):
+    import meshops.fitting.out_folder as run_folder
     import meshops.mesh.io as io
-    import meshops.runs.run_folder as run_folder
 
     monkeypatch.setattr(run_folder, "RESUME_MAY_CHANGE", RESUME_MAY_CHANGE + ("seed",))
     with pytest.raises(ValueError, match=r"RESUME_MAY_CHANGE has \['seed'\], which RESUME_WHY"):

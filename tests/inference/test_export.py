@@ -280,8 +280,8 @@ def test_a_reduced_basis_exports_with_its_mesh_built_in(tmp_path, monkeypatch, r
         pytest.importorskip("onnxruntime")
     from test_reduced_basis import _params, _samples
 
-    from meshops.training import fit_reduced as fit_module
-    from meshops.training.fit_reduced import fit_reduced_basis
+    from meshops.fitting import reduced_basis as fit_module
+    from meshops.fitting.reduced_basis import fit_reduced_basis
 
     monkeypatch.setattr(fit_module, "MLP_EPOCHS", 30)
     for as_params in (False, True):  # constant input fields, or a vector per sample

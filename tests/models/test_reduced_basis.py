@@ -15,15 +15,15 @@ from _meshes import square_mesh
 
 from meshops import cli
 from meshops.datasets.folder import add_inputs_targets
+from meshops.fitting import reduced_basis as fit_module
+from meshops.fitting.reduced_basis import fit_reduced_basis
 from meshops.mesh.io import mesh_from_arrays, write_mesh
 from meshops.models import NeuralOperator, ReducedBasis
 from meshops.reduced.ensemble import MLPEnsemble, train_ensemble
 from meshops.reduced.gp import GaussianProcess, matern52
 from meshops.reduced.parameters import batch_parameters
 from meshops.reduced.transfer import mls_weights, transfer
-from meshops.training import fit_reduced as fit_module
-from meshops.training.fit_reduced import fit_reduced_basis
-from meshops.training.standing import standing
+from meshops.runs.comparison import standing
 
 F64 = torch.float64
 

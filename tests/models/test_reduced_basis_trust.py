@@ -155,7 +155,7 @@ def test_a_grid_basis_refuses_a_validation_grid_of_another_size():
     meaning for it, and is refused naming the sample."""
     import torch
 
-    from meshops.training.fit_reduced import fit_reduced_basis
+    from meshops.fitting.reduced_basis import fit_reduced_basis
 
     def grids(params, n, moved):
         out = []
@@ -244,9 +244,9 @@ def test_a_parameter_given_twice_counts_once():
     import torch
 
     from meshops.datasets.folder import add_inputs_targets
+    from meshops.fitting.reduced_basis import fit_reduced_basis
     from meshops.reduced.parameters import informative_columns
     from meshops.training.baselines import pod_rbf_baseline
-    from meshops.training.fit_reduced import fit_reduced_basis
 
     def both(params):
         pts, cells = square_mesh(6, "triangle")

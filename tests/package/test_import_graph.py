@@ -169,6 +169,7 @@ LAYERS = [
     ["inference"],
     ["training"],
     ["runs"],
+    ["fitting"],
     ["cli"],
 ]
 RANK = {pkg: (i, j) for i, layer in enumerate(LAYERS) for j, pkg in enumerate(layer)}
@@ -215,3 +216,39 @@ def test_the_layering_scan_sees_an_upward_import():
         "meshops.datasets.cache -> meshops",
         "meshops.inference.predict -> meshops.training.trainer",
         "meshops.mesh.io -> meshops.nn.mlp"]
+
+
+def fitting_imports(graph: dict[str, set[str]], user: str = "runs",
+                    fitter: str = "fitting") -> list[str]:
+    """``a -> b`` for every module ``a`` of the package that uses a trained run
+    (``user``) importing a module ``b`` of the package that fits one (``fitter``), or
+    the root, which re-exports it."""
+    return [f"{a} -> {b}" for a, targets in sorted(graph.items()) if _package(a) == user
+            for b in sorted(targets) if _package(b) in (fitter, "meshops")]
+
+
+def test_using_a_trained_run_never_imports_the_fitting():
+    """Issue 39, item 3: predicting, evaluating and exporting with a run need nothing of
+    how it was fitted, so a deployment can drop the fitting (``fit()`` may import and
+    return a ``Run``, not the reverse). Checked on the graph itself, not only through
+    the layers, so that reordering ``LAYERS`` cannot lose it."""
+    graph = import_graph(package_modules(ROOT))
+    assert any(_package(a) == "fitting" and any(_package(b) == "runs" for b in t)
+               for a, t in graph.items())            # the other direction is there
+    assert fitting_imports(graph) == []
+
+
+def test_the_fitting_scan_sees_a_lazy_import_of_the_fitting(tmp_path):
+    """Control: a module of ``runs`` importing the fitting inside a function, or through
+    the root, is found; the fitting importing ``runs`` is not a finding."""
+    pkg = tmp_path / "meshops"
+    for sub in ("runs", "fitting"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "runs" / "run.py").write_text("def f():\n    from meshops.fitting.fit import fit\n")
+    (pkg / "runs" / "report.py").write_text("import meshops\n")
+    (pkg / "fitting" / "fit.py").write_text("from meshops.runs.run import f\n")
+    graph = import_graph(package_modules(pkg))
+    assert fitting_imports(graph) == ["meshops.runs.report -> meshops",
+                                      "meshops.runs.run -> meshops.fitting.fit"]

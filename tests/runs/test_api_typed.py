@@ -45,7 +45,7 @@ def test_nothing_prints_but_the_command():
     print (read with ast, so that a string or a comment saying print( does not count)."""
     modules = [p for p in ROOT.rglob("*.py")
                if "cli" not in p.relative_to(ROOT).parts[:1] and p.name != "__main__.py"]
-    assert len(modules) > 50 and ROOT / "runs" / "train.py" in modules
+    assert len(modules) > 50 and ROOT / "fitting" / "train.py" in modules
     found = {str(p.relative_to(ROOT)): lines for p in modules if (lines := _prints(p))}
     assert found == {}
     # the check sees what it looks for: the command does print

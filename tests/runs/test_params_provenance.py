@@ -41,7 +41,7 @@ def write_params(root: Path, values: dict, n: int = 4) -> None:
 def test_a_cached_sample_follows_the_values_of_params_csv(tmp_path):
     """The cache key held the parameter names: after an edit of params.csv the cache
     gave the old values."""
-    from meshops.runs.lazy import load_folder_cached
+    from meshops.datasets.lazy import load_folder_cached
 
     data = write_param_folder(tmp_path / "data", {"a": [1, 2, 3, 4]})
 

@@ -184,7 +184,7 @@ def _expected_baselines(trainer):
 
 def test_tensorboard_logs_history_baselines_and_the_median_sample(tmp_path):
     pytest.importorskip("tensorboard")
-    from meshops.training.experiment import TensorBoardLogger
+    from meshops.training.loggers import TensorBoardLogger
 
     logger = TensorBoardLogger(tmp_path / "tb", figure_every=2, config={"lr": 1e-3})
     model, trainer, history = _fit(epochs=3, callbacks=[logger], metadata={"targets": ["u"]})
@@ -212,7 +212,7 @@ def test_tensorboard_logs_the_baselines_of_one_training_sample(tmp_path):
     pytest.importorskip("tensorboard")
     from test_baselines import _fixed_mesh_set  # one mesh, parameters: POD + RBF applies
 
-    from meshops.training.experiment import TensorBoardLogger
+    from meshops.training.loggers import TensorBoardLogger
 
     data = _fixed_mesh_set(3, seed=1)
     seed_everything(0)
@@ -230,7 +230,7 @@ def test_tensorboard_logs_the_baselines_of_one_training_sample(tmp_path):
 def test_a_figure_that_cannot_be_drawn_only_warns(tmp_path, monkeypatch):
     pytest.importorskip("tensorboard")
     import meshops.inference.plot
-    from meshops.training.experiment import TensorBoardLogger
+    from meshops.training.loggers import TensorBoardLogger
 
     def broken(*args, **kwargs):
         raise OSError(28, "No space left on device")
@@ -247,7 +247,7 @@ def test_mlflow_logs_metrics_params_and_the_figure(tmp_path):
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
 
-    from meshops.training.experiment import MLflowLogger
+    from meshops.training.loggers import MLflowLogger
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     logger = MLflowLogger(uri, experiment="t", run_name="r", config={"model_config": {"w": 8}},
@@ -271,7 +271,7 @@ def test_an_mlflow_store_that_cannot_be_used_is_one_error(tmp_path, monkeypatch,
     # issue 28: a tracking database that is not one ended `meshops train` in a
     # sqlalchemy traceback
     pytest.importorskip("mlflow")
-    from meshops.training.experiment import LoggerError, MLflowLogger
+    from meshops.training.loggers import LoggerError, MLflowLogger
 
     bad = tmp_path / "bad.db"
     bad.write_text("not a database")

@@ -224,8 +224,8 @@ def test_cli_refuses_bad_fields_in_one_line(tmp_path, capsys, flags, message):
     ("u + v,p", "u+v=2"), ("u+v,p", "u + v=2"), ("u  +v,p", {"u+ v": 2})])
 def test_a_field_is_one_field_however_spaced_around_the_plus(targets, weights):
     """Issue 38: a weight keyed "u + v" had to be spelled with the spaces of --targets."""
-    from meshops.runs.config import TrainConfig
-    from meshops.runs.train import TrainRequest
+    from meshops.fitting.config import TrainConfig
+    from meshops.fitting.train import TrainRequest
 
     cfg = TrainConfig.resolve(TrainRequest({"data": "d", "inputs": "f", "targets": targets,
                                             "field_weights": weights}))

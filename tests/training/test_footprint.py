@@ -1,5 +1,5 @@
 """The memory of a training step measured before training (meshops.training.footprint)
-and what ``meshops train`` does with it (meshops.runs.training_run.fit_memory): a step on
+and what ``meshops train`` does with it (meshops.fitting.training_run.fit_memory): a step on
 the largest mesh that does not fit is said before anything large is built, with what
 would make it fit; one that fits with checkpointed blocks gets them."""
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from meshops.errors import UsageError
+from meshops.fitting import training_run
+from meshops.fitting.config import TrainConfig
 from meshops.mesh.data import MeshData
-from meshops.runs import training_run
-from meshops.runs.config import TrainConfig
 from meshops.training import footprint
 from meshops.training.footprint import StepMemory, step_memory, subsample
 

@@ -1,5 +1,5 @@
-"""``meshops train`` for a :class:`~meshops.models.ReducedBasis`: fitted in one go (no
-epochs), its regression chosen on the validation split, written like any run."""
+"""The reduced fit: a run of a :class:`~meshops.models.ReducedBasis`, fitted in one go
+(no epochs), its regression chosen on the validation split, written like any run."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import logging
 from pathlib import Path
 
 from meshops.errors import UsageError
+from meshops.fitting.config import FIT, option_name
+from meshops.fitting.outcome import Training
 from meshops.inference.predict import RUN_CHECKPOINT
-from meshops.runs.common import NOTE
-from meshops.runs.config import FIT, RUN_CONFIG, option_name
-from meshops.runs.outcome import Choice, Training
+from meshops.runs.choice import Choice
+from meshops.runs.run_folder import RUN_CONFIG
+from meshops.utils.progress import NOTE
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +30,8 @@ _REFUSED = {"ensemble": (1,), "amp": (None,), "compile": (False,),
 def fit_reduced_run(request, cfg, chosen: str, train_samples, val_samples, run) -> Training:
     """Fit, save ``best.pt``, ``config.yaml`` and ``history.json`` in the run folder, and
     say the candidates next to the baselines on the validation samples (``run``: the
-    run's files, :class:`meshops.runs.train._RunFiles`)."""
-    from meshops.training.fit_reduced import fit_reduced_basis
+    run's files, :class:`meshops.fitting.train._RunFiles`)."""
+    from meshops.fitting.reduced_basis import fit_reduced_basis
 
     out = run.out
     _check_options(request, cfg, val_samples)
@@ -155,8 +157,8 @@ def validation_table(train_samples, val_samples, name: str, errors, fields=None)
     """The model's validation errors next to the baselines fitted on the training split
     (the text table of :func:`meshops.training.baselines.format_table`), the mean over
     the target ``fields``."""
+    from meshops.runs.comparison import standing
     from meshops.training.baselines import baselines, error_stats, format_table
-    from meshops.training.standing import standing
 
     rows = [(name, error_stats(errors), "")]
     rows += [(b.name, error_stats(b.errors["l2"]) if b.available else None, b.note)

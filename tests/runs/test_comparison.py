@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from meshops.training.standing import LEVEL_RTOL, gap, is_level, standing
+from meshops.runs.comparison import LEVEL_RTOL, gap, is_level, standing
 
 
 def test_gap_in_percent_below_twice_and_as_a_factor_above():
@@ -42,7 +42,7 @@ def test_results_that_are_no_numbers_are_left_out():
 
 
 def test_a_gap_just_below_twice_is_in_percent_without_an_exponent():
-    from meshops.training.standing import gap
+    from meshops.runs.comparison import gap
 
     assert gap(1.997, 1.0) == "100 %"
     assert gap(1.7, 1.0) == "70 %"

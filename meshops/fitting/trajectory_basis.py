@@ -6,7 +6,7 @@ one mesh as a parametric study whose samples are whole trajectories.
    trajectories apart (parameters, or first states that differ).
 2. Each series becomes one sample (:func:`trajectory_samples`): ``y [N, T * C]``, its
    states stacked in time, and ``params [1, P]``, its identity.
-3. :func:`meshops.training.fit_reduced.fit_reduced_basis` fits the POD basis and chooses the
+3. :func:`meshops.fitting.reduced_basis.fit_reduced_basis` fits the POD basis and chooses the
    regression of its coefficients on the validation series, scored by the metric of a
    rollout (:func:`rollout_errors`: the relative L2 error of each predicted step, the
    first state left out, averaged over the steps), and refits it on every series.
@@ -46,7 +46,7 @@ def same_times(series: Sequence) -> Tensor | None:
 
 
 def _on_one_mesh(series: Sequence) -> bool:
-    from meshops.training.horizon import same_points
+    from meshops.runs.horizon import same_points
 
     return all(same_points(series[0], s) for s in series[1:])
 
@@ -134,19 +134,19 @@ def fit_trajectory_basis(train: Sequence, val: Sequence, targets: Sequence[str],
                          members: int | None = None):
     """Fit a :class:`~meshops.models.trajectory_basis.TrajectoryBasis` (see the module
     docstring) within ``minutes`` (``seed``, ``log``, ``regressors``, ``members``: as
-    :func:`~meshops.training.fit_reduced.fit_reduced_basis`).
+    :func:`~meshops.fitting.reduced_basis.fit_reduced_basis`).
 
     Returns:
         ``(model, report)``: the model refitted on ``train + val`` and the
-        :class:`~meshops.training.fit_reduced.FitReport` whose candidates' ``errors`` are the
+        :class:`~meshops.fitting.reduced_basis.FitReport` whose candidates' ``errors`` are the
         validation series' mean errors over the steps (:func:`rollout_errors`).
 
     Raises:
         ValueError: the series do not allow it (:func:`trajectory_applies`), or no
             parameters vary and the first states are all the same.
     """
+    from meshops.fitting.reduced_basis import fit_reduced_basis
     from meshops.models.trajectory_basis import TrajectoryBasis
-    from meshops.training.fit_reduced import fit_reduced_basis
 
     why = trajectory_applies(train, val, ())
     if why:

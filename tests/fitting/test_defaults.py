@@ -11,8 +11,7 @@ import torch
 import yaml
 
 from meshops import cli
-from meshops.mesh.data import MeshData
-from meshops.training.defaults import (
+from meshops.fitting.defaults import (
     FIELDS_SLICE,
     FIELDS_TRAIN,
     GENERAL_PIT,
@@ -23,6 +22,7 @@ from meshops.training.defaults import (
     epochs_for_budget,
     options_from_data,
 )
+from meshops.mesh.data import MeshData
 
 
 def _samples(n: int, points: int, one_mesh: bool, constant: bool, seed: int = 0,
@@ -58,7 +58,7 @@ def test_reduced_basis_refused_for_data_that_is_no_parametric_study():
 
 
 def test_parametric_map_too_large_for_a_reduced_basis_gets_a_small_pit(monkeypatch):
-    import meshops.training.defaults as defaults
+    import meshops.fitting.defaults as defaults
 
     monkeypatch.setattr(defaults, "REDUCED_BASIS_MAX_VALUES", 20 * 500 - 1)
     name, model_config, train_config, reason = choose_defaults(
@@ -179,8 +179,8 @@ def test_cli_explicit_options_win(tmp_path, capsys):
 
 
 def test_timing_a_step_leaves_the_model_as_it_was():
+    from meshops.fitting.defaults import time_training_step
     from meshops.models import PiT
-    from meshops.training.defaults import time_training_step
 
     torch.manual_seed(0)
     model = PiT(3, 1, 2, width=8, heads=1, blocks=1, num_latent=16).eval()
@@ -240,7 +240,7 @@ def test_default_run_is_repeated_exactly_by_the_printed_epoch_count(tmp_path, ca
 def test_faster_threads_times_both_and_keeps_the_faster(monkeypatch):
     """The thread count is the faster of torch's and one, from a timed step with each,
     and torch is left set to it; a given count is used as it is."""
-    import meshops.training.defaults as defaults
+    import meshops.fitting.defaults as defaults
 
     seen = []
 
@@ -269,7 +269,7 @@ def test_the_fewest_threads_within_a_tenth_of_the_fastest(monkeypatch):
     """Issue 38: a plan that printed "0.05 s per step on 2 threads, 0.05 s on 1" chose 2,
     and another process taking a core then made its epochs 20x slower; one thread is
     kept unless it is more than 10 % slower."""
-    import meshops.training.defaults as defaults
+    import meshops.fitting.defaults as defaults
 
     assert defaults.fewest_threads({2: 0.050, 1: 0.054}) == 1
     assert defaults.fewest_threads({2: 0.050, 1: 0.056}) == 2
@@ -296,7 +296,7 @@ def test_slow_steps_time_the_threads_again_and_switch(monkeypatch):
     """An epoch whose steps take more than twice the planned step times one thread and
     the current count again and trains on the fewest nearly as fast, at most twice a run;
     the line says so."""
-    import meshops.training.defaults as defaults
+    import meshops.fitting.defaults as defaults
 
     timed = []
 

@@ -4,9 +4,9 @@ train``).
 :func:`train` takes a :class:`TrainRequest` (the options, a config file, and what may
 happen to the run folder), resolves the config, reads the data, chooses the options the
 data decides, builds the model and trains it (or fits a reduced basis, or a time-series
-model in :mod:`meshops.runs.series`), holding the run folder's lock, and returns a
-:class:`~meshops.runs.outcome.Training`. Progress is logged (logger
-``meshops.runs.*``, INFO), warnings at WARNING.
+model in :mod:`meshops.fitting.series`), holding the run folder's lock, and returns a
+:class:`~meshops.fitting.outcome.Training`. Progress is logged (logger
+``meshops.fitting.*``, INFO), warnings at WARNING.
 """
 
 from __future__ import annotations
@@ -18,32 +18,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from meshops.datasets.fields import TargetFields
+from meshops.datasets.fields import TargetFields, format_shape
 from meshops.datasets.layout import SampleLayout
+from meshops.datasets.lazy import fingerprints, take, with_structures
 from meshops.errors import CheckpointError, MeshError, UsageError
-from meshops.inference.predict import field_channels, format_shape
-from meshops.runs import train_extras, trust_reports
-from meshops.runs.common import device_or_error, is_main_rank, plural
-from meshops.runs.config import TrainConfig, option_name
-from meshops.runs.lazy import data_loader, fingerprints, shards_of, take, with_structures
-from meshops.runs.outcome import Training
-from meshops.runs.provenance import (
-    changes,
-    fingerprint,
-    listing,
-    param_changes,
-    param_fingerprint,
-    refuse_changed,
-    same_content,
-)
-from meshops.runs.run_folder import (
+from meshops.fitting import trainer_options
+from meshops.fitting.config import TrainConfig, option_name, plural
+from meshops.fitting.data import NonzeroTargets, data_loader, shards_of
+from meshops.fitting.out_folder import (
     check_out_folder,
     check_resume_options,
     clear_run_files,
     recorded_config,
 )
-from meshops.runs.run_lock import run_lock
-from meshops.runs.training_run import (
+from meshops.fitting.outcome import Training
+from meshops.fitting.training_run import (
     build_model,
     check_writable_folder,
     epochs_to_fit,
@@ -51,6 +40,19 @@ from meshops.runs.training_run import (
     run_training,
     split_files,
 )
+from meshops.inference.predict import field_channels
+from meshops.runs import trust_reports
+from meshops.runs.run_folder import (
+    changes,
+    fingerprint,
+    listing,
+    param_changes,
+    param_fingerprint,
+    refuse_changed,
+    run_lock,
+    same_content,
+)
+from meshops.training.distributed import device_or_error, is_main_rank
 
 log = logging.getLogger(__name__)
 
@@ -181,13 +183,13 @@ class TrainRequest:
     """What a training run is asked to do.
 
     Args:
-        options: :class:`~meshops.runs.config.TrainConfig` keys and values (``data``,
+        options: :class:`~meshops.fitting.config.TrainConfig` keys and values (``data``,
             ``inputs``, ``targets``, ``minutes``, ...); a key left out takes its value
             from ``config``, the resumed run's ``config.yaml`` or the defaults.
             ``model_config`` is a mapping, or ``["key=value", ...]`` as on the command
             line (or one string of them, ``"width=64 layers=2"``).
         config: Options below ``options``: a YAML or TOML file of them, a mapping, or a
-            :class:`~meshops.runs.config.TrainConfig` (its fields left unset do not
+            :class:`~meshops.fitting.config.TrainConfig` (its fields left unset do not
             count).
         resume: Continue the run in ``out`` from its ``last.pt``.
         overwrite: Start a new run in a folder that holds another one.
@@ -210,8 +212,8 @@ class TrainRequest:
 
 def train(request: TrainRequest) -> Training:
     """The config, the data, the options chosen from the data, the model, then the
-    training (or the fit of a reduced basis; time series in :mod:`meshops.runs.series`),
-    holding the run folder's lock (:mod:`meshops.runs.run_lock`). Returns what was done
+    training (or the fit of a reduced basis; time series in :mod:`meshops.fitting.series`),
+    holding the run folder's lock (:mod:`meshops.runs.run_folder`). Returns what was done
     (for a dry run, the options chosen); what cannot be done raises
     :class:`~meshops.errors.UsageError` (or ``MeshError``, ``CheckpointError``) before
     the run folder is touched where it can be told then."""
@@ -219,7 +221,7 @@ def train(request: TrainRequest) -> Training:
     if request.dry_run or not is_main_rank():  # writes nothing, or only what rank 0 says
         return _train(request, cfg)
     # One run at a time in a folder, from its first look at it to its last write.
-    with run_lock(Path(cfg.out), request.source):
+    with run_lock(Path(cfg.out), option_name("out", request.source)):
         return _train(request, cfg)
 
 
@@ -239,18 +241,18 @@ def _train(request, cfg: TrainConfig) -> Training:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if cfg.series:
-        from meshops.runs.series import train_series
+        from meshops.fitting.series import train_series
 
         return train_series(cfg, request, getattr(torch, cfg.dtype), resumed)
     data, cfg, chosen = _data_and_options(cfg, main_rank, request.source)
     if cfg.model == "reduced_basis":
-        from meshops.runs.reduced import fit_reduced_run
+        from meshops.fitting.reduced import fit_reduced_run
 
         return fit_reduced_run(request, cfg, chosen, data.train, data.val,
                                _RunFiles(cfg, data, resumed, out, main_rank))
     training = _train_model(request, cfg, chosen, data, resumed)
     if not request.dry_run:
-        train_extras.train_members(request, training.config, out, train)
+        trainer_options.train_members(request, training.config, out, train)
     return training
 
 
@@ -295,7 +297,7 @@ def _normalize(cfg: TrainConfig, samples) -> bool | int:
     """The Trainer's ``normalize``: the input channel the outputs scale by when the
     targets are proportional to a global input (a neural model; the reduced basis and
     series have their own fits)."""
-    from meshops.training.defaults import output_scale_channel
+    from meshops.fitting.defaults import output_scale_channel
 
     channel = output_scale_channel(samples)
     return True if channel is None else channel
@@ -306,9 +308,9 @@ def _resolve_config(request) -> TrainConfig:
     absolute, checked before any data is read."""
     cfg = TrainConfig.resolve(request)
     device_or_error(cfg.device, option_name("device", request.source))  # before any data
-    train_extras.check(cfg, lambda key, value: option_name(key, request.source, value))
+    trainer_options.check(cfg, lambda key, value: option_name(key, request.source, value))
     # The run records where its data is, not where it was run from: evaluate and
-    # --resume from another folder then read this data (see provenance.py).
+    # --resume from another folder then read this data (see meshops.runs.run_folder).
     cfg = cfg.with_options("command line", data=os.path.abspath(cfg.data),
                            val_data=os.path.abspath(cfg.val_data) if cfg.val_data else None)
     if cfg.val_data and _same_folder(cfg.val_data, cfg.data):
@@ -349,12 +351,13 @@ def _read_data(cfg: TrainConfig, main_rank: bool, source: str, dtype: str) -> _T
     load_folder, workers, reading = data_loader(cfg, dtype, layout, source)
     if reading and main_rank:
         log.info(reading)
+    check = NonzeroTargets(tuple(cfg.targets), tuple(cfg.field_specs))
     files, samples, shapes, dim = load_folder(cfg.data, cfg.inputs, cfg.targets, dtype,
-                                              desc="reading data", fields=cfg.field_specs)
+                                              desc="reading data", check=check)
     if cfg.val_data:
         val_files, val_samples, val_shapes, val_dim = load_folder(
             cfg.val_data, cfg.inputs, cfg.targets, dtype, desc="reading val data",
-            fields=cfg.field_specs)
+            check=check)
         for k, sh in shapes.items():
             if val_shapes[k] != sh:
                 raise UsageError(f"{val_files[0]}: field {k!r} is {format_shape(val_shapes[k])} "
@@ -391,7 +394,7 @@ def target_fields(cfg: TrainConfig, shapes: dict) -> TargetFields:
 def _options_from_data(cfg: TrainConfig, samples) -> tuple[TrainConfig, str]:
     """Options nobody set, chosen from the data (a resumed run's config.yaml sets them
     all), and the reason said (``""``: nothing chosen)."""
-    from meshops.training.defaults import options_from_data
+    from meshops.fitting.defaults import options_from_data
 
     try:
         options, reason = options_from_data(samples, cfg.model, cfg.model_config,

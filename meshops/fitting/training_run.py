@@ -1,5 +1,5 @@
 """The parts of training a run shared by its two kinds of data, mesh folders
-(:mod:`meshops.runs.train`) and time series (:mod:`meshops.runs.series`): the model
+(:mod:`meshops.fitting.train`) and time series (:mod:`meshops.fitting.series`): the model
 built from the data's channels, the split of the files, the run folder's write check,
 the epochs fitted to the time budget, and the training itself with its outcome."""
 
@@ -13,15 +13,17 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from meshops.errors import CheckpointError, UsageError
+from meshops.errors import CheckpointError, UsageError, os_reason
+from meshops.fitting import trainer_options
+from meshops.fitting.config import FIT, TrainConfig, option_name
+from meshops.fitting.outcome import Training
 from meshops.inference.predict import RUN_CHECKPOINT
-from meshops.runs import train_extras
-from meshops.runs.common import is_main_rank, os_reason
-from meshops.runs.config import FIT, RUN_CONFIG, TrainConfig, option_name
-from meshops.runs.outcome import Choice, Training
+from meshops.runs.choice import Choice
+from meshops.runs.run_folder import RUN_CONFIG
+from meshops.training.distributed import is_main_rank
 
 if TYPE_CHECKING:  # for the annotations only
-    from meshops.training.defaults import ThreadCheck
+    from meshops.fitting.defaults import ThreadCheck
 
 __all__ = ["INFERRED", "MEMORY_SHARE", "build_model", "check_writable_folder",
            "epochs_to_fit", "fit_memory", "run_training", "split_files"]
@@ -39,7 +41,7 @@ def build_model(name: str, model_config: dict, in_channels: int, out_channels: i
     is refused, as are parameters for a model that takes none, and a model whose
     training would not fit in the memory of ``device`` (checked on the meta device,
     before anything is allocated; ``dtype``: the training dtype; ``source``: whose words
-    the errors use, :func:`~meshops.runs.config.option_name`)."""
+    the errors use, :func:`~meshops.fitting.config.option_name`)."""
     from meshops.models import MODELS, count_parameters
     from meshops.utils.memory import module_bytes, skeleton, too_big
 
@@ -89,7 +91,7 @@ def split_files(n: int, val_fraction: float | None, seed: int, data: str,
                 source: str = "command line") -> tuple[list[int], list[int]]:
     """Deterministic train/validation indices of ``n`` files from the seed (``data``: the
     folder, named in the error when the split leaves nothing to train on; ``source``:
-    whose words the error uses, :func:`~meshops.runs.config.option_name`)."""
+    whose words the error uses, :func:`~meshops.fitting.config.option_name`)."""
     from meshops.training.splits import validation_split
 
     try:
@@ -121,16 +123,16 @@ def epochs_to_fit(cfg: TrainConfig, model, samples, num_val: float
     """``epochs`` (and ``threads``) when nobody set them: as many epochs as fit
     ``--minutes`` from one timed step on ``samples`` (``num_val``: the validation work in
     training samples' forwards), on the fewest threads nearly as fast as the fastest of
-    one and all (:func:`meshops.training.defaults.epochs_to_fit`); returns the config,
+    one and all (:func:`meshops.fitting.defaults.epochs_to_fit`); returns the config,
     what was done (``""``: nothing) and, when the threads were chosen so, the
-    :class:`~meshops.training.defaults.ThreadCheck` that times them again should the
+    :class:`~meshops.fitting.defaults.ThreadCheck` that times them again should the
     steps slow down (else ``None``; pass it to :func:`run_training`). A process of a
     data-parallel run times its own part of lazily read samples, and every process
     takes rank 0's choice (all must train the same epochs)."""
     import torch
     import torch.distributed as dist
 
-    from meshops.training import defaults
+    from meshops.fitting import defaults
 
     if cfg.epochs is not None:
         return cfg, "", None
@@ -171,7 +173,7 @@ def fit_memory(cfg: TrainConfig, model, samples, source: str = "command line"
     it fit. Meshes below the probes' size, and machines whose peaks cannot be read, are
     not checked. A data-parallel run takes the first process's decision (all must
     train alike). ``source``: whose words the note and the error use (the command's
-    flags, or :func:`meshops.fit`'s keywords: :func:`~meshops.runs.config.option_name`).
+    flags, or :func:`meshops.fit`'s keywords: :func:`~meshops.fitting.config.option_name`).
 
     Returns:
         ``(cfg, note)``: the config (``checkpoint_blocks`` perhaps on) and what was done
@@ -237,7 +239,7 @@ def _memory_error(what: str, free: str, batch: int, source: str) -> str:
 def run_training(request, cfg, model, train_samples, val_samples, chosen: str,
                  summary: str, begin, thread_check=None, **trainer_options) -> Training:
     """The end of training a run for a built model and its samples (mesh folders in
-    :func:`meshops.runs.train.train`, time series in :mod:`meshops.runs.series`; ``cfg``
+    :func:`meshops.fitting.train.train`, time series in :mod:`meshops.fitting.series`; ``cfg``
     with the model's full hyperparameters, as ``config.yaml`` records them; ``chosen``
     and ``summary``: what was chosen from the data, and the run in one line). A dry
     run ends here; otherwise ``begin()`` records the run's data and prepares its folder
@@ -282,7 +284,7 @@ def _trainer(resume: bool, cfg, model, train_samples, val_samples, metadata: dic
     from meshops.utils.progress import on_terminal
 
     out = Path(cfg.out)
-    loggers = (train_extras.callbacks(cfg, out, {**cfg.to_dict(),
+    loggers = (trainer_options.callbacks(cfg, out, {**cfg.to_dict(),
                                                  "model_config": dict(model.config)})
                if main_rank else [])
     given = options.pop("callbacks", loggers)
@@ -297,7 +299,7 @@ def _trainer(resume: bool, cfg, model, train_samples, val_samples, metadata: dic
 
 def _fit(trainer, request) -> list:
     """``trainer.fit()``, its failures as one line."""
-    from meshops.training.experiment import LoggerError
+    from meshops.training.loggers import LoggerError
 
     try:
         return trainer.fit()

@@ -1,4 +1,4 @@
-"""Which model ``meshops train --series`` keeps: a trajectory basis or the next-step model.
+"""Which model a time-series fit keeps: a trajectory basis or the next-step model.
 
 For series on one mesh with the same time steps (and no input fields),
 :class:`~meshops.models.trajectory_basis.TrajectoryBasis` (POD of whole trajectories,
@@ -15,7 +15,7 @@ the series. The lower one becomes ``RUN/best.pt``; the other stays beside it:
 * ``RUN/choice.json``: both validation errors per series and the choice.
 
 With ``--epochs`` the basis' MLP ensemble has the most members the budget would give
-(:data:`~meshops.training.fit_reduced.MLP_MAX_MEMBERS`), not what the clock allows,
+(:data:`~meshops.fitting.reduced_basis.MLP_MAX_MEMBERS`), not what the clock allows,
 so that the run repeats bit for bit with the same seed on any machine and whatever
 ``--minutes``.
 
@@ -35,12 +35,13 @@ from pathlib import Path
 import numpy as np
 
 from meshops.errors import UsageError
-from meshops.runs.common import NOTE
-from meshops.runs.outcome import Choice, Training
+from meshops.fitting.outcome import Training
+from meshops.runs.choice import Choice
+from meshops.runs.run_folder import CANDIDATE, CHOICE, NEURAL
+from meshops.utils.progress import NOTE
 
 #: The most of ``--minutes`` the trajectory basis may take before the next-step model.
 TRAJECTORY_SHARE = 0.3
-CANDIDATE, NEURAL, CHOICE = "trajectory_basis.pt", "next_step.pt", "choice.json"
 METRIC = ("mean over the steps and series of the relative L2 error of each step of the "
           "validation rollouts from step 0 (quadrature-weighted)")
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ def series_errors(model, series, targets, inputs, time_input: bool) -> np.ndarra
     """Per series, the mean over its steps of the relative L2 error of the model's
     rollout from step 0 (``[S]``; NaN steps, a true state of zero, left out)."""
     from meshops.inference.predict import model_tensor
-    from meshops.training.horizon import step_errors
+    from meshops.runs.horizon import step_errors
     from meshops.training.rollout import rollout, rollout_sample
 
     dtype = model_tensor(model).dtype
@@ -66,7 +67,7 @@ def series_errors(model, series, targets, inputs, time_input: bool) -> np.ndarra
 
 
 def _not_applicable(cfg, data) -> str | None:
-    from meshops.training.fit_trajectory import trajectory_applies
+    from meshops.fitting.trajectory_basis import trajectory_applies
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return "a distributed run (torchrun)"
@@ -89,7 +90,7 @@ class Plan:
 
     def fit(self, cfg, data, minutes: float, regressors=("rbf", "gp", "mlp"), members=None):
         """Fit the trajectory basis within ``minutes`` (saying its candidates)."""
-        from meshops.training.fit_trajectory import fit_trajectory_basis
+        from meshops.fitting.trajectory_basis import fit_trajectory_basis
 
         log.info(f"fitting a trajectory basis on {len(data.train)} series of {cfg.data}, "
                  f"choosing its regression on {len(data.val)}, within {minutes:.3g} minutes")
@@ -189,8 +190,8 @@ def _resumed(out: Path, minutes: float, source: str) -> Plan:
     """The plan of a resumed run with both candidates: the basis read back (``source``:
     whose words the error uses)."""
     from meshops.errors import CheckpointError
+    from meshops.fitting.config import option_name
     from meshops.models.trajectory_basis import TrajectoryBasis
-    from meshops.runs.config import option_name
 
     path = out / CANDIDATE
     try:
@@ -208,8 +209,8 @@ def plan(cfg, data, resumed: dict | None, dry_run: bool, source: str = "command 
          ) -> Plan:
     """The candidates of this run (see the module docstring); a new run with both fits
     the basis here (not with ``--dry-run``). ``source``: whose words the errors use
-    (:func:`~meshops.runs.config.option_name`)."""
-    from meshops.runs.config import option_name
+    (:func:`~meshops.fitting.config.option_name`)."""
+    from meshops.fitting.config import option_name
 
     if cfg.model == "trajectory_basis":
         why = _not_applicable(cfg, data)
@@ -223,7 +224,7 @@ def plan(cfg, data, resumed: dict | None, dry_run: bool, source: str = "command 
         return Plan("none", cfg.minutes)
     if cfg.model is not None:
         return Plan("none", cfg.minutes)
-    from meshops.training.fit_reduced import MLP_MAX_MEMBERS
+    from meshops.fitting.reduced_basis import MLP_MAX_MEMBERS
 
     why = _not_applicable(cfg, data)
     if why:
@@ -247,11 +248,12 @@ def plan(cfg, data, resumed: dict | None, dry_run: bool, source: str = "command 
 def fit_only_run(request, cfg, data, p: Plan, metadata_of) -> Training:
     """``--model trajectory_basis``: fit the basis alone and write the run
     (``metadata_of(resolved config)``: the run's checkpoint metadata)."""
+    from meshops.fitting.config import option_name
+    from meshops.fitting.out_folder import clear_run_files
+    from meshops.fitting.reduced import reduced_options
+    from meshops.fitting.training_run import check_writable_folder
     from meshops.inference.predict import RUN_CHECKPOINT
-    from meshops.runs.config import RUN_CONFIG, option_name
-    from meshops.runs.reduced import reduced_options
-    from meshops.runs.run_folder import clear_run_files
-    from meshops.runs.training_run import check_writable_folder
+    from meshops.runs.run_folder import RUN_CONFIG
     from meshops.utils.atomic import atomic_write
 
     out = Path(cfg.out)

@@ -1,13 +1,10 @@
-"""What training a run gives back: its options, history and choice of model, as objects
-(:func:`meshops.runs.train.train` returns a :class:`Training`; :func:`meshops.fit`'s
-:class:`~meshops.runs.run.Run` holds its ``history`` and ``choice``)."""
+"""Which model a run keeps, why, and the validation figures it was kept by: a
+:class:`~meshops.runs.run.Run`'s ``choice``, read from its checkpoint or given by the
+fit that trained it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
-from meshops.runs.config import TrainConfig
 
 
 @dataclass
@@ -49,27 +46,3 @@ class Choice:
             f"epoch {epoch}: the lowest validation {metric}" if value is not None else "")
         return cls(model_name, "", str(selected), metric if value is not None else None,
                    {model_name: value} if value is not None else {}, epoch)
-
-
-@dataclass
-class Training:
-    """What a training run did (:func:`meshops.runs.train.train`).
-
-    Attributes:
-        config: The options, those chosen from the data included, and the model's full
-            hyperparameters in ``model_config``: what ``RUN/config.yaml`` holds
-            (``config.render()``) and ``--dry-run`` prints.
-        summary: One line on the model, the data and the fields (``""`` where the run
-            says none).
-        history: The Trainer's records, one per epoch (``epoch``, ``train_loss``,
-            ``val_l2``, ``val``, ``lr``, ``time_s``: :meth:`meshops.training.Trainer.fit`);
-            empty for a fitted model (reduced or trajectory basis) and a dry run.
-        choice: The model kept, why, and its validation figures.
-        dry_run: Nothing was trained or written.
-    """
-
-    config: TrainConfig
-    summary: str = ""
-    history: list[dict[str, Any]] = field(default_factory=list)
-    choice: Choice | None = None
-    dry_run: bool = False

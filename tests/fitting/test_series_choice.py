@@ -54,7 +54,7 @@ def _linear_family(pos, p):
 
 
 def _fit(train, val, regressors=("rbf",)):
-    from meshops.training.fit_trajectory import fit_trajectory_basis
+    from meshops.fitting.trajectory_basis import fit_trajectory_basis
 
     model, report = fit_trajectory_basis(train, val, ["u"], minutes=0.5,
                                          regressors=regressors)
@@ -134,7 +134,7 @@ def test_trajectory_basis_refuses_times_it_does_not_know_and_round_trips(tmp_pat
 
 
 def test_nearest_trajectory_moves_states_to_another_mesh_exactly_for_linear_fields(tmp_path):
-    from meshops.training.horizon import nearest_trajectory
+    from meshops.runs.horizon import nearest_trajectory
 
     def linear(pos, a):
         return np.stack([a * (pos[:, 0] + 2 * pos[:, 1]) + t for t in TIMES])
@@ -179,7 +179,7 @@ def choice(tmp_path_factory):
 
 
 def test_the_series_run_keeps_the_candidate_with_the_lower_validation_error(choice, capsys):
-    from meshops.runs.series_choice import series_errors
+    from meshops.fitting.series_choice import series_errors
 
     root, _ = choice
     run = root / "run"
@@ -214,7 +214,7 @@ def test_the_series_run_keeps_the_candidate_with_the_lower_validation_error(choi
 
 def test_the_choice_follows_the_validation_errors(choice, tmp_path):
     # The same run, told that the basis did worse: the next-step model is kept.
-    from meshops.runs.series_choice import Plan
+    from meshops.fitting.series_choice import Plan
 
     root, _ = choice
     run = tmp_path / "run"
@@ -227,7 +227,7 @@ def test_the_choice_follows_the_validation_errors(choice, tmp_path):
     data = type("D", (), {"val": read_series_folder(root / "train", ["u"], ["kappa", "a"],
                                                     meta["split"]["val"])})
     meta["time_input"] = True
-    from meshops.runs.outcome import Choice
+    from meshops.runs.choice import Choice
 
     kept = plan.choose(run, data, meta, Choice("next_step", "the reasons", epoch=2))
     assert (kept.model, kept.reason, kept.epoch) == ("next_step", "the reasons", 2)
@@ -270,7 +270,7 @@ def test_a_series_run_with_epochs_repeats_whatever_minutes_or_machine(
     clock that runs ``slower`` times fast in the basis fit)."""
     import time as real_time
 
-    from meshops.training import fit_reduced
+    from meshops.fitting import reduced_basis as fit_reduced
 
     class Clock:
         start = real_time.perf_counter()

@@ -1,7 +1,7 @@
-"""``meshops train``'s precision, compile, memory and logging options: their config-file
-coercers, the combinations refused before any data is read, and the
-Trainer callbacks they make (TensorBoard under ``RUN/tensorboard`` by default when it
-is installed, MLflow in ``RUN/mlflow.db`` on request)."""
+"""A fit's options for the Trainer: precision, compile, memory and loggers; their
+coercers, the combinations refused before any data is read, and the Trainer callbacks
+they make (TensorBoard under ``RUN/tensorboard`` by default when it is installed, MLflow
+in ``RUN/mlflow.db`` on request)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,12 @@ import os
 from pathlib import Path
 
 from meshops.errors import UsageError
-from meshops.runs.common import is_main_rank
+from meshops.runs.run_folder import TENSORBOARD_FOLDER
+from meshops.training.distributed import is_main_rank
 
 log = logging.getLogger(__name__)
 
 LOGGERS = ("tensorboard", "mlflow")
-#: The sub-folder of the run folder that holds TensorBoard's event files.
-TENSORBOARD_FOLDER = "tensorboard"
 
 
 # --------------------------------------------------------------- config coercers
@@ -55,7 +54,7 @@ def coerce_loggers(key, v):
 def check(cfg, say) -> None:
     """Combinations that cannot work, refused before the data is read; ``say(key,
     value)`` writes an option as the caller gives it (the command's flag, or
-    :func:`meshops.fit`'s keyword: :func:`~meshops.runs.config.option_name`)."""
+    :func:`meshops.fit`'s keyword: :func:`~meshops.fitting.config.option_name`)."""
     import torch
 
     from meshops.training.precision import amp_dtype
@@ -68,7 +67,7 @@ def check(cfg, say) -> None:
             raise UsageError(f"{say('amp', cfg.amp)}: {e}" + (
                 f" ({say('dtype', 'float64')})" if cfg.dtype == "float64" else "")) from None
     if cfg.logger:
-        from meshops.training.experiment import require
+        from meshops.training.loggers import require
 
         for name in cfg.logger:
             try:
@@ -79,7 +78,7 @@ def check(cfg, say) -> None:
 
 def loggers(cfg) -> list[str]:
     """The loggers a run uses: as configured, or TensorBoard when it is installed."""
-    from meshops.training.experiment import available
+    from meshops.training.loggers import available
 
     if cfg.logger is not None:
         return list(cfg.logger)
@@ -88,7 +87,7 @@ def loggers(cfg) -> list[str]:
 
 def callbacks(cfg, out: Path, config: dict) -> list:
     """The Trainer callbacks of the run's loggers, writing under the run folder ``out``."""
-    from meshops.training.experiment import MLflowLogger, TensorBoardLogger
+    from meshops.training.loggers import MLflowLogger, TensorBoardLogger
 
     made = []
     for name in loggers(cfg):

@@ -1,97 +1,30 @@
-"""``meshops train`` on folders larger than memory: reading through :mod:`meshops.datasets.cache`.
+"""How a fit reads its training data: in memory, or through an on-disk cache for data
+larger than memory (:mod:`meshops.datasets.lazy`).
 
-When the parsed data would not fit comfortably in memory (or with ``--lazy`` /
-``--cache DIR``) the command reads every mesh file once into an on-disk cache and
-trains on a :class:`~meshops.datasets.cache.CachedMeshDataset`, which DataLoader worker
-processes read one sample at a time. :func:`data_loader` decides; :func:`take` and
-:func:`with_structures` let the command treat both kinds of data alike.
+When the parsed data would not fit comfortably in memory (or with ``lazy=True`` /
+``cache=DIR``) a fit reads every mesh file once into an on-disk cache and trains on a
+:class:`~meshops.datasets.cache.CachedMeshDataset`, which DataLoader worker processes
+read one sample at a time. :func:`data_loader` decides; under torchrun each process
+reads its own part (:func:`data_parts`). Every sample is checked by
+:class:`NonzeroTargets`.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from meshops.datasets.folder import MeshFolderDataset
+from meshops.datasets.lazy import load_folder_cached
+from meshops.datasets.samples import load_folder, read_sample
 from meshops.errors import UsageError
-from meshops.runs.folder import check_same_layout, folder_dataset, load_folder, read_sample
 
 #: Without ``--lazy``/``--no-lazy``, the data are read lazily when their parsed size
 #: (estimated from the first file) exceeds this fraction of the available memory: the
 #: samples' mesh structures, the model and the training itself need the rest.
 AUTO_FRACTION = 0.25
-
-
-class FolderReader:
-    """``read(path) -> (sample, info)`` for :meth:`MeshCache.dataset`: the sample that
-    :func:`~meshops.runs.folder.load_folder` makes of a file (the same checks), and its
-    field shapes and dimension. Picklable: worker processes parse with it."""
-
-    def __init__(self, root, inputs: Sequence[str], targets: Sequence[str], dtype,
-                 layout=None, fields: Sequence[str] | None = None) -> None:
-        self.inputs, self.targets = list(inputs), list(targets)
-        self.fields = None if fields is None else list(fields)
-        self.ds = folder_dataset(root, self.inputs, self.targets, dtype, layout)
-        self.index = {str(p): i for i, p in enumerate(self.ds.files)}
-
-    @property
-    def files(self) -> list[Path]:
-        return list(self.ds.files)
-
-    def __call__(self, path) -> tuple:
-        sample, shapes, dim = read_sample(self.ds, self.index[str(path)], self.targets,
-                                          self.fields)
-        return sample, {"shapes": shapes, "dim": dim}
-
-
-def load_folder_cached(root, inputs: Sequence[str], targets: Sequence[str], dtype,
-                       desc: str = "reading", layout=None, fields: Sequence[str] | None = None,
-                       *, cache, workers: int = 0,
-                       parts: Optional[Callable] = None) -> tuple[list, object, dict, int]:
-    """:func:`~meshops.runs.folder.load_folder` through the cache folder ``cache``:
-    ``(files, samples, field_shapes, pos_dim)`` with ``samples`` a
-    :class:`~meshops.datasets.cache.CachedMeshDataset` (nothing held in memory), building the
-    entries that are missing in ``workers`` processes with a progress bar; in a
-    data-parallel run (``parts(root)``: this process's :class:`~meshops.datasets.cache.Part`)
-    only this process's part of the files."""
-    from meshops.datasets.cache import MeshCache
-
-    reader = FolderReader(root, inputs, targets, dtype, layout, fields)
-    # Every option that changes what read_sample makes of a file, or refuses, belongs
-    # here: it is part of the key of each entry. So does the content of the folder's
-    # parameter file, which gives the samples' values (an edit of it rebuilds every
-    # entry).
-    params = list(layout.params) if layout else []
-    settings = {"reader": "meshops.runs.folder.read_sample", "inputs": list(inputs),
-                "targets": list(targets), "fields": reader.fields,
-                "dtype": str(dtype).replace("torch.", ""),
-                "params": params, "tags": list(layout.tags) if layout else [],
-                "param_files": param_file_digests(root) if params else {}}
-    ds = MeshCache(cache).dataset(reader.files, reader, settings, workers=workers, desc=desc,
-                                  part=parts(root) if parts else None)
-    files = ds.files
-    shapes, dim = None, None
-    for path, rec in zip(files, ds.records):
-        sh, d = rec.info["shapes"], rec.info["dim"]
-        if shapes is None:
-            shapes, dim = sh, d
-        else:
-            check_same_layout(path, sh, d, shapes, dim, files[0])
-    return files, ds, shapes, dim
-
-
-def param_file_digests(root) -> dict[str, str]:
-    """``{name: SHA-256}`` of the parameter files (params.csv, params.json) in ``root``."""
-    from meshops.datasets.cache import file_digest
-    from meshops.datasets.params import PARAM_FILES
-
-    return {n: file_digest(Path(root) / n) for n in PARAM_FILES if (Path(root) / n).is_file()}
-
-
-def take(samples, indices: Sequence[int]):
-    """The samples ``indices`` of a list, or of a cached data set (still on disk)."""
-    subset = getattr(samples, "subset", None)
-    return subset(indices) if callable(subset) else [samples[i] for i in indices]
 
 
 def default_workers(cores: int | None) -> int:
@@ -103,20 +36,39 @@ def default_workers(cores: int | None) -> int:
     return max(0, min(2, (cores or 1) - 2))
 
 
-def with_structures(samples, model, workers: int):
-    """Cached samples with ``model``'s mesh structures cached beside them (in-memory
-    samples are left as they are: the Trainer builds theirs)."""
-    add = getattr(samples, "with_structures", None)
-    if samples is None or not callable(add):
-        return samples
-    make = getattr(model, "mesh_transform", None)
-    return add(make() if callable(make) else None, workers=workers)
+@dataclass(frozen=True)
+class NonzeroTargets:
+    """The check of every training sample (``check`` of
+    :func:`~meshops.datasets.samples.load_folder`): refuse a sample (``y [N, C]``, the
+    ``targets`` stacked) where a target field (of ``fields``, the specs ``u+v, p``;
+    ``None``: all targets as one) is zero everywhere, with or without its quadrature
+    weights: the loss is the mean of the fields' relative errors, and this one's is
+    undefined (UsageError naming the file and the field). Its repr keys the cache."""
 
+    targets: tuple
+    fields: tuple | None = None
 
-def fingerprints(samples) -> dict:
-    """The provenance fingerprints a lazily read data set's cache took (none in memory)."""
-    known = getattr(samples, "fingerprints", None)
-    return known() if callable(known) else {}
+    def __call__(self, s, path, sh: dict) -> None:
+        import torch
+
+        from meshops.datasets.fields import TargetFields
+        from meshops.inference.predict import field_channels
+        from meshops.training.loss import lp_norms, zero_target
+
+        channels = {k: field_channels(sh[k]) for k in self.targets}
+        groups = (TargetFields.from_specs(self.fields, channels) if self.fields else
+                  TargetFields.single(sum(channels.values()), ", ".join(self.targets)))
+        y, w = s.y.to(torch.float64), s.weight.to(torch.float64)
+        for name, part in groups.slices().items():
+            zero = torch.zeros_like(y[:, part])
+            if bool(zero_target(lp_norms(zero, y[:, part], w)[1])
+                    | zero_target(lp_norms(zero, y[:, part])[1])):
+                hint = (f", or join {name} with the other components of its vector field "
+                        f"(--targets u+v,p makes u+v one field)" if len(groups) > 1 else "")
+                raise UsageError(f"{path}: the target field(s) {name} are zero everywhere (or "
+                                 f"at every point of positive weight); the relative L2 loss "
+                                 f"and error are undefined for this mesh: leave it out of "
+                                 f"the training data{hint}")
 
 
 # ------------------------------------------------------- data-parallel runs
@@ -177,9 +129,9 @@ def shards_of(cfg, samples, source: str = "command line") -> Optional[int]:
     Raises:
         UsageError: ``--shards`` more than the training files, or (in one process) not
             a divisor of the batch, which takes one part's batch from each part; in the
-            words of ``source`` (:func:`~meshops.runs.config.option_name`).
+            words of ``source`` (:func:`~meshops.fitting.config.option_name`).
     """
-    from meshops.runs.config import option_name
+    from meshops.fitting.config import option_name
     from meshops.training import distributed
 
     env = distributed.torchrun_env()
@@ -219,7 +171,7 @@ def parsed_size(root, inputs: Sequence[str], targets: Sequence[str], dtype,
                 layout=None) -> int:
     """Estimated bytes of a folder's parsed samples: the first file's sample, scaled by
     the folder's file bytes over the first file's."""
-    ds = folder_dataset(root, inputs, targets, dtype, layout)
+    ds = MeshFolderDataset(root, inputs=inputs, targets=targets, dtype=dtype, layout=layout)
     sample, _, _ = read_sample(ds, 0, targets)
     one = sum(v.numel() * v.element_size() for _, v in sample.items() if hasattr(v, "numel"))
     sizes = [os.stat(p).st_size for p in ds.files]
@@ -237,12 +189,12 @@ def data_loader(cfg, dtype, layout=None, source: str = "command line"
     :data:`AUTO_FRACTION` of the available memory. ``--workers`` defaults to 2 worker
     processes for lazily read data where the machine has cores to spare for them
     (:func:`default_workers`), none in memory. ``source``: whose words the errors use
-    (:func:`~meshops.runs.config.option_name`).
+    (:func:`~meshops.fitting.config.option_name`).
     """
     from functools import partial
 
     from meshops.datasets.cache import default_cache_dir
-    from meshops.runs.config import FIT, option_name
+    from meshops.fitting.config import FIT, option_name
     from meshops.training.distributed import torchrun_env
 
     lazy = cfg.lazy

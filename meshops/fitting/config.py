@@ -1,4 +1,5 @@
-"""The options of ``meshops train`` as one typed :class:`TrainConfig`.
+"""The options of a fit (:func:`meshops.fit`'s keywords) as one typed
+:class:`TrainConfig`.
 
 Options come from four places, each overriding the one before: the defaults
 below, ``RUN/config.yaml`` of a run being resumed, a ``--config FILE`` (YAML, or
@@ -6,7 +7,7 @@ TOML by its suffix) and the command-line flags. Every value is coerced and check
 by the coercer of its field, and a bad one is refused naming the option and where
 it came from (``command line: lr: ...`` or ``train.yaml: lr: ...``). Options left
 ``None`` (model size, batch size, learning rate, epochs) are chosen later from the
-data by :mod:`meshops.training.defaults`; :meth:`TrainConfig.render` writes the
+data by :mod:`meshops.fitting.defaults`; :meth:`TrainConfig.render` writes the
 config as it was finally chosen (``RUN/config.yaml``, ``--dry-run``).
 """
 
@@ -20,14 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from meshops.datasets.fields import field_names
 from meshops.errors import UsageError
-from meshops.runs.common import names
+from meshops.runs.run_folder import RUN_CONFIG
 
-__all__ = ["RUN_CONFIG", "TRAIN_DEFAULTS", "TrainConfig", "load_config_file",
-           "resolve_train_config"]
+__all__ = ["TRAIN_DEFAULTS", "TrainConfig", "load_config_file", "resolve_train_config"]
 
-# The resolved config of a run folder, usable as --config and the base of --resume.
-RUN_CONFIG = "config.yaml"
 #: The source of :func:`meshops.fit`'s options (``TrainRequest.source``): its messages
 #: name its keywords where the command's name flags (:func:`option_name`).
 FIT = "fit()"
@@ -148,7 +147,7 @@ def _field_spec(key, spec: str) -> str:
 
 
 def _field_specs(key, v) -> list[str]:
-    return [_field_spec(key, s) for s in names(v, key)]
+    return [_field_spec(key, s) for s in field_names(v, key)]
 
 
 def _field_weight(key, w) -> float:
@@ -215,9 +214,9 @@ def _one_of(*choices: str):
 
 
 def _extras():
-    from meshops.runs import train_extras
+    from meshops.fitting import trainer_options
 
-    return train_extras
+    return trainer_options
 
 
 def _unset_or(coerce):
@@ -240,7 +239,7 @@ class TrainConfig:
 
     ``None`` means "not set": ``data``, ``inputs`` and ``targets`` must be given;
     ``model``, ``epochs``, ``batch_size``, ``lr`` are chosen from the data
-    (:mod:`meshops.training.defaults`). ``val_data`` replaces ``val_fraction``. Build one
+    (:mod:`meshops.fitting.defaults`). ``val_data`` replaces ``val_fraction``. Build one
     with :meth:`from_options` (a mapping, every value checked) or :meth:`resolve` (a
     request: files, the resumed run, flags or keywords), never with unchecked values;
     :meth:`with_options` changes a few, checked. Each field is a keyword of
@@ -307,15 +306,15 @@ class TrainConfig:
     """
 
     data: str | None = _option(None, _opt_str)
-    inputs: list[str] | None = _option(None, lambda k, v: names(v, k))
-    targets: list[str] | None = _option(None, lambda k, v: names(v, k))
+    inputs: list[str] | None = _option(None, lambda k, v: field_names(v, k))
+    targets: list[str] | None = _option(None, lambda k, v: field_names(v, k))
     # The target fields, each its own relative error (meshops.datasets.fields): scalar
     # targets joined by "+" (u+v); None: every target array its own field. Set by
     # "--targets u+v,p", which also sets targets to u,v,p.
     fields: list[str] | None = _option(None, _unset_or(_field_specs))
     field_weights: dict = _option({}, _field_weights)
-    params: list[str] = _option([], lambda k, v: names(v, k))
-    tags: list[str] = _option([], lambda k, v: names(v, k))
+    params: list[str] = _option([], lambda k, v: field_names(v, k))
+    tags: list[str] = _option([], lambda k, v: field_names(v, k))
     model: str | None = _option(None, _model_name)
     model_config: dict = _option({}, _model_config)
     epochs: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))
@@ -323,7 +322,7 @@ class TrainConfig:
     batch_size: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))
     lr: float | None = _option(None, _unset_or(lambda k, v: _to_float(k, v, positive=True)))
     weight_decay: float = _option(1e-4, lambda k, v: _to_float(k, v, nonneg=True))
-    # "auto": chosen from the data (meshops.training.defaults); None: a constant rate
+    # "auto": chosen from the data (meshops.fitting.defaults); None: a constant rate
     scheduler: str | None = _option("auto", _scheduler)
     grad_clip: float | None = _option(None, _grad_clip)
     quadrature_loss: bool = _option(True, _to_bool)
@@ -333,21 +332,21 @@ class TrainConfig:
     out: str = _option("run", _folder)
     device: str | None = _option(None, _opt_str)
     dtype: str = _option("float32", _dtype)
-    # torch's threads; None: the faster of 1 and all (meshops.training.defaults)
+    # torch's threads; None: the faster of 1 and all (meshops.fitting.defaults)
     threads: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=1)))
-    # time series (meshops.runs.series): a next-step model rolled out over K steps
+    # time series (meshops.fitting.series): a next-step model rolled out over K steps
     series: bool = _option(False, _to_bool)
     rollout_train: int = _option(2, lambda k, v: _to_int(k, v, minimum=1))
     rollout_grad: str = _option("last", _one_of("all", "last"))
     rollout_loss: str = _option("mse", _one_of("mse", "relative"))
     time_input: bool = _option(True, _to_bool)
-    # speed, memory and logging (meshops.runs.train_extras)
+    # speed, memory and logging (meshops.fitting.trainer_options)
     amp: str | None = _option(None, lambda k, v: _extras().coerce_amp(k, v))
     compile: bool = _option(False, _to_bool)
     checkpoint_blocks: bool = _option(False, _to_bool)
     logger: list[str] | None = _option(None, lambda k, v: _extras().coerce_loggers(k, v))
     ensemble: int = _option(1, lambda k, v: _to_int(k, v, minimum=1))
-    # Reading (meshops.runs.lazy): None = lazily only when the data would not fit.
+    # Reading (meshops.fitting.data): None = lazily only when the data would not fit.
     lazy: bool | None = _option(None, _unset_or(_to_bool))
     cache: str | None = _option(None, _opt_str)
     workers: int | None = _option(None, _unset_or(lambda k, v: _to_int(k, v, minimum=0)))
@@ -413,7 +412,7 @@ class TrainConfig:
 
     @classmethod
     def from_request(cls, options: Mapping, source: str = "options") -> dict:
-        """The options a request sets (:class:`meshops.runs.train.TrainRequest`: the
+        """The options a request sets (:class:`meshops.fitting.train.TrainRequest`: the
         flags given, or :func:`meshops.fit`'s keywords); ``model_config`` is a mapping,
         a list of ``key=value`` as on the command line, or one string of them."""
         cfg = {k: v for k, v in options.items() if k != "model_config"}
@@ -456,7 +455,7 @@ class TrainConfig:
         FILE`` (or :func:`meshops.fit`'s ``config``), then the flags (or keywords);
         ``model_config`` mappings are merged, and the highest level that says how to
         validate (``val_data`` or ``val_fraction``) decides.
-        ``request`` is a :class:`meshops.runs.train.TrainRequest`."""
+        ``request`` is a :class:`meshops.fitting.train.TrainRequest`."""
         flags = cls.from_request(request.options, request.source)
         label, from_file = cls.from_config(request.config, request.source)
         if from_file.get("val_data") and from_file.get("val_fraction") is not None:
@@ -652,3 +651,7 @@ def _split_field_specs(options: dict, source: str) -> dict:
 TRAIN_DEFAULTS: dict[str, Any] = TrainConfig().to_dict()
 load_config_file = TrainConfig.from_file
 resolve_train_config = TrainConfig.resolve
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")

@@ -72,7 +72,7 @@ def _hold_lock(out: Path):
     import subprocess
     import sys
 
-    code = ("import sys; from pathlib import Path; from meshops.runs.run_lock import run_lock\n"
+    code = ("import sys; from pathlib import Path; from meshops.runs.run_folder import run_lock\n"
             "with run_lock(Path(sys.argv[1])):\n"
             "    print('held', flush=True); sys.stdin.read()\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(out)], stdin=subprocess.PIPE,
