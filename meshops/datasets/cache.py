@@ -149,6 +149,17 @@ def _moments(v: Tensor, w: Tensor) -> list:
     return [total, mean.tolist(), m2.tolist()]
 
 
+def _means_and_sizes(metas: list[dict]) -> tuple[Tensor, Tensor]:
+    """Each sample's input means and target root mean squares from its recorded moments
+    (:func:`meshops.reduced.parameters.means_and_sizes` without reading it)."""
+    means = torch.tensor([m["x_moments"][1] for m in metas], dtype=torch.float64)
+    y = [m["y_moments"] for m in metas]
+    mean = torch.tensor([v[1] for v in y], dtype=torch.float64)
+    m2 = torch.tensor([v[2] for v in y], dtype=torch.float64)
+    total = torch.tensor([max(v[0], 1e-300) for v in y], dtype=torch.float64)[:, None]
+    return means, (m2 / total + mean * mean).sqrt()
+
+
 def _merge(parts: Iterable[list]) -> tuple[float, Tensor, Tensor]:
     """Weighted mean and ``M2`` of a union from its parts' ``[W, mean, M2]`` (Chan et
     al.'s pairwise update: no cancellation between large offsets)."""
@@ -755,26 +766,35 @@ class CachedMeshDataset(torch.utils.data.Dataset):
     def facts(self) -> dict:
         """:func:`meshops.fitting.defaults.data_facts` of the samples, from what the cache
         recorded (no sample is read)."""
-        from meshops.reduced import constant_channels, global_channels, input_ranges
+        from meshops.reduced import (
+            constant_channels,
+            global_channels,
+            input_ranges,
+            proportional_channel,
+        )
 
         metas = [r.meta for r in self.records]
         n = len(metas)
         # entries written before the ranges were recorded: read those samples once
         ranges = [m["x_ranges"] if "x_ranges" in m else input_ranges(self[i])
                   for i, m in enumerate(metas)]
-        channels = constant_channels(ranges)
+        channels, glob = constant_channels(ranges), global_channels(ranges)
+        constant = channels is not None and all(channels)
         return {"n": n, "points": round(sum(m["points"] for m in metas) / max(n, 1)),
                 "one_mesh": len({m["pos_digest"] for m in metas}) == 1,
-                "constant": channels is not None and all(channels),
-                "global_channels": global_channels(ranges), "has_x": True,
+                "constant": constant, "global_channels": glob,
+                "proportional": None if constant or not metas
+                else proportional_channel(*_means_and_sizes(metas), glob), "has_x": True,
                 "channels": int(metas[0].get("y_channels") or 1) if metas else 1}
 
-    def normalizers(self) -> tuple[Optional[UnitGaussianNormalizer], UnitGaussianNormalizer]:
+    def normalizers(self, scale_by: int | None = None
+                    ) -> tuple[Optional[UnitGaussianNormalizer], UnitGaussianNormalizer]:
         """``(input, output)`` normalisers of the samples, as
         :func:`meshops.training.dataset.fit_normalizers` fits them (quadrature-weighted
         per-channel mean and standard deviation; the input one ``None`` without input
-        channels), merged from the moments recorded per sample (no sample is read; equal
-        to the two-pass fit up to rounding)."""
+        channels; the output one per unit of input channel ``scale_by``, constant over
+        each mesh, when given), merged from the moments recorded per sample (no sample
+        is read; equal to the two-pass fit up to rounding)."""
         out = []
         for name in ("x", "y"):
             channels = {r.meta.get(f"{name}_channels") for r in self.records}
@@ -785,11 +805,18 @@ class CachedMeshDataset(torch.utils.data.Dataset):
             if name == "x" and c == 0:
                 out.append(None)
                 continue
-            total, mean, m2 = _merge(r.meta[f"{name}_moments"] for r in self.records)
+            parts = [r.meta[f"{name}_moments"] for r in self.records]
+            if name == "y" and scale_by is not None:  # each sample's targets per unit
+                loads = [r.meta["x_moments"][1][scale_by] for r in self.records]
+                parts = [[w, [v / c for v in mu], [q / (c * c) for q in m2]]
+                         for (w, mu, m2), c in zip(parts, loads)]
+            total, mean, m2 = _merge(parts)
             if total <= 0:
                 raise ValueError(f"cannot fit a normaliser on {name!r}: no samples or zero "
                                  f"weights")
             norm = UnitGaussianNormalizer(c)
+            if name == "y" and scale_by is not None:
+                norm.set_scale_by(scale_by)
             norm.mean.copy_(mean)
             norm.std.copy_((m2 / total).sqrt().clamp_min(norm.eps))
             norm.fitted.fill_(True)

@@ -30,6 +30,7 @@ from meshops.reduced import (
     constant_channels,
     global_channels,
     input_ranges,
+    means_and_sizes,
     proportional_channel,
 )
 from meshops.training.callbacks import Callback
@@ -133,7 +134,7 @@ def data_facts(dataset: Sequence) -> dict[str, Any]:
             "constant": channels is not None and all(channels),
             "global_channels": glob,
             "proportional": None if channels is not None and all(channels)
-            else proportional_channel(dataset, glob),
+            else proportional_channel(*means_and_sizes(dataset), glob),
             "has_x": getattr(dataset[0], "x", None) is not None,
             "channels": int(dataset[0].y.reshape(dataset[0].y.shape[0], -1).shape[1])}
 
@@ -141,8 +142,7 @@ def data_facts(dataset: Sequence) -> dict[str, Any]:
 def output_scale_channel(dataset: Sequence) -> int | None:
     """The input channel the model's outputs scale by (``Trainer(normalize=...)``): the
     global input the targets are proportional to (``data_facts``'s ``proportional``),
-    ``None`` when there is none or the data set does not say without reading every
-    sample (a lazy cache)."""
+    ``None`` when there is none."""
     found = data_facts(dataset).get("proportional")
     return None if found is None else found[0]
 

@@ -33,11 +33,13 @@ from meshops.reduced.parameters import (
     constant_inputs,
     global_channels,
     input_ranges,
+    means_and_sizes,
     proportional_channel,
     sample_parameters,
 )
 from meshops.reduced.pod import PODBasis, pod_basis
 
 __all__ = ["PODBasis", "batch_parameters", "constant_channels", "constant_inputs",
-           "global_channels", "input_ranges", "pod_basis", "proportional_channel",
+           "global_channels", "input_ranges", "means_and_sizes", "pod_basis",
+           "proportional_channel",
            "sample_parameters"]

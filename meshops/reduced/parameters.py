@@ -225,7 +225,7 @@ def _log_fit(u: Tensor, v: Tensor) -> tuple[float, float]:
     return slope, 1.0 - float((resid * resid).sum()) / total if total > 0 else 1.0
 
 
-def proportional_channel(samples: Sequence, channels: Sequence[bool] | None
+def proportional_channel(means: Tensor, sizes: Tensor, channels: Sequence[bool] | None
                          ) -> tuple[int, float] | None:
     """The global input the targets are proportional to (a load in linear elasticity,
     a source in a linear heat problem), and the fitted exponent; ``None`` when none is.
@@ -238,13 +238,14 @@ def proportional_channel(samples: Sequence, channels: Sequence[bool] | None
     channel is returned. A model then learns the answer per unit of it
     (:class:`~meshops.datasets.normalizer.UnitGaussianNormalizer`'s ``scale_by``).
 
-    Shapes:
-        samples: ``x [N_s, C_in]``, ``y [N_s, C_out]``, ``weight [N_s]``
+    Args:
+        means: Each sample's input means ``[S, C_in]`` (:func:`means_and_sizes`).
+        sizes: Each sample's target root mean squares ``[S, C_out]``.
+        channels: Which input channels are global inputs.
     """
-    if not channels or not any(channels) or len(samples) < 3:
+    if not channels or not any(channels) or len(means) < 3:
         return None
-    c = torch.stack([s.x.to(torch.float64).mean(0) for s in samples])          # [S, C_in]
-    size = torch.stack([_rms(s) for s in samples])                             # [S, C_out]
+    c, size = means.to(torch.float64), sizes.to(torch.float64)
     live = (size > 0).all(0)
     for k in (i for i, g in enumerate(channels) if g):
         ck = c[:, k]
@@ -257,6 +258,13 @@ def proportional_channel(samples: Sequence, channels: Sequence[bool] | None
                         for a, r2 in fits):
             return k, sum(a for a, _ in fits) / len(fits)
     return None
+
+
+def means_and_sizes(samples: Sequence) -> tuple[Tensor, Tensor]:
+    """Each sample's input means ``[S, C_in]`` and target root mean squares ``[S, C_out]``
+    (what :func:`proportional_channel` reads)."""
+    means = torch.stack([s.x.to(torch.float64).mean(0) for s in samples])
+    return means, torch.stack([_rms(s) for s in samples])
 
 
 def _rms(sample) -> Tensor:

@@ -131,8 +131,8 @@ def fit_normalizers(train_samples: Iterable[MeshData], scale_by: int | None = No
     than holding all its samples in memory here.
     """
     own = getattr(train_samples, "normalizers", None)
-    if callable(own) and scale_by is None:
-        return own()
+    if callable(own):
+        return own() if scale_by is None else own(scale_by)
     samples = list(train_samples)
     if not samples:
         raise ValueError("fit_normalizers: no training samples")

@@ -435,3 +435,30 @@ def test_lazy_reading_workers_leave_the_training_step_two_cores():
     from meshops.fitting.data import default_workers
 
     assert [default_workers(c) for c in (None, 1, 2, 3, 4, 16)] == [0, 0, 0, 1, 2, 2]
+
+
+def test_a_cache_finds_a_load_and_fits_per_unit_normalisers_from_its_moments(tmp_path):
+    """Meshes whose target is linear in a load c (an input constant over each mesh): the
+    cache says so from its recorded moments, as the samples do, and its output
+    normaliser per unit load equals the one fitted on the samples."""
+    root = tmp_path / "loaded"
+    root.mkdir()
+    for k, c in enumerate(np.linspace(0.5, 3.0, 6)):
+        mesh = _mesh(k, scale=c)
+        mesh.fields["c"] = torch.full((mesh.pos.shape[0],), float(c), dtype=torch.float64)
+        write_mesh(root / f"s{k:02d}.vtu", mesh)
+
+    class LoadReader(FolderReader):
+        def __init__(self, root):
+            super().__init__(root, ["f", "c"], ["u"], torch.float64)
+
+    reader = LoadReader(root)
+    ds = MeshCache(tmp_path / "c").dataset(reader.files, reader, SETTINGS, progress=False)
+    samples = [ds[i] for i in range(len(ds))]
+    facts = data_facts(ds)
+    assert facts == data_facts(samples) and facts["proportional"][0] == 1
+    got = fit_normalizers(ds, scale_by=1)[1]
+    want = fit_normalizers(samples, scale_by=1)[1]
+    assert got.scale_channel == want.scale_channel == 1
+    torch.testing.assert_close(got.mean, want.mean, rtol=1e-12, atol=0)
+    torch.testing.assert_close(got.std, want.std, rtol=1e-12, atol=0)
