@@ -8,8 +8,8 @@ is set beside its error on ``test/``. A ratio near 1 says the model computes the
 function whatever the mesh; but the truths differ too (each mesh's finite-element
 solution has its own discretisation error), so the **finite-element difference of the
 truths** is printed beside: the test mesh's solution interpolated (P1, on its
-triangles) onto the re-meshed nodes against the re-meshed solution, with the metric of
-:mod:`benchmarks.accuracy.metric`. A model whose error grows by much more than that
+triangles or tetrahedra) onto the re-meshed nodes against the re-meshed solution, with
+the metric of :mod:`benchmarks.accuracy.metric`. A model whose error grows by much more than that
 difference depends on the mesh.
 """
 
