@@ -10,7 +10,11 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from meshops.reduced.parameters import proportional_channel
+from meshops.reduced.parameters import means_and_sizes, proportional_channel
+
+
+def _found(samples, channels):
+    return proportional_channel(*means_and_sizes(samples), channels)
 
 
 def _family(power: float, loads, n_nodes: int = 30, seed: int = 0):
@@ -32,7 +36,7 @@ LOADS = torch.linspace(0.5, 4.0, 12).tolist()
 
 
 def test_a_family_linear_in_the_load_is_found_with_exponent_one():
-    found = proportional_channel(_family(1.0, LOADS), [False, True])
+    found = _found(_family(1.0, LOADS), [False, True])
     assert found is not None and found[0] == 1
     assert found[1] == pytest.approx(1.0, abs=0.05)
 
@@ -43,9 +47,9 @@ def test_a_family_linear_in_the_load_is_found_with_exponent_one():
 def test_no_channel_when_the_answer_is_not_proportional_or_cannot_tell(power, loads):
     """Independent of the load, as its square, a load changing sign (its size alone
     says nothing of the answer's sign) and loads within a ratio of 1.8."""
-    assert proportional_channel(_family(power, loads), [False, True]) is None
+    assert _found(_family(power, loads), [False, True]) is None
 
 
 def test_only_global_channels_are_candidates():
-    assert proportional_channel(_family(1.0, LOADS), [False, False]) is None
-    assert proportional_channel(_family(1.0, LOADS), None) is None
+    assert _found(_family(1.0, LOADS), [False, False]) is None
+    assert _found(_family(1.0, LOADS), None) is None
