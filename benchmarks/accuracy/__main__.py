@@ -107,6 +107,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+#: What a fixed-epoch result says of itself (the load of the machine is in it too).
+FIXED_WORK = ("a fixed amount of work (--epochs): the load of the machine changes the time a "
+              "run takes, not its result; no time in this file is a figure")
+
+
 def _data_root(arg) -> Path:
     if arg is not None:
         return arg
@@ -223,6 +228,7 @@ def main(argv=None) -> int:
 
     doc = {"schema": SCHEMA, "command": command, "minutes": args.minutes, "epochs": args.epochs,
            "seed": args.seed,
+           **({"note": FIXED_WORK} if args.epochs else {}),
            "threads": args.threads, "models": args.models, "grace": args.grace,
            "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": sys.version.split()[0]},
            "meshops_commit": _commit(), "peers_python": args.peers_python,

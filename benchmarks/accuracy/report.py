@@ -295,7 +295,8 @@ def markdown_table(doc: dict) -> str:
            f"worst in brackets; lower is better, best in bold). "
            f"Budget {budget_words(doc)} per trained model, {_n(doc['threads'], 'thread')} "
            f"each; "
-           f"{doc['machine']['cpu']}, load average {loads} (start to end of each run).", "",
+           f"{doc['machine']['cpu']}, load average {loads} (start to end of each run)"
+           + (f"; {doc['note']}." if doc.get("note") else "."), "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, d in doc["datasets"].items():
         nodes = d["nodes"] if isinstance(d["nodes"], int) else f"{d['nodes'][0]}-{d['nodes'][1]}"
