@@ -249,7 +249,7 @@ def main(argv=None) -> int:
     log("")
     log(console_table(doc))
     write_json(out, doc, roots)
-    if plot_histories(doc, out.with_suffix(".png")):
+    if not args.epochs and plot_histories(doc, out.with_suffix(".png")):  # no time figures
         log(f"plotted the validation histories into {out.with_suffix('.png')}")
     log(f"\nwrote {out} and {out.with_suffix('.log')}")
     out.with_suffix(".log").write_text("\n".join(log_lines) + "\n")
