@@ -237,6 +237,8 @@ def main(argv=None) -> int:
     log(f"# {command}")
     log(f"# {doc['machine']['cpu']}, {doc['machine']['cores']} cores, load average "
         f"{doc['load']['start']}; {budget_words(doc)} per trained model, {args.threads} threads")
+    if doc.get("note"):
+        log(f"# {doc['note']}")
     try:
         for name in args.datasets:
             data = datasets.prepare(name, _data_root(args.data_root))
