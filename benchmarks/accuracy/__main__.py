@@ -45,6 +45,16 @@ def _csv(choices):
     return parse
 
 
+def _seed_list(text: str) -> list[int]:
+    try:
+        seeds = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    if len(seeds) < 2 or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"expected at least two distinct seeds, got {text!r}")
+    return seeds
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.accuracy", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -58,10 +68,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="a fixed number of epochs per trained model instead of the --minutes "
                         "clock: the load of the machine then changes the time, not the result")
     p.add_argument("--threads", type=int, default=2, help="threads per model (default 2)")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=int, default=None,
                    help="seed of every trained model (meshops' --seed, which also draws its "
                         "validation split, and the peers'); --merge of several seeds' results "
                         "averages them (default 0)")
+    p.add_argument("--seeds", type=_seed_list, default=None, metavar="S,S,...",
+                   help="run everything once per seed (each seed's result as OUT-seedS.json, "
+                        "kept runs under KEEP/seedS) and write their combination, the mean "
+                        "of the seeds with its spread, to --out; instead of --seed")
     p.add_argument("--grace", type=float, default=1.2,
                    help="a model is stopped at grace x budget + a minute (default 1.2)")
     p.add_argument("--peers-python", default=None,
@@ -99,6 +113,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--epochs must be >= 1, got {args.epochs}")
     if args.threads < 1:
         p.error(f"--threads must be >= 1, got {args.threads}")
+    if args.seeds is not None and args.seed is not None:
+        p.error("give either --seed or --seeds, not both")
+    args.seed = 0 if args.seed is None else args.seed
     # meshops first: the peers take their validation files from its run
     args.models = [m for m in MODELS if m in args.models]
     if args.peers_python is None:
@@ -176,7 +193,6 @@ def _merge(files: list[Path], out: Path | None) -> int:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from benchmarks.reporting import write_json
 
     if args.table or args.plot:
         import json
@@ -216,6 +232,36 @@ def main(argv=None) -> int:
     out = args.out or RESULTS / f"accuracy-cpu-{args.threads}core-{budget}.json"
     command = "python -m benchmarks.accuracy " + " ".join(
         shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    if args.seeds is None:
+        return run_once(args, out, command)
+    return run_seeds(args, out, command)
+
+
+def run_seeds(args, out: Path, command: str) -> int:
+    """``run_once`` for every seed of ``args.seeds`` (``OUT-seedS.json``, kept runs under
+    ``KEEP/seedS``), then their combination (:func:`benchmarks.accuracy.seeds.combine_seeds`)
+    into ``out`` and its table on the console."""
+    import json
+
+    files = []
+    for seed in args.seeds:
+        one = argparse.Namespace(**{**vars(args), "seed": seed, "seeds": None,
+                                    "keep": args.keep / f"seed{seed}" if args.keep else None})
+        files.append(out.with_name(f"{out.stem}-seed{seed}{out.suffix}"))
+        rc = run_once(one, files[-1], f"{command}  # seed {seed}")
+        if rc:
+            return rc
+    rc = _merge(files, out)
+    if rc == 0:
+        print(console_table(json.loads(out.read_text())))
+    return rc
+
+
+def run_once(args, out: Path, command: str) -> int:
+    """Every data set and model of ``args`` with one seed; the result in ``out`` and the
+    console log beside it."""
+    from benchmarks.reporting import write_json
+
     keep = args.keep
     work = keep or Path(tempfile.mkdtemp(prefix="meshops-accuracy-"))
     # the stored log and JSON name the data and the runs by these, not by this machine's paths

@@ -180,7 +180,7 @@ def console_table(doc: dict) -> str:
                     if did_not_learn(m, models):
                         note = "did not learn" + (f"; {note}" if note else "")
                     lines.append(f"  {LABELS[m]:<24} {r['mean']:>10.4g} {r['median']:>10.4g} "
-                                 f"{r['worst']:>10.4g} {wall:>7.0f}"
+                                 f"{r['worst']:>10.4g} {wall:>7.0f}" + _seeds_words(r)
                                  + (f"   {note}" if note else ""))
             lines.append(f"  -> {verdict({'models': models})}")
         lines += [] if doc.get("epochs") else [f"  {line}" for line in time_to_accuracy(d)]
@@ -244,12 +244,20 @@ def mesh_independence(d: dict) -> list[tuple[str, str, dict | None, dict]]:
     return out
 
 
+def _seeds_words(r: dict) -> str:
+    """The range of the seeds' means of a result of several seeds, else nothing."""
+    if "spread" not in r:
+        return ""
+    return f"   seeds {r['spread'][0]:.4g}-{r['spread'][1]:.4g} ({len(r['seeds'])})"
+
+
 def _zero_shot_cell(r: dict | None) -> str:
     if not r:
         return "not run"
     moved = (r.get("moved") or {}).get("mean")
-    return f"{r['mean']:.4g}" + (f" ({r['ratio']:.2f}x)" if r.get("ratio") else "") + (
-        f"; moved {moved:.4g}" if moved is not None else "")
+    spread = f" [{r['spread'][0]:.3g}-{r['spread'][1]:.3g}]" if "spread" in r else ""
+    return f"{r['mean']:.4g}" + spread + (f" ({r['ratio']:.2f}x)" if r.get("ratio") else "") \
+        + (f"; moved {moved:.4g}" if moved is not None else "")
 
 
 def mesh_independence_lines(d: dict, models: list[str]) -> list[str]:

@@ -221,6 +221,25 @@ def test_peer_validation_split_is_meshops_trains():
     assert split_of_run("val_fraction: 0.5\nseed: 3\n", 10) == validation_split(10, 0.5, 3)
 
 
+def test_peer_probe_trains_on_meshops_split_and_never_reads_the_test_files(tmp_path):
+    """A peer's recipe probe: the training and validation files are those ``meshops train``
+    uses, no test file, CPU seconds as the budget, the recipe in place of CONFIGS'."""
+    from benchmarks.accuracy.meshops_cli import split_of_run
+    from benchmarks.peer_probe import parse_args, probe_job
+
+    root, _ = _write_set(tmp_path / "tiny")
+    args = parse_args(["--data", str(root), "--model", "transolver", "--batch-size", "4",
+                       "--lr", "3e-3", "--scheduler", "cosine", "--peers-python", "python",
+                       "--out", str(tmp_path / "p.jsonl")])
+    job = probe_job(root, args, tmp_path)
+    tr, va = split_of_run(None, 8)
+    names = list_files(root / "train")
+    assert job["train"] == [names[i] for i in tr] and job["val"] == [names[i] for i in va]
+    assert job["test"] == [] and job["clock"] == "cpu" and job["threads"] == 1
+    assert job["config"] == {"batch": 4, "lr": 3e-3, "schedule": "cosine"}
+    assert job["fields"] == {"u": [0], "v": [1]}
+
+
 # ------------------------------------------------------------------- report
 def _doc():
     def r(m):
@@ -736,6 +755,46 @@ def test_overlapping_seed_ranges_are_called_level():
     assert "level with Transolver within the seeds' spread" in text
     md = markdown_table(close)
     assert "0.03 (0.02-0.04, 2 seeds)" in md
+
+
+def test_seeds_option_runs_each_seed_and_writes_their_mean(tmp_path, monkeypatch, capsys):
+    """``--seeds 0,1`` runs everything once per seed into OUT-seedS.json, each seed's runs
+    kept apart, and writes the seeds' combination to OUT."""
+    import benchmarks.accuracy.__main__ as cli
+
+    ran = []
+
+    def run_once(args, out, command):
+        ran.append((args.seed, args.keep, out.name))
+        out.write_text(json.dumps({"schema": cli.SCHEMA, "command": command,
+                                   **_seed_doc(args.seed, 0.02 * (1 + args.seed),
+                                               0.05)}))
+        return 0
+
+    monkeypatch.setattr(cli, "run_once", run_once)
+    out = tmp_path / "r.json"
+    assert cli.main(["--datasets", "obstacle", "--models", "meshops,mean", "--seeds", "0,1",
+                     "--epochs", "2", "--keep", str(tmp_path / "k"), "--out", str(out)]) == 0
+    assert ran == [(0, tmp_path / "k" / "seed0", "r-seed0.json"),
+                   (1, tmp_path / "k" / "seed1", "r-seed1.json")]
+    ours = json.loads(out.read_text())["datasets"]["one"]["models"]["meshops"]
+    assert ours["mean"] == pytest.approx(0.03) and ours["spread"] == [0.02, 0.04]
+    printed = capsys.readouterr().out
+    assert "seeds 0.02-0.04 (2)" in printed and "[0.04-0.08] (2.00x)" in printed
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--seeds", "0,1", "--seed", "2"], "either --seed or --seeds"),
+    (["--seeds", "3"], "at least two distinct seeds"),
+    (["--seeds", "1,1"], "at least two distinct seeds"),
+    (["--seeds", "0,x"], "comma-separated integers"),
+])
+def test_seeds_option_refuses_what_it_cannot_average(argv, message, capsys):
+    import benchmarks.accuracy.__main__ as cli
+
+    with pytest.raises(SystemExit):
+        cli.parse_args(argv)
+    assert message in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ a 3-D family
