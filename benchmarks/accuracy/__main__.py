@@ -99,6 +99,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--plot", type=Path, metavar="FILE.json",
                    help="plot the validation error against training time of a stored "
                         "result's trained models into FILE.png and exit")
+    p.add_argument("--zero-shot", type=Path, nargs="+", metavar="FILE.json",
+                   help="print the table of in-distribution and zero-shot (re-meshed) errors "
+                        "of stored results, a later file's data set replacing an earlier "
+                        "one's, plot it into --out (PNG) and exit")
     p.add_argument("--merge", type=Path, nargs="+", metavar="FILE.json",
                    help="combine stored results (same budget and threads; a later file's "
                         "result for a data set and model replaces an earlier one's; the "
@@ -159,8 +163,6 @@ def _load() -> float:
 
 
 def _merge(files: list[Path], out: Path | None) -> int:
-    import json
-
     from benchmarks.accuracy.report import merge
     from benchmarks.accuracy.seeds import combine_seeds
     from benchmarks.reporting import write_json
@@ -168,18 +170,9 @@ def _merge(files: list[Path], out: Path | None) -> int:
     if out is None:
         print("error: --merge needs --out FILE.json", file=sys.stderr)
         return 2
-    docs = []
-    for f in files:
-        try:
-            doc = json.loads(f.read_text())
-        except (OSError, ValueError) as e:
-            print(f"error: {f}: {e}", file=sys.stderr)
-            return 2
-        if doc.get("schema") != SCHEMA:
-            print(f"error: {f}: not an accuracy result (schema {doc.get('schema')!r})",
-                  file=sys.stderr)
-            return 2
-        docs.append(doc)
+    docs = _read_results(files)
+    if docs is None:
+        return 2
     try:
         several = len({d.get("seed", 0) for d in docs}) > 1
         merged = combine_seeds(docs) if several else merge(docs)
@@ -188,6 +181,42 @@ def _merge(files: list[Path], out: Path | None) -> int:
         return 2
     write_json(out, merged)
     print(f"wrote {out}")
+    return 0
+
+
+def _read_results(files: list[Path]) -> list[dict] | None:
+    """The stored results of ``files``, or None after saying in one line what is wrong."""
+    import json
+
+    docs = []
+    for f in files:
+        try:
+            doc = json.loads(f.read_text())
+        except (OSError, ValueError) as e:
+            print(f"error: {f}: {e}", file=sys.stderr)
+            return None
+        if doc.get("schema") != SCHEMA:
+            print(f"error: {f}: not an accuracy result (schema {doc.get('schema')!r})",
+                  file=sys.stderr)
+            return None
+        docs.append(doc)
+    return docs
+
+
+def _zero_shot(files: list[Path], out: Path | None) -> int:
+    from benchmarks.accuracy import zero_shot
+
+    if out is None or out.suffix != ".png":
+        print("error: --zero-shot needs --out FILE.png", file=sys.stderr)
+        return 2
+    docs = _read_results(files)
+    if docs is None:
+        return 2
+    sources = [portable(str(f.resolve()), {}) for f in files]
+    print(zero_shot.markdown_table(docs, sources), end="")
+    n = zero_shot.plot(docs, out)
+    print(f"wrote {out} ({n} panels)" if n else "no data set has re-meshed splits; nothing "
+                                                   "plotted")
     return 0
 
 
@@ -217,6 +246,8 @@ def main(argv=None) -> int:
         return 0
     if args.merge:
         return _merge(args.merge, args.out)
+    if args.zero_shot:
+        return _zero_shot(args.zero_shot, args.out)
     if any(m in PEERS for m in args.models):
         try:
             ok = subprocess.run([args.peers_python, "-c", "import physicsnemo, neuralop"],

@@ -797,6 +797,37 @@ def test_seeds_option_refuses_what_it_cannot_average(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_zero_shot_rows_set_each_model_beside_the_truths_difference(tmp_path, capsys):
+    """The README's zero-shot table: per family and field the FE difference of the truths
+    and each trained model's test and re-meshed errors with their ratio; several stored
+    results read together, a later one's data set replacing an earlier one's."""
+    import benchmarks.accuracy.__main__ as cli
+    from benchmarks.accuracy import zero_shot
+
+    a, b = _seed_doc(0, 0.02, 0.05), _seed_doc(0, 0.01, 0.05)
+    for doc in (a, b):  # as run.score_remeshed leaves them
+        doc["datasets"]["one"]["truth_difference"] = {"test_fine": {"mean": 0.001}}
+        doc["datasets"]["one"]["models"]["meshops"]["remeshed"]["test_fine"]["ratio"] = 2.0
+    b["epochs"] = 7
+    rows = zero_shot.zero_shot_rows([a, b])
+    assert [(r["data"], r["model"]) for r in rows] == [("one", None), ("one", "meshops")]
+    assert rows[0]["splits"]["test_fine"]["mean"] == 0.001
+    ours = rows[1]
+    assert ours["test"]["mean"] == 0.01 and ours["budget"] == "7 epochs"
+    assert ours["splits"]["test_fine"]["ratio"] == pytest.approx(2.0)
+    md = zero_shot.markdown_table([a, b], ["x.json"])
+    assert "| one | meshops default | 7 epochs | 0.01 | 0.02 (2.00x) |" in md
+    assert "| one | FE difference of the truths |  |  | 0.001 |" in md
+    files = []
+    for k, doc in enumerate((a, b)):
+        files.append(tmp_path / f"{k}.json")
+        files[-1].write_text(json.dumps({"schema": cli.SCHEMA, **doc}))
+    assert cli.main(["--zero-shot", *map(str, files), "--out", str(tmp_path / "z.png")]) == 0
+    assert (tmp_path / "z.png").stat().st_size > 0
+    assert cli.main(["--zero-shot", str(files[0]), "--out", str(tmp_path / "z.json")]) == 2
+    assert "--zero-shot needs --out FILE.png" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------ a 3-D family
 def test_a_3d_family_folder_is_read_in_tetrahedra_and_scored(tmp_path):
     """A tiny block-with-cavities family (coarse gmsh meshes) written as the suite writes

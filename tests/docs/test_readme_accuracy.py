@@ -53,3 +53,21 @@ def test_each_verdict_says_behind_level_or_ahead_as_the_numbers_do():
         if start == "ahead":
             closest = min(others, key=others.get)
             assert f"the closest, {closest}, is" in said
+
+
+def test_readme_mesh_independence_table_is_generated_from_its_stored_results():
+    """The README's zero-shot table is the one :mod:`benchmarks.accuracy.zero_shot` makes
+    of the stored results it names, and the plot beside it is stored too."""
+    from benchmarks.accuracy.zero_shot import markdown_table
+
+    text = (ROOT / "README.md").read_text()
+    found = re.search(r"<!-- mesh independence table -->\n(.*?)"
+                      r"<!-- end of mesh independence table -->", text, re.S)
+    assert found, "README.md has no mesh independence table between its markers"
+    table = found.group(1)
+    sources = re.findall(r"`(benchmarks/results/[^`]+\.json)`", table.splitlines()[-1])
+    assert sources, "the table names no stored result"
+    docs = [json.loads((ROOT / s).read_text()) for s in sources]
+    assert table == markdown_table(docs, sources)
+    image = re.search(r"!\[[^\]]*\]\((benchmarks/results/[^)]+\.png)\)", text).group(1)
+    assert (ROOT / image).is_file()
