@@ -68,6 +68,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="a fixed number of epochs per trained model instead of the --minutes "
                         "clock: the load of the machine then changes the time, not the result")
     p.add_argument("--threads", type=int, default=2, help="threads per model (default 2)")
+    p.add_argument("--meshops-config", nargs="+", default=None, metavar="KEY=VALUE",
+                   help="train a variant of meshops' default model: these go to meshops "
+                        "train --model-config, the rest as the data choose it")
     p.add_argument("--seed", type=int, default=None,
                    help="seed of every trained model (meshops' --seed, which also draws its "
                         "validation split, and the peers'); --merge of several seeds' results "
@@ -306,6 +309,7 @@ def run_once(args, out: Path, command: str) -> int:
     doc = {"schema": SCHEMA, "command": command, "minutes": args.minutes, "epochs": args.epochs,
            "seed": args.seed,
            **({"note": FIXED_WORK} if args.epochs else {}),
+           **({"meshops_config": args.meshops_config} if args.meshops_config else {}),
            "threads": args.threads, "models": args.models, "grace": args.grace,
            "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": sys.version.split()[0]},
            "meshops_commit": _commit(), "peers_python": args.peers_python,

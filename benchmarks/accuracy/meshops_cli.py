@@ -68,12 +68,14 @@ def run_subprocess(cmd: Sequence[str], env: dict, log: Callable[[str], None],
 def run_meshops(data: Path, inputs: Sequence[str], fields: Sequence[str], minutes: float,
                 work: Path, env: dict, log: Callable[[str], None], grace: float,
                 extra: Sequence[str] = (), epochs: int | None = None, seed: int = 0,
-                reuse: bool = False) -> dict:
+                reuse: bool = False, model_config: Sequence[str] = ()) -> dict:
     """Train with the CLI's defaults (``--targets`` the target ``fields``: ``u+v,p``) and
     predict on ``data/test`` (and on ``data/SPLIT`` for every split of ``extra``: the
     test shapes re-meshed). With ``epochs``, ``--epochs N`` replaces ``--minutes`` (a fixed
     amount of work) and nothing is stopped at a deadline. With ``reuse``, a run already
     trained in ``work`` (a kept folder) is predicted and scored again, not retrained.
+    ``model_config`` (``KEY=VALUE`` strings) goes to ``--model-config``: a variant of the
+    default model, the rest of its configuration as the data choose it.
 
     Returns:
         ``{"predictions": {file name: [N, C]}, "extra_predictions": {split: {file name:
@@ -88,7 +90,8 @@ def run_meshops(data: Path, inputs: Sequence[str], fields: Sequence[str], minute
     train = py + ["train", "--data", str(data / "train"), "--inputs", ",".join(inputs),
                   "--targets", ",".join(fields),
                   *(["--epochs", str(epochs)] if epochs else ["--minutes", f"{minutes:g}"]),
-                  "--seed", str(seed), "--out", str(run)]
+                  "--seed", str(seed), "--out", str(run),
+                  *(["--model-config", *model_config] if model_config else [])]
     # a rescored run replaces the predictions its earlier scoring wrote
     again = ["--overwrite"] if reuse else []
     predict = py + ["predict", str(run), str(data / "test"), "-o", str(pred), *again]

@@ -138,7 +138,8 @@ def _one_model(model, name, data, desc, names, train, test, remeshed, columns, a
                         args.minutes, work / "meshops",
                         thread_env(args.threads), log, args.grace, extra=list(remeshed),
                         epochs=getattr(args, "epochs", None), seed=args.seed,
-                        reuse=getattr(args, "reuse", False))
+                        reuse=getattr(args, "reuse", False),
+                        model_config=getattr(args, "meshops_config", None) or ())
         run_config = r.get("run_config")
         out = score(r["predictions"], test, columns) if "predictions" in r else {}
         score_remeshed(out, r.get("extra_predictions", {}), remeshed, columns, test,

@@ -43,7 +43,21 @@ class SliceAttention(GlobalAttentionBase):
     its own, :math:`\tau_i = \tau \exp(w_\tau^\top W_X u(x_i) + b_\tau)` per head
     (:math:`w_\tau, b_\tau` start at zero: the layer starts as the plain one), so that
     slices can be sharp where the field changes fast and smooth elsewhere. A pointwise
-    temperature keeps every token a quadrature integral. Transolver
+    temperature keeps every token a quadrature integral.
+
+    With ``measure_attention`` the tokens attend to each other in proportion to the
+    measure of their slices, :math:`m_j = \sum_i w_i s_{ij} / \sum_i w_i`:
+
+    .. math::
+        z'_j = \frac{\sum_k m_k \exp(q_j^\top k_k / \sqrt{d})\, v_k}
+                     {\sum_k m_k \exp(q_j^\top k_k / \sqrt{d})},
+
+    (a bias :math:`\log m_k` on the logits), the quadrature of attention over the
+    domain's points when the keys and values are constant on each slice. A slice that
+    covers less than a cell of the mesh (its token a few points' values, not an integral
+    the mesh resolves) then weighs what it covers, not as much as a slice of half the
+    domain; without it such tokens change when the mesh is refined and move every other
+    token with them. Transolver
     averages each slice over the *points* (:math:`w_i = 1`), so a region meshed more
     finely weighs more in its token; with quadrature weights the tokens are integrals
     over the domain, independent of how it is meshed, and the layer is a
@@ -65,6 +79,8 @@ class SliceAttention(GlobalAttentionBase):
         bias (bool): biases in the projections. (default: ``True``)
         adaptive_temperature (bool): a temperature per point and head (see above).
             (default: ``False``)
+        measure_attention (bool): weigh each token by its slice's measure in the
+            attention among the tokens (see above). (default: ``False``)
 
     Shapes:
         - **input (flat):** ``x [N, C]`` or ``(x_src [Ns, Cs], x_dst [Nd, Cd])``,
@@ -86,7 +102,8 @@ class SliceAttention(GlobalAttentionBase):
 
     def __init__(self, in_channels: Channels, out_channels: Optional[int] = None,
                  heads: int = 4, slices: int = 32, temperature: float = 0.5,
-                 bias: bool = True, adaptive_temperature: bool = False) -> None:
+                 bias: bool = True, adaptive_temperature: bool = False,
+                 measure_attention: bool = False) -> None:
         super().__init__()
         self._init_channels(in_channels, out_channels, heads)
         if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
@@ -94,6 +111,7 @@ class SliceAttention(GlobalAttentionBase):
         if not temperature > 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
         self.slices, self.init_temperature = slices, float(temperature)
+        self.measure_attention = bool(measure_attention)
         self.head_channels = self.out_channels // heads
         d = self.head_channels
         # per head: the features read into the tokens (W_F) and those that choose the
@@ -156,9 +174,14 @@ class SliceAttention(GlobalAttentionBase):
         mass = torch.einsum("bhnm,bn->bhm", s_src, weight)               # [B, H, M]
         z = torch.einsum("bhnm,bhnd->bhmd", s_src, weight[:, None, :, None] * f)
         z = z / (mass + self.EPS)[..., None]
-        # 3. Attention among the M tokens                                [B, H, M, d]
+        # 3. Attention among the M tokens, each weighing its slice's measure
+        #    (a log m_k bias on the logits) with measure_attention          [B, H, M, d]
         q, k, v = self.lin_qkv(z).chunk(3, dim=-1)
-        z = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        bias = None
+        if self.measure_attention:
+            tiny = torch.finfo(mass.dtype).tiny
+            bias = mass.clamp_min(tiny).log()[:, :, None, :].to(q.dtype)  # [B, H, 1, M]
+        z = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
         # 4. Back to the destination points through their slice weights  [B, Nd, H d]
         if x_dst is x_src:
             s_dst = s_src
@@ -169,4 +192,5 @@ class SliceAttention(GlobalAttentionBase):
 
     def _repr_extra(self) -> str:
         ada = ", adaptive_temperature=True" if self.lin_temperature is not None else ""
+        ada += ", measure_attention=True" if self.measure_attention else ""
         return f", slices={self.slices}{ada}"

@@ -240,6 +240,25 @@ def test_peer_probe_trains_on_meshops_split_and_never_reads_the_test_files(tmp_p
     assert job["fields"] == {"u": [0], "v": [1]}
 
 
+def test_a_variant_of_meshops_default_goes_to_its_model_config(tmp_path, monkeypatch):
+    """``--meshops-config KEY=VALUE`` trains the default model with those keys changed:
+    they reach ``meshops train --model-config``, and the result says so."""
+    from benchmarks.accuracy import meshops_cli
+
+    seen = []
+    monkeypatch.setattr(meshops_cli, "run_subprocess",
+                        lambda cmd, *a, **k: (seen.append(cmd), (1, 0.0, False))[1])
+    for w in ("w", "v"):
+        (tmp_path / w).mkdir()
+    out = meshops_cli.run_meshops(tmp_path, ["a"], ["u"], 1.0, tmp_path / "w", {},
+                                  lambda line: None, 1.2, model_config=["slices=8"])
+    assert seen[0][-2:] == ["--model-config", "slices=8"]
+    assert out["commands"][0].endswith("--model-config slices=8")
+    plain = meshops_cli.run_meshops(tmp_path, ["a"], ["u"], 1.0, tmp_path / "v", {},
+                                    lambda line: None, 1.2)
+    assert "--model-config" not in plain["commands"][0]
+
+
 # ------------------------------------------------------------------- report
 def _doc():
     def r(m):

@@ -43,7 +43,14 @@ def reference(layer: SliceAttention, x_src, weight, x_dst=None):
             tokens.append(num / (den + layer.EPS))
         z = torch.stack(tokens)                                  # [M, d]
         q, k, v = layer.lin_qkv(z).chunk(3, dim=-1)
-        att = torch.softmax(q @ k.T / math.sqrt(d), dim=-1) @ v   # [M, d]
+        logits = q @ k.T / math.sqrt(d)
+        if layer.measure_attention:  # each key weighs its slice's measure
+            mass = torch.stack([sum(w[i] * s_src[i, j] for i in range(len(w)))
+                                for j in range(M)])
+            e = mass[None, :] * torch.exp(logits)
+            att = (e / e.sum(-1, keepdim=True)) @ v
+        else:
+            att = torch.softmax(logits, dim=-1) @ v              # [M, d]
         heads.append(s_dst @ att)
     return layer.lin_out(torch.cat(heads, dim=-1))
 
@@ -81,6 +88,38 @@ def test_adaptive_temperature_matches_the_reference_and_starts_as_the_plain_laye
     torch.testing.assert_close(got, reference(ada, x, w), rtol=1e-12, atol=1e-12)
     assert float((got - plain(x, None, w)).detach().abs().max()) > 1e-3   # it acts
     assert "adaptive_temperature=True" in repr(ada)
+
+
+def test_measure_attention_matches_the_reference_and_mutes_an_empty_slice():
+    """Tokens weighed by their slices' measure: the formula of the docstring; and a slice
+    that covers no point (its measure 0) changes no other token, where the plain layer
+    lets its token, whatever it is, enter every other's attention."""
+    g = torch.Generator().manual_seed(13)
+    x = torch.randn(30, 5, generator=g, dtype=torch.float64)
+    w = torch.rand(30, generator=g, dtype=torch.float64)
+    layer = _layer(measure_attention=True)
+    torch.testing.assert_close(layer(x, None, w), reference(layer, x, w), rtol=1e-12,
+                               atol=1e-12)
+    assert "measure_attention=True" in repr(layer)
+
+    def without_slice_0(measure):
+        """A layer of 4 slices whose slice 0 no point chooses (a logit 1e4 below the
+        others), and the same layer without that slice."""
+        four = _layer(slices=4, measure_attention=measure)
+        three = _layer(slices=3, measure_attention=measure)
+        with torch.no_grad():
+            four.lin_slice.bias.copy_(torch.tensor([-1e4, 0.0, 0.0, 0.0]))
+            for name in ("lin_f", "lin_x", "lin_qkv", "lin_out"):
+                getattr(three, name).load_state_dict(getattr(four, name).state_dict())
+            three.lin_slice.weight.copy_(four.lin_slice.weight[1:])
+            three.lin_slice.bias.zero_()
+            three.log_temperature.copy_(four.log_temperature)
+        return four(x, None, w), three(x, None, w)
+
+    four, three = without_slice_0(True)
+    torch.testing.assert_close(four, three, rtol=1e-12, atol=1e-12)
+    four, three = without_slice_0(False)
+    assert float((four - three).detach().abs().max()) > 1e-3
 
 
 def test_cross_form_matches_the_reference():
