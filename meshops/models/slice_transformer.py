@@ -92,10 +92,10 @@ class SliceTransformer(InterpolatedQueries, NeuralOperator):
             a speed) that enter only through the conditioning on the input means, not
             at every point, where a value unique to each training sample lets the model
             tell the samples apart (needs ``condition_on_inputs``). (default: ``()``)
-        measure_attention (bool): the slice tokens attend to each other in proportion to
-            their slices' measure (:class:`~meshops.nn.slice.SliceAttention`), so that a
-            slice smaller than the mesh resolves does not move the others when the mesh
-            changes. (default: ``False``)
+        min_measure (float): a slice covering less than this fraction of the domain is
+            muted in the attention among the tokens
+            (:class:`~meshops.nn.slice.SliceAttention`), so that a slice smaller than the
+            mesh resolves does not move the others when the mesh changes. (default: ``0``)
 
     Shapes:
         - **input:** ``x [N, in_channels]``, ``pos [N, pos_dim]``, ``weight [N]``,
@@ -108,7 +108,7 @@ class SliceTransformer(InterpolatedQueries, NeuralOperator):
                  layers: int = 4, heads: int = 4, slices: int = 32, ffn_ratio: float = 1,
                  pos_encoding: int = 0, interp_k: int = 4, param_channels: int = 0,
                  condition_on_inputs: bool = False, adaptive_temperature: bool = False,
-                 global_inputs: Sequence[int] = (), measure_attention: bool = False) -> None:
+                 global_inputs: Sequence[int] = (), min_measure: float = 0.0) -> None:
         super().__init__()
         check_model_sizes(in_channels, out_channels, pos_dim, width)
         check_positive_int(layers, "layers", minimum=1)
@@ -130,7 +130,7 @@ class SliceTransformer(InterpolatedQueries, NeuralOperator):
         self.blocks = nn.ModuleList([
             TransformerBlock(SliceAttention(width, width, heads=heads, slices=slices,
                                             adaptive_temperature=adaptive_temperature,
-                                            measure_attention=measure_attention),
+                                            min_measure=min_measure),
                              width, ffn_ratio=ffn_ratio)
             for _ in range(layers)])
         self.norm_out = nn.LayerNorm(width)

@@ -45,19 +45,26 @@ class SliceAttention(GlobalAttentionBase):
     slices can be sharp where the field changes fast and smooth elsewhere. A pointwise
     temperature keeps every token a quadrature integral.
 
-    With ``measure_attention`` the tokens attend to each other in proportion to the
-    measure of their slices, :math:`m_j = \sum_i w_i s_{ij} / \sum_i w_i`:
+    With ``min_measure`` :math:`= \mu > 0`, a token weighs in the attention among the
+    tokens by how much more than :math:`\mu` its slice covers, with
+    :math:`m_j = \sum_i w_i s_{ij} / \sum_i w_i` the fraction of the domain in slice
+    :math:`j`:
 
     .. math::
-        z'_j = \frac{\sum_k m_k \exp(q_j^\top k_k / \sqrt{d})\, v_k}
-                     {\sum_k m_k \exp(q_j^\top k_k / \sqrt{d})},
+        z'_j = \frac{\sum_k g_k \exp(q_j^\top k_k / \sqrt{d})\, v_k}
+                     {\sum_k g_k \exp(q_j^\top k_k / \sqrt{d})}, \qquad
+        g_k = \frac{m_k}{m_k + \mu}
 
-    (a bias :math:`\log m_k` on the logits), the quadrature of attention over the
-    domain's points when the keys and values are constant on each slice. A slice that
-    covers less than a cell of the mesh (its token a few points' values, not an integral
-    the mesh resolves) then weighs what it covers, not as much as a slice of half the
-    domain; without it such tokens change when the mesh is refined and move every other
-    token with them. Transolver
+    (a bias :math:`\log g_k` on the logits): slices much larger than :math:`\mu` attend as
+    in the plain layer (:math:`g_k \approx 1`), slices much smaller weigh their measure
+    (:math:`g_k \approx m_k / \mu`). A slice that covers less than the mesh resolves (its
+    token a few points' values rather than an integral) otherwise enters every other
+    token's attention as fully as a slice of half the domain, and when the mesh is
+    refined its token changes and moves all the others (measured on a graded re-mesh of
+    the obstacle stand-in: docs/accuracy.md). :math:`\mu` is a fraction of the domain,
+    not of a cell: the same operator on every mesh.
+
+    Transolver
     averages each slice over the *points* (:math:`w_i = 1`), so a region meshed more
     finely weighs more in its token; with quadrature weights the tokens are integrals
     over the domain, independent of how it is meshed, and the layer is a
@@ -79,8 +86,9 @@ class SliceAttention(GlobalAttentionBase):
         bias (bool): biases in the projections. (default: ``True``)
         adaptive_temperature (bool): a temperature per point and head (see above).
             (default: ``False``)
-        measure_attention (bool): weigh each token by its slice's measure in the
-            attention among the tokens (see above). (default: ``False``)
+        min_measure (float): the fraction of the domain :math:`\mu` below which a slice's
+            token is muted in the attention among the tokens (see above; ``0``: never).
+            (default: ``0``)
 
     Shapes:
         - **input (flat):** ``x [N, C]`` or ``(x_src [Ns, Cs], x_dst [Nd, Cd])``,
@@ -103,7 +111,7 @@ class SliceAttention(GlobalAttentionBase):
     def __init__(self, in_channels: Channels, out_channels: Optional[int] = None,
                  heads: int = 4, slices: int = 32, temperature: float = 0.5,
                  bias: bool = True, adaptive_temperature: bool = False,
-                 measure_attention: bool = False) -> None:
+                 min_measure: float = 0.0) -> None:
         super().__init__()
         self._init_channels(in_channels, out_channels, heads)
         if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
@@ -111,7 +119,10 @@ class SliceAttention(GlobalAttentionBase):
         if not temperature > 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
         self.slices, self.init_temperature = slices, float(temperature)
-        self.measure_attention = bool(measure_attention)
+        if not (isinstance(min_measure, (int, float)) and 0 <= min_measure < 1):
+            raise ValueError(f"min_measure must be a fraction of the domain in [0, 1), got "
+                             f"{min_measure!r}")
+        self.min_measure = float(min_measure)
         self.head_channels = self.out_channels // heads
         d = self.head_channels
         # per head: the features read into the tokens (W_F) and those that choose the
@@ -174,13 +185,14 @@ class SliceAttention(GlobalAttentionBase):
         mass = torch.einsum("bhnm,bn->bhm", s_src, weight)               # [B, H, M]
         z = torch.einsum("bhnm,bhnd->bhmd", s_src, weight[:, None, :, None] * f)
         z = z / (mass + self.EPS)[..., None]
-        # 3. Attention among the M tokens, each weighing its slice's measure
-        #    (a log m_k bias on the logits) with measure_attention          [B, H, M, d]
+        # 3. Attention among the M tokens, a slice of measure below min_measure muted
+        #    (a log(m / (m + mu)) bias on the logits)                        [B, H, M, d]
         q, k, v = self.lin_qkv(z).chunk(3, dim=-1)
         bias = None
-        if self.measure_attention:
+        if self.min_measure > 0:
             tiny = torch.finfo(mass.dtype).tiny
-            bias = mass.clamp_min(tiny).log()[:, :, None, :].to(q.dtype)  # [B, H, 1, M]
+            share = mass / (mass + self.min_measure)
+            bias = share.clamp_min(tiny).log()[:, :, None, :].to(q.dtype)  # [B, H, 1, M]
         z = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
         # 4. Back to the destination points through their slice weights  [B, Nd, H d]
         if x_dst is x_src:
@@ -192,5 +204,5 @@ class SliceAttention(GlobalAttentionBase):
 
     def _repr_extra(self) -> str:
         ada = ", adaptive_temperature=True" if self.lin_temperature is not None else ""
-        ada += ", measure_attention=True" if self.measure_attention else ""
+        ada += f", min_measure={self.min_measure:g}" if self.min_measure else ""
         return f", slices={self.slices}{ada}"

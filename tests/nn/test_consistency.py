@@ -105,9 +105,10 @@ def _layers():
         # a temperature per point is a pointwise map: the same order as the plain layer
         "slice_adaptive": (lambda: SliceAttention(IN_CHANNELS, 8, heads=2, slices=4,
                                                   adaptive_temperature=True), 2, 900),
-        # the measures of the slices are integrals of smooth functions too
-        "slice_measure": (lambda: SliceAttention(IN_CHANNELS, 8, heads=2, slices=4,
-                                                 measure_attention=True), 2, 900),
+        # the slices' measures are integrals of smooth functions too (floor 0.3: most
+        # of the 4 slices weigh about m / (m + 0.3), away from both limits)
+        "slice_min_measure": (lambda: SliceAttention(IN_CHANNELS, 8, heads=2, slices=4,
+                                                     min_measure=0.3), 2, 900),
     }
     return layers
 

@@ -44,10 +44,10 @@ def reference(layer: SliceAttention, x_src, weight, x_dst=None):
         z = torch.stack(tokens)                                  # [M, d]
         q, k, v = layer.lin_qkv(z).chunk(3, dim=-1)
         logits = q @ k.T / math.sqrt(d)
-        if layer.measure_attention:  # each key weighs its slice's measure
+        if layer.min_measure:  # each key weighs m / (m + mu) of its slice's measure m
             mass = torch.stack([sum(w[i] * s_src[i, j] for i in range(len(w)))
                                 for j in range(M)])
-            e = mass[None, :] * torch.exp(logits)
+            e = (mass / (mass + layer.min_measure))[None, :] * torch.exp(logits)
             att = (e / e.sum(-1, keepdim=True)) @ v
         else:
             att = torch.softmax(logits, dim=-1) @ v              # [M, d]
@@ -90,23 +90,26 @@ def test_adaptive_temperature_matches_the_reference_and_starts_as_the_plain_laye
     assert "adaptive_temperature=True" in repr(ada)
 
 
-def test_measure_attention_matches_the_reference_and_mutes_an_empty_slice():
-    """Tokens weighed by their slices' measure: the formula of the docstring; and a slice
-    that covers no point (its measure 0) changes no other token, where the plain layer
-    lets its token, whatever it is, enter every other's attention."""
+def test_min_measure_matches_the_reference_and_mutes_an_empty_slice():
+    """Tokens muted below a measure: the formula of the docstring; a slice that covers
+    no point changes no other token, where the plain layer lets its token, whatever it
+    is, enter every other's attention; and slices far larger than the floor attend as
+    in the plain layer."""
     g = torch.Generator().manual_seed(13)
     x = torch.randn(30, 5, generator=g, dtype=torch.float64)
     w = torch.rand(30, generator=g, dtype=torch.float64)
-    layer = _layer(measure_attention=True)
+    layer = _layer(min_measure=0.2)
     torch.testing.assert_close(layer(x, None, w), reference(layer, x, w), rtol=1e-12,
                                atol=1e-12)
-    assert "measure_attention=True" in repr(layer)
+    assert "min_measure=0.2" in repr(layer)
+    # every slice here covers about a third of the domain: a floor 1e-9 changes nothing
+    torch.testing.assert_close(_layer(min_measure=1e-9)(x, None, w), _layer()(x, None, w),
+                               rtol=1e-7, atol=1e-7)
 
-    def without_slice_0(measure):
+    def without_slice_0(mu):
         """A layer of 4 slices whose slice 0 no point chooses (a logit 1e4 below the
         others), and the same layer without that slice."""
-        four = _layer(slices=4, measure_attention=measure)
-        three = _layer(slices=3, measure_attention=measure)
+        four, three = _layer(slices=4, min_measure=mu), _layer(slices=3, min_measure=mu)
         with torch.no_grad():
             four.lin_slice.bias.copy_(torch.tensor([-1e4, 0.0, 0.0, 0.0]))
             for name in ("lin_f", "lin_x", "lin_qkv", "lin_out"):
@@ -116,9 +119,9 @@ def test_measure_attention_matches_the_reference_and_mutes_an_empty_slice():
             three.log_temperature.copy_(four.log_temperature)
         return four(x, None, w), three(x, None, w)
 
-    four, three = without_slice_0(True)
+    four, three = without_slice_0(0.01)
     torch.testing.assert_close(four, three, rtol=1e-12, atol=1e-12)
-    four, three = without_slice_0(False)
+    four, three = without_slice_0(0.0)
     assert float((four - three).detach().abs().max()) > 1e-3
 
 
@@ -211,6 +214,8 @@ def test_a_zero_weight_point_is_not_in_any_token():
 
 @pytest.mark.parametrize("kw, message", [
     ({"slices": 0}, "slices must be a positive integer"),
+    ({"min_measure": 1.0}, "min_measure must be a fraction of the domain"),
+    ({"min_measure": -0.1}, "min_measure must be a fraction of the domain"),
     ({"temperature": 0.0}, "temperature must be positive"),
     ({"out": 7}, "not divisible by heads"),
 ])
