@@ -882,3 +882,32 @@ def test_a_3d_family_folder_is_read_in_tetrahedra_and_scored(tmp_path):
     assert set(res["models"]["nearest"]["fields"]) == {"ux+uy+uz", "vm"}
     assert 0 < res["truth_difference"]["test_fine"]["mean"] < 0.5
     assert np.isfinite(res["models"]["mean"]["remeshed"]["test_fine"]["ratio"])
+
+
+# ------------------------------------------------------------------ diagnosis
+@pytest.mark.parametrize("mu", [0.0, 0.05])
+def test_slice_transplant_repeats_the_layer_exactly_and_swaps_only_small_slices(mu):
+    """benchmarks.slice_transplant repeats SliceAttention's steps to swap tokens between
+    them: untouched it is the layer, to round-off; swapping in recorded tokens changes
+    the output only through the slices it names."""
+    from benchmarks.slice_transplant import LARGE, RECORD, SMALL, Swap
+    from meshops.nn.slice import SliceAttention
+
+    torch.manual_seed(0)
+    layer = SliceAttention(5, 8, heads=2, slices=4, min_measure=mu).double()
+    g = torch.Generator().manual_seed(1)
+    x, w = (torch.randn(1, 40, 5, generator=g, dtype=torch.float64),
+            torch.rand(1, 40, generator=g, dtype=torch.float64))
+    swap = Swap()
+    torch.testing.assert_close(swap.attend(layer, x, w), layer(x[0], None, w[0])[None],
+                               rtol=1e-12, atol=1e-12)
+    swap.mode = RECORD
+    swap.attend(layer, x, w)
+    y = x + 0.1 * torch.randn(1, 40, 5, generator=g, dtype=torch.float64)
+    swap.mode, swap.threshold = None, 2.0  # every slice is "small"
+    moved = swap.attend(layer, y, w)
+    for mode, same in ((SMALL, False), (LARGE, True)):
+        swap.mode, swap.i = mode, 0
+        got = swap.attend(layer, y, w)
+        # all tokens from the record: the old tokens read back at the new points
+        assert torch.allclose(got, moved) == same
