@@ -911,3 +911,14 @@ def test_slice_transplant_repeats_the_layer_exactly_and_swaps_only_small_slices(
         got = swap.attend(layer, y, w)
         # all tokens from the record: the old tokens read back at the new points
         assert torch.allclose(got, moved) == same
+
+
+def test_validation_remesh_takes_the_files_meshops_train_validates_on(tmp_path):
+    from benchmarks.accuracy.meshops_cli import split_of_run
+    from benchmarks.validation_remesh import validation_files
+
+    root, _ = _write_set(tmp_path / "tiny")
+    _, va = split_of_run(None, 8)
+    got = validation_files(root)
+    assert [f.name for f in got] == [f"sample_{i:04d}.vtu" for i in va]
+    assert all(f.is_file() for f in got)
