@@ -133,7 +133,7 @@ def solve_potential(vertices, triangles, streams, rtol: float = 1e-10) -> np.nda
     streams = np.asarray(streams, np.float64).reshape(-1, 3)
     a = influence_matrix(vertices, triangles)
     rhs = np.asarray(vertices, np.float64)[np.asarray(triangles)].mean(1) @ streams.T
-    rows = max(1, _BLOCK // len(a))
+    rows = max(1, 16 * _BLOCK // len(a))
 
     def matvec(v):
         # a float64 product, block by block: a float32 one would stall GMRES at 1e-7,
