@@ -3,7 +3,8 @@
 * **training mean**: the node-wise mean of the training targets; on meshes that
   differ, the mean of the training fields carried over to the test mesh by P1
   interpolation on each training mesh's triangles or tetrahedra (nearest node outside
-  them: in a cavity of the training shape or beyond its domain).
+  them: in a cavity of the training shape or beyond its domain; on a surface in space, at
+  the point of the training surface closest to the node).
 * **nearest training sample**: the targets of the training sample whose parameters
   (those of ``params.json``, e.g. a family's shape parameters, else the input
   fields' node means; standardised by their spread over the training set) are
@@ -55,13 +56,13 @@ def _values_at(src: Sample, points: np.ndarray) -> np.ndarray:
     nearest node's value outside them (a point in a cavity or beyond the source's
     domain). Triangles in the plane go through matplotlib's finder, tetrahedra (and
     triangulations matplotlib refuses) through :func:`_values_by_search`; triangles in
-    space (a surface) get the nearest node's value alone."""
+    space (a surface) through :func:`_values_on_surface`."""
     import matplotlib.tri as mtri
     from scipy.spatial import cKDTree
 
-    nearest = cKDTree(src.points).query(points)[1]
     if src.cells.shape[1] != src.points.shape[1] + 1:
-        return src.targets[nearest].astype(np.float64)
+        return _values_on_surface(src, points)
+    nearest = cKDTree(src.points).query(points)[1]
     if src.points.shape[1] == 3:
         return _values_by_search(src, points, nearest)
     tri = mtri.Triangulation(src.points[:, 0], src.points[:, 1], src.cells)
@@ -127,6 +128,66 @@ def _values_by_search(src: Sample, points: np.ndarray, nearest: np.ndarray,
         todo = np.setdiff1d(todo, np.concatenate(placed) if placed else [])
         if not len(todo):
             break
+    return out
+
+
+def _closest_on_triangles(q: np.ndarray, corners: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distances and barycentric coordinates of the points of triangles closest to
+    ``q``: the projection onto the plane where it falls inside, else the nearest point of
+    the nearest edge (a degenerate triangle's projection is its first corner).
+
+    Shapes:
+        q ``[n, k, 3]``, corners ``[n, k, 3, 3]`` -> ``([n, k], [n, k, 3])``
+    """
+    e1, e2, r = (corners[..., 1, :] - corners[..., 0, :], corners[..., 2, :] - corners[..., 0, :],
+                 q - corners[..., 0, :])
+    g11, g12, g22 = (e1 * e1).sum(-1), (e1 * e2).sum(-1), (e2 * e2).sum(-1)
+    r1, r2 = (r * e1).sum(-1), (r * e2).sum(-1)
+    det = g11 * g22 - g12 * g12
+    det = np.where(det > 0, det, np.inf)
+    s, t = (g22 * r1 - g12 * r2) / det, (g11 * r2 - g12 * r1) / det
+    lam = np.stack([1 - s - t, s, t], -1)
+
+    def distance(weights):
+        gap = q - (weights[..., :1] * corners[..., 0, :] + weights[..., 1:2] * corners[..., 1, :]
+                   + weights[..., 2:] * corners[..., 2, :])
+        return np.sqrt((gap * gap).sum(-1))
+
+    dist = np.where((lam >= 0).all(-1), distance(lam), np.inf)
+    for i, j in ((0, 1), (1, 2), (2, 0)):
+        d = corners[..., j, :] - corners[..., i, :]
+        u = np.clip(((q - corners[..., i, :]) * d).sum(-1) / np.maximum((d * d).sum(-1), 1e-300),
+                    0, 1)
+        edge = np.zeros_like(lam)
+        edge[..., i], edge[..., j] = 1 - u, u
+        de = distance(edge)
+        nearer = de < dist
+        dist, lam = np.where(nearer, de, dist), np.where(nearer[..., None], edge, lam)
+    return dist, lam
+
+
+def _values_on_surface(src: Sample, points: np.ndarray, k: int = 8,
+                       chunk: int = 4096) -> np.ndarray:
+    """``src.targets`` at ``points`` near a surface in space (triangles in 3-D): P1
+    interpolation at the closest point of the closest of the ``k`` triangles with the
+    nearest centroids.
+
+    Shapes:
+        points ``[P, 3]`` -> ``[P, C]``
+    """
+    from scipy.spatial import cKDTree
+
+    p, t, y = src.points, src.cells, src.targets
+    k = min(k, len(t))
+    tree = cKDTree(p[t].mean(1))
+    out = np.empty((len(points), y.shape[1]))
+    for s in range(0, len(points), chunk):
+        q = points[s:s + chunk]
+        cand = tree.query(q, k)[1].reshape(len(q), k)                       # [n, k]
+        dist, lam = _closest_on_triangles(np.repeat(q[:, None], k, 1), p[t[cand]])
+        j = np.argmin(dist, 1)
+        rows = np.arange(len(q))
+        out[s:s + chunk] = (lam[rows, j][..., None] * y[t[cand[rows, j]]]).sum(1)
     return out
 
 

@@ -28,6 +28,7 @@ from typing import Callable
 import torch
 
 from data_adapters.parametric import ParametricSet, prepare_parametric_folders
+from data_adapters.standins.body3d import PARAMS as BODY3D_PARAMS
 from data_adapters.standins.cavity3d import PARAMS as CAVITY3D_PARAMS
 
 #: Name -> (key, builder). The key names everything the folder depends on.
@@ -195,14 +196,20 @@ _family_set("obstacle", "STAND-IN: steady viscous flow (Re 20-40) past a star-sh
 
 
 
-def _cavity3d(n, seed, n_test):
-    from data_adapters.standins.cavity3d import make_cavity3d_standin
+def _remeshed(module: str, factory: str, again: dict):
+    """A family's ``build(samples, seed, test)``: ``factory`` of
+    ``data_adapters.standins.<module>`` for the samples and, for each split of ``again``
+    (``{split: keywords}``), for the test shapes alone meshed again."""
 
-    def make(**how):
-        return make_cavity3d_standin(n, seed=seed, dtype=torch.float64, progress=False, **how)
+    def build(n, seed, n_test):
+        import importlib
 
-    again = {"test_fine": {"refine": 1.5}, "test_ring16": {"ring": 16}}
-    return make(), {split: make(first=n - n_test, **how) for split, how in again.items()}
+        make = getattr(importlib.import_module(f"data_adapters.standins.{module}"), factory)
+        how = {"seed": seed, "dtype": torch.float64, "progress": False}
+        return make(n, **how), {split: make(n, first=n - n_test, **how, **kw)
+                                for split, kw in again.items()}
+
+    return build
 
 
 _family_set("cavity3d", "STAND-IN: 3-D linear elasticity of a 2 m x 1 m x 1 m steel block "
@@ -214,8 +221,26 @@ _family_set("cavity3d", "STAND-IN: 3-D linear elasticity of a 2 m x 1 m x 1 m st
             "times larger (data_adapters.standins.cavity3d); the test shapes meshed again: "
             "test_fine with every mesh size divided by 1.5 (about 3.4x the nodes), "
             "test_ring16 with a 17.5 mm band at the cavities refined 16x in volume.",
-            _cavity3d, ["sdf", "load", "angle", "elevation"], ["ux", "uy", "uz", "vm"],
+            _remeshed("cavity3d", "make_cavity3d_standin",
+                      {"test_fine": {"refine": 1.5}, "test_ring16": {"ring": 16}}),
+            ["sdf", "load", "angle", "elevation"], ["ux", "uy", "uz", "vm"],
             ["ux+uy+uz", "vm"], CAVITY3D_PARAMS)
+
+
+_family_set("body3d", "STAND-IN: 3-D potential flow past random closed bodies (an ellipsoid "
+            "0.5-1.5 long and 0.2-0.5 across with three smooth bumps, slightly turned) in a "
+            "unit stream at angle of attack alpha and sideslip beta within 15 degrees, solved "
+            "by a panel method; the body's surface as triangles in space, each sample its own "
+            "mesh (1,543 nodes: gmsh's sphere turned at random and mapped onto the body); "
+            "inputs the outward normal (nx, ny, nz) and alpha, beta (rad) as constant fields, "
+            "targets the pressure coefficient cp and the surface velocity (vx, vy, vz) "
+            "(data_adapters.standins.body3d); the test shapes meshed again: test_fine with "
+            "the sphere's edge halved (about 4x the nodes), test_graded with a cap round the "
+            "front stagnation point refined 16x in area.",
+            _remeshed("body3d", "make_body3d_standin",
+                      {"test_fine": {"refine": 2}, "test_graded": {"ring": 16}}),
+            ["nx", "ny", "nz", "alpha", "beta"], ["cp", "vx", "vy", "vz"],
+            ["cp", "vx+vy+vz"], BODY3D_PARAMS)
 
 NAMES = tuple(_SPECS)
 

@@ -28,7 +28,8 @@ from benchmarks.accuracy.metric import field_errors, summarize
 LABELS = {"test_fine": "uniformly finer (about 4x the nodes)",
           "test_ring16": "band at the bodies refined 16x in area",
           "test_ring64": "band at the bodies refined 64x in area",
-          "test_wall": "grid rows packed 4x closer to the wall"}
+          "test_wall": "grid rows packed 4x closer to the wall",
+          "test_graded": "cap at the front stagnation point refined 16x in area"}
 
 
 def label(split: str) -> str:

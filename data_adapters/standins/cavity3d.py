@@ -47,10 +47,10 @@ import numpy as np
 import torch
 
 from data_adapters.standins._cache import describe, generate_or_load
+from data_adapters.standins._meshes import pack_meshes, unpack_meshes
 from data_adapters.standins.fem import lame
-from meshops.datasets.folder import add_inputs_targets, as_float_dtype
+from meshops.datasets.folder import as_float_dtype
 from meshops.errors import MeshError
-from meshops.mesh.io import mesh_from_arrays
 
 GENERATOR = "cavity3d"
 VERSION = 1
@@ -409,12 +409,7 @@ def _generate(params: np.ndarray, h: float, h_cavity: float, progress: bool, rin
     done = [_sample(prm, h, h_cavity, ring, band)
             for prm in progress_bar(params, desc="cavity3d STAND-IN (FEM)", enabled=progress,
                                     leave=False)]
-    empty = {"points": np.zeros((0, 3)), "tetra": np.zeros((0, 4), np.int32)}
-    out = {k: np.concatenate([d[k] for d in done]) if done else empty.get(k, np.zeros(0))
-           for k in ("points", "tetra", *INPUTS, *TARGETS)}
-    for key, what in (("point_offsets", "points"), ("cell_offsets", "tetra")):
-        out[key] = np.cumsum([0] + [len(d[what]) for d in done]).astype(np.int64)
-    return {**out, "params": params}
+    return pack_meshes(done, "tetra", 4, (*INPUTS, *TARGETS), params)
 
 
 def _check(num_samples, refine, ring, first, band) -> None:
@@ -472,16 +467,6 @@ def make_cavity3d_standin(num_samples: int = 300, seed: int = 0, cache_dir=None,
     arrays, _ = generate_or_load(meta, lambda: _generate(params, size["h"], size["h_cavity"],
                                                          progress, ring, band),
                                  cache_dir, progress, "cavity3d")
-    po, co = arrays["point_offsets"], arrays["cell_offsets"]
     how = f"refine {refine:g}" + (f", ring {ring} x{band:g} m" if ring > 1 else "")
-    out = []
-    for s, prm in enumerate(arrays["params"]):
-        sl = slice(po[s], po[s + 1])
-        mesh = mesh_from_arrays(
-            arrays["points"][sl], [("tetra", arrays["tetra"][co[s]:co[s + 1]].astype(np.int64))],
-            {k: arrays[k][sl] for k in (*INPUTS, *TARGETS)},
-            source=f"cavity3d STAND-IN sample {first + s} (seed {seed}, {how})")
-        out.append(add_inputs_targets(mesh, list(INPUTS), list(TARGETS), dtype,
-                                      sample_id=first + s, standin=True,
-                                      params=torch.from_numpy(prm.copy())[None]))
-    return out
+    return unpack_meshes(arrays, "tetra", INPUTS, TARGETS, dtype, first,
+                         lambda k: f"cavity3d STAND-IN sample {k} (seed {seed}, {how})")
