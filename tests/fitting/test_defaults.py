@@ -101,8 +101,9 @@ def test_field_inputs_and_several_target_channels_get_the_slice_transformer():
     assert (name, model_config, train_config) == ("slice_transformer", FIELDS_SLICE,
                                                   FIELDS_TRAIN)
     assert train_config == {"batch_size": 1, "lr": 1e-3, "scheduler": "onecycle"}
-    assert ("field inputs, 3 target channels: the slice transformer (width 64, 32 slices), "
-            "batch 1, lr 0.001, onecycle rate") in reason
+    assert ("field inputs, 3 target channels: the slice transformer (width 64, 32 slices, "
+            "those under 0.001 of the domain muted), batch 1, lr 0.001, onecycle rate") in reason
+    assert model_config["min_measure"] == 1e-3
     # PiT asked for on the same data: PiT's sizes and training, not the slice model's
     name, model_config, train_config, _ = choose_defaults(
         _samples(10, 300, one_mesh=False, constant=False, channels=3), "pit")
