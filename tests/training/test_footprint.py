@@ -104,6 +104,18 @@ def test_a_step_that_fits_only_checkpointed_gets_checkpointed_blocks(monkeypatch
             "pass (--checkpoint-blocks), about 8 GB") in note
 
 
+def test_a_step_that_takes_most_of_the_memory_is_checkpointed_if_that_halves_it(
+        monkeypatch):
+    # 14 GB of 20 fits, but leaves little to the rest of the machine: checkpointed
+    # blocks take 4 GB, under half of it, and are turned on
+    (cfg, note), calls = _fit(monkeypatch, free=20, plain=14, checkpointed=4)
+    assert cfg.checkpoint_blocks and calls == [False, True]
+    assert "takes about 14 GB, 20 GB is free: the blocks' activations are recomputed" in note
+    # checkpointed blocks that save little (12 GB, above half) are not worth the time
+    (cfg, note), calls = _fit(monkeypatch, free=20, plain=14, checkpointed=12)
+    assert not cfg.checkpoint_blocks and note == "" and calls == [False, True]
+
+
 def test_a_step_that_cannot_fit_is_refused_before_training_saying_what_would(monkeypatch):
     with pytest.raises(UsageError) as err:
         _fit(monkeypatch, free=10, plain=40, checkpointed=20)
