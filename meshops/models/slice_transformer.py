@@ -263,7 +263,13 @@ class SliceTransformer(InterpolatedQueries, NeuralOperator):
                      torch.arange(B, device=h.device).repeat_interleave(n))
             return self.conditioning(h.reshape(B * n, C), film, batch, site).view(B, n, C)
 
-        return torch.cat([_run_part(rest, xp) for xp in xs], 1)
+        if torch.is_grad_enabled():
+            return torch.cat([_run_part(rest, xp) for xp in xs], 1)
+        # Without gradients each part's output replaces its input, which nothing reads
+        # once the tokens are known: one [B, N, C] tensor for the whole block.
+        for xp in xs:
+            xp.copy_(rest(xp))
+        return x
 
     def _head(self, h: Tensor, batch: Optional[Tensor], film: Optional[Tensor]) -> Tensor:
         h = self.norm_out(h)
@@ -303,7 +309,13 @@ def _by_rows(fn: Callable, part: Optional[int], *args: Optional[Tensor]) -> Tens
     together once, not a zero-filled copy per part."""
     if part is None:
         return fn(*args)
-    first = next(a for a in args if a is not None)
-    count = -(-first.shape[0] // part)
-    pieces = [a.split(part) if a is not None else (None,) * count for a in args]
-    return torch.cat([_run_part(fn, *p) for p in zip(*pieces)])
+    n = next(a for a in args if a is not None).shape[0]
+    pieces = [a.split(part) if a is not None else (None,) * -(-n // part) for a in args]
+    if torch.is_grad_enabled():
+        return torch.cat([_run_part(fn, *p) for p in zip(*pieces)])
+    out: Optional[Tensor] = None     # without gradients: filled in place, not concatenated
+    for start, p in zip(range(0, n, part), zip(*pieces)):
+        y = fn(*p)
+        out = y.new_empty((n,) + y.shape[1:]) if out is None else out
+        out[start:start + y.shape[0]] = y
+    return out

@@ -74,8 +74,10 @@ def test_a_checkpointed_step_on_parts_is_the_step_in_one_piece(case):
         torch.testing.assert_close(g_p, g, rtol=0, atol=1e-12 * float(scale))
 
 
-def test_a_prediction_on_parts_is_the_prediction_in_one_piece():
-    batch = Batch.from_data_list(CASES["two samples of different sizes (padding)"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_prediction_on_parts_is_the_prediction_in_one_piece(case):
+    # without gradients each block's parts are updated in place
+    batch = Batch.from_data_list(CASES[case])
     model = _model().eval()
     with torch.no_grad():
         whole = model(batch)
