@@ -14,6 +14,9 @@ import torch
 
 __all__ = ["describe", "geometry_tolerance"]
 
+#: Points whose spacing :func:`geometry_tolerance` measures at a time.
+_PART = 65536
+
 
 def _params(sample) -> np.ndarray:
     p = getattr(sample, "params", None)
@@ -80,7 +83,10 @@ def geometry_tolerance(sample) -> np.ndarray:
     # nearest points (its own cell's corners on a grid: the axis and diagonal neighbours)
     k = min(3 ** d, n)
     near = knn(pos, pos, k)[1].reshape(n, k)
-    h = (pos[near] - pos[:, None]).abs().amax(1)                         # [N, d]
+    # part by part: the offsets [N, k, d] at once are 0.6 kB a point in 3-D (3 GB for
+    # a mesh of 5M points)
+    h = torch.cat([(pos[near[s:s + _PART]] - pos[s:s + _PART, None]).abs().amax(1)
+                   for s in range(0, n, _PART)])                          # [N, d]
     e = ((w[:, None] * h ** 2).sum(0) / 3.0 / max(measure, 1e-300)).numpy()  # E_a / |Omega|
     tol[1 + 2 * d:] = np.minimum(e / (2 * np.maximum(rms, 1e-300)), np.sqrt(e))
     return tol

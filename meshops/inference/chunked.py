@@ -23,12 +23,15 @@ What the context is, and so what the memory is, depends on the model:
   input point (global self-attention over the whole input mesh: ``O(N^2)`` time, so the
   encoder itself cannot be split); the cross-attention decoder (or the pointwise head)
   runs in chunks.
-* :class:`~meshops.models.GalerkinTransformer`,
-  :class:`~meshops.models.PatchedTransformer` and
-  :class:`~meshops.models.SliceTransformer`: the processor output ``[N, width]`` at
+* :class:`~meshops.models.GalerkinTransformer` and
+  :class:`~meshops.models.PatchedTransformer`: the processor output ``[N, width]`` at
   every input point (each layer updates every point from global or patch-wise
   integrals; the patched model's shifted partitions carry information across the
   whole mesh); the query interpolation and the head run in chunks.
+* :class:`~meshops.models.SliceTransformer`: the processor output ``[N, width]`` at
+  every input point too, computed on parts of the points
+  (:meth:`~meshops.models.SliceTransformer.in_parts`: the slice weights and hidden
+  features of one part at a time); the query interpolation and the head run in chunks.
 
 Only the inputs every model reads (``x``, ``pos``, ``weight``, ``query_pos``) are
 supported; a sample that carries other model inputs is predicted in one piece, as is a
@@ -134,10 +137,7 @@ def _patched_context(model, data, inp, chunk: int):
 
 
 def _slice_context(model, data, inp, chunk: int):
-    h = model.lift(torch.cat([inp.x, model.pos_enc(inp.pos)], dim=-1))
-    for blk in model.blocks:
-        h = blk(h, inp.pos, inp.weight, None)
-    return h, inp
+    return model.features(inp), inp               # on parts of the points (in_parts)
 
 
 def _slice_decode(model, ctx, q: Tensor) -> Tensor:

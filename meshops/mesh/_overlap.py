@@ -155,35 +155,55 @@ def _same_side(points: np.ndarray, facets: np.ndarray, g1: np.ndarray,
     return strict1 & strict2 & ((dot1 > 0) == (dot2 > 0))
 
 
-def _facets_by_size(points: np.ndarray, blocks: list, cells: "_Cells"):
-    """Every cell's facets, by vertex count: ``{count: [(facets as listed, their sorted
-    vertex ids (the key), their cells), ...]}``, and the cells' centroids ``[M, d]``."""
+def _facets_by_size(blocks: list, cells: "_Cells", sorted_conn: list, lo: int, hi: int):
+    """The cells' facets whose smallest vertex id is in ``[lo, hi)``, by vertex count:
+    ``{count: [(facets as listed, their sorted vertex ids (the key), their cells), ...]}``;
+    ``sorted_conn``: each block's connectivity with every cell's vertex ids sorted
+    (simplex blocks; ``None`` for the others)."""
     # Facets by vertex count; triangle faces of tetrahedra, wedges and pyramids
     # (and quad faces of hexahedra, wedges and pyramids) meet each other.
     # Each facet as listed, with its vertex ids sorted (the key), and its cell.
     by_size: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
-    centroids = []
-    for (_, ctype, conn), start in zip(blocks, cells.starts):
-        centroids.append(points[conn].mean(axis=1) if len(conn) else points[:0])
+    for (_, ctype, conn), start, sc in zip(blocks, cells.starts, sorted_conn):
         if not len(conn):
             continue
         ids = start + np.arange(len(conn))
         if ctype in SIMPLEX_FACETS:
             # Facets of a cell with sorted vertices, taken in increasing local order,
             # are sorted: one sort per cell instead of one per facet.
-            sc = np.sort(conn, axis=1)
             for local in SIMPLEX_FACETS[ctype]:
-                f = sc[:, list(local)]
-                by_size.setdefault(len(local), []).append((f, f, ids))
+                here = (sc[:, local[0]] >= lo) & (sc[:, local[0]] < hi)
+                f = sc[here][:, list(local)]
+                by_size.setdefault(len(local), []).append((f, f, ids[here]))
             continue
         for local in FACETS[ctype]:  # quad faces stay cyclic, for their normal
             f = conn[:, list(local)]
             key = np.sort(f, axis=1)
             # A collapsed side (a quad or hex with a repeated node, as at the trailing
             # edge of a C-grid) has no side to be on: leave it out.
-            real = (key[:, 1:] != key[:, :-1]).all(axis=1)
+            real = (key[:, 1:] != key[:, :-1]).all(axis=1) & (key[:, 0] >= lo) & (key[:, 0] < hi)
             by_size.setdefault(len(local), []).append((f[real], key[real], ids[real]))
-    return by_size, np.concatenate(centroids)
+    return by_size
+
+
+#: Facets compared in one pass of :func:`check_facets` (about): equal facets share their
+#: smallest vertex, so the facets are checked range of smallest vertex by range, in a
+#: memory bounded by a pass (about 200 bytes a facet) rather than by the mesh.
+FACETS_PER_PASS = 4_000_000
+
+
+def _vertex_ranges(blocks: list, num_points: int) -> list[tuple[int, int]]:
+    """Ranges ``[lo, hi)`` of vertex ids that are the smallest vertex of about
+    :data:`FACETS_PER_PASS` facets each, covering all the vertices."""
+    counts = np.zeros(num_points, np.int64)
+    for _, ctype, conn in blocks:
+        for local in (SIMPLEX_FACETS.get(ctype) or FACETS[ctype]) if len(conn) else ():
+            counts += np.bincount(conn[:, list(local)].min(axis=1), minlength=num_points)
+    total = int(counts.sum())
+    passes = max(1, -(-total // FACETS_PER_PASS))
+    cuts = np.searchsorted(np.cumsum(counts), np.arange(1, passes) * total / passes) + 1
+    edges = [0] + sorted(set(int(c) for c in cuts if 0 < c < num_points)) + [num_points]
+    return list(zip(edges[:-1], edges[1:]))
 
 
 def check_facets(points: np.ndarray, blocks: list[tuple[int, str, np.ndarray]],
@@ -198,7 +218,20 @@ def check_facets(points: np.ndarray, blocks: list[tuple[int, str, np.ndarray]],
             dimension ``d``.
     """
     cells = _Cells(blocks)
-    by_size, centroid = _facets_by_size(points, blocks, cells)
+    centroid = np.concatenate([points[conn].mean(axis=1) if len(conn) else points[:0]
+                               for _, _, conn in blocks])
+    sorted_conn = [np.sort(conn, axis=1) if ctype in SIMPLEX_FACETS else None
+                   for _, ctype, conn in blocks]
+    ranges = _vertex_ranges(blocks, len(points))
+    for lo, hi in ranges:
+        by_size = _facets_by_size(blocks, cells, sorted_conn, lo, hi)
+        _check_facet_pass(points, by_size, cells, centroid, source, len(ranges) > 1)
+
+
+def _check_facet_pass(points: np.ndarray, by_size: dict, cells: "_Cells",
+                      centroid: np.ndarray, source: str, partial: bool) -> None:
+    """:func:`check_facets` on the facets of one pass (``partial``: one of several, so
+    the count of faulty facets in a message is a lower bound)."""
     for s, parts in by_size.items():
         facets = np.concatenate([p[0] for p in parts])
         owner = np.concatenate([p[2] for p in parts])
@@ -222,5 +255,5 @@ def check_facets(points: np.ndarray, blocks: list[tuple[int, str, np.ndarray]],
             raise MeshError(
                 f"{source}: {cells.name(c2)} overlaps {cells.name(c1)}: both lie on the same "
                 f"side of their shared {name} {facets[order[pair[k]]].tolist()} (an inverted "
-                f"cell, e.g. a node moved across its neighbours; {int(bad.sum())} such "
-                f"{name}s)")
+                f"cell, e.g. a node moved across its neighbours; "
+                f"{'at least ' if partial else ''}{int(bad.sum())} such {name}s)")

@@ -3,10 +3,11 @@ integral."""
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from meshops.models.base import (
     NeuralOperator,
@@ -68,6 +69,11 @@ class SliceTransformer(InterpolatedQueries, NeuralOperator):
     mean of each input channel modulate the lifted features, the features after
     every block and the decoder's normalised features by FiLM
     (:class:`~meshops.models.conditioning.ParamConditioning`).
+
+    Memory: a training step with checkpointed blocks, and a prediction, run on parts
+    of the points (:meth:`in_parts`): the same values, with the slice weights and the
+    MLPs' hidden features of one part at a time, so that a step on a million points
+    takes about 2 GB at the default width.
 
     Args:
         in_channels (int): input channels (``0``: geometry only).
@@ -175,26 +181,141 @@ class SliceTransformer(InterpolatedQueries, NeuralOperator):
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
 
+    #: Points per part where a pass runs on parts of the points (:meth:`in_parts`).
+    #: Below :data:`meshops.training.footprint.PROBE_POINTS`' smaller probe, so that
+    #: both probes measure the same path and their difference is the cost per point.
+    PART_POINTS = 8192
+
+    def in_parts(self, points: int) -> Optional[int]:
+        """Points per part when a forward pass on ``points`` input points runs on parts
+        of them (``None``: in one piece): in a training step with the blocks
+        checkpointed (:meth:`~meshops.models.NeuralOperator.set_block_checkpointing`),
+        and without gradients (prediction), when the points are more than one part of
+        :attr:`PART_POINTS`.
+
+        Every layer but the slice attention's integrals is pointwise, and those are
+        sums over the points, so the model runs part by part: the lifting (with FiLM)
+        on each part, then per block the integrals summed over the parts, the tokens'
+        attention once, and the read-back, residuals, norms, feed-forward network and
+        FiLM on each part; the norm and head at the end on each part. With gradients
+        each part keeps only its input and is recomputed in the backward pass
+        (``torch.utils.checkpoint``): the slice weights ``[N, heads, slices]`` and the
+        hidden features of the MLPs never exist for all the points at once, and a step
+        keeps the blocks' inputs and outputs ``[N, width]`` and the gradient of one of
+        them (about 2 kB per point at width 64 in float32, against 8 kB with whole
+        blocks checkpointed: ``benchmarks/results/step-memory-parts-cpu-1thread.txt``).
+        The same values as in one piece up to rounding (the sums run in another order).
+        """
+        if points <= self.PART_POINTS:
+            return None
+        if not torch.is_grad_enabled() or (self.checkpoint_blocks and self.training):
+            return self.PART_POINTS
+        return None
+
+    def features(self, inp, film: Optional[Tensor] = None) -> Tensor:
+        """The lifted and processed features ``[N, width]`` at the input points of
+        ``inp`` (:func:`~meshops.models.inputs.read_inputs`), FiLM-conditioned by
+        ``film`` (from the conditioning's ``embed``) when given; on parts of the points
+        where :meth:`in_parts` says so."""
+        part = self.in_parts(inp.points.num_points)
+        x = inp.x if len(self.pointwise) == self.in_channels else inp.x[:, self.pointwise]
+        # 1. lifting of the pointwise inputs (and FiLM site 0)          [N, C]
+        h = _by_rows(lambda xp, pp, bp: self._lift(xp, pp, bp, film), part,
+                     x, inp.pos, inp.batch)
+        # 2. slice-attention blocks (FiLM after each)                    [N, C]
+        if part is None:
+            for site, blk in enumerate(self.blocks, 1):
+                h = self.run_block(blk, h, inp.points)
+                if film is not None:
+                    h = self.conditioning(h, film, inp.batch, site)
+            return h
+        pts = inp.points
+        dense = pts.to_dense(h)                                          # [B, N, C]
+        weight = self.blocks[0].attention.fractions(pts.to_dense(inp.weight), h.dtype,
+                                                    pts.num_points, pts.mask)
+        for site, blk in enumerate(self.blocks, 1):
+            dense = self._block_in_parts(blk, dense, weight, film, site, part)
+        return pts.to_flat(dense)
+
+    def _lift(self, x: Tensor, pos: Tensor, batch: Optional[Tensor],
+              film: Optional[Tensor]) -> Tensor:
+        h = self.lift(torch.cat([x, self.pos_enc(pos)], dim=-1))
+        return h if film is None else self.conditioning(h, film, batch, 0)
+
+    def _block_in_parts(self, blk: TransformerBlock, x: Tensor, weight: Tensor,
+                        film: Optional[Tensor], site: int, part: int) -> Tensor:
+        """Block ``blk`` and FiLM site ``site`` on ``x [B, N, C]`` (dense, the weights
+        ``weight [B, N]`` fractions of each sample's measure, zero on padding) part by
+        part (:meth:`in_parts`)."""
+        att = blk.attention
+        xs, ws = x.split(part, 1), weight.split(part, 1)
+        sums = [_run_part(lambda xp, wp: att.integrals(blk.attention_input(xp), wp), xp, wp)
+                for xp, wp in zip(xs, ws)]
+        z = att.tokens(torch.stack([m for m, _ in sums]).sum(0),          # [B, H, M, d]
+                       torch.stack([f for _, f in sums]).sum(0))
+
+        def rest(xp: Tensor) -> Tensor:
+            h = blk.finish(xp, att.read(blk.attention_input(xp), z))     # [B, n, C]
+            if film is None:
+                return h
+            B, n, C = h.shape
+            batch = (None if B == 1 else
+                     torch.arange(B, device=h.device).repeat_interleave(n))
+            return self.conditioning(h.reshape(B * n, C), film, batch, site).view(B, n, C)
+
+        if torch.is_grad_enabled():
+            return torch.cat([_run_part(rest, xp) for xp in xs], 1)
+        # Without gradients each part's output replaces its input, which nothing reads
+        # once the tokens are known: one [B, N, C] tensor for the whole block.
+        for xp in xs:
+            xp.copy_(rest(xp))
+        return x
+
+    def _head(self, h: Tensor, batch: Optional[Tensor], film: Optional[Tensor]) -> Tensor:
+        h = self.norm_out(h)
+        if film is not None:
+            # after the norm: the conditions scale the output itself (an answer linear
+            # in a load), which the norm would otherwise undo
+            h = self.conditioning(h, film, batch, len(self.blocks) + 1)
+        return self.head(h)
+
     def forward(self, data) -> Tensor:
         inp = read_inputs(data, self.in_channels, self.pos_dim, self.head.weight.dtype,
                           self.head.weight.device)
-        # 1. lifting of the pointwise inputs (and FiLM site 0)          [N, C]
-        x = inp.x if len(self.pointwise) == self.in_channels else inp.x[:, self.pointwise]
-        h = self.lift(torch.cat([x, self.pos_enc(inp.pos)], dim=-1))
         film: Optional[Tensor] = None
         if self.conditioning is not None:
             film = self.conditioning.embed(sample_conditions(
                 data, inp, self.param_channels, self.condition_on_inputs))
-            h = self.conditioning(h, film, inp.batch, 0)
-        # 2. slice-attention blocks (FiLM after each)                    [N, C]
-        for site, blk in enumerate(self.blocks, 1):
-            h = self.run_block(blk, h, inp.points)
-            if film is not None:
-                h = self.conditioning(h, film, inp.batch, site)
+        h = self.features(inp, film)
         # 3. to the query points, if any, the norm, FiLM's last site, the head  [M, out]
-        h = self.norm_out(self.to_queries(h, data, inp))
-        if film is not None:
-            # after the norm: the conditions scale the output itself (an answer linear
-            # in a load), which the norm would otherwise undo
-            h = self.conditioning(h, film, inp.query_batch, len(self.blocks) + 1)
-        return self.head(h)
+        h = self.to_queries(h, data, inp)
+        return _by_rows(lambda hp, bp: self._head(hp, bp, film),
+                        self.in_parts(h.shape[0]), h, inp.query_batch)
+
+
+def _run_part(fn: Callable, *args: Optional[Tensor]):
+    """``fn(*args)``, recomputed in the backward pass (keeping only ``args``) when
+    gradients are on: :meth:`SliceTransformer.in_parts` runs in parts only then, or
+    without gradients."""
+    if torch.is_grad_enabled():
+        return checkpoint(fn, *args, use_reentrant=False)
+    return fn(*args)
+
+
+def _by_rows(fn: Callable, part: Optional[int], *args: Optional[Tensor]) -> Tensor:
+    """``fn(*args)`` on parts of ``part`` rows of every tensor in
+    ``args`` (``None`` passed on as is), concatenated (:func:`_run_part`); in one piece
+    when ``part`` is ``None``. One ``split`` of each tensor: its gradient is put
+    together once, not a zero-filled copy per part."""
+    if part is None:
+        return fn(*args)
+    n = next(a for a in args if a is not None).shape[0]
+    pieces = [a.split(part) if a is not None else (None,) * -(-n // part) for a in args]
+    if torch.is_grad_enabled():
+        return torch.cat([_run_part(fn, *p) for p in zip(*pieces)])
+    out: Optional[Tensor] = None     # without gradients: filled in place, not concatenated
+    for start, p in zip(range(0, n, part), zip(*pieces)):
+        y = fn(*p)
+        out = y.new_empty((n,) + y.shape[1:]) if out is None else out
+        out[start:start + y.shape[0]] = y
+    return out

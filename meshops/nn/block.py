@@ -181,13 +181,25 @@ class TransformerBlock(torch.nn.Module):
         if self.cross and x_src.shape[-1] != self.src_channels:
             raise ValueError(f"x_src has {x_src.shape[-1]} channels, expected "
                              f"src_channels={self.src_channels}")
+        if self.cross:
+            src = self.norm_src(x_src) if self.pre_norm else x_src
+            return self.finish(x_dst, call((src, self.attention_input(x_dst))))
+        return self.finish(x_dst, call(self.attention_input(x_dst)))
+
+    def attention_input(self, x: Tensor) -> Tensor:
+        """What the attention layer reads of the (destination) features ``x [..., C]``:
+        ``N_1(x)`` pre-norm, ``x`` post-norm; pointwise."""
+        return self.norm1(x) if self.pre_norm else x
+
+    def finish(self, x: Tensor, attended: Tensor) -> Tensor:
+        """The block's output from its (destination) input ``x [..., C]`` and the
+        attention layer's output ``attended [..., C]`` at the same points: the
+        residuals, the norms and the feed-forward network, pointwise (so a block can
+        be evaluated on parts of the points once its attention is known)."""
         if self.pre_norm:
-            if self.cross:
-                h = x_dst + self.drop(call((self.norm_src(x_src), self.norm1(x_dst))))
-            else:
-                h = x_dst + self.drop(call(self.norm1(x_dst)))
+            h = x + self.drop(attended)
             return h + self.ffn(self.norm2(h))
-        h = self.norm1(x_dst + self.drop(call((x_src, x_dst) if self.cross else x_dst)))
+        h = self.norm1(x + self.drop(attended))
         return self.norm2(h + self.ffn(h))
 
     def forward(self, x: Union[Tensor, tuple], pos: Any, weight: Optional[Tensor] = None,

@@ -162,45 +162,66 @@ class SliceAttention(GlobalAttentionBase):
         tau = log_tau.exp().clamp(min=self.MIN_TEMPERATURE)
         return torch.softmax(self.lin_slice(h) / tau, dim=-1)        # [B, H, N, M]
 
-    def _attend(self, x_src, x_dst, pos_src, pos_dst, weight, m_src, m_dst):
-        # 0. Weights as fractions of each sample's measure: the tokens are ratios of
-        #    integrals, unchanged by the scale; EPS is then relative to the measure.
-        weight = weight.to(x_src.dtype)
+    def fractions(self, weight: Tensor, dtype: torch.dtype, dst_points: int,
+                  m_dst: Optional[Tensor] = None) -> Tensor:
+        """``weight [B, Ns]`` as fractions of each sample's measure (the tokens are
+        ratios of integrals, unchanged by the scale; :attr:`EPS` is then relative to the
+        measure), in ``dtype``. A sample with destination points (``dst_points`` of
+        them, or those of ``m_dst [B, Nd]``) must have a source point of positive weight
+        (checked when :func:`~meshops.utils.checks.checking`)."""
+        weight = weight.to(dtype)
         total = weight.sum(-1, keepdim=True)
         if checking():
-            has_dst = (torch.full_like(total[:, 0], x_dst.shape[1] > 0, dtype=torch.bool)
+            has_dst = (torch.full_like(total[:, 0], dst_points > 0, dtype=torch.bool)
                        if m_dst is None else m_dst.any(-1))
             bad = (has_dst & ~(total[:, 0] > 0)).nonzero()
             if bad.numel():
                 raise ValueError(f"sample {int(bad[0])} has destination points but no source "
                                  f"point with positive weight; slice attention integrates "
                                  f"over the source and is undefined")
-        weight = weight / torch.where(total > 0, total, torch.ones_like(total))
-        # 1. Slice weights of the source points and their features      [B, H, N, M], [B, H, N, d]
-        s_src = self.slice_weights(x_src, self.lin_x)
-        f = split_heads(self.lin_f(x_src), self.heads)
-        # 2. Tokens: quadrature integrals over each slice                [B, H, M, d]
-        #    (the weights go on the d features, not on the M > d slice weights: fewer
-        #    products over the points, forward and backward)
-        mass = torch.einsum("bhnm,bn->bhm", s_src, weight)               # [B, H, M]
-        z = torch.einsum("bhnm,bhnd->bhmd", s_src, weight[:, None, :, None] * f)
-        z = z / (mass + self.EPS)[..., None]
-        # 3. Attention among the M tokens, a slice of measure below min_measure muted
-        #    (a log(m / (m + mu)) bias on the logits)                        [B, H, M, d]
+        return weight / torch.where(total > 0, total, torch.ones_like(total))
+
+    def integrals(self, x: Tensor, weight: Tensor,
+                  slices: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+        """``(mass [B, H, M], moments [B, H, M, d])``: the quadrature sums
+        :math:`\\sum_i w_i s_{ij}` and :math:`\\sum_i w_i s_{ij} f_i` of the source points
+        ``x [B, N, C]`` with weights ``weight [B, N]`` (fractions, :meth:`fractions`),
+        their slice weights ``slices [B, H, N, M]`` computed here unless given. Sums over
+        the points: those of parts of the points add up to those of all of them."""
+        s = self.slice_weights(x, self.lin_x) if slices is None else slices
+        f = split_heads(self.lin_f(x), self.heads)                     # [B, H, N, d]
+        # the weights go on the d features, not on the M > d slice weights: fewer
+        # products over the points, forward and backward
+        mass = torch.einsum("bhnm,bn->bhm", s, weight)
+        return mass, torch.einsum("bhnm,bhnd->bhmd", s, weight[:, None, :, None] * f)
+
+    def tokens(self, mass: Tensor, moments: Tensor) -> Tensor:
+        """``z' [B, H, M, d]``: the slice tokens (moments over mass) after the attention
+        among them, a slice of measure below ``min_measure`` muted (a
+        :math:`\\log(m_k / (m_k + \\mu))` bias on the logits); from :meth:`integrals`."""
+        z = moments / (mass + self.EPS)[..., None]
         q, k, v = self.lin_qkv(z).chunk(3, dim=-1)
         bias = None
         if self.min_measure > 0:
             tiny = torch.finfo(mass.dtype).tiny
             share = mass / (mass + self.min_measure)
             bias = share.clamp_min(tiny).log()[:, :, None, :].to(q.dtype)  # [B, H, 1, M]
-        z = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-        # 4. Back to the destination points through their slice weights  [B, Nd, H d]
-        if x_dst is x_src:
-            s_dst = s_src
-        else:
-            s_dst = self.slice_weights(x_dst, self.lin_x_dst or self.lin_x)
-        out = merge_heads(torch.einsum("bhnm,bhmd->bhnd", s_dst, z))
-        return self.lin_out(out)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
+    def read(self, x_dst: Tensor, tokens: Tensor, slices: Optional[Tensor] = None) -> Tensor:
+        """``[B, Nd, out_channels]``: the tokens (:meth:`tokens`) read back at the
+        destination points ``x_dst [B, Nd, Cd]`` through their slice weights
+        ``slices [B, H, Nd, M]`` (computed here unless given); pointwise."""
+        if slices is None:
+            slices = self.slice_weights(x_dst, self.lin_x_dst or self.lin_x)
+        return self.lin_out(merge_heads(torch.einsum("bhnm,bhmd->bhnd", slices, tokens)))
+
+    def _attend(self, x_src, x_dst, pos_src, pos_dst, weight, m_src, m_dst):
+        weight = self.fractions(weight, x_src.dtype, x_dst.shape[1], m_dst)
+        s_src = self.slice_weights(x_src, self.lin_x)                   # [B, H, N, M]
+        z = self.tokens(*self.integrals(x_src, weight, s_src))          # [B, H, M, d]
+        # self-attention reads back through the slice weights it integrated with
+        return self.read(x_dst, z, s_src if x_dst is x_src else None)   # [B, Nd, C]
 
     def _repr_extra(self) -> str:
         ada = ", adaptive_temperature=True" if self.lin_temperature is not None else ""

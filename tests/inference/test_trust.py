@@ -316,6 +316,19 @@ def test_the_discretisation_bound_of_the_rms_radius_holds():
             assert np.all(tol[:5] == 0)  # measure, centroid, extent: exact on straight cells
 
 
+def test_the_discretisation_bound_is_measured_part_by_part_alike(monkeypatch):
+    # the spacing of a large mesh's points is measured a part of its points at a time:
+    # parts of 7 points give the bound of one piece exactly
+    from meshops.datasets import descriptors
+    from meshops.inference.trust import geometry_tolerance
+
+    s = _rectangle(1.5, 8, "mixed")
+    whole = geometry_tolerance(s)
+    assert np.all(whole[5:7] > 0)
+    monkeypatch.setattr(descriptors, "_PART", 7)
+    np.testing.assert_array_equal(geometry_tolerance(s), whole)
+
+
 def test_without_params_the_weighted_input_means_are_the_parameters():
     pts, cells = square_mesh(4, "triangle", amount=0.3, seed=2)
     mesh = mesh_from_arrays(pts, cells, {})

@@ -317,6 +317,29 @@ def test_tet_node_pushed_across_neighbours_is_refused():
         quadrature_weights(bad, cells)
 
 
+def test_facets_are_checked_in_passes_by_their_smallest_vertex(monkeypatch):
+    # A large mesh is checked a range of smallest vertex ids at a time (equal facets
+    # share theirs): with passes of 10 facets, the same overlaps are found in a later
+    # pass (at least 1 such face counted there), a valid mesh passes, and the passes
+    # cover every vertex once.
+    from meshops.mesh import _overlap
+
+    pts, cells = tetra_cube(3)
+    monkeypatch.setattr(_overlap, "FACETS_PER_PASS", 10)
+    ranges = _overlap._vertex_ranges([(0, "tetra", cells[0][1])], len(pts))
+    assert len(ranges) > 5 and ranges[0][0] == 0 and ranges[-1][1] == len(pts)
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    assert quadrature_weights(pts, cells).sum().item() == pytest.approx(1.0)
+    bad = _push(pts, 21, [0.7, 0.34, 0.34])
+    with pytest.raises(MeshError, match=r"tetra cell .* overlaps tetra cell .* same side of "
+                                        r"their shared face \[\d+, \d+, \d+\] .*; at "
+                                        r"least \d+ such faces"):
+        quadrature_weights(bad, cells)
+    tri = np.array([[0, 0], [1, 0], [0.5, 1], [0.5, -1], [0.3, 0.5]])
+    with pytest.raises(MeshError, match=r"edge \[0, 1\] is shared by more than 2 cells"):
+        quadrature_weights(tri, [("triangle", np.array([[0, 1, 2], [1, 0, 3], [0, 1, 4]]))])
+
+
 def test_hex_folded_onto_its_neighbour_is_refused():
     # Hex 1 shares the top face of the unit cube (hex 0) but its far face is at
     # z = 0.5, inside hex 0: a consistently (negatively) oriented, untangled cell
