@@ -87,7 +87,7 @@ def _cell(r: dict | None, best: bool, markdown: bool, spread: bool = True,
     text = f"{r['mean']:.4g}"
     if markdown and best:
         text = f"**{text}**"
-    if "spread" in r:  # the mean of several seeds
+    if _several_seeds(r):  # the mean of several seeds
         text += f" ({r['spread'][0]:.3g}-{r['spread'][1]:.3g}, {len(r['seeds'])} seeds)"
     if not spread:
         return text
@@ -244,9 +244,15 @@ def mesh_independence(d: dict) -> list[tuple[str, str, dict | None, dict]]:
     return out
 
 
+def _several_seeds(r: dict) -> bool:
+    """Whether ``r`` is the mean of several seeds (a model run with one seed only, as the
+    classical ones are, has no spread to show)."""
+    return "spread" in r and len(r.get("seeds") or ()) > 1
+
+
 def _seeds_words(r: dict) -> str:
     """The range of the seeds' means of a result of several seeds, else nothing."""
-    if "spread" not in r:
+    if not _several_seeds(r):
         return ""
     return f"   seeds {r['spread'][0]:.4g}-{r['spread'][1]:.4g} ({len(r['seeds'])})"
 
@@ -255,7 +261,7 @@ def _zero_shot_cell(r: dict | None) -> str:
     if not r:
         return "not run"
     moved = (r.get("moved") or {}).get("mean")
-    spread = f" [{r['spread'][0]:.3g}-{r['spread'][1]:.3g}]" if "spread" in r else ""
+    spread = f" [{r['spread'][0]:.3g}-{r['spread'][1]:.3g}]" if _several_seeds(r) else ""
     return f"{r['mean']:.4g}" + spread + (f" ({r['ratio']:.2f}x)" if r.get("ratio") else "") \
         + (f"; moved {moved:.4g}" if moved is not None else "")
 

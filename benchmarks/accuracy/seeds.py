@@ -47,6 +47,10 @@ def _average(entries: dict) -> dict:
         for sp, r in out["remeshed"].items():
             if r.get("mean") is not None and out["mean"]:
                 r["ratio"] = r["mean"] / out["mean"]
+            for f, rf in (r.get("fields") or {}).items():  # each field's, of its means
+                base = (out.get("fields") or {}).get(f, {}).get("mean")
+                if rf.get("mean") is not None and base:
+                    rf["ratio"] = rf["mean"] / base
     return out
 
 

@@ -65,7 +65,7 @@ def _cell(r: dict | None, ratio: bool = True) -> str:
     if not r or r.get("mean") is None:
         return ""
     text = f"{r['mean']:.3g}"
-    if "spread" in r:
+    if len(r.get("seeds") or ()) > 1:
         text += f" [{r['spread'][0]:.3g}-{r['spread'][1]:.3g}]"
     if ratio and r.get("ratio"):
         text += f" ({r['ratio']:.2f}x)"

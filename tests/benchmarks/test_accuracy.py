@@ -772,7 +772,9 @@ def _seed_doc(seed, ours, peer):
     one["meshops"] = {"mean": ours, "median": ours, "worst": 2 * ours, "errors": [ours],
                       "fields": {"u": {"mean": ours, "median": ours, "worst": ours}},
                       "remeshed": {"test_fine": {"mean": 2 * ours, "median": 2 * ours,
-                                                 "worst": 2 * ours}}}
+                                                 "worst": 2 * ours, "fields": {"u": {
+                                                     "mean": 2 * ours, "median": 2 * ours,
+                                                     "worst": 2 * ours}}}}}
     one["transolver"] = {"mean": peer, "median": peer, "worst": peer, "errors": [peer]}
     return doc
 
@@ -785,8 +787,9 @@ def test_seeds_are_averaged_with_their_spread():
     assert ours["mean"] == pytest.approx(0.03) and ours["worst"] == pytest.approx(0.06)
     assert ours["seeds"] == {"0": 0.02, "1": 0.04} and ours["spread"] == [0.02, 0.04]
     assert ours["fields"]["u"]["mean"] == pytest.approx(0.03)
-    # a ratio of means, not a mean of ratios
+    # a ratio of means, not a mean of ratios; each field's too
     assert ours["remeshed"]["test_fine"]["ratio"] == pytest.approx(2.0)
+    assert ours["remeshed"]["test_fine"]["fields"]["u"]["ratio"] == pytest.approx(2.0)
     assert out["seeds"] == [0, 1]
     # the classical models do not depend on the seed: the same figure
     assert out["datasets"]["one"]["models"]["pod_rbf"]["mean"] == pytest.approx(0.01)
