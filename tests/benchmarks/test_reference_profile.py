@@ -59,7 +59,9 @@ def test_profile_steps_on_the_cpu_writes_a_trace_and_sees_recompiles(tmp_path):
     """A real profile of CPU steps: the matrix product dominates the host operators
     and the Chrome trace is a complete JSON file; a torch.compile'd function that meets
     a new shape inside the profiled steps is counted as a compiled frame."""
-    a = torch.randn(300, 300)
+    # large enough (about 1 GFLOP a product) that a preemption of the process during
+    # the sum, on a loaded machine, cannot give the sum more self time than the product
+    a = torch.randn(800, 800)
     trace = tmp_path / "t.json"
     s = profile_steps(lambda i: (a @ a).sum(), 2, "cpu", str(trace))
     assert s["steps"] == 2 and s["device_s"] == 0 and s["syncs"] == 0
