@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import secrets
 import shutil
 import socket
 import tempfile
@@ -98,18 +99,27 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
         raise IsADirectoryError(errno.EISDIR, "Is a directory (give a file name)", str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     _clean_once(path)
-    fd, tmp = tempfile.mkstemp(prefix=_prefix(path), suffix=".tmp" + path.suffix,
-                               dir=path.parent)
-    os.close(fd)
+    tmp = None
     try:
+        # The name is known before the file exists (unlike mkstemp's), so that an
+        # interrupt (SIGINT, or SIGTERM under the CLI) raised just after the file is
+        # made still finds it in the cleanup below.
+        while True:
+            tmp = str(path.parent / f"{_prefix(path)}{secrets.token_hex(4)}.tmp{path.suffix}")
+            try:
+                os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+                break
+            except FileExistsError:  # another write of this process drew the same name
+                continue
         write(tmp)
-        # mkstemp creates 0600; give the file the mode a plain open() would.
+        # made 0600 above; give the file the mode a plain open() would.
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
     return path
 
