@@ -12,23 +12,31 @@ from meshops.utils.atomic import atomic_write
 
 
 def test_an_interrupt_while_the_temporary_file_is_made_leaves_nothing(tmp_path, monkeypatch):
-    """SIGINT sent to the process just as the temporary file has been created (what
-    SIGTERM is under the CLI): the interrupt is raised, the target is not written, and
+    """A signal raised as an interrupt (what SIGTERM is under the CLI) just as the
+    temporary file has been created: the interrupt is raised, the target is not written, and
     no temporary file is left behind."""
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signals are raised in the main thread only")
     real = os.open
 
+    def interrupt(signum, frame):  # as the CLI turns SIGTERM into an exception
+        raise KeyboardInterrupt
+
     def open_then_interrupt(*args, **kwargs):
         fd = real(*args, **kwargs)
         os.close(fd)
-        os.kill(os.getpid(), signal.SIGINT)   # raised at the next bytecode or so
+        os.kill(os.getpid(), signal.SIGUSR1)   # raised at the next bytecode or so
         return real(os.devnull, os.O_RDONLY)
 
-    monkeypatch.setattr(atomic.os, "open", open_then_interrupt)
-    with pytest.raises(KeyboardInterrupt):
-        atomic_write(tmp_path / "out.json", lambda tmp: None)
-    monkeypatch.undo()
+    # SIGUSR1 with our own handler: pytest-xdist's workers ignore SIGINT
+    old = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        monkeypatch.setattr(atomic.os, "open", open_then_interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            atomic_write(tmp_path / "out.json", lambda tmp: None)
+        monkeypatch.undo()
+    finally:
+        signal.signal(signal.SIGUSR1, old)
     assert sorted(os.listdir(tmp_path)) == []
 
 
