@@ -8,9 +8,9 @@ prediction is then made again with the tokens of the slices smaller than a thres
 (their fraction of the domain) carried over from the test mesh, and once more with the
 tokens of all the *other* slices carried over. If the first brings the re-meshed error
 back to the test-mesh error and the second does not, the small slices are what moves.
-The layers' own steps are repeated here (slice weights, tokens, attention, read-back,
-as :class:`meshops.nn.slice.SliceAttention` computes them), with the tokens swapped
-between steps 2 and 3. A diagnosis, not a speed or accuracy figure: it runs on any load.
+The layer's own steps are called here (its integrals, tokens and read-back), with the
+tokens swapped between the first two. A diagnosis, not a speed or accuracy figure: it
+runs on any load.
 
 Example::
 
@@ -38,30 +38,24 @@ class Swap:
         self.mode, self.store, self.i, self.threshold = None, [], 0, 0.0
 
     def attend(self, layer, x_src, weight):
+        """The layer's own steps (:meth:`SliceAttention.integrals`, ``tokens``, ``read``),
+        the tokens recorded or swapped between the first two: a swapped token's moments
+        are set to its recorded token times this mesh's mass, so that ``tokens`` divides
+        back to the recorded value."""
         import torch
 
-        from meshops.nn._utils import merge_heads, split_heads
-
-        weight = weight.to(x_src.dtype)
-        weight = weight / weight.sum(-1, keepdim=True)
+        weight = layer.fractions(weight, x_src.dtype, x_src.shape[1])
         s = layer.slice_weights(x_src, layer.lin_x)
-        f = split_heads(layer.lin_f(x_src), layer.heads)
-        mass = torch.einsum("bhnm,bn->bhm", s, weight)
-        z = torch.einsum("bhnm,bhnd->bhmd", s, weight[:, None, :, None] * f)
-        z = z / (mass + layer.EPS)[..., None]
+        mass, moments = layer.integrals(x_src, weight, s)
         if self.mode == RECORD:
-            self.store.append((z, mass))
+            self.store.append((moments / (mass + layer.EPS)[..., None], mass))
         elif self.mode in (SMALL, LARGE):
             z0, m0 = self.store[self.i]
             self.i += 1
             small = (m0 < self.threshold)[..., None]
-            z = torch.where(small if self.mode == SMALL else ~small, z0, z)
-        q, k, v = layer.lin_qkv(z).chunk(3, dim=-1)
-        bias = None
-        if getattr(layer, "min_measure", 0):
-            bias = (mass / (mass + layer.min_measure)).clamp_min(1e-300).log()[:, :, None]
-        z = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-        return layer.lin_out(merge_heads(torch.einsum("bhnm,bhmd->bhnd", s, z)))
+            moments = torch.where(small if self.mode == SMALL else ~small,
+                                  z0 * (mass + layer.EPS)[..., None], moments)
+        return layer.read(x_src, layer.tokens(mass, moments), s)
 
 
 def main(argv=None) -> int:

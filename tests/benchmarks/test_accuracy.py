@@ -949,7 +949,7 @@ def test_a_surface_family_folder_is_read_in_triangles_and_scored(tmp_path):
 # ------------------------------------------------------------------ diagnosis
 @pytest.mark.parametrize("mu", [0.0, 0.05])
 def test_slice_transplant_repeats_the_layer_exactly_and_swaps_only_small_slices(mu):
-    """benchmarks.slice_transplant repeats SliceAttention's steps to swap tokens between
+    """benchmarks.slice_transplant calls SliceAttention's steps and swaps tokens between
     them: untouched it is the layer, to round-off; swapping in recorded tokens changes
     the output only through the slices it names."""
     from benchmarks.slice_transplant import LARGE, RECORD, SMALL, Swap
