@@ -184,9 +184,9 @@ def sample_meta(sample) -> dict:
     :func:`meshops.fitting.defaults.data_facts` reads, the weighted moments of ``x``
     and ``y`` (normalisers, :meth:`CachedMeshDataset.normalizers`) and the descriptors
     of :func:`meshops.datasets.descriptors.describe` with their
-    :func:`~meshops.datasets.descriptors.geometry_tolerance`
+    :func:`~meshops.datasets.descriptors.tolerance`
     (:meth:`CachedMeshDataset.descriptors`)."""
-    from meshops.datasets.descriptors import describe, geometry_tolerance
+    from meshops.datasets.descriptors import describe, tolerance
     from meshops.mesh.digest import mesh_digest
     from meshops.reduced import input_ranges
 
@@ -197,7 +197,7 @@ def sample_meta(sample) -> dict:
             "x_ranges": input_ranges(sample),
             # the training set's descriptors (meshops.inference.trust) without a second read
             "descriptor": [params.tolist(), geometry.tolist(),
-                           geometry_tolerance(sample).tolist()]}
+                           tolerance(sample).tolist()]}
     for name in ("x", "y"):
         v = getattr(sample, name, None)
         if v is not None:
@@ -744,23 +744,22 @@ class CachedMeshDataset(torch.utils.data.Dataset):
                 for r in self.records if r.stat is not None}
 
     def descriptors(self) -> list:
-        """``(parameters, geometry, geometry tolerance)`` of every sample
+        """``(parameters, geometry, tolerance)`` of every sample
         (:func:`meshops.datasets.descriptors.describe`,
-        :func:`~meshops.datasets.descriptors.geometry_tolerance`), from
-        what the cache recorded (a sample of an older entry that did not record it is
-        read)."""
+        :func:`~meshops.datasets.descriptors.tolerance`), from what the cache recorded
+        (a sample of an older entry that did not record them all is read)."""
         import numpy as np
 
-        from meshops.datasets.descriptors import describe, geometry_tolerance
+        from meshops.datasets.descriptors import describe, tolerance
 
         out = []
         for i, r in enumerate(self.records):
             d = r.meta.get("descriptor")
-            if d is not None and len(d) == 3:
+            if d is not None and len(d) == 3 and len(d[2]) == len(d[0]) + len(d[1]):
                 out.append(tuple(np.asarray(v, np.float64) for v in d))
             else:
                 sample = self[i]
-                out.append((*describe(sample), geometry_tolerance(sample)))
+                out.append((*describe(sample), tolerance(sample)))
         return out
 
     def facts(self) -> dict:

@@ -2,9 +2,10 @@
 
 :func:`describe` gives a sample's parameters (``params``, or the weighted means of its
 input fields) and its geometry (measure, centroid, extent, RMS radius about the
-centroid); :func:`geometry_tolerance` how far the discretisation alone may move the
-geometry. :mod:`meshops.inference.trust` measures a new mesh against the training set
-with them; :mod:`meshops.datasets.cache` records them of every cached sample.
+centroid); :func:`tolerance` how far the discretisation alone may move each of them
+(:func:`params_tolerance`, :func:`geometry_tolerance`). :mod:`meshops.inference.trust`
+measures a new mesh against the training set with them; :mod:`meshops.datasets.cache`
+records them of every cached sample.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["describe", "geometry_tolerance"]
+__all__ = ["describe", "geometry_tolerance", "params_tolerance", "tolerance"]
 
 #: Points whose spacing :func:`geometry_tolerance` measures at a time.
 _PART = 65536
@@ -39,7 +40,16 @@ def _geometry(sample) -> np.ndarray:
     return torch.cat([measure[None], centroid, extent, rms]).numpy()
 
 
-def geometry_tolerance(sample) -> np.ndarray:
+def _near(pos: torch.Tensor) -> torch.Tensor:
+    """``[N, k]``: each point's ``k = 3^d`` nearest points (itself first)."""
+    from meshops.search import knn
+
+    n, d = pos.shape
+    k = min(3 ** d, n)
+    return knn(pos, pos, k)[1].reshape(n, k)
+
+
+def geometry_tolerance(sample, near: torch.Tensor | None = None) -> np.ndarray:
     """``[1 + 3d]``: how far the discretisation may move each geometry component of
     :func:`describe` from the exact value of the sample's domain (see below).
 
@@ -68,10 +78,9 @@ def geometry_tolerance(sample) -> np.ndarray:
     training range (``meshops.inference.trust.MARGIN``).
 
     Shapes:
-        sample ``pos [N, d]``, ``weight [N]`` -> ``[1 + 3d]``
+        sample ``pos [N, d]``, ``weight [N]`` -> ``[1 + 3d]``; ``near [N, k]`` the
+        points' nearest ones (computed when not given)
     """
-    from meshops.search import knn
-
     pos, w = sample.pos.to(torch.float64), sample.weight.to(torch.float64)
     n, d = pos.shape
     measure = float(w.sum())
@@ -81,8 +90,7 @@ def geometry_tolerance(sample) -> np.ndarray:
         return tol
     # h_ia: the spacing along axis a around point i, the largest offset to its 3^d
     # nearest points (its own cell's corners on a grid: the axis and diagonal neighbours)
-    k = min(3 ** d, n)
-    near = knn(pos, pos, k)[1].reshape(n, k)
+    near = _near(pos) if near is None else near
     # part by part: the offsets [N, k, d] at once are 0.6 kB a point in 3-D (3 GB for
     # a mesh of 5M points)
     h = torch.cat([(pos[near[s:s + _PART]] - pos[s:s + _PART, None]).abs().amax(1)
@@ -90,6 +98,69 @@ def geometry_tolerance(sample) -> np.ndarray:
     e = ((w[:, None] * h ** 2).sum(0) / 3.0 / max(measure, 1e-300)).numpy()  # E_a / |Omega|
     tol[1 + 2 * d:] = np.minimum(e / (2 * np.maximum(rms, 1e-300)), np.sqrt(e))
     return tol
+
+
+def params_tolerance(sample, near: torch.Tensor | None = None) -> np.ndarray:
+    """``[K]``: how far the discretisation may move each parameter of :func:`describe`
+    from the exact value of the sample's domain.
+
+    Parameters given as ``params`` and the means of inputs constant over the mesh (a
+    parametric study's) are exact: 0. The quadrature mean of a varying input ``f``
+    integrates it exactly where ``f`` is linear on each cell (the vertex rule of linear
+    cells, the midpoint rule); its error is that of the linear interpolant, at most the
+    remainder of a linear fit near each point. Here ``r_i``, the largest residual of the
+    least-squares linear fit of ``f`` to point ``i``'s ``3^d`` nearest points (about
+    ``f'' h^2 / 2``, 4x the interpolation error of a cell on a quadratic), and the bound
+    is its weighted mean ``sum_i w_i r_i / sum_i w_i``: ``O(h^2)``, and for linear fields
+    1e-10 of their variation (the ridge of the fit).
+    On a surface in space the fit runs in the ambient coordinates (the least-norm
+    gradient across the surface), so that the normal's components, which move with the
+    curvature, get the curvature's remainder.
+
+    Shapes:
+        sample ``pos [N, d]``, ``weight [N]``, ``x [N, C]`` or ``params [1, K]`` ->
+        ``[K]``; ``near [N, k]`` as for :func:`geometry_tolerance`
+    """
+    p = _params(sample)
+    if getattr(sample, "params", None) is not None or p.size == 0:
+        return np.zeros_like(p)
+    x = sample.x.to(torch.float64).reshape(sample.x.shape[0], -1)
+    varying = (x.amax(0) > x.amin(0)).nonzero().flatten()
+    tol = np.zeros(p.size)
+    if len(varying) == 0 or x.shape[0] < 2:
+        return tol
+    pos, w = sample.pos.to(torch.float64), sample.weight.to(torch.float64).numpy()
+    near = (_near(pos) if near is None else near).numpy()
+    f, pos = x[:, varying].numpy(), pos.numpy()
+    r = np.concatenate([_fit_residual(pos, f, near[s:s + _PART], s)
+                        for s in range(0, pos.shape[0], _PART)])              # [N, C']
+    tol[varying.numpy()] = (w[:, None] * r).sum(0) / w.sum()
+    return tol
+
+
+def _fit_residual(pos: np.ndarray, f: np.ndarray, near: np.ndarray, start: int) -> np.ndarray:
+    """``[n, C]``: the largest residual of the least-squares linear fit of ``f`` at points
+    ``start..start + n`` to their nearest points ``near [n, k]`` (a ridge of 1e-10 of
+    the offsets' scale keeps the fit least-norm on surfaces). In NumPy: torch's batched
+    products hang in a process forked from one whose thread pool ran (a data loader's
+    worker, the cache's builders)."""
+    i = np.arange(start, start + near.shape[0])
+    dx = pos[near] - pos[i, None]                                   # [n, k, d]
+    df = f[near] - f[i, None]                                       # [n, k, C]
+    a = np.einsum("nka,nkb->nab", dx, dx)                            # [n, d, d]
+    ridge = 1e-10 * np.maximum(np.trace(a, axis1=1, axis2=2), 1e-300)
+    a = a + ridge[:, None, None] * np.eye(dx.shape[2])
+    grad = np.linalg.solve(a, np.einsum("nka,nkc->nac", dx, df))    # [n, d, C]
+    return np.abs(df - np.einsum("nka,nac->nkc", dx, grad)).max(1)
+
+
+def tolerance(sample) -> np.ndarray:
+    """``[K + 1 + 3d]``: :func:`params_tolerance` and :func:`geometry_tolerance` of a
+    sample, in the order of :func:`describe`'s two vectors (one neighbour search)."""
+    if sample.pos.shape[0] < 2:
+        return np.concatenate([np.zeros_like(_params(sample)), geometry_tolerance(sample)])
+    near = _near(sample.pos.to(torch.float64))
+    return np.concatenate([params_tolerance(sample, near), geometry_tolerance(sample, near)])
 
 
 def describe(sample) -> tuple[np.ndarray, np.ndarray]:

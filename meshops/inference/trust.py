@@ -9,12 +9,14 @@ quadrature's error (integrals over the domain):
   quadrature mean of each input channel (a parametric study's constant inputs are
   exactly their parameters);
 * **geometry**: the domain's measure, centroid, extent (max - min per axis) and RMS
-  radius about the centroid per axis, from the points and quadrature weights. The
-  RMS radius integrates a quadratic, which the quadrature gets right to ``O(h^2)``
-  only: each mesh carries a bound of that error (:func:`geometry_tolerance`), and a
-  difference within the two meshes' bounds and the margin below counts as none, so
-  that the same shapes meshed finer are not "outside the training range" nor far
-  from their training samples.
+  radius about the centroid per axis, from the points and quadrature weights.
+
+The RMS radius integrates a quadratic, and the mean of a varying input a field that is
+not linear on the cells, which the quadrature gets right to ``O(h^2)`` only: each mesh
+carries a bound of that error (:func:`tolerance`), and a difference within the two
+meshes' bounds (and, for the geometry, the margin below) counts as none, so that the
+same shapes meshed finer are not "outside the training range" nor far from their
+training samples.
 
 Each component is standardised by its spread over the training samples (standard
 deviation), so distances are in *units of the training spread*. The distance of a
@@ -41,10 +43,10 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from meshops.datasets.descriptors import describe, geometry_tolerance
+from meshops.datasets.descriptors import describe, geometry_tolerance, tolerance
 
 __all__ = ["ENSEMBLE", "TrainingSet", "describe", "ensemble_members", "geometry_tolerance",
-           "predict_ensemble"]
+           "predict_ensemble", "tolerance"]
 
 #: Relative tolerance (of the spread) for the ends of the training range, and for "no
 #: spread" (a component constant over the training samples).
@@ -80,8 +82,8 @@ class TrainingSet:
         params: ``[S, K]`` parameter descriptors of the ``S`` training samples.
         geometry: ``[S, G]`` geometry descriptors.
         names: The ``K + G`` component names (parameter names when known).
-        tolerance: ``[S, G]`` discretisation bounds of the geometry descriptors
-            (:func:`geometry_tolerance`; zeros for a set stored before they were).
+        tolerance: ``[S, K + G]`` discretisation bounds of the descriptors
+            (:func:`tolerance`; zeros where a set stored before them has none).
     """
 
     params: np.ndarray
@@ -91,7 +93,7 @@ class TrainingSet:
 
     def __post_init__(self) -> None:
         if self.tolerance is None:
-            self.tolerance = np.zeros_like(self.geometry)
+            self.tolerance = np.zeros_like(self._all)
 
     @classmethod
     def from_samples(cls, samples: Sequence, param_names: Sequence[str] | None = None
@@ -101,7 +103,7 @@ class TrainingSet:
         # a lazily read data set knows them without reading its samples again
         known = getattr(samples, "descriptors", None)
         desc = known() if callable(known) else \
-            [(*describe(s), geometry_tolerance(s)) for s in samples]
+            [(*describe(s), tolerance(s)) for s in samples]
         params = np.stack([p for p, _, _ in desc])
         geometry = np.stack([g for _, g, _ in desc])
         d = (geometry.shape[1] - 1) // 3  # measure, then centroid, extent, rms radius
@@ -110,13 +112,16 @@ class TrainingSet:
 
     def to_dict(self) -> dict:
         return {"params": self.params.tolist(), "geometry": self.geometry.tolist(),
-                "names": list(self.names), "geometry_tolerance": self.tolerance.tolist()}
+                "names": list(self.names), "tolerance": self.tolerance.tolist()}
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainingSet":
         s = len(d["geometry"])
         params = np.asarray(d["params"], dtype=np.float64).reshape(s, -1)
-        tol = d.get("geometry_tolerance")
+        tol = d.get("tolerance")
+        if tol is None and d.get("geometry_tolerance") is not None:
+            # stored before the parameters had bounds: the geometry's alone
+            tol = np.concatenate([np.zeros_like(params), d["geometry_tolerance"]], 1)
         return cls(params, np.asarray(d["geometry"], dtype=np.float64), list(d["names"]),
                    None if tol is None else np.asarray(tol, dtype=np.float64))
 
@@ -127,11 +132,11 @@ class TrainingSet:
 
     def _tol(self, sample_tol: np.ndarray) -> np.ndarray:
         """``[S, D]``: the difference each training sample's components may have from a
-        sample of geometry bounds ``sample_tol [G]`` for discretisation alone: the two
-        bounds, and :data:`MARGIN` of the geometry's training range."""
+        sample of bounds ``sample_tol [D]`` for discretisation alone: the two bounds,
+        and for the geometry :data:`MARGIN` of its training range."""
         margin = MARGIN * (self.geometry.max(0) - self.geometry.min(0))
-        return np.concatenate([np.zeros_like(self.params),
-                               self.tolerance + sample_tol + margin], 1)
+        margin = np.concatenate([np.zeros(self.params.shape[1]), margin])
+        return self.tolerance + sample_tol + margin
 
     def _size(self) -> np.ndarray:
         """``[D]``: the size of each component, the scale of "constant" and "the same".
@@ -183,7 +188,7 @@ class TrainingSet:
         """Distance of ``sample`` to the training set, and why it extrapolates (if so).
 
         Differences that the discretisation of the two meshes may explain (their
-        :func:`geometry_tolerance` bounds added) do not count: the same shape meshed
+        :func:`tolerance` bounds added) do not count: the same shape meshed
         finer is at distance 0 from it, and inside the training range of a family.
 
         Returns:
@@ -200,7 +205,7 @@ class TrainingSet:
                              f"{self.params.shape[1]} and {self.geometry.shape[1]}")
         v = np.concatenate([p, g])
         mismatch = self._mismatch(v)
-        tol = self._tol(geometry_tolerance(sample))
+        tol = self._tol(tolerance(sample))
         gaps = self._gaps(v, tol)
         k = self.params.shape[1]
         parts = {"params": slice(0, k), "geometry": slice(k, None), "": slice(None)}
