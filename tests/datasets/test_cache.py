@@ -5,7 +5,6 @@ share a cache, and training through the cache is training in memory."""
 
 import json
 import os
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,7 @@ from meshops.datasets.cache import (
     CacheError,
     MeshCache,
 )
+from meshops.datasets.entry import MAGIC, entry_bytes, read_entry
 from meshops.datasets.lazy import FolderReader
 from meshops.fitting.defaults import data_facts
 from meshops.mesh.io import mesh_from_arrays, write_mesh
@@ -145,7 +145,7 @@ def test_a_torn_entry_is_detected_and_rebuilt_from_its_file(folder, tmp_path):
     path = _entry_path(ds, 1)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])           # half an entry
-    with pytest.raises(CacheError, match="not a complete checkpoint archive"):
+    with pytest.raises(CacheError, match="the file is truncated or was written over"):
         ds.cache.read(SAMPLE, ds.records[1].key)
     want = _reference(reader, 1)
     reader.calls.clear()
@@ -158,15 +158,10 @@ def test_a_damaged_tensor_is_never_read(folder, tmp_path):
     reader = CountingReader(folder)
     ds = MeshCache(tmp_path / "c").dataset(reader.files, reader, SETTINGS, progress=False)
     path = _entry_path(ds, 0)
-    with zipfile.ZipFile(path) as z:
-        info = next(i for i in z.infolist() if "/data/" in i.filename and i.file_size > 16)
     raw = bytearray(path.read_bytes())
-    off = info.header_offset                            # the local header's own lengths:
-    start = off + 30 + int.from_bytes(raw[off + 26:off + 28], "little") \
-        + int.from_bytes(raw[off + 28:off + 30], "little")
-    raw[start + 3] ^= 0xFF                              # one flipped byte in a tensor
+    raw[-5] ^= 0xFF                                     # one flipped byte in the last tensor
     path.write_bytes(bytes(raw))
-    with pytest.raises(CacheError, match="fails its CRC check"):
+    with pytest.raises(CacheError, match="fail their CRC-32 check"):
         ds.cache.read(SAMPLE, ds.records[0].key)
     assert _equal(ds[0], _reference(reader, 0))
 
@@ -175,15 +170,13 @@ def test_an_entry_of_another_version_or_key_is_not_used(folder, tmp_path):
     reader = CountingReader(folder)
     ds = MeshCache(tmp_path / "c").dataset(reader.files, reader, SETTINGS, progress=False)
     path = _entry_path(ds, 2)
-    entry = torch.load(path, weights_only=True)
-    header = json.loads(entry["header"])
-    torch.save({**entry, "header": json.dumps({**header, "cache_version": CACHE_VERSION + 1})},
-               path)
+    header, data = read_entry(path)
+    path.write_bytes(entry_bytes({**header, "cache_version": CACHE_VERSION + 1}, data))
     with pytest.raises(CacheError, match=rf"cache_version {CACHE_VERSION + 1} \(expected "
                                          rf"{CACHE_VERSION}\)"):
         ds.cache.read(SAMPLE, ds.records[2].key)
     # another file's entry copied into its place
-    torch.save(torch.load(_entry_path(ds, 4), weights_only=True), path)
+    path.write_bytes(_entry_path(ds, 4).read_bytes())
     with pytest.raises(CacheError, match="key '"):
         ds.cache.read(SAMPLE, ds.records[2].key)
     want = _reference(reader, 2)
@@ -194,7 +187,7 @@ def test_an_entry_of_another_version_or_key_is_not_used(folder, tmp_path):
 def test_a_bad_entry_of_a_file_changed_since_the_run_began_is_refused(folder, tmp_path):
     reader = CountingReader(folder)
     ds = MeshCache(tmp_path / "c").dataset(reader.files, reader, SETTINGS, progress=False)
-    _entry_path(ds, 5).write_bytes(b"PK\x03\x04 torn")
+    _entry_path(ds, 5).write_bytes(MAGIC + b" torn")
     write_mesh(folder / "s05.vtu", _mesh(5, scale=2.0))
     with pytest.raises(CacheError, match=r"s05.vtu: changed since this run checked the cache"):
         ds[5]
@@ -300,7 +293,7 @@ def test_two_processes_building_one_cache_at_once(tmp_path):
     want = sum(float(reader(f)[0].y.sum()) for f in reader.files)
     assert sums == [want, want]
     entries = list((tmp_path / "c" / SAMPLE).rglob("*"))
-    assert len([p for p in entries if p.suffix == ".pt"]) == 16
+    assert len([p for p in entries if p.suffix == ".entry"]) == 16
     assert not [p for p in entries if p.name.startswith(".")]      # no temporary left
     ds = MeshCache(tmp_path / "c").dataset(reader.files, reader, SETTINGS, progress=False)
     assert all(_equal(ds[i], reader(reader.files[i])[0]) for i in range(16))
@@ -326,7 +319,7 @@ def test_lazy_training_in_worker_processes_is_training_in_memory(tmp_path, capsy
     for a, b in zip(mem, lazy):
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-12, abs=0)
         assert a["val_l2"] == pytest.approx(b["val_l2"], rel=1e-12, abs=0)
-    assert len(list((tmp_path / "c" / STRUCTURED).rglob("*.pt"))) == 8
+    assert len(list((tmp_path / "c" / STRUCTURED).rglob("*.entry"))) == 8
     cfg = (tmp_path / "lazy" / "config.yaml").read_text()
     assert f"cache: {tmp_path / 'c'}" in cfg and "workers: 2" in cfg
 
@@ -343,7 +336,7 @@ def test_lazy_mode_is_chosen_when_the_data_would_not_fit(tmp_path, capsys, monke
     assert code == 0
     assert f"through the cache {tmp_path / 'auto'}/" in err
     assert "of the 0.0 GB of available memory (--no-lazy reads it into memory anyway)" in err
-    assert len(list((tmp_path / "auto" / SAMPLE).rglob("*.pt"))) == 4
+    assert len(list((tmp_path / "auto" / SAMPLE).rglob("*.entry"))) == 4
     monkeypatch.setattr(fit_data, "available_memory", lambda: 10 ** 12)
     code = cli.main(["train", "--data", str(data), "--inputs", "f", "--targets", "u",
                      *SMALL_PIT, "--epochs", "1", "--dry-run"])
@@ -402,8 +395,8 @@ def test_an_epoch_reads_in_exactly_num_workers_processes(tmp_path):
 def test_a_full_disk_while_caching_is_one_line_and_leaves_no_entry(tmp_path):
     """Issue 28: writing an entry on a full disk ended in torch.save's "basic_ios::clear:
     iostream error" traceback. The file-size limit (``ulimit -f``) makes every write
-    past 2 KB fail as a full disk does (EFBIG; Python ignores SIGXFSZ); the entries
-    (about 4 KB) cannot be written."""
+    past 1 KB fail as a full disk does (EFBIG; Python ignores SIGXFSZ); the entries
+    (larger, as the end checks) cannot be written."""
     import resource
     import subprocess
     import sys
@@ -415,8 +408,10 @@ def test_a_full_disk_while_caching_is_one_line_and_leaves_no_entry(tmp_path):
             "layers=1", "heads=2", "--epochs", "1", "--cache", str(cache), "--workers", "0",
             "--logger", "none", "--out", str(out)]
 
+    most = 1024
+
     def limit():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (most, most))
 
     done = subprocess.run(argv, preexec_fn=limit, capture_output=True, text=True, timeout=300)
     err = done.stderr
@@ -428,7 +423,8 @@ def test_a_full_disk_while_caching_is_one_line_and_leaves_no_entry(tmp_path):
     # the same command with room to write builds the cache and trains
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert len(list((cache / SAMPLE).rglob("*.pt"))) == 4
+    entries = list((cache / SAMPLE).rglob("*.entry"))
+    assert len(entries) == 4 and all(p.stat().st_size > most for p in entries)
 
 
 def test_lazy_reading_workers_leave_the_training_step_two_cores():
