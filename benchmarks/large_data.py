@@ -17,7 +17,7 @@ Subcommands (results to stdout; the command line and the load average first):
   epoch, alternating (each a ``meshops train --epochs 1`` process; the epoch time is
   its ``history.json``'s ``time_s``, training plus validation).
 * ``profile --root R --subset N``: where a lazy epoch's time goes, without the model:
-  reading an entry (the CRC check and ``torch.load``, then unpacking), collating a
+  reading an entry (the file with its CRC, then unpacking), collating a
   batch, a DataLoader with 0, 1 and 2 workers, against the model's step on a batch.
 
 The folders are large: delete ``R`` when done.

@@ -51,6 +51,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--plot", type=Path, default=None, help="PNG of the rows")
     args = p.parse_args(argv)
+    if args.repeats < 1:
+        p.error(f"--repeats must be at least 1, got {args.repeats}")
     import torch
 
     from meshops.fitting.defaults import FIELDS_SLICE
@@ -120,7 +122,7 @@ def _row(model, n: int, path: str, repeats: int) -> dict:
 
 def _step_seconds(model, batch, checkpoint: bool, repeats: int) -> float:
     """Median seconds of a training step (forward, backward, AdamW) on ``batch``, after
-    a warm-up step; the model's weights are put back afterwards."""
+    a warm-up step, of a copy of ``model`` (the model itself is left as it was)."""
     import copy
     import statistics
     import time

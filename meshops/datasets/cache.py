@@ -187,7 +187,7 @@ def sample_meta(sample) -> dict:
     of :func:`meshops.datasets.descriptors.describe` with their
     :func:`~meshops.datasets.descriptors.tolerance`
     (:meth:`CachedMeshDataset.descriptors`)."""
-    from meshops.datasets.descriptors import describe, tolerance
+    from meshops.datasets.descriptors import describe, mesh_key, tolerance
     from meshops.mesh.digest import mesh_digest
     from meshops.reduced import input_ranges
 
@@ -198,7 +198,7 @@ def sample_meta(sample) -> dict:
             "x_ranges": input_ranges(sample),
             # the training set's descriptors (meshops.inference.trust) without a second read
             "descriptor": [params.tolist(), geometry.tolist(),
-                           tolerance(sample).tolist()]}
+                           tolerance(sample).tolist(), mesh_key(sample)]}
     for name in ("x", "y"):
         v = getattr(sample, name, None)
         if v is not None:
@@ -730,22 +730,23 @@ class CachedMeshDataset(torch.utils.data.Dataset):
                 for r in self.records if r.stat is not None}
 
     def descriptors(self) -> list:
-        """``(parameters, geometry, tolerance)`` of every sample
+        """``(parameters, geometry, tolerance, mesh key)`` of every sample
         (:func:`meshops.datasets.descriptors.describe`,
-        :func:`~meshops.datasets.descriptors.tolerance`), from what the cache recorded
+        :func:`~meshops.datasets.descriptors.tolerance`,
+        :func:`~meshops.datasets.descriptors.mesh_key`), from what the cache recorded
         (a sample of an older entry that did not record them all is read)."""
         import numpy as np
 
-        from meshops.datasets.descriptors import describe, tolerance
+        from meshops.datasets.descriptors import describe, mesh_key, tolerance
 
         out = []
         for i, r in enumerate(self.records):
             d = r.meta.get("descriptor")
-            if d is not None and len(d) == 3 and len(d[2]) == len(d[0]) + len(d[1]):
-                out.append(tuple(np.asarray(v, np.float64) for v in d))
+            if d is not None and len(d) == 4:
+                out.append((*(np.asarray(v, np.float64) for v in d[:3]), d[3]))
             else:
                 sample = self[i]
-                out.append((*describe(sample), tolerance(sample)))
+                out.append((*describe(sample), tolerance(sample), mesh_key(sample)))
         return out
 
     def facts(self) -> dict:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["describe", "geometry_tolerance", "params_tolerance", "tolerance"]
+__all__ = ["describe", "geometry_tolerance", "mesh_key", "params_tolerance", "tolerance"]
 
-#: Points whose spacing :func:`geometry_tolerance` measures at a time.
+#: Points whose spacing :func:`geometry_tolerance` and whose fit :func:`params_tolerance`
+#: measure at a time.
 _PART = 65536
 
 
@@ -113,9 +114,13 @@ def params_tolerance(sample, near: torch.Tensor | None = None) -> np.ndarray:
     ``f'' h^2 / 2``, 4x the interpolation error of a cell on a quadratic), and the bound
     is its weighted mean ``sum_i w_i r_i / sum_i w_i``: ``O(h^2)``, and for linear fields
     1e-10 of their variation (the ridge of the fit).
-    On a surface in space the fit runs in the ambient coordinates (the least-norm
-    gradient across the surface), so that the normal's components, which move with the
-    curvature, get the curvature's remainder.
+
+    Not covered, as for the geometry: what re-meshing a curved boundary or surface
+    changes of the domain itself (on a surface the fit runs in the ambient coordinates,
+    which follow a field linear in them, such as a sphere's exact normal, exactly), and
+    cells stretched beyond about 4:1, whose ``3^d`` nearest points all lie across them.
+    The trust check adds a margin of the training range for those
+    (:class:`meshops.inference.trust.TrainingSet`).
 
     Shapes:
         sample ``pos [N, d]``, ``weight [N]``, ``x [N, C]`` or ``params [1, K]`` ->
@@ -155,12 +160,27 @@ def _fit_residual(pos: np.ndarray, f: np.ndarray, near: np.ndarray, start: int) 
 
 
 def tolerance(sample) -> np.ndarray:
-    """``[K + 1 + 3d]``: :func:`params_tolerance` and :func:`geometry_tolerance` of a
-    sample, in the order of :func:`describe`'s two vectors (one neighbour search)."""
+    """:func:`params_tolerance` and :func:`geometry_tolerance` of a sample, in the order
+    of :func:`describe`'s two vectors (one neighbour search).
+
+    Shapes:
+        sample ``pos [N, d]``, ``weight [N]``, ``x [N, K]`` or ``params [1, K]`` ->
+        ``[K + 1 + 3d]``
+    """
     if sample.pos.shape[0] < 2:
         return np.concatenate([np.zeros_like(_params(sample)), geometry_tolerance(sample)])
     near = _near(sample.pos.to(torch.float64))
     return np.concatenate([params_tolerance(sample, near), geometry_tolerance(sample, near)])
+
+
+def mesh_key(sample) -> str:
+    """A short digest of the sample's points (in float64): samples of one mesh share it,
+    and their quadrature errors are the same, so that a difference of their input means
+    is a difference of the inputs, which no discretisation bound may excuse."""
+    from meshops.mesh.digest import mesh_digest
+
+    # + 0.0: -0.0 and 0.0 are one coordinate, not two digests
+    return mesh_digest(sample.pos.to(torch.float64) + 0.0)[:16]
 
 
 def describe(sample) -> tuple[np.ndarray, np.ndarray]:

@@ -24,9 +24,11 @@ sample is the Euclidean distance to its nearest training sample, for the paramet
 the geometry and both together. A sample **extrapolates** when
 
 * a component lies outside the training range ``[min, max]`` (beyond 1e-6 of the
-  spread, the discretisation bounds and, for the geometry, 10 % of its training range
-  (:data:`MARGIN`): re-meshing a curved boundary moves even the measure and the
-  centroid by ``O(h^2)``), or differs by more than 1 % from a component
+  spread, the discretisation bounds and, for the geometry and the means of varying
+  inputs, 10 % of its training range (:data:`MARGIN`): re-meshing a curved boundary
+  moves even the measure and the centroid by ``O(h^2)``; the means on the very mesh of
+  a training sample get none of this against it: their quadrature errors are the
+  same), or differs by more than 1 % from a component
   that is the same for every training sample (e.g. another geometry than the
   one fixed mesh trained on), or
 * its distance exceeds the largest nearest-neighbour distance among the training
@@ -43,7 +45,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from meshops.datasets.descriptors import describe, geometry_tolerance, tolerance
+from meshops.datasets.descriptors import describe, geometry_tolerance, mesh_key, tolerance
 
 __all__ = ["ENSEMBLE", "TrainingSet", "describe", "ensemble_members", "geometry_tolerance",
            "predict_ensemble", "tolerance"]
@@ -55,11 +57,11 @@ RTOL = 1e-6
 #: same when within this fraction of its size: the lumped quadrature of a refined copy
 #: of the mesh moves the RMS radius by O(h^2).
 SAME = 1e-2
-#: Fraction of a geometry component's training range (max - min) by which a sample's
-#: component may differ and still count as the same: a re-meshed curved boundary moves
-#: the measure, the centroid and the extent by O(h^2), which no bound of the points
-#: alone (:func:`geometry_tolerance`) can see, and a family's spread sets the scale at
-#: which such a difference matters.
+#: Fraction of a geometry component's (or a varying input's mean's) training range
+#: (max - min) by which a sample's component may differ and still count as the same: a
+#: re-meshed curved boundary moves the measure, the centroid, the extent and the means
+#: over the domain by O(h^2), which no bound of the points alone (:func:`tolerance`)
+#: can see, and a family's spread sets the scale at which such a difference matters.
 MARGIN = 0.1
 
 
@@ -84,12 +86,15 @@ class TrainingSet:
         names: The ``K + G`` component names (parameter names when known).
         tolerance: ``[S, K + G]`` discretisation bounds of the descriptors
             (:func:`tolerance`; zeros where a set stored before them has none).
+        meshes: The ``S`` samples' :func:`~meshops.datasets.descriptors.mesh_key`
+            (``None`` for a set stored before them: every mesh counts as another).
     """
 
     params: np.ndarray
     geometry: np.ndarray
     names: list[str] = field(default_factory=list)
     tolerance: np.ndarray | None = None
+    meshes: list[str] | None = None
 
     def __post_init__(self) -> None:
         if self.tolerance is None:
@@ -103,16 +108,17 @@ class TrainingSet:
         # a lazily read data set knows them without reading its samples again
         known = getattr(samples, "descriptors", None)
         desc = known() if callable(known) else \
-            [(*describe(s), tolerance(s)) for s in samples]
-        params = np.stack([p for p, _, _ in desc])
-        geometry = np.stack([g for _, g, _ in desc])
+            [(*describe(s), tolerance(s), mesh_key(s)) for s in samples]
+        params = np.stack([p for p, _, _, _ in desc])
+        geometry = np.stack([g for _, g, _, _ in desc])
         d = (geometry.shape[1] - 1) // 3  # measure, then centroid, extent, rms radius
         return cls(params, geometry, _names(params.shape[1], d, param_names),
-                   np.stack([t for _, _, t in desc]))
+                   np.stack([t for _, _, t, _ in desc]), [m for _, _, _, m in desc])
 
     def to_dict(self) -> dict:
         return {"params": self.params.tolist(), "geometry": self.geometry.tolist(),
-                "names": list(self.names), "tolerance": self.tolerance.tolist()}
+                "names": list(self.names), "tolerance": self.tolerance.tolist(),
+                "meshes": self.meshes}
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainingSet":
@@ -123,20 +129,28 @@ class TrainingSet:
             # stored before the parameters had bounds: the geometry's alone
             tol = np.concatenate([np.zeros_like(params), d["geometry_tolerance"]], 1)
         return cls(params, np.asarray(d["geometry"], dtype=np.float64), list(d["names"]),
-                   None if tol is None else np.asarray(tol, dtype=np.float64))
+                   None if tol is None else np.asarray(tol, dtype=np.float64),
+                   d.get("meshes"))
 
     # ------------------------------------------------------------------ distances
     @property
     def _all(self) -> np.ndarray:
         return np.concatenate([self.params, self.geometry], 1)
 
-    def _tol(self, sample_tol: np.ndarray) -> np.ndarray:
+    def _tol(self, sample_tol: np.ndarray, mesh: str | None) -> np.ndarray:
         """``[S, D]``: the difference each training sample's components may have from a
-        sample of bounds ``sample_tol [D]`` for discretisation alone: the two bounds,
-        and for the geometry :data:`MARGIN` of its training range."""
-        margin = MARGIN * (self.geometry.max(0) - self.geometry.min(0))
-        margin = np.concatenate([np.zeros(self.params.shape[1]), margin])
-        return self.tolerance + sample_tol + margin
+        sample of bounds ``sample_tol [D]`` on mesh ``mesh`` (its key) for discretisation
+        alone: the two bounds and :data:`MARGIN` of the training range, for the geometry
+        and the means of varying inputs (those with a bound); but no difference of the
+        parameters on the same mesh, whose quadrature errors are the same."""
+        k = self.params.shape[1]
+        varying = np.concatenate([(self.tolerance[:, :k] > 0).any(0) | (sample_tol[:k] > 0),
+                                  np.ones(self.geometry.shape[1], dtype=bool)])
+        margin = np.where(varying, MARGIN * np.ptp(self._all, axis=0), 0.0)
+        tol = self.tolerance + sample_tol + margin
+        if mesh is not None and self.meshes is not None:
+            tol[np.asarray(self.meshes) == mesh, :k] = 0.0
+        return tol
 
     def _size(self) -> np.ndarray:
         """``[D]``: the size of each component, the scale of "constant" and "the same".
@@ -178,7 +192,9 @@ class TrainingSet:
             a, n = self._all, len(self._all)
             near = []
             for i in range(n):
-                d = np.linalg.norm(self._gaps(a[i], self._tol(self.tolerance[i])), axis=1)
+                mesh = None if self.meshes is None else self.meshes[i]
+                d = np.linalg.norm(self._gaps(a[i], self._tol(self.tolerance[i], mesh)),
+                                   axis=1)
                 d[i] = np.inf
                 near.append(float(d.min()))
             self._reference = max(near) if n > 1 else 0.0
@@ -205,7 +221,7 @@ class TrainingSet:
                              f"{self.params.shape[1]} and {self.geometry.shape[1]}")
         v = np.concatenate([p, g])
         mismatch = self._mismatch(v)
-        tol = self._tol(tolerance(sample))
+        tol = self._tol(tolerance(sample), mesh_key(sample))
         gaps = self._gaps(v, tol)
         k = self.params.shape[1]
         parts = {"params": slice(0, k), "geometry": slice(k, None), "": slice(None)}

@@ -30,11 +30,11 @@ def test_an_entry_reads_back_whole_and_in_place(tmp_path):
     assert read_entry(path)[1].numel() == 0
 
 
-@pytest.mark.parametrize("where", ["lengths", "crc", "header", "padding", "data"])
+@pytest.mark.parametrize("where", ["lengths", "crc", "zeros", "header", "padding", "data"])
 def test_any_changed_byte_is_refused(tmp_path, where):
     header, data, _ = _data()
     raw = bytearray(entry_bytes(header, data))
-    at = {"lengths": 16, "crc": 33, "header": 50, "data": len(raw) - 1}
+    at = {"lengths": 16, "crc": 33, "zeros": 47, "header": 50, "data": len(raw) - 1}
     at["padding"] = 48 + len(raw) - 48 - data.numel() - 1   # the last byte before the data
     raw[at[where]] ^= 0x01
     path = tmp_path / "e.entry"
@@ -52,9 +52,13 @@ def test_a_cut_or_extended_or_foreign_file_is_refused(tmp_path):
         with pytest.raises(EntryError, match=r"bytes where the entry's lengths say \d+: the "
                                              r"file is truncated or was written over"):
             read_entry(path)
-    for bad in (b"", raw[:20], b"PK\x03\x04" + raw[4:], MAGIC[:-1] + b"\x02" + raw[16:]):
+    for bad in (b"", b"PK\x03\x04" + raw[4:], MAGIC[:-1] + b"\x02" + raw[16:]):
         path.write_bytes(bad)
         with pytest.raises(EntryError, match="not a meshops cache entry"):
             read_entry(path)
+    path.write_bytes(raw[:20])
+    with pytest.raises(EntryError, match="20 bytes, fewer than an entry's first 48: the file "
+                                         "is truncated"):
+        read_entry(path)
     with pytest.raises(FileNotFoundError):
         read_entry(tmp_path / "none.entry")

@@ -372,6 +372,24 @@ def test_the_input_mean_bound_is_measured_part_by_part_alike(monkeypatch):
     np.testing.assert_allclose(descriptors.params_tolerance(s), whole, rtol=1e-12)
 
 
+def test_input_means_on_the_training_mesh_get_no_discretisation_bound():
+    # a review of issue 37's bound: on one fixed mesh the quadrature errors of the
+    # training samples and a new one are the same, so a load 2 % beyond the training
+    # range must extrapolate there, where the bound alone (and its margin) would excuse
+    # it; the same loads on a finer mesh of the square are inside
+    def sample(n, a):
+        return _square_with(n, "triangle", lambda p: a * torch.exp(p[:, 0] + p[:, 1]))
+
+    loads = np.linspace(1.0, 1.04, 5)
+    ts = TrainingSet.from_samples([sample(8, a) for a in loads])
+    assert TrainingSet.from_dict(ts.to_dict()).meshes == ts.meshes
+    d = ts.distance(sample(8, 1.06))
+    assert d["extrapolates"] and d["reasons"][0].startswith("parameter 0 = "), d["reasons"]
+    assert not ts.distance(sample(8, 1.02))["extrapolates"]
+    fine = ts.distance(sample(16, 1.02))
+    assert not fine["extrapolates"], fine["reasons"]
+
+
 def test_input_means_of_the_same_shapes_meshed_again_do_not_extrapolate():
     # issue 37: every graded re-mesh of a body's surface "extrapolated", its normal's
     # mean (about 1e-4, the training spread of it as small) moved by the discretisation;
