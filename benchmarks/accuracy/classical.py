@@ -7,7 +7,8 @@
   the point of the training surface closest to the node).
 * **nearest training sample**: the targets of the training sample whose parameters
   (those of ``params.json``, e.g. a family's shape parameters, else the input
-  fields' node means; standardised by their spread over the training set) are
+  fields' node means; or the global inputs alone, where the training samples' own
+  lookups say so; standardised by their spread over the training set) are
   closest; on another mesh its field is carried over by P1 interpolation.
 * **POD + RBF**: the classical reduced-order model of a parametric study, as
   meshops itself reports it; see :func:`pod_rbf`.
@@ -27,14 +28,6 @@ from benchmarks.accuracy.folder import Sample, same_mesh
 
 class NotApplicable(Exception):
     """The predictor does not apply to this data set (the message says why)."""
-
-
-def _standardised_params(train: Sequence[Sample], test: Sequence[Sample]):
-    p_tr = np.stack([s.params for s in train])
-    p_te = np.stack([s.params for s in test])
-    mu, sd = p_tr.mean(0), p_tr.std(0)
-    sd[~(sd > 0)] = 1.0  # a parameter constant over the training set cannot rank
-    return (p_tr - mu) / sd, (p_te - mu) / sd
 
 
 def training_mean(train: Sequence[Sample], test: Sequence[Sample]) -> list[np.ndarray]:
@@ -199,14 +192,69 @@ def transfer(src: Sample, dst: Sample) -> np.ndarray:
 
 
 def nearest_sample(train: Sequence[Sample], test: Sequence[Sample]) -> list[np.ndarray]:
-    """The nearest training sample in standardised parameter space (the shape
-    parameters of ``params.json`` for a family of geometries), per test sample,
-    interpolated to its mesh."""
+    """The nearest training sample in a standardised parameter space, per test sample,
+    interpolated to its mesh; :data:`LAST_NOTE` says which space.
+
+    The spaces (:func:`_lookups`): the parameters (those of ``params.json`` for a family
+    of geometries, else the inputs' node means) and, where some inputs are constant over
+    every mesh and the parameters are more than those, those global inputs alone (a
+    load, a stream's direction: the lookup of a study that varies them). With two, the
+    one whose lookup errs least on the training samples themselves (each predicted by
+    its nearest other training sample) is used: chosen on training data alone."""
     if train[0].given_params is None and train[0].inputs.shape[1] == 0:
         raise NotApplicable("no input parameters")
-    p_tr, p_te = _standardised_params(train, test)
+    spaces = _lookups(train)
+    key = tuple(s.name for s in train)
+    if _CHOSEN.get("key") != key:
+        scores = {name: _leave_one_out(train, f) for name, f in spaces.items()}
+        best = min(scores, key=scores.get)
+        _CHOSEN.update(key=key, space=best, note=f"by {best}" + (
+            " (leave-one-out error on the training samples: " + ", ".join(
+                f"{n} {v:.3g}" for n, v in scores.items()) + ")" if len(scores) > 1 else ""))
+    LAST_NOTE[0] = _CHOSEN["note"]
+    p_tr, p_te = _standardised(spaces[_CHOSEN["space"]], train, test)
     idx = np.argmin(((p_te[:, None] - p_tr[None]) ** 2).sum(-1), axis=1)
     return [transfer(train[i], t) for i, t in zip(idx, test)]
+
+
+#: The lookup space :func:`nearest_sample` chose for a training set (computed once for
+#: its test and re-meshed splits).
+_CHOSEN: dict = {}
+
+
+def _lookups(train: Sequence[Sample]) -> dict:
+    """``{name: sample -> [K] vector}``: the parameters, and the global inputs (inputs
+    constant over every training mesh) when they are fewer than the parameters."""
+    out = {"the parameters": lambda s: s.params}
+    const = [c for c in range(train[0].inputs.shape[1])
+             if all(np.ptp(s.inputs[:, c]) == 0 for s in train)]
+    if const and len(const) < len(train[0].params):
+        out["the global inputs"] = lambda s: s.inputs[0, const]
+    return out
+
+
+def _standardised(vector, train: Sequence[Sample], test: Sequence[Sample]):
+    p_tr = np.stack([vector(s) for s in train])
+    p_te = np.stack([vector(s) for s in test])
+    mu, sd = p_tr.mean(0), p_tr.std(0)
+    sd[~(sd > 0)] = 1.0  # a parameter constant over the training set cannot rank
+    return (p_tr - mu) / sd, (p_te - mu) / sd
+
+
+def _leave_one_out(train: Sequence[Sample], vector) -> float:
+    """Mean over the training samples and their target channels of the relative L2 error
+    of the nearest other training sample's field (``vector`` the lookup space)."""
+    from benchmarks.accuracy.metric import relative_l2
+
+    p, _ = _standardised(vector, train, train[:1])
+    d = ((p[:, None] - p[None]) ** 2).sum(-1)
+    np.fill_diagonal(d, np.inf)
+    errs = []
+    for i, j in enumerate(np.argmin(d, axis=1)):
+        pred, s = transfer(train[j], train[i]), train[i]
+        errs += [relative_l2(pred[:, c:c + 1], s.targets[:, c:c + 1], s.weight)
+                 for c in range(s.targets.shape[1])]
+    return float(np.nanmean(errs))
 
 
 def pod_rbf(train: Sequence[Sample], test: Sequence[Sample]) -> list[np.ndarray]:
@@ -235,5 +283,5 @@ def pod_rbf(train: Sequence[Sample], test: Sequence[Sample]) -> list[np.ndarray]
     return [p.numpy() for p in res.predictions]
 
 
-#: The note of the last :func:`pod_rbf` call.
+#: The note of the last :func:`pod_rbf` or :func:`nearest_sample` call.
 LAST_NOTE = [""]

@@ -26,8 +26,8 @@ from benchmarks.accuracy.metric import field_errors, summarize
 
 #: What each re-meshed split is, for the reports (unknown splits show their name).
 LABELS = {"test_fine": "uniformly finer (about 4x the nodes)",
-          "test_ring16": "band at the bodies refined 16x in area",
-          "test_ring64": "band at the bodies refined 64x in area",
+          "test_ring16": "band at the bodies refined 16x in area (volume in 3-D)",
+          "test_ring64": "band at the bodies refined 64x in area (volume in 3-D)",
           "test_wall": "grid rows packed 4x closer to the wall",
           "test_graded": "cap at the front stagnation point refined 16x in area"}
 

@@ -79,7 +79,7 @@ def _classical(model: str, train, test, columns: dict, remeshed: dict) -> dict:
     score_remeshed(out, extra, remeshed, columns, test, dict(zip((s.name for s in test),
                                                                   preds)))
     out["wall_s"] = round(time.perf_counter() - t0, 2)
-    if model == "pod_rbf":
+    if model in ("pod_rbf", "nearest"):
         out["note"] = classical.LAST_NOTE[0]
     return out
 

@@ -15,6 +15,8 @@ from typing import Sequence
 
 from benchmarks.accuracy.report import LABELS, TRAINED, budget_words, mesh_independence
 
+#: The models of the table: the trained ones, and the lookup they must beat.
+MODELS = (*TRAINED, "nearest")
 #: The splits in the order of the table's columns, with their short names.
 SPLITS = {"test_fine": "uniform, finer", "test_ring16": "band x16", "test_ring64": "band x64",
           "test_wall": "wall rows x4", "test_graded": "graded"}
@@ -30,7 +32,8 @@ def _test_error(r: dict, field: str) -> dict:
 
 
 def zero_shot_rows(docs: Sequence[dict]) -> list[dict]:
-    """One row per data set with re-meshed splits, target field and trained model:
+    """One row per data set with re-meshed splits, target field and model of
+    :data:`MODELS`:
     ``{"data", "field", "model", "budget", "test": result, "splits": {split: result with
     its "ratio"}}``, and a row of ``"model": None`` per data set and field holding the
     finite-element difference of the truths in ``splits``. A later document's data set
@@ -46,13 +49,14 @@ def zero_shot_rows(docs: Sequence[dict]) -> list[dict]:
             base = {"data": name, "field": field, "budget": budget_words(doc)}
             out.append({**base, "model": None, "test": None,
                         "splits": {s: t for s, t, _ in mine if t}})
-            for m in TRAINED:
+            for m in MODELS:
                 r = d["models"].get(m) or {}
                 splits = {s: models[m] for s, _, models in mine if m in models}
                 if r.get("mean") is None or not splits:
                     continue
                 out.append({**base, "model": m, "test": _test_error(r, field),
-                            "splits": splits})
+                            "splits": splits, "budget": base["budget"] if m in TRAINED
+                            else ""})
     return out
 
 
@@ -125,7 +129,8 @@ def plot(docs: Sequence[dict], path) -> int:
             err = [[y - got[i].get("spread", [y, y])[0] for i, y in zip(xs, ys)],
                    [got[i].get("spread", [y, y])[1] - y for i, y in zip(xs, ys)]]
             ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=LABELS[r["model"]],
-                        color=f"C{TRAINED.index(r['model'])}")
+                        color=f"C{MODELS.index(r['model'])}",
+                        ls="-" if r["model"] in TRAINED else ":")
         ax.set_xticks(range(len(splits)), ticks, rotation=20, fontsize=8)
         ax.set(title=key[0] if key[1] == "mean" else f"{key[0]}: {key[1]}", yscale="log",
                ylabel="test rel. L2")

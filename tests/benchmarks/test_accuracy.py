@@ -159,6 +159,29 @@ def test_nearest_sample_picks_by_standardised_parameters_and_moves_between_meshe
                                2 * (2 * p2[:, :1] - p2[:, 1:]), atol=1e-12)
 
 
+def test_nearest_sample_looks_up_by_the_global_inputs_when_the_training_set_says_so():
+    """A family whose answer is the load times a fixed field, with four shape parameters
+    that change nothing: looked up by all five parameters, the nearest sample is mostly
+    the nearest shape; the training samples' own leave-one-out errors choose the load
+    (the one input constant over each mesh), and the note says so."""
+    pts, tri = _grid(5)
+    rng = np.random.default_rng(4)
+    phi = np.stack([1 + pts[:, 0], pts[:, 1] ** 2], 1)
+    loads, shapes = rng.uniform(1, 10, 40), rng.uniform(-1, 1, (40, 4))
+
+    def samples(idx):
+        w = metric.lumped_mass_weights(pts, tri)
+        return [Sample(f"s{k}.vtu", pts, tri, np.full((len(pts), 1), loads[k]),
+                       loads[k] * phi, w, np.r_[shapes[k], loads[k]]) for k in idx]
+
+    train, test = samples(range(30)), samples(range(30, 40))
+    preds = classical.nearest_sample(train, test)
+    assert classical.LAST_NOTE[0].startswith("by the global inputs (leave-one-out error")
+    for pred, s in zip(preds, test):
+        k = int(np.argmin(np.abs(loads[:30] - loads[int(s.name[1:-4])])))
+        np.testing.assert_array_equal(pred, loads[k] * phi)
+
+
 # ----------------------------------------------------- folders and one data set
 def _write_set(root, n=12, n_test=4):
     from data_adapters.parametric import ParametricSet, parametric_sample, write_parametric_folders
@@ -861,8 +884,12 @@ def test_zero_shot_rows_set_each_model_beside_the_truths_difference(tmp_path, ca
         doc["datasets"]["one"]["truth_difference"] = {"test_fine": {"mean": 0.001}}
         doc["datasets"]["one"]["models"]["meshops"]["remeshed"]["test_fine"]["ratio"] = 2.0
     b["epochs"] = 7
+    # the lookup the trained models must beat, with no budget of its own
+    b["datasets"]["one"]["models"]["nearest"] = {"mean": 0.5, "remeshed": {"test_fine": {
+        "mean": 0.6, "ratio": 1.2}}}
     rows = zero_shot.zero_shot_rows([a, b])
-    assert [(r["data"], r["model"]) for r in rows] == [("one", None), ("one", "meshops")]
+    assert [(r["data"], r["model"]) for r in rows] == [("one", None), ("one", "meshops"),
+                                                       ("one", "nearest")]
     assert rows[0]["splits"]["test_fine"]["mean"] == 0.001
     ours = rows[1]
     assert ours["test"]["mean"] == 0.01 and ours["budget"] == "7 epochs"
@@ -870,6 +897,7 @@ def test_zero_shot_rows_set_each_model_beside_the_truths_difference(tmp_path, ca
     md = zero_shot.markdown_table([a, b], ["x.json"])
     assert "| one | meshops default | 7 epochs | 0.01 | 0.02 (2.00x) |" in md
     assert "| one | FE difference of the truths |  |  | 0.001 |" in md
+    assert "| one | nearest training sample |  | 0.5 | 0.6 (1.20x) |" in md
     files = []
     for k, doc in enumerate((a, b)):
         files.append(tmp_path / f"{k}.json")
