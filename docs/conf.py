@@ -140,10 +140,11 @@ def _generate(app) -> None:
     gen.mkdir(exist_ok=True)
     bench_tables.generate(gen / "tables")
     option_tables.generate(gen / "tables")
-    # the accuracy benchmark's plot, shown by accuracy.md
-    plot = DOCS.parent / "benchmarks" / "results" / "accuracy-cpu-1thread-10min.png"
-    if plot.is_file():
-        (gen / plot.name).write_bytes(plot.read_bytes())
+    # the benchmarks' plots the pages show (accuracy.md, large-data.md)
+    for name in ("accuracy-cpu-1thread-10min.png", "step-scaling-cpu-1thread.png"):
+        plot = DOCS.parent / "benchmarks" / "results" / name
+        if plot.is_file():
+            (gen / plot.name).write_bytes(plot.read_bytes())
     api_pages.generate(DOCS / "api")
     path = gen / "topics-toctree.md"
     text = _topics_toctree()
