@@ -204,11 +204,12 @@ def nearest_sample(train: Sequence[Sample], test: Sequence[Sample]) -> list[np.n
     if train[0].given_params is None and train[0].inputs.shape[1] == 0:
         raise NotApplicable("no input parameters")
     spaces = _lookups(train)
-    key = tuple(s.name for s in train)
-    if _CHOSEN.get("key") != key:
+    # the same training set (its test and re-meshed splits) chooses once; held, so that
+    # no later set can take its id, and two families' files of the same names differ
+    if _CHOSEN.get("train") is not train:
         scores = {name: _leave_one_out(train, f) for name, f in spaces.items()}
         best = min(scores, key=scores.get)
-        _CHOSEN.update(key=key, space=best, note=f"by {best}" + (
+        _CHOSEN.update(train=train, space=best, note=f"by {best}" + (
             " (leave-one-out error on the training samples: " + ", ".join(
                 f"{n} {v:.3g}" for n, v in scores.items()) + ")" if len(scores) > 1 else ""))
     LAST_NOTE[0] = _CHOSEN["note"]
@@ -217,8 +218,8 @@ def nearest_sample(train: Sequence[Sample], test: Sequence[Sample]) -> list[np.n
     return [transfer(train[i], t) for i, t in zip(idx, test)]
 
 
-#: The lookup space :func:`nearest_sample` chose for a training set (computed once for
-#: its test and re-meshed splits).
+#: The lookup space :func:`nearest_sample` chose for the training set it holds (computed
+#: once for its test and re-meshed splits).
 _CHOSEN: dict = {}
 
 

@@ -180,6 +180,12 @@ def test_nearest_sample_looks_up_by_the_global_inputs_when_the_training_set_says
     for pred, s in zip(preds, test):
         k = int(np.argmin(np.abs(loads[:30] - loads[int(s.name[1:-4])])))
         np.testing.assert_array_equal(pred, loads[k] * phi)
+    # files of the same names whose answer is the first shape parameter's: their own
+    # choice, not the last set's
+    for s in train + test:
+        s.targets = (2 + s.given_params[0]) * phi
+    classical.nearest_sample(list(train), test)
+    assert classical.LAST_NOTE[0].startswith("by the parameters (leave-one-out error")
 
 
 # ----------------------------------------------------- folders and one data set
