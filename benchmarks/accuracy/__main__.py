@@ -55,6 +55,22 @@ def _seed_list(text: str) -> list[int]:
     return seeds
 
 
+def _model_epochs(p: argparse.ArgumentParser, pairs, epochs) -> dict:
+    """``--model-epochs gino=13 ...`` as ``{"gino": 13}``, each a trained model's."""
+    if not pairs:
+        return {}
+    if epochs is None:
+        p.error("--model-epochs needs --epochs (a fixed amount of work for every model)")
+    out = {}
+    for pair in pairs:
+        model, _, n = pair.partition("=")
+        if model not in ("meshops", *PEERS) or not n.isdigit() or int(n) < 1:
+            p.error(f"--model-epochs: expected MODEL=N with MODEL one of meshops, "
+                    f"{', '.join(PEERS)} and N >= 1, got {pair!r}")
+        out[model] = int(n)
+    return out
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.accuracy", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -67,6 +83,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=None,
                    help="a fixed number of epochs per trained model instead of the --minutes "
                         "clock: the load of the machine then changes the time, not the result")
+    p.add_argument("--model-epochs", nargs="+", default=None, metavar="MODEL=N",
+                   help="with --epochs: a trained model's own number of epochs (e.g. gino=13 "
+                        "for a peer whose step costs several of the others'); the tables "
+                        "name it beside the model")
     p.add_argument("--threads", type=int, default=2, help="threads per model (default 2)")
     p.add_argument("--meshops-config", nargs="+", default=None, metavar="KEY=VALUE",
                    help="train a variant of meshops' default model: these go to meshops "
@@ -118,6 +138,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--reuse needs --keep FOLDER (where the runs were kept)")
     if args.epochs is not None and args.epochs < 1:
         p.error(f"--epochs must be >= 1, got {args.epochs}")
+    args.model_epochs = _model_epochs(p, args.model_epochs, args.epochs)
     if args.threads < 1:
         p.error(f"--threads must be >= 1, got {args.threads}")
     if args.seeds is not None and args.seed is not None:
@@ -307,6 +328,7 @@ def run_once(args, out: Path, command: str) -> int:
         log_lines.append(portable(text, roots))
 
     doc = {"schema": SCHEMA, "command": command, "minutes": args.minutes, "epochs": args.epochs,
+           **({"model_epochs": args.model_epochs} if args.model_epochs else {}),
            "seed": args.seed,
            **({"note": FIXED_WORK} if args.epochs else {}),
            **({"meshops_config": args.meshops_config} if args.meshops_config else {}),

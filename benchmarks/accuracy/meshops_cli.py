@@ -171,10 +171,12 @@ def thread_env(threads: int) -> dict:
     return env
 
 
-def split_of_run(run_config: str | None, n: int) -> tuple[list[int], list[int]]:
+def split_of_run(run_config: str | None, n: int,
+                 seed: int | None = None) -> tuple[list[int], list[int]]:
     """The train/validation indices ``meshops train`` used on ``n`` files: its
     ``val_fraction`` and ``seed`` (from the run's ``config.yaml``, else the CLI's
-    defaults) through :func:`meshops.training.splits.validation_split`."""
+    defaults, and ``seed``, the ``--seed`` it was or would be given) through
+    :func:`meshops.training.splits.validation_split`."""
     import yaml
 
     from meshops.fitting.config import TrainConfig
@@ -183,7 +185,7 @@ def split_of_run(run_config: str | None, n: int) -> tuple[list[int], list[int]]:
     defaults = TrainConfig()
     cfg = yaml.safe_load(run_config) if run_config else {}
     frac = cfg.get("val_fraction", defaults.val_fraction)
-    seed = cfg.get("seed", defaults.seed)
+    seed = cfg.get("seed", defaults.seed if seed is None else seed)
     return validation_split(n, frac or 0.0, seed)
 
 

@@ -28,10 +28,22 @@ def did_not_learn(model: str, row: dict) -> bool:
     return r["mean"] >= (1 - TRIVIAL_RTOL) * trivial
 
 
+def _base_budget(doc: dict, unit: str = "min") -> str:
+    return f"{doc['epochs']} epochs" if doc.get("epochs") else f"{doc['minutes']:g} {unit}"
+
+
 def budget_words(doc: dict, unit: str = "min") -> str:
     """What each trained model was given: ``N epochs`` (a fixed amount of work) or ``M
-    min`` (``unit``) of the clock."""
-    return f"{doc['epochs']} epochs" if doc.get("epochs") else f"{doc['minutes']:g} {unit}"
+    min`` (``unit``) of the clock, and any model's own epochs (``--model-epochs``)."""
+    own = doc.get("model_epochs") or {}
+    return _base_budget(doc, unit) + "".join(f", {LABELS.get(m, m)} {n} epochs"
+                                             for m, n in sorted(own.items()))
+
+
+def model_budget(doc: dict, model: str) -> str:
+    """What ``model`` was given in the run ``doc``: its own epochs or the run's budget."""
+    own = (doc.get("model_epochs") or {}).get(model)
+    return f"{own} epochs" if own else _base_budget(doc)
 
 
 def merge(docs: list[dict]) -> dict:
@@ -44,11 +56,18 @@ def merge(docs: list[dict]) -> dict:
         ValueError: runs with different budgets or thread counts (not comparable).
     """
     first = docs[0]
-    for d in docs[1:]:
-        if (budget_words(d), d["threads"]) != (budget_words(first), first["threads"]):
+    own: dict = {}
+    for d in docs:
+        if (_base_budget(d), d["threads"]) != (_base_budget(first), first["threads"]):
             raise ValueError(f"cannot merge a {budget_words(d)} {d['threads']}-thread run "
                              f"with a {budget_words(first)} {first['threads']}-thread one")
-    out = {k: v for k, v in first.items() if k not in ("datasets", "runs")}
+        for m, n in (d.get("model_epochs") or {}).items():
+            if own.setdefault(m, n) != n:
+                raise ValueError(f"cannot merge runs that gave {LABELS.get(m, m)} {own[m]} "
+                                 f"and {n} epochs")
+    out = {k: v for k, v in first.items() if k not in ("datasets", "runs", "model_epochs")}
+    if own:
+        out["model_epochs"] = own
     # a stored merge brings its own runs
     out["runs"] = [r for d in docs for r in (d.get("runs") or [
         {k: d.get(k) for k in ("command", "meshops_commit", "started", "finished", "load")}])]

@@ -84,13 +84,19 @@ def _classical(model: str, train, test, columns: dict, remeshed: dict) -> dict:
     return out
 
 
+def epochs_of(args, model: str) -> int | None:
+    """The fixed epochs of a trained ``model``: its own (``--model-epochs``) or the run's
+    ``--epochs`` (None: the ``--minutes`` clock)."""
+    return (getattr(args, "model_epochs", None) or {}).get(model, getattr(args, "epochs", None))
+
+
 def _peer(model: str, data: Path, desc: dict, train_names, val_names, test, remeshed, args,
           work: Path, log: Callable[[str], None], columns: dict) -> dict:
     job = {"model": model, "data": str(data), "inputs": desc["inputs"],
            "targets": desc["targets"], "fields": columns, "train": train_names,
            "val": val_names, "test": [s.name for s in test],
            "extra": {split: [s.name for s in samples] for split, samples in remeshed.items()},
-           "minutes": args.minutes, "epochs": getattr(args, "epochs", None),
+           "minutes": args.minutes, "epochs": epochs_of(args, model),
            "threads": args.threads, "seed": args.seed, "out": str(work / model)}
     work.mkdir(parents=True, exist_ok=True)
     (work / f"{model}-job.json").write_text(json.dumps(job))
@@ -137,7 +143,7 @@ def _one_model(model, name, data, desc, names, train, test, remeshed, columns, a
         r = run_meshops(data, desc["inputs"], desc.get("fields") or list(desc["targets"]),
                         args.minutes, work / "meshops",
                         thread_env(args.threads), log, args.grace, extra=list(remeshed),
-                        epochs=getattr(args, "epochs", None), seed=args.seed,
+                        epochs=epochs_of(args, "meshops"), seed=args.seed,
                         reuse=getattr(args, "reuse", False),
                         model_config=getattr(args, "meshops_config", None) or ())
         run_config = r.get("run_config")
@@ -147,7 +153,8 @@ def _one_model(model, name, data, desc, names, train, test, remeshed, columns, a
         out.update({k: v for k, v in r.items()
                     if k not in ("predictions", "extra_predictions")})
     elif model in PEERS:
-        tr, va = split_of_run(run_config, len(names))
+        # without meshops in this run: the split its run of this seed draws
+        tr, va = split_of_run(run_config, len(names), seed=args.seed)
         out = _peer(model, data, desc, [names[i] for i in tr], [names[i] for i in va],
                     test, remeshed, args, work, log, columns)
     else:

@@ -13,7 +13,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from benchmarks.accuracy.report import LABELS, TRAINED, budget_words, mesh_independence
+from benchmarks.accuracy.report import (
+    LABELS,
+    TRAINED,
+    budget_words,
+    mesh_independence,
+    model_budget,
+)
 
 #: The models of the table: the trained ones, and the lookup they must beat.
 MODELS = (*TRAINED, "nearest")
@@ -55,7 +61,7 @@ def zero_shot_rows(docs: Sequence[dict]) -> list[dict]:
                 if r.get("mean") is None or not splits:
                     continue
                 out.append({**base, "model": m, "test": _test_error(r, field),
-                            "splits": splits, "budget": base["budget"] if m in TRAINED
+                            "splits": splits, "budget": model_budget(doc, m) if m in TRAINED
                             else ""})
     return out
 

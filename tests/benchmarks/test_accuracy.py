@@ -248,6 +248,10 @@ def test_peer_validation_split_is_meshops_trains():
     d = TrainConfig()
     assert split_of_run(None, 50) == validation_split(50, d.val_fraction, d.seed)
     assert split_of_run("val_fraction: 0.5\nseed: 3\n", 10) == validation_split(10, 0.5, 3)
+    # a peer run without meshops beside it takes the split meshops' run of its seed draws
+    assert split_of_run(None, 50, seed=2) == validation_split(50, d.val_fraction, 2)
+    assert split_of_run(None, 50, seed=2) != split_of_run(None, 50)
+    assert split_of_run("seed: 3\n", 10, seed=2) == validation_split(10, d.val_fraction, 3)
 
 
 def test_peer_probe_trains_on_meshops_split_and_never_reads_the_test_files(tmp_path):
@@ -462,6 +466,36 @@ def test_merged_runs_take_every_model_and_the_later_result(tmp_path, capsys):
     assert "cannot merge a 5 min 2-thread run" in capsys.readouterr().err
 
 
+def test_a_model_given_its_own_epochs_merges_and_is_named_beside_it(tmp_path, capsys):
+    """A peer run with ``--model-epochs gino=13`` merges with the others' 60-epoch run and
+    the tables name its 13 epochs; a second run giving it 20 does not merge."""
+    from benchmarks.accuracy.__main__ import parse_args
+    from benchmarks.accuracy.report import budget_words, merge, model_budget
+    from benchmarks.accuracy.run import epochs_of
+
+    args = parse_args(["--epochs", "60", "--model-epochs", "gino=13"])
+    assert (epochs_of(args, "gino"), epochs_of(args, "meshops")) == (13, 60)
+    for bad, says in ((["--model-epochs", "gino=13"], "needs --epochs"),
+                      (["--epochs", "5", "--model-epochs", "mean=3"], "expected MODEL=N"),
+                      (["--epochs", "5", "--model-epochs", "gino=0"], "expected MODEL=N")):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
+        assert says in capsys.readouterr().err
+    ours, gino = _doc(), _doc()
+    ours["epochs"] = gino["epochs"] = 60
+    gino["model_epochs"] = {"gino": 13}
+    gino["datasets"] = {"one": {**gino["datasets"]["one"],
+                                "models": {"gino": {"mean": 0.5, "median": 0.5, "worst": 1}}}}
+    merged = merge([ours, gino])
+    assert budget_words(merged) == "60 epochs, GINO 13 epochs"
+    assert (model_budget(merged, "gino"), model_budget(merged, "meshops")) == \
+        ("13 epochs", "60 epochs")
+    assert merged["datasets"]["one"]["models"]["gino"]["mean"] == 0.5
+    other = {**gino, "model_epochs": {"gino": 20}}
+    with pytest.raises(ValueError, match="gave GINO 13 and 20 epochs"):
+        merge([ours, gino, other])
+
+
 @pytest.mark.parametrize("python", ["/nonexistent/python", "SELF"])
 def test_peers_without_their_environment_fail_in_one_line(python, capsys):
     import sys
@@ -578,6 +612,38 @@ def test_gino_layout_puts_distances_on_the_latent_grid_and_the_rest_in_the_gno()
         == (2, None)
     with pytest.raises(ValueError, match="cannot tell their columns"):
         gino_layout(cfg, [1.0, 1.0], ["sdf", "velocity"], 3)
+
+
+def test_gino_data_carries_the_distance_onto_the_latent_grid_of_each_sample():
+    """The latent features of a sample are its distance input on the grid, standardised
+    with the training statistics (the runner read them off a field the samples no longer
+    had once tetrahedra came); a sample in space is refused by name."""
+    import copy
+
+    import torch
+
+    from benchmarks.accuracy.peer_train import (
+        CONFIGS,
+        Data,
+        distance_on_grid,
+        gino_layout,
+        statistics,
+    )
+
+    pts, tri = _holed_square()
+    dist = np.maximum(np.abs(pts - 0.5).max(1) - 0.1, 0.0)[:, None]
+    s = Sample("holed.vtu", pts, tri, dist, np.zeros((len(pts), 1)), np.ones(len(pts)))
+    stats = statistics([s], keep_aspect=True)
+    layout = gino_layout(copy.deepcopy(CONFIGS["gino"]), [1.0, 1.0], ["sdf"], 1)
+    lat = Data(torch, [s], stats, layout).batch([0])[4]
+    axes = [stats["p_lo"][d] + layout["axes"][d] * stats["p_span"][d] for d in range(2)]
+    ref = (distance_on_grid(pts, tri, dist, axes) - stats["x_mu"]) / stats["x_sd"]
+    assert lat.shape == (1, *layout["shape"], 1)
+    np.testing.assert_allclose(lat[0].numpy(), ref, rtol=1e-6, atol=1e-6)
+    tet = Sample("block.vtu", np.zeros((4, 3)), np.array([[0, 1, 2, 3]]), np.zeros((4, 1)),
+                 np.zeros((4, 1)), np.ones(4))
+    with pytest.raises(ValueError, match="block.vtu is not a plane triangle mesh"):
+        Data(torch, [tet], stats, layout)
 
 
 def test_p1_transfer_takes_triangulations_matplotlib_refuses():
