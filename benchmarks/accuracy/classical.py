@@ -84,43 +84,50 @@ def _barycentric_maps(points: np.ndarray, cells: np.ndarray):
     return first, inv
 
 
-def _values_by_search(src: Sample, points: np.ndarray, nearest: np.ndarray,
-                      ks=(2, 8, 64), chunk: int = 4096) -> np.ndarray:
-    """P1 interpolation as :func:`_values_at` on ``src``'s simplices (triangles in 2-D,
-    tetrahedra in 3-D): the cell of each point is searched among the ``k`` cells with
-    the nearest centroids, ``k`` = 2, then 8, then 64 for the points not yet placed (half
-    the time of 8 and 64 alone on the 3-D family), and holds it when its barycentric
-    coordinates are all >= -1e-9; the nearest node's
-    value where none holds it. For tetrahedra and for triangulations matplotlib's
-    finder refuses (duplicated nodes, overlapping cells).
+def p1_search(points: np.ndarray, cells: np.ndarray, values: np.ndarray, at: np.ndarray,
+              ks=(2, 8, 64), chunk: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    """P1 interpolation of nodal ``values`` on simplices (triangles in the plane,
+    tetrahedra in space) at the points ``at``: the cell of each point is searched among
+    the ``k`` cells with the nearest centroids, ``k`` = 2, then 8, then 64 for the points
+    not yet placed (half the time of 8 and 64 alone on the 3-D family), and holds it when
+    its barycentric coordinates are all >= -1e-9.
 
     Shapes:
-        points ``[P, d]``, nearest ``[P]`` -> ``[P, C]``
+        points ``[N, d]``, cells ``[M, d + 1]``, values ``[N, C]``, at ``[P, d]`` ->
+        the values ``[P, C]`` (zero where no cell holds the point) and ``found [P]``.
     """
     from scipy.spatial import cKDTree
 
-    p, t, y = src.points, src.cells, src.targets
-    first, inv = _barycentric_maps(p, t)
-    out = y[nearest].astype(np.float64)
-    todo = np.arange(len(points))
-    tree = cKDTree(p[t].mean(1))
+    first, inv = _barycentric_maps(points, cells)
+    out = np.zeros((len(at), values.shape[1]))
+    found_all = np.zeros(len(at), bool)
+    todo = np.arange(len(at))
+    tree = cKDTree(points[cells].mean(1))
     for k in ks:
-        k = min(k, len(t))
-        placed = []
+        k = min(k, len(cells))
         for s in range(0, len(todo), chunk):
             rows = todo[s:s + chunk]
-            cand = tree.query(points[rows], k)[1].reshape(len(rows), k)         # [n, k]
-            lam = np.einsum("nkij,nkj->nki", inv[cand], points[rows, None] - first[cand])
+            cand = tree.query(at[rows], k)[1].reshape(len(rows), k)              # [n, k]
+            lam = np.einsum("nkij,nkj->nki", inv[cand], at[rows, None] - first[cand])
             lam = np.concatenate([1 - lam.sum(-1, keepdims=True), lam], -1)    # [n, k, d+1]
             inside = np.isfinite(lam).all(-1) & (lam >= -1e-9).all(-1)
             found = inside.any(1)
             j = inside.argmax(1)[found]
-            at = np.flatnonzero(found)
-            out[rows[found]] = (lam[at, j][..., None] * y[t[cand[at, j]]]).sum(1)
-            placed.append(rows[found])
-        todo = np.setdiff1d(todo, np.concatenate(placed) if placed else [])
+            hit = np.flatnonzero(found)
+            out[rows[found]] = (lam[hit, j][..., None] * values[cells[cand[hit, j]]]).sum(1)
+            found_all[rows[found]] = True
+        todo = np.flatnonzero(~found_all)
         if not len(todo):
             break
+    return out, found_all
+
+
+def _values_by_search(src: Sample, points: np.ndarray, nearest: np.ndarray) -> np.ndarray:
+    """:func:`p1_search` of ``src.targets`` at ``points [P, d]``, the nearest node's value
+    (``nearest [P]``) where no cell holds the point. For tetrahedra and for
+    triangulations matplotlib's finder refuses (duplicated nodes, overlapping cells)."""
+    out, found = p1_search(src.points, src.cells, src.targets.astype(np.float64), points)
+    out[~found] = src.targets[nearest[~found]]
     return out
 
 

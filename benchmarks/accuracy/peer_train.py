@@ -155,13 +155,14 @@ class Data:
 
     def __init__(self, torch, samples, stats, layout=None):
         cols = layout["latent_columns"] if layout else []
-        flat = [s for s in samples if s.points.shape[1] != 2 or s.cells.shape[1] != 3]
+        # a surface in space has no inside to interpolate a distance in
+        flat = [s for s in samples if s.cells.shape[1] != s.points.shape[1] + 1]
         if cols and flat:
-            raise ValueError(f"GINO's latent distance features are interpolated on plane "
-                             f"triangles; {flat[0].name} is not a plane triangle mesh (points "
+            raise ValueError(f"GINO's latent distance features are interpolated in the "
+                             f"mesh's cells; {flat[0].name} does not fill its domain (points "
                              f"[N, {flat[0].points.shape[1]}], cells [M, "
-                             f"{flat[0].cells.shape[1]}]); leave gino out of --models on 3-D "
-                             f"sets")
+                             f"{flat[0].cells.shape[1]}]): give the distance as an ordinary "
+                             f"input")
         self.names = [s.name for s in samples]
         self.pos = [torch.tensor((s.points - stats["p_lo"]) / stats["p_span"],
                                  dtype=torch.float32) for s in samples]
@@ -221,48 +222,29 @@ def latent_axes(extent, points: int) -> list[np.ndarray]:
     return [np.linspace(0.0, e, max(2, round(e / h))) for e in extent]
 
 
-def distance_on_grid(points, triangles, values, axes) -> np.ndarray:
-    """Distance fields given at the nodes of a triangle mesh, evaluated on the grid of
-    ``axes`` (``ij`` order): linear (P1) inside the mesh; at a grid point outside it (in
-    a hole or a body), the nearest node's value less the distance to that node, the
-    field continued as a signed distance (negative inside a body, as neuraloperator's
-    car example's SDF).
+def distance_on_grid(points, cells, values, axes) -> np.ndarray:
+    """Distance fields given at the nodes of a mesh of simplices (triangles in the plane,
+    tetrahedra in space), evaluated on the grid of ``axes`` (``ij`` order): linear (P1)
+    inside the mesh (:func:`benchmarks.accuracy.classical.p1_search`); at a grid point
+    outside it (in a hole, a cavity or a body), the nearest node's value less the
+    distance to that node, the field continued as a signed distance (negative inside a
+    body, as neuraloperator's car example's SDF).
 
     Shapes:
-        points ``[N, 2]``, triangles ``[M, 3]``, values ``[N, K]``, axes two ``[n_i]``
-        increasing -> ``[n_1, n_2, K]``.
+        points ``[N, d]``, cells ``[M, d + 1]``, values ``[N, K]``, axes ``d`` arrays
+        ``[n_i]`` -> ``[n_1, ..., n_d, K]``.
     """
+    from scipy.spatial import cKDTree
+
+    from benchmarks.accuracy.classical import p1_search
+
     points, values = np.asarray(points, np.float64), np.asarray(values, np.float64)
-    tx, ty = (np.asarray(t, np.float64) for t in axes)
-    corners = points[triangles]  # [M, 3, 2]
-    # candidate (triangle, grid point) pairs: the grid points in each triangle's box
-    lo = [np.searchsorted(t, corners[..., d].min(1), "left") for d, t in enumerate((tx, ty))]
-    hi = [np.searchsorted(t, corners[..., d].max(1), "right") for d, t in enumerate((tx, ty))]
-    nx, ny = hi[0] - lo[0], hi[1] - lo[1]
-    tri = np.repeat(np.arange(len(triangles)), nx * ny)
-    k = np.arange(len(tri)) - np.repeat(np.cumsum(nx * ny) - nx * ny, nx * ny)
-    i, j = lo[0][tri] + k // ny[tri], lo[1][tri] + k % ny[tri]
-    a = corners[tri, 0]
-    e1, e2 = corners[tri, 1] - a, corners[tri, 2] - a
-    r = np.stack([tx[i], ty[j]], -1) - a
-    det = e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0]
-    ok = np.abs(det) > 0
-    det = np.where(ok, det, 1.0)
-    l1 = (r[:, 0] * e2[:, 1] - r[:, 1] * e2[:, 0]) / det
-    l2 = (e1[:, 0] * r[:, 1] - e1[:, 1] * r[:, 0]) / det
-    hit = ok & (l1 >= -1e-12) & (l2 >= -1e-12) & (l1 + l2 <= 1 + 1e-12)
-    v = triangles[tri[hit]]
-    out = np.full((len(tx), len(ty), values.shape[1]), np.nan)
-    out[i[hit], j[hit]] = ((1 - l1[hit] - l2[hit])[:, None] * values[v[:, 0]]
-                           + l1[hit, None] * values[v[:, 1]] + l2[hit, None] * values[v[:, 2]])
-    miss = np.argwhere(np.isnan(out[..., 0]))
-    if len(miss):
-        g = np.stack([tx[miss[:, 0]], ty[miss[:, 1]]], -1)
-        d2 = ((g[:, None, :] - points[None]) ** 2).sum(-1)
-        near = d2.argmin(1)
-        out[miss[:, 0], miss[:, 1]] = (values[near]
-                                       - np.sqrt(d2[np.arange(len(g)), near])[:, None])
-    return out
+    grid = np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, len(axes))
+    out, found = p1_search(points, np.asarray(cells), values, grid)
+    if not found.all():
+        dist, near = cKDTree(points).query(grid[~found])
+        out[~found] = values[near] - dist[:, None]
+    return out.reshape(*(len(t) for t in axes), values.shape[1])
 
 
 def gino_layout(cfg: dict, extent, inputs: list, k_in: int) -> dict:

@@ -640,10 +640,54 @@ def test_gino_data_carries_the_distance_onto_the_latent_grid_of_each_sample():
     ref = (distance_on_grid(pts, tri, dist, axes) - stats["x_mu"]) / stats["x_sd"]
     assert lat.shape == (1, *layout["shape"], 1)
     np.testing.assert_allclose(lat[0].numpy(), ref, rtol=1e-6, atol=1e-6)
-    tet = Sample("block.vtu", np.zeros((4, 3)), np.array([[0, 1, 2, 3]]), np.zeros((4, 1)),
-                 np.zeros((4, 1)), np.ones(4))
-    with pytest.raises(ValueError, match="block.vtu is not a plane triangle mesh"):
-        Data(torch, [tet], stats, layout)
+    surface = Sample("skin.vtu", np.eye(3), np.array([[0, 1, 2]]), np.zeros((3, 1)),
+                     np.zeros((3, 1)), np.ones(3))
+    with pytest.raises(ValueError, match="skin.vtu does not fill its domain"):
+        Data(torch, [surface], stats, layout)
+
+
+def _holed_cube(n=6, hole=(0.35, 0.65)):
+    """Tetrahedra of the unit cube (each grid cube in 6 around its main diagonal) without
+    those whose centre lies in the cube ``hole``: with the defaults, the cavity is the
+    grid cube [0.4, 0.6]^3."""
+    import itertools
+
+    t = np.linspace(0.0, 1.0, n)
+    pts = np.stack(np.meshgrid(t, t, t, indexing="ij"), -1).reshape(-1, 3)
+    idx = np.arange(n ** 3).reshape(n, n, n)
+    tets = []
+    for i, j, k in itertools.product(range(n - 1), repeat=3):
+        c = [idx[i + a, j + b, k + e] for a, b, e in itertools.product((0, 1), repeat=3)]
+        for perm in itertools.permutations(range(3)):  # the 6 paths from corner 0 to 7
+            at, path = [0, 0, 0], [c[0]]
+            for axis in perm:
+                at[axis] = 1
+                path.append(c[4 * at[0] + 2 * at[1] + at[2]])
+            tets.append(path)
+    tets = np.asarray(tets)
+    centre = pts[tets].mean(1)
+    tets = tets[~((centre > hole[0]) & (centre < hole[1])).all(1)]
+    used = np.unique(tets)
+    return pts[used], np.searchsorted(used, tets)
+
+
+def test_distance_on_grid_is_p1_in_tetrahedra_and_signed_in_a_cavity():
+    """In 3-D (cavity3d's ``sdf``): a linear field is exact at the grid points in the
+    tetrahedra; at the cavity's centre the distance continues as minus the distance to
+    the nearest node (a corner of the cavity [0.4, 0.6]^3, 0.1 * sqrt(3) away)."""
+    from benchmarks.accuracy.peer_train import distance_on_grid
+
+    pts, tets = _holed_cube()
+    dist = np.maximum(np.abs(pts - 0.5).max(1) - 0.1, 0.0)
+    vals = np.stack([pts @ [1.0, -2.0, 0.5], dist], 1)
+    axes = [np.linspace(0.0, 1.0, m) for m in (9, 7, 5)]
+    out = distance_on_grid(pts, tets, vals, axes)
+    assert out.shape == (9, 7, 5, 2)
+    G = np.stack(np.meshgrid(*axes, indexing="ij"), -1)
+    in_hole = (np.abs(G - 0.5) < 0.1 - 1e-9).all(-1)
+    np.testing.assert_allclose(out[~in_hole, 0], (G @ [1.0, -2.0, 0.5])[~in_hole], atol=1e-12)
+    assert in_hole[4, 3, 2] and out[4, 3, 2, 1] == pytest.approx(-0.1 * np.sqrt(3))
+    assert in_hole.sum() == 1 and (out[~in_hole, 1] >= -1e-12).all()
 
 
 def test_p1_transfer_takes_triangulations_matplotlib_refuses():
