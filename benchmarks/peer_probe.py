@@ -42,11 +42,34 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, required=True)
     p.add_argument("--lr", type=float, required=True)
     p.add_argument("--scheduler", required=True, choices=["onecycle", "cosine", "step"])
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=JSON",
+                   help="change the peer's configuration (a key of CONFIGS[model] or of its "
+                        "'model'), e.g. fno_hidden_channels=32 "
+                        "out_gno_channel_mlp_hidden_layers=[128,128]: the size a budget "
+                        "shrinks it to")
     p.add_argument("--cpu-minutes", type=float, default=3.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--peers-python", required=True, help="the peers' environment's python")
     p.add_argument("--out", type=Path, required=True, help="JSON lines file to append to")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.changes = {}
+    for pair in args.set:
+        key, _, value = pair.partition("=")
+        try:
+            args.changes[key] = json.loads(value)
+        except json.JSONDecodeError:
+            p.error(f"--set {pair!r}: expected KEY=JSON, e.g. fno_hidden_channels=32")
+    return args
+
+
+def _check_changes(model: str, changes: dict) -> None:
+    from benchmarks.accuracy.peer_train import CONFIGS
+
+    cfg = CONFIGS[model]
+    unknown = [k for k in changes if k not in cfg and k not in cfg["model"]]
+    if unknown:
+        raise SystemExit(f"--set: {unknown} are not keys of {model}'s configuration "
+                         f"({sorted({*cfg, *cfg['model']} - {'model', 'shrunk'})})")
 
 
 def probe_job(data: Path, args, work: Path) -> dict:
@@ -64,7 +87,8 @@ def probe_job(data: Path, args, work: Path) -> dict:
             "targets": desc["targets"], "fields": columns,
             "train": [names[i] for i in tr], "val": [names[i] for i in va], "test": [],
             "minutes": args.cpu_minutes, "clock": "cpu", "threads": 1, "seed": args.seed,
-            "config": {"batch": args.batch_size, "lr": args.lr, "schedule": args.scheduler},
+            "config": {**args.changes, "batch": args.batch_size, "lr": args.lr,
+                       "schedule": args.scheduler},
             "out": str(work / args.model), "name": desc["name"]}
 
 
@@ -74,6 +98,7 @@ def record_of(job: dict, summary: dict, args, argv) -> dict:
     best = min(summary["history"], key=lambda h: h["val"])
     return portable({
         "data": job["name"], "model": args.model, "model_config": summary["config"]["model"],
+        **({"changes": args.changes} if args.changes else {}),
         "batch_size": args.batch_size, "lr": args.lr, "scheduler": args.scheduler,
         "seed": args.seed, "parameters": summary["parameters"],
         "cpu_minutes": args.cpu_minutes, "epochs": summary["epochs"],
@@ -89,6 +114,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from benchmarks.accuracy.meshops_cli import run_subprocess, thread_env
 
+    _check_changes(args.model, args.changes)
     with tempfile.TemporaryDirectory(prefix="peer-probe-") as tmp:
         work = Path(tmp)
         job = probe_job(args.data, args, work)

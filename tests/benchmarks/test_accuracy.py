@@ -273,6 +273,28 @@ def test_peer_probe_trains_on_meshops_split_and_never_reads_the_test_files(tmp_p
     assert job["fields"] == {"u": [0], "v": [1]}
 
 
+def test_peer_probe_shrinks_the_peer_by_known_keys_only(tmp_path, capsys):
+    """``--set KEY=JSON`` changes the peer's configuration in the probe's job (the shrink a
+    budget asks for); a key the peer's configuration lacks stops it by name, and a value
+    that is no JSON is refused."""
+    from benchmarks.peer_probe import main, parse_args, probe_job
+
+    root, _ = _write_set(tmp_path / "tiny")
+    base = ["--data", str(root), "--model", "gino", "--batch-size", "1", "--lr", "3e-3",
+            "--scheduler", "step", "--peers-python", "python", "--out", str(tmp_path / "p")]
+    args = parse_args(base + ["--set", "fno_hidden_channels=32",
+                              "out_gno_channel_mlp_hidden_layers=[128,128]"])
+    job = probe_job(root, args, tmp_path)
+    assert job["config"] == {"fno_hidden_channels": 32,
+                             "out_gno_channel_mlp_hidden_layers": [128, 128],
+                             "batch": 1, "lr": 3e-3, "schedule": "step"}
+    with pytest.raises(SystemExit, match=r"\['fno_width'\] are not keys of gino's"):
+        main(base + ["--set", "fno_width=32"])
+    with pytest.raises(SystemExit):
+        parse_args(base + ["--set", "out_gno_channel_mlp_hidden_layers=[128"])
+    assert "expected KEY=JSON" in capsys.readouterr().err
+
+
 def test_a_variant_of_meshops_default_goes_to_its_model_config(tmp_path, monkeypatch):
     """``--meshops-config KEY=VALUE`` trains the default model with those keys changed:
     they reach ``meshops train --model-config``, and the result says so."""
