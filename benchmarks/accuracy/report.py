@@ -36,14 +36,14 @@ def budget_words(doc: dict, unit: str = "min") -> str:
     """What each trained model was given: ``N epochs`` (a fixed amount of work) or ``M
     min`` (``unit``) of the clock, and any model's own epochs (``--model-epochs``)."""
     own = doc.get("model_epochs") or {}
-    return _base_budget(doc, unit) + "".join(f", {LABELS.get(m, m)} {n} epochs"
+    return _base_budget(doc, unit) + "".join(f", {LABELS.get(m, m)} {_n(n, 'epoch')}"
                                              for m, n in sorted(own.items()))
 
 
 def model_budget(doc: dict, model: str) -> str:
     """What ``model`` was given in the run ``doc``: its own epochs or the run's budget."""
     own = (doc.get("model_epochs") or {}).get(model)
-    return f"{own} epochs" if own else _base_budget(doc)
+    return _n(own, "epoch") if own else _base_budget(doc)
 
 
 def merge(docs: list[dict]) -> dict:
