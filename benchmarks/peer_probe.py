@@ -63,13 +63,13 @@ def parse_args(argv=None):
 
 
 def _check_changes(model: str, changes: dict) -> None:
-    from benchmarks.accuracy.peer_train import CONFIGS
+    """Refuse, before the peer's process starts, what its runner would refuse."""
+    from benchmarks.accuracy.peer_train import configured
 
-    cfg = CONFIGS[model]
-    unknown = [k for k in changes if k not in cfg and k not in cfg["model"]]
-    if unknown:
-        raise SystemExit(f"--set: {unknown} are not keys of {model}'s configuration "
-                         f"({sorted({*cfg, *cfg['model']} - {'model', 'shrunk'})})")
+    try:
+        configured(model, changes)
+    except ValueError as e:
+        raise SystemExit(f"--set: {e}") from None
 
 
 def probe_job(data: Path, args, work: Path) -> dict:

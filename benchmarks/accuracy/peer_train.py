@@ -104,6 +104,24 @@ CONFIGS = {
 }
 
 
+def configured(name: str, changes: dict) -> dict:
+    """A copy of ``CONFIGS[name]`` with ``changes`` (a job's recipe, a probe's shrink), each
+    key set where the configuration has it: in its ``model``, else at the top.
+
+    Raises:
+        ValueError: a key the configuration has nowhere (a typo would otherwise train the
+            unchanged peer under a changed name).
+    """
+    cfg = copy.deepcopy(CONFIGS[name])
+    unknown = [k for k in changes if k not in cfg and k not in cfg["model"]]
+    if unknown:
+        raise ValueError(f"{unknown} are not keys of {name}'s configuration "
+                         f"({sorted({*cfg, *cfg['model']} - {'model', 'shrunk'})})")
+    for k, v in changes.items():
+        (cfg["model"] if k in cfg["model"] else cfg)[k] = v
+    return cfg
+
+
 def _load_torch():
     """Import torch with the workaround the CPU build needs for torchvision.
 
@@ -158,8 +176,8 @@ class Data:
     def __init__(self, torch, samples, stats, layout=None):
         cols = layout["latent_columns"] if layout else []
         # a surface in space has no inside to interpolate a distance in
-        flat = [s for s in samples if s.cells.shape[1] != s.points.shape[1] + 1]
-        if cols and flat:
+        flat = [s for s in samples if cols and s.cells.shape[1] != s.points.shape[1] + 1]
+        if flat:
             raise ValueError(f"GINO's latent distance features are interpolated in the "
                              f"mesh's cells; {flat[0].name} does not fill its domain (points "
                              f"[N, {flat[0].points.shape[1]}], cells [M, "
@@ -380,9 +398,7 @@ def run(job: dict) -> dict:
     torch.manual_seed(int(job["seed"]))
     rng = np.random.default_rng(int(job["seed"]))
     name = job["model"]
-    cfg = copy.deepcopy(CONFIGS[name])
-    for k, v in (job.get("config") or {}).items():
-        (cfg["model"] if k in cfg["model"] else cfg)[k] = v
+    cfg = configured(name, job.get("config") or {})
     budget = 60.0 * float(job["minutes"])
     # the budget's clock: wall time, or (validation probes on a shared machine, see
     # benchmarks/family_probe.py) CPU seconds of the process
