@@ -2,6 +2,8 @@
 
 * :func:`latent_points`: the latent mesh of a batch, of one of the kinds below;
 * :func:`fps_latent`: a farthest-point sample of every sample's points;
+* :func:`site_latent`: the points nearest to a regular grid of sites over every
+  sample's bounding box;
 * :func:`grid_latent`: a strided sub-grid of structured samples;
 * :func:`voronoi_weights`: the quadrature rule of a latent point set (each input point
   gives its weight to its nearest latent point).
@@ -20,7 +22,8 @@ from torch import Tensor
 
 from meshops.search import fps, knn
 
-__all__ = ["fps_latent", "grid_latent", "latent_points", "voronoi_weights"]
+__all__ = ["box_sites", "fps_latent", "grid_latent", "latent_points", "site_latent",
+           "voronoi_weights"]
 
 
 def latent_points(kind: str, pos: Tensor, weight: Tensor, batch: Optional[Tensor],
@@ -28,7 +31,8 @@ def latent_points(kind: str, pos: Tensor, weight: Tensor, batch: Optional[Tensor
                   stride: Union[int, Sequence[int]] = 2
                   ) -> tuple[Optional[Tensor], Tensor, Tensor, Optional[Tensor]]:
     """The latent mesh of a batch: ``"input"`` (its own points), ``"fps"``
-    (:func:`fps_latent` of ``num_latent`` points per sample) or ``"grid"``
+    (:func:`fps_latent` of ``num_latent`` points per sample), ``"sites"``
+    (:func:`site_latent`, about ``num_latent`` points per sample) or ``"grid"``
     (:func:`grid_latent`), with :func:`voronoi_weights` (``"input"`` keeps the input
     weights).
 
@@ -40,6 +44,8 @@ def latent_points(kind: str, pos: Tensor, weight: Tensor, batch: Optional[Tensor
         return None, pos, weight, batch
     if kind == "fps":
         idx = fps_latent(pos, batch, num_latent)
+    elif kind == "sites":
+        idx = site_latent(pos, batch, num_latent)
     else:
         idx = grid_latent(grid_shape, stride, batch, pos.shape[0], device=pos.device)
     lat_pos = pos[idx]
@@ -66,6 +72,54 @@ def fps_latent(pos: Tensor, batch: Optional[Tensor], num: int) -> Tensor:
         raise ValueError("a sample of the batch has no points")
     idx = fps(cpu_pos, batch.cpu(), num=[min(num, c) for c in counts])
     return idx.sort().values.to(pos.device)
+
+
+def box_sites(lo: Tensor, hi: Tensor, num: int) -> Tensor:
+    """The centres of about ``num`` cells of one spacing ``h`` tiling the box
+    ``[lo, hi]``: ``round(extent / h)`` cells along each axis of non-zero extent (one
+    along a flat axis), ``h = (volume / num)^(1/d)`` over the ``d`` such axes.
+
+    Shapes:
+        lo, hi ``[D]`` -> sites ``[S, D]``, C order, ``S`` about ``num``
+    """
+    ext = (hi - lo).clamp_min(0)
+    live = ext > 1e-12 * float(ext.max())
+    if not bool(live.any()):  # one point
+        return lo[None].clone()
+    h = float(torch.prod(ext[live])) ** (1.0 / int(live.sum())) / num ** (1.0 / int(live.sum()))
+    counts = [max(1, round(float(e) / h)) if bool(a) else 1 for e, a in zip(ext, live)]
+    axes = [lo[i] + (torch.arange(n, dtype=lo.dtype) + 0.5) * ext[i] / n
+            for i, n in enumerate(counts)]
+    return torch.cartesian_prod(*axes).reshape(-1, len(counts))
+
+
+def site_latent(pos: Tensor, batch: Optional[Tensor], num: int) -> Tensor:
+    """For every sample, its point nearest to each of about ``num`` sites
+    (:func:`box_sites` of its bounding box), each point once.
+
+    The sites depend on the domain alone, so the latent mesh of the same domain meshed
+    again moves by at most the distance from a site to its nearest point, which shrinks
+    with the local mesh size; a farthest-point sample (:func:`fps_latent`) of a finer or
+    graded mesh takes other greedy steps and moves by up to its own spacing. Sites
+    inside a hole or a body take its nearest boundary points, so fewer than ``num``
+    points may come back. Drawn on the CPU in float64 (as :func:`fps_latent`); returns
+    sorted global indices on ``pos``'s device.
+    """
+    cpu = pos.detach().cpu().double()
+    if batch is None:
+        bounds = [0, cpu.shape[0]]
+    else:
+        counts = torch.bincount(batch.cpu())
+        if bool((counts == 0).any()):
+            raise ValueError("a sample of the batch has no points")
+        bounds = [0, *torch.cumsum(counts, 0).tolist()]
+    out = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        p = cpu[a:b]
+        sites = box_sites(p.min(0).values, p.max(0).values, num)
+        nearest = knn(p, sites, 1)[1]  # row 1: the point nearest to each site
+        out.append(torch.unique(nearest) + a)
+    return torch.cat(out).to(pos.device)
 
 
 def _grid_axis(n: int, stride: int) -> list[int]:

@@ -31,7 +31,7 @@ from meshops.utils.checks import checking
 
 __all__ = ["LatentMesh", "PiT"]
 
-_LATENTS = ("fps", "input", "grid")
+_LATENTS = ("fps", "sites", "input", "grid")
 _BALLS = ("measure", "count")
 
 
@@ -125,6 +125,11 @@ class PiT(NeuralOperator):
 
     * ``"fps"``: farthest-point sampling of ``num_latent`` of each sample's input
       points (:func:`meshops.search.fps`; PiT's choice for unstructured data);
+    * ``"sites"``: each sample's input point nearest to each of about ``num_latent``
+      sites of a regular grid over its bounding box
+      (:func:`~meshops.models.latent.site_latent`): fixed by the domain, so the latent
+      mesh of the same domain meshed again (finer, graded) moves by at most the local
+      mesh size, where a farthest-point sample moves by up to its own spacing;
     * ``"input"``: the input points themselves (PiT's Elasticity model: 972 points);
     * ``"grid"``: a strided sub-grid of structured samples with ``grid_shape`` (C order)
       and ``stride`` (per axis; the last row is always kept): the 221 x 51 NACA C-grid
@@ -168,8 +173,9 @@ class PiT(NeuralOperator):
         width (int): encoding dimension :math:`d_v`. (default: ``256``)
         heads (int): heads of every position-attention layer. (default: ``2``)
         blocks (int): processor blocks. (default: ``4``)
-        latent (str): ``"fps"`` (default), ``"input"`` or ``"grid"``.
-        num_latent (int): latent points per sample for ``"fps"``. (default: ``1024``)
+        latent (str): ``"fps"`` (default), ``"sites"``, ``"input"`` or ``"grid"``.
+        num_latent (int): latent points per sample for ``"fps"`` (about as many for
+            ``"sites"``). (default: ``1024``)
         grid_shape (list of int, optional): structured shape for ``"grid"``.
         stride (int or list of int): sub-grid stride for ``"grid"``. (default: ``2``)
         quantile_in (float): encoder locality quantile. (default: ``0.02``)

@@ -125,6 +125,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")   # see conftest.py
 MODELS = {
     "transformer_no": (dict(width=32, layers=1, heads=2, pos_encoding=3), 600, 4e-3, 0.10),
     "pit": (dict(width=64, heads=4, num_latent=128), 400, 2e-3, 0.10),
+    "pit-sites": (dict(width=64, heads=4, num_latent=128, latent="sites"), 400, 2e-3, 0.10),
     "galerkin_transformer": (dict(width=32, layers=2, heads=2, pos_encoding=3), 1000, 4e-3,
                              0.15),
     "patched_transformer": (dict(width=32, layers=2, heads=2, num_patches=4,
@@ -168,8 +169,8 @@ def error(model, samples, uniform: bool = False) -> float:
 def test_zero_shot_transfer_to_refined_and_graded_meshes(name, data):
     cfg, steps, lr, bound = MODELS[name]
     torch.manual_seed(0)
-    model = train(get_model(name, in_channels=1, out_channels=1, **cfg), data["train"],
-                  steps, lr)
+    model = train(get_model(name.split("-")[0], in_channels=1, out_channels=1, **cfg),
+                  data["train"], steps, lr)
     e_train = error(model, data["coarse"])
     e_fine = error(model, data["refined"])
     e_graded = error(model, data["graded"])

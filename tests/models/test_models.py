@@ -19,7 +19,7 @@ from meshops.mesh.quadrature import quadrature_weights
 from meshops.models import MODELS, NeuralOperator, PiT, get_model
 from meshops.models.base import count_parameters
 from meshops.models.inputs import read_inputs
-from meshops.models.latent import fps_latent, grid_latent, voronoi_weights
+from meshops.models.latent import box_sites, fps_latent, grid_latent, site_latent, voronoi_weights
 from meshops.nn import knn_interpolate
 from meshops.search.graph import measure_ball_graph
 from meshops.training.loss import relative_lp
@@ -393,6 +393,50 @@ def test_pit_latent_meshes():
     assert g.numel() == 16
     with pytest.raises(ValueError, match="grid_shape"):
         grid_latent([10, 8], 3, None, 81)
+
+
+def test_site_latent_takes_the_point_nearest_each_site_of_the_box():
+    s, t = make_sample(12, seed=0), make_sample(9, seed=1)         # 169 + 100 points
+    b = batch_of([s, t])
+    idx = site_latent(b.pos, b.batch, 30)
+    # the plain reference: each site's nearest point of its own sample, each point once
+    want = []
+    for k, d in enumerate((s, t)):
+        p = d.pos.double().numpy()
+        lo, hi = p.min(0), p.max(0)
+        h = math.sqrt(np.prod(hi - lo) / 30)
+        n = [max(1, round(e / h)) for e in hi - lo]
+        c = [lo[i] + (np.arange(n[i]) + 0.5) * (hi[i] - lo[i]) / n[i] for i in range(2)]
+        sites = np.stack(np.meshgrid(*c, indexing="ij"), -1).reshape(-1, 2)
+        near = np.linalg.norm(sites[:, None] - p[None], axis=-1).argmin(1)
+        want += sorted(set((near + (0 if k == 0 else 169)).tolist()))
+    assert idx.tolist() == want
+    # one spacing on both axes of a 2 x 1 box; a flat axis gets one site
+    sites = box_sites(torch.zeros(2, dtype=torch.float64), torch.tensor([2.0, 1.0]), 50)
+    assert sites.shape == (50, 2)                                   # 10 x 5 cells
+    flat = box_sites(torch.zeros(3, dtype=torch.float64), torch.tensor([1.0, 1.0, 0.0]), 16)
+    assert flat.shape == (16, 3) and bool((flat[:, 2] == 0).all())
+
+
+def test_site_latent_moves_with_the_mesh_size_and_fps_does_not():
+    """The same square meshed at 16, 32 and 64 cells a side: every site latent point is
+    within a cell diagonal of its site, so the latent meshes of two meshes differ by at
+    most the sum of their cell diagonals, a bound that halves with every refinement; the
+    farthest-point samples of the same meshes differ by about their own spacing."""
+    meshes = [torch.tensor(square_mesh(n, "triangle", amount=0.2, seed=n)[0],
+                           dtype=torch.float64) for n in (16, 32, 64)]
+
+    def moved(pick, a, b):          # largest distance from a latent point of b to a's
+        pa, pb = a[pick(a)], b[pick(b)]
+        return float(torch.cdist(pb, pa).min(1).values.max())
+
+    sites = lambda p: site_latent(p, None, 49)                      # noqa: E731
+    fps = lambda p: fps_latent(p, None, 49)                         # noqa: E731
+    diag = [math.sqrt(2) * 1.4 / n for n in (16, 32, 64)]           # perturbed cells
+    for (a, b), bound in zip([(0, 1), (1, 2)], [diag[0] + diag[1], diag[1] + diag[2]]):
+        assert moved(sites, meshes[a], meshes[b]) <= bound
+    # control: FPS of 49 points (spacing about 1/7) moves by a good part of its spacing
+    assert moved(fps, meshes[1], meshes[2]) > 2 * moved(sites, meshes[1], meshes[2])
 
 
 def test_pit_grid_latent_model_and_shared_mesh_path():

@@ -54,12 +54,13 @@ def _forbid_searches(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("a mesh structure was rebuilt in forward")
     for mod, name in ((neighbourhoods_mod, "local_graph"), (graph_mod, "measure_ball_graph"),
-                      (latent_mod, "fps_latent"), (latent_mod, "grid_latent"),
+                      (latent_mod, "fps_latent"), (latent_mod, "site_latent"),
+                      (latent_mod, "grid_latent"),
                       (latent_mod, "voronoi_weights")):
         monkeypatch.setattr(mod, name, forbidden)
 
 
-@pytest.mark.parametrize("latent", ["grid", "fps", "input"])
+@pytest.mark.parametrize("latent", ["grid", "fps", "sites", "input"])
 @pytest.mark.parametrize("ball", ["measure", "count"])
 @pytest.mark.parametrize("query", [False, True])
 def test_precomputed_structures_give_the_same_outputs(latent, ball, query, monkeypatch):
