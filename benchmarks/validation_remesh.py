@@ -3,22 +3,23 @@ shapes, so that a default is chosen without the test files (issue 36).
 
 The suite's re-meshed splits (:mod:`benchmarks.accuracy.remesh`) are test shapes: they
 may show a fault, not choose its fix. This module re-meshes the shapes ``meshops train``
-holds out for validation (its default ``val_fraction`` and seed) of the obstacle family,
-with the band at the body refined ``--ring`` times in area as the suite's
-``test_ring64`` is, and scores a trained run on both meshes of those shapes with the
-benchmark's metric, the finite-element difference of the truths and the run's own
-predictions carried onto the new meshes beside.
+holds out for validation (its default ``val_fraction`` and seed) of the obstacle and
+airfoil families, each ``val_X`` split as the suite's ``test_X`` is (obstacle:
+``val_fine``, ``val_ring16``, ``val_ring64``; airfoil: ``val_fine``, ``val_wall``), and
+scores a trained run on both meshes of those shapes with the benchmark's metric, the
+finite-element difference of the truths and the run's own predictions carried onto the
+new meshes beside.
 
 Examples::
 
-    python -m benchmarks.validation_remesh make --data $DATA_ROOT/obstacle --ring 64
+    python -m benchmarks.validation_remesh make --data $DATA_ROOT/obstacle --split val_ring64
     python -m benchmarks.validation_remesh score --run RUN --data $DATA_ROOT/obstacle-val \\
         --split val_ring64 --out benchmarks/results/validation-remesh-obstacle.jsonl
 
-``make`` writes ``DATA-val/val`` (copies of the validation files) and
-``DATA-val/val_ringR`` (the same shapes re-meshed, same file names; about 25 s a shape
-on a busy core). ``score`` appends one JSON line per run, its model's configuration in
-it.
+``make`` writes ``DATA-val/val`` (copies of the validation files), ``DATA-val/val_X``
+(the same shapes re-meshed, same file names; an obstacle shape takes about 25 s on a
+busy core) and ``DATA-val/dataset.json`` (the family's inputs, targets and fields).
+``score`` appends one JSON line per run, its model's configuration in it.
 """
 
 from __future__ import annotations
@@ -31,8 +32,6 @@ from pathlib import Path
 
 from benchmarks.paths import command, portable
 
-INPUTS, TARGETS, FIELDS = ["sdf"], ["u", "v", "p"], ["u+v", "p"]
-
 
 def validation_files(data: Path) -> list[Path]:
     """The training files ``meshops train`` validates on by default, in index order."""
@@ -44,25 +43,72 @@ def validation_files(data: Path) -> list[Path]:
     return [data / "train" / names[i] for i in va]
 
 
-def make(data: Path, ring: int) -> Path:
-    """Write the validation shapes and their re-meshes under ``DATA-val``."""
+def _obstacle_shapes(indices: list[int], how: dict, key: dict) -> list:
     import torch
 
     from data_adapters.standins.obstacle import make_obstacle_standin
-    from meshops.mesh.io import write_mesh
-    from meshops.utils.progress import progress
 
+    return [make_obstacle_standin(i + 1, seed=key["seed"], first=i, dtype=torch.float64,
+                                  cache_dir=False, progress=False, **how)[0]
+            for i in indices]
+
+
+def _airfoil_shapes(indices: list[int], how: dict, key: dict) -> list:
+    from benchmarks.accuracy.datasets import airfoil_samples
+
+    # the draw's parameters come for all its samples at once: the shapes from the first
+    # index asked for to the end of the draw, then those asked for
+    got = airfoil_samples(key["samples"], key["seed"], first=min(indices), cache_dir=False,
+                          **how)
+    by_index = {int(s.sample_id): s for s in got}
+    return [by_index[i] for i in indices]
+
+
+def _families() -> dict:
+    """Family -> (re-meshing of some of its shapes, the test splits' settings)."""
+    from benchmarks.accuracy.datasets import AIRFOIL_AGAIN, OBSTACLE_AGAIN
+
+    return {"obstacle": (_obstacle_shapes, OBSTACLE_AGAIN),
+            "airfoil": (_airfoil_shapes, AIRFOIL_AGAIN)}
+
+
+def make(data: Path, split: str) -> Path:
+    """Write the validation shapes and their re-meshes (``split``, e.g. ``val_fine``)
+    under ``DATA-val``.
+
+    Raises:
+        ValueError: If the family or the split is not one this module re-meshes.
+    """
+    from benchmarks.accuracy.datasets import _SPECS
+    from benchmarks.accuracy.folder import description
+    from meshops.mesh.io import write_mesh
+
+    desc = description(data)
+    family = desc["name"]
+    families = _families()
+    if family not in families:
+        raise ValueError(f"{data}: the {family!r} family's validation shapes are not "
+                         f"re-meshed here; the families are {', '.join(families)}")
+    shapes, again = families[family]
+    test_split = "test_" + split.removeprefix("val_")
+    if not split.startswith("val_") or test_split not in again:
+        raise ValueError(f"{family}: no split {split!r}; the splits are "
+                         f"{', '.join('val_' + k.removeprefix('test_') for k in again)}")
     out = data.with_name(f"{data.name}-val")
-    for d in ("val", f"val_ring{ring}"):
+    for d in ("val", split):
         (out / d).mkdir(parents=True, exist_ok=True)
-    for f in progress(validation_files(data), desc=f"re-meshing {data.name} validation"):
-        i = int(f.stem.split("_")[-1])  # sample_0042.vtu is the draw's sample 42
+    (out / "dataset.json").write_text(json.dumps(
+        {k: desc[k] for k in ("name", "inputs", "targets", "fields")}, indent=1))
+    files = validation_files(data)
+    for f in files:
         shutil.copy(f, out / "val" / f.name)
-        dst = out / f"val_ring{ring}" / f.name
-        if not dst.exists():
-            s = make_obstacle_standin(i + 1, seed=0, first=i, ring=ring, dtype=torch.float64,
-                                      cache_dir=False, progress=False)[0]
-            write_mesh(dst, s)
+    todo = [f for f in files if not (out / split / f.name).exists()]
+    if todo:
+        # sample_0042.vtu is the draw's sample 42
+        indices = [int(f.stem.split("_")[-1]) for f in todo]
+        print(f"re-meshing {len(todo)} {family} validation shapes ({split})", file=sys.stderr)
+        for f, s in zip(todo, shapes(indices, again[test_split], _SPECS[family][0])):
+            write_mesh(out / split / f.name, s)
     return out
 
 
@@ -73,14 +119,16 @@ def score(run_dir: Path, data: Path, split: str) -> dict:
     import torch
 
     import meshops
-    from benchmarks.accuracy.folder import read_split
+    from benchmarks.accuracy.folder import description, read_split
     from benchmarks.accuracy.metric import field_columns, field_errors
     from benchmarks.accuracy.remesh import moved_predictions, truth_difference
 
     torch.set_num_threads(1)
-    cols = field_columns(TARGETS, FIELDS)
-    val = read_split(data, "val", INPUTS, TARGETS)
-    new = read_split(data, split, INPUTS, TARGETS)
+    desc = description(data)
+    inputs, targets = desc["inputs"], desc["targets"]
+    cols = field_columns(targets, desc["fields"])
+    val = read_split(data, "val", inputs, targets)
+    new = read_split(data, split, inputs, targets)
     run = meshops.load_run(run_dir)
 
     def predict(where, samples):
@@ -88,7 +136,7 @@ def score(run_dir: Path, data: Path, split: str) -> dict:
         for s in samples:
             r = run.predict(data / where / s.name, verbose=False)
             got[s.name] = np.stack([r[f"{t}_pred"].double().numpy().reshape(-1)
-                                    for t in TARGETS], 1)
+                                    for t in targets], 1)
         return got
 
     def errors(preds, samples):
@@ -111,8 +159,8 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="what", required=True)
     m = sub.add_parser("make", help="re-mesh the validation shapes")
-    m.add_argument("--data", type=Path, required=True, help="the obstacle family's folder")
-    m.add_argument("--ring", type=int, default=64)
+    m.add_argument("--data", type=Path, required=True, help="the family's folder")
+    m.add_argument("--split", default="val_ring64", help="val_X, re-meshed as test_X is")
     s = sub.add_parser("score", help="score a run on them")
     s.add_argument("--run", type=Path, required=True)
     s.add_argument("--data", type=Path, required=True, help="the folder make wrote")
@@ -120,7 +168,11 @@ def main(argv=None) -> int:
     s.add_argument("--out", type=Path, required=True, help="JSON lines file to append to")
     args = p.parse_args(argv)
     if args.what == "make":
-        print(make(args.data, args.ring))
+        try:
+            print(make(args.data, args.split))
+        except ValueError as e:
+            print(f"validation_remesh: {e}", file=sys.stderr)
+            return 2
         return 0
     roots = {"$DATA_ROOT": args.data.parent, "$WORK": args.run.parent}
     record = portable({"command": command("benchmarks.validation_remesh", argv, roots),

@@ -145,28 +145,36 @@ def _elasticity(n, seed, n_test):
     return make(), {split: make(first=n - n_test, **how) for split, how in again.items()}
 
 
-def _airfoil(n, seed, n_test):
+#: The airfoil family's C-grid, and how its test shapes are meshed again (the same
+#: settings re-mesh the validation shapes: :mod:`benchmarks.validation_remesh`).
+AIRFOIL_GRID = {"n_side": 31, "n_wake": 15, "n1": 25}
+AIRFOIL_AGAIN = {"test_fine": {"n_side": 61, "n_wake": 30, "n1": 49},
+                 "test_wall": {"first_height": 0.0025}}
+#: How the obstacle family's test shapes are meshed again.
+OBSTACLE_AGAIN = {"test_fine": {"refine": 2}, "test_ring16": {"ring": 16},
+                  "test_ring64": {"ring": 64}}
+
+
+def airfoil_samples(n, seed, **how):
+    """The airfoil family's draw of ``n`` shapes (``how``: the grid's changes, ``first``)."""
     from data_adapters.standins.airfoil import make_airfoil_standin
 
-    def make(**how):
-        grid = {"n_side": 31, "n_wake": 15, "n1": 25, **how}
-        return make_airfoil_standin(n, seed=seed, dtype=torch.float64, target=("u", "v", "cp"),
-                                    progress=False, **grid)
+    return make_airfoil_standin(n, seed=seed, dtype=torch.float64, target=("u", "v", "cp"),
+                                progress=False, **{**AIRFOIL_GRID, **how})
 
-    again = {"test_fine": {"n_side": 61, "n_wake": 30, "n1": 49},
-             "test_wall": {"first_height": 0.0025}}
-    return make(), {split: make(first=n - n_test, **how) for split, how in again.items()}
+
+def _airfoil(n, seed, n_test):
+    return airfoil_samples(n, seed), {split: airfoil_samples(n, seed, first=n - n_test, **how)
+                                      for split, how in AIRFOIL_AGAIN.items()}
 
 
 def _obstacle(n, seed, n_test):
     from data_adapters.standins.obstacle import make_obstacle_standin
 
     samples = make_obstacle_standin(n, seed=seed, dtype=torch.float64, progress=False)
-    test_again = {"test_fine": {"refine": 2}, "test_ring16": {"ring": 16},
-                  "test_ring64": {"ring": 64}}
     return samples, {split: make_obstacle_standin(n, seed=seed, dtype=torch.float64,
                                                   first=n - n_test, progress=False, **how)
-                     for split, how in test_again.items()}
+                     for split, how in OBSTACLE_AGAIN.items()}
 
 
 _family_set("elasticity", "STAND-IN: plane-strain unit cell with a random star-shaped void "

@@ -1158,3 +1158,34 @@ def test_validation_remesh_takes_the_files_meshops_train_validates_on(tmp_path):
     got = validation_files(root)
     assert [f.name for f in got] == [f"sample_{i:04d}.vtu" for i in va]
     assert all(f.is_file() for f in got)
+
+
+def test_validation_remesh_refuses_a_family_or_split_it_does_not_remesh(tmp_path):
+    from benchmarks.validation_remesh import make
+
+    root, _ = _write_set(tmp_path / "tiny")
+    with pytest.raises(ValueError, match="'tiny' family's validation shapes are not re-meshed"):
+        make(root, "val_fine")
+    (root / "dataset.json").write_text(json.dumps({**json.loads(
+        (root / "dataset.json").read_text()), "name": "airfoil"}))
+    with pytest.raises(ValueError,
+                       match="no split 'val_ring64'; the splits are val_fine, val_wall"):
+        make(root, "val_ring64")
+
+
+def test_airfoil_validation_shapes_are_the_same_airfoils_on_the_finer_grid():
+    """The airfoil draw's parameters come for all its samples at once: the re-meshed
+    validation shapes must be the draw's own shapes and angles, on the test split's grid."""
+    from benchmarks.accuracy.datasets import AIRFOIL_AGAIN, airfoil_samples
+    from benchmarks.validation_remesh import _airfoil_shapes
+
+    key = {"samples": 6, "seed": 0}
+    plain = airfoil_samples(6, 0, cache_dir=False)
+    fine = _airfoil_shapes([4, 2], AIRFOIL_AGAIN["test_fine"], key)
+    assert [int(s.sample_id) for s in fine] == [4, 2]
+    for s, i in zip(fine, (4, 2)):
+        torch.testing.assert_close(s.params, plain[i].params, rtol=0, atol=0)
+        # 2 n_side - 1 + 2 n_wake rows of n1 nodes: (121 + 60) x 49
+        assert s.pos.shape[0] == 181 * 49 and plain[i].pos.shape[0] == 91 * 25
+        # the same free stream, so the same far field: u_inf on every node
+        assert float(s.fields["u_inf"][0]) == float(plain[i].fields["u_inf"][0])
