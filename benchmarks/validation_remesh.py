@@ -16,10 +16,12 @@ Examples::
     python -m benchmarks.validation_remesh score --run RUN --data $DATA_ROOT/obstacle-val \\
         --split val_ring64 --out benchmarks/results/validation-remesh-obstacle.jsonl
 
-``make`` writes ``DATA-val/val`` (copies of the validation files), ``DATA-val/val_X``
+``make`` writes ``DATA-val/val`` (copies of the validation files of ``meshops train``'s
+default ``--seed 0``; ``--seed S``: ``DATA-val-seedS``, that seed's), ``DATA-val/val_X``
 (the same shapes re-meshed, same file names; an obstacle shape takes about 25 s on a
-busy core) and ``DATA-val/dataset.json`` (the family's inputs, targets and fields).
-``score`` appends one JSON line per run, its model's configuration in it.
+busy core) and ``DATA-val/dataset.json`` (the family's inputs, targets and fields, and
+the split's seed). ``score`` refuses a run that validated on another seed's split and
+appends one JSON line per run, its model's configuration in it.
 """
 
 from __future__ import annotations
@@ -33,14 +35,25 @@ from pathlib import Path
 from benchmarks.paths import command, portable
 
 
-def validation_files(data: Path) -> list[Path]:
-    """The training files ``meshops train`` validates on by default, in index order."""
+def validation_files(data: Path, seed: int = 0) -> list[Path]:
+    """The training files ``meshops train --seed SEED`` validates on (its default
+    ``val_fraction``), in index order."""
     from benchmarks.accuracy.folder import list_files
     from benchmarks.accuracy.meshops_cli import split_of_run
 
     names = list_files(data / "train")
-    _, va = split_of_run(None, len(names))
+    _, va = split_of_run(None, len(names), seed=seed)
     return [data / "train" / names[i] for i in va]
+
+
+def run_split_seed(run_dir: Path) -> int:
+    """The seed that drew a run's validation split (its ``config.yaml``)."""
+    import yaml
+
+    from meshops.fitting.config import TrainConfig
+
+    cfg = yaml.safe_load((Path(run_dir) / "config.yaml").read_text()) or {}
+    return int(cfg.get("seed", TrainConfig().seed))
 
 
 def _obstacle_shapes(indices: list[int], how: dict, key: dict) -> list:
@@ -72,9 +85,10 @@ def _families() -> dict:
             "airfoil": (_airfoil_shapes, AIRFOIL_AGAIN)}
 
 
-def make(data: Path, split: str) -> Path:
-    """Write the validation shapes and their re-meshes (``split``, e.g. ``val_fine``)
-    under ``DATA-val``.
+def make(data: Path, split: str, seed: int = 0) -> Path:
+    """Write the validation shapes of ``meshops train --seed SEED`` and their re-meshes
+    (``split``, e.g. ``val_fine``) under ``DATA-val`` (``DATA-val-seedS`` for a seed
+    other than 0).
 
     Raises:
         ValueError: If the family or the split is not one this module re-meshes.
@@ -94,12 +108,13 @@ def make(data: Path, split: str) -> Path:
     if not split.startswith("val_") or test_split not in again:
         raise ValueError(f"{family}: no split {split!r}; the splits are "
                          f"{', '.join('val_' + k.removeprefix('test_') for k in again)}")
-    out = data.with_name(f"{data.name}-val")
+    out = data.with_name(f"{data.name}-val" + (f"-seed{seed}" if seed else ""))
     for d in ("val", split):
         (out / d).mkdir(parents=True, exist_ok=True)
     (out / "dataset.json").write_text(json.dumps(
-        {k: desc[k] for k in ("name", "inputs", "targets", "fields")}, indent=1))
-    files = validation_files(data)
+        {**{k: desc[k] for k in ("name", "inputs", "targets", "fields")},
+         "split_seed": seed}, indent=1))
+    files = validation_files(data, seed)
     for f in files:
         shutil.copy(f, out / "val" / f.name)
     todo = [f for f in files if not (out / split / f.name).exists()]
@@ -114,7 +129,12 @@ def make(data: Path, split: str) -> Path:
 
 def score(run_dir: Path, data: Path, split: str) -> dict:
     """A run's errors per field on the validation meshes and re-meshed, the ratio, the
-    truths' difference and its validation predictions carried onto the new meshes."""
+    truths' difference and its validation predictions carried onto the new meshes.
+
+    Raises:
+        ValueError: If the run validated on another seed's split than the shapes of
+            ``data`` (they would hold some of its training shapes).
+    """
     import numpy as np
     import torch
 
@@ -123,8 +143,13 @@ def score(run_dir: Path, data: Path, split: str) -> dict:
     from benchmarks.accuracy.metric import field_columns, field_errors
     from benchmarks.accuracy.remesh import moved_predictions, truth_difference
 
-    torch.set_num_threads(1)
     desc = description(data)
+    held, drawn = desc.get("split_seed", 0), run_split_seed(run_dir)
+    if held != drawn:
+        raise ValueError(f"{run_dir} validated on the split of seed {drawn}; {data} holds "
+                         f"seed {held}'s validation shapes, some of them its training "
+                         f"shapes: make them with --seed {drawn}")
+    torch.set_num_threads(1)
     inputs, targets = desc["inputs"], desc["targets"]
     cols = field_columns(targets, desc["fields"])
     val = read_split(data, "val", inputs, targets)
@@ -161,6 +186,7 @@ def main(argv=None) -> int:
     m = sub.add_parser("make", help="re-mesh the validation shapes")
     m.add_argument("--data", type=Path, required=True, help="the family's folder")
     m.add_argument("--split", default="val_ring64", help="val_X, re-meshed as test_X is")
+    m.add_argument("--seed", type=int, default=0, help="the --seed of the runs to score")
     s = sub.add_parser("score", help="score a run on them")
     s.add_argument("--run", type=Path, required=True)
     s.add_argument("--data", type=Path, required=True, help="the folder make wrote")
@@ -169,15 +195,19 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.what == "make":
         try:
-            print(make(args.data, args.split))
+            print(make(args.data, args.split, args.seed))
         except ValueError as e:
             print(f"validation_remesh: {e}", file=sys.stderr)
             return 2
         return 0
     roots = {"$DATA_ROOT": args.data.parent, "$WORK": args.run.parent}
+    try:
+        scored = score(args.run, args.data, args.split)
+    except ValueError as e:
+        print(f"validation_remesh: {e}", file=sys.stderr)
+        return 2
     record = portable({"command": command("benchmarks.validation_remesh", argv, roots),
-                       "run": str(args.run), "split": args.split,
-                       **score(args.run, args.data, args.split)}, roots)
+                       "run": str(args.run), "split": args.split, **scored}, roots)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "a") as f:
         f.write(json.dumps(record) + "\n")

@@ -1189,3 +1189,23 @@ def test_airfoil_validation_shapes_are_the_same_airfoils_on_the_finer_grid():
         assert s.pos.shape[0] == 181 * 49 and plain[i].pos.shape[0] == 91 * 25
         # the same free stream, so the same far field: u_inf on every node
         assert float(s.fields["u_inf"][0]) == float(plain[i].fields["u_inf"][0])
+
+
+def test_validation_remesh_refuses_a_run_of_another_seeds_split(tmp_path):
+    """A run of --seed 1 holds out other shapes than seed 0's: scored on seed 0's
+    validation shapes it would be scored on some of its training shapes."""
+    from benchmarks.accuracy.meshops_cli import split_of_run
+    from benchmarks.validation_remesh import score, validation_files
+
+    root, _ = _write_set(tmp_path / "tiny")
+    assert [f.name for f in validation_files(root, 1)] == [
+        f"sample_{i:04d}.vtu" for i in split_of_run(None, 8, seed=1)[1]]
+    val = tmp_path / "tiny-val"
+    val.mkdir()
+    (val / "dataset.json").write_text(json.dumps({"split_seed": 0}))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("seed: 1\nval_fraction: 0.2\n")
+    with pytest.raises(ValueError, match="validated on the split of seed 1; .* holds "
+                                         "seed 0's validation shapes"):
+        score(run, val, "val_fine")
