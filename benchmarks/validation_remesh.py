@@ -46,16 +46,6 @@ def validation_files(data: Path, seed: int = 0) -> list[Path]:
     return [data / "train" / names[i] for i in va]
 
 
-def run_split_seed(run_dir: Path) -> int:
-    """The seed that drew a run's validation split (its ``config.yaml``)."""
-    import yaml
-
-    from meshops.fitting.config import TrainConfig
-
-    cfg = yaml.safe_load((Path(run_dir) / "config.yaml").read_text()) or {}
-    return int(cfg.get("seed", TrainConfig().seed))
-
-
 def _obstacle_shapes(indices: list[int], how: dict, key: dict) -> list:
     import torch
 
@@ -94,7 +84,7 @@ def make(data: Path, split: str, seed: int = 0) -> Path:
         ValueError: If the family or the split is not one this module re-meshes.
     """
     from benchmarks.accuracy.datasets import _SPECS
-    from benchmarks.accuracy.folder import description
+    from benchmarks.accuracy.folder import description, list_files
     from meshops.mesh.io import write_mesh
 
     desc = description(data)
@@ -111,9 +101,10 @@ def make(data: Path, split: str, seed: int = 0) -> Path:
     out = data.with_name(f"{data.name}-val" + (f"-seed{seed}" if seed else ""))
     for d in ("val", split):
         (out / d).mkdir(parents=True, exist_ok=True)
+    # the training files in order: score draws a run's own split of them
     (out / "dataset.json").write_text(json.dumps(
         {**{k: desc[k] for k in ("name", "inputs", "targets", "fields")},
-         "split_seed": seed}, indent=1))
+         "split_seed": seed, "train": list_files(data / "train")}, indent=1))
     files = validation_files(data, seed)
     for f in files:
         shutil.copy(f, out / "val" / f.name)
@@ -132,23 +123,29 @@ def score(run_dir: Path, data: Path, split: str) -> dict:
     truths' difference and its validation predictions carried onto the new meshes.
 
     Raises:
-        ValueError: If the run validated on another seed's split than the shapes of
-            ``data`` (they would hold some of its training shapes).
+        ValueError: If the run validated on other shapes than those of ``data`` (its
+            seed or ``val_fraction`` drew another split, which holds some of its
+            training shapes).
     """
     import numpy as np
     import torch
 
     import meshops
-    from benchmarks.accuracy.folder import description, read_split
+    from benchmarks.accuracy.folder import description, list_files, read_split
+    from benchmarks.accuracy.meshops_cli import split_of_run
     from benchmarks.accuracy.metric import field_columns, field_errors
     from benchmarks.accuracy.remesh import moved_predictions, truth_difference
 
     desc = description(data)
-    held, drawn = desc.get("split_seed", 0), run_split_seed(run_dir)
-    if held != drawn:
-        raise ValueError(f"{run_dir} validated on the split of seed {drawn}; {data} holds "
-                         f"seed {held}'s validation shapes, some of them its training "
-                         f"shapes: make them with --seed {drawn}")
+    train = desc.get("train")
+    if train is None:
+        raise ValueError(f"{data}/dataset.json does not say which training files the "
+                         f"shapes were held out of: run make again")
+    _, va = split_of_run((Path(run_dir) / "config.yaml").read_text(), len(train))
+    if {train[i] for i in va} != set(list_files(data / "val")):
+        raise ValueError(f"{run_dir} validated on other shapes than the split of seed "
+                         f"{desc['split_seed']} that {data} holds, some of them its "
+                         f"training shapes: make them with the run's --seed")
     torch.set_num_threads(1)
     inputs, targets = desc["inputs"], desc["targets"]
     cols = field_columns(targets, desc["fields"])

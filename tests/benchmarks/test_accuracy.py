@@ -1201,11 +1201,14 @@ def test_validation_remesh_refuses_a_run_of_another_seeds_split(tmp_path):
     assert [f.name for f in validation_files(root, 1)] == [
         f"sample_{i:04d}.vtu" for i in split_of_run(None, 8, seed=1)[1]]
     val = tmp_path / "tiny-val"
-    val.mkdir()
-    (val / "dataset.json").write_text(json.dumps({"split_seed": 0}))
+    (val / "val").mkdir(parents=True)
+    for f in validation_files(root, 0):
+        (val / "val" / f.name).write_bytes(f.read_bytes())
+    (val / "dataset.json").write_text(json.dumps({"split_seed": 0, "train": [
+        f"sample_{i:04d}.vtu" for i in range(8)]}))
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text("seed: 1\nval_fraction: 0.2\n")
-    with pytest.raises(ValueError, match="validated on the split of seed 1; .* holds "
-                                         "seed 0's validation shapes"):
+    with pytest.raises(ValueError, match="validated on other shapes than the split of "
+                                         "seed 0 that .* holds, some of them its training"):
         score(run, val, "val_fine")
