@@ -299,6 +299,7 @@ def run_seeds(args, out: Path, command: str) -> int:
     import json
 
     files = []
+    args.classical_cache = {}  # shared by the seeds' namespaces: the same dict
     for seed in args.seeds:
         one = argparse.Namespace(**{**vars(args), "seed": seed, "seeds": None,
                                     "keep": args.keep / f"seed{seed}" if args.keep else None})

@@ -158,7 +158,17 @@ def _one_model(model, name, data, desc, names, train, test, remeshed, columns, a
         out = _peer(model, data, desc, [names[i] for i in tr], [names[i] for i in va],
                     test, remeshed, args, work, log, columns)
     else:
-        out = _classical(model, train, test, columns, remeshed)
+        # no seed enters them: with --seeds, computed for the first seed and reused
+        cache = getattr(args, "classical_cache", None)
+        key = (name, str(data), model)
+        if cache is not None and key in cache:
+            out = json.loads(cache[key])
+            out["note"] = "; ".join(filter(None, [out.get("note"), "seed-independent: "
+                                                  "computed once for every seed"]))
+        else:
+            out = _classical(model, train, test, columns, remeshed)
+            if cache is not None:
+                cache[key] = json.dumps(out)
     return out, run_config
 
 

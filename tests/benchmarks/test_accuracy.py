@@ -204,6 +204,23 @@ def _write_set(root, n=12, n_test=4):
     return write_parametric_folders(ds, root, progress=False), P
 
 
+def test_classical_predictors_are_computed_once_for_all_seeds(tmp_path, monkeypatch):
+    """No seed enters the classical predictors: with ``--seeds`` (one ``classical_cache``
+    shared by the seeds' arguments) the second seed reuses the first's scores."""
+    root, _ = _write_set(tmp_path / "tiny")
+    calls = []
+    mean = classical.training_mean
+    monkeypatch.setattr(classical, "training_mean",
+                        lambda train, test: calls.append(len(test)) or mean(train, test))
+    cache = {}
+    res = [run_dataset("tiny", root, ["mean"], types.SimpleNamespace(
+        minutes=0.1, threads=1, seed=seed, grace=1.2, peers_python="", classical_cache=cache),
+        tmp_path / f"w{seed}", lambda line: None)["models"]["mean"] for seed in (0, 1)]
+    assert calls == [4]
+    assert res[1]["errors"] == res[0]["errors"] and res[1]["mean"] == res[0]["mean"]
+    assert "computed once for every seed" in res[1]["note"] and "note" not in res[0]
+
+
 def test_read_split_gives_the_written_arrays_in_natural_order(tmp_path):
     root, P = _write_set(tmp_path / "tiny", n=12)
     names = list_files(root / "train")
