@@ -1063,6 +1063,36 @@ def test_zero_shot_rows_set_each_model_beside_the_truths_difference(tmp_path, ca
     assert "--zero-shot needs --out FILE.png" in capsys.readouterr().err
 
 
+def test_zero_shot_verdicts_allow_the_factor_plus_the_truths_difference():
+    """Within means ``e <= 1.10 t + d`` on every split: a model exact on the test meshes'
+    truths is ``d`` from the re-meshed ones. The bound is checked on both sides of it,
+    each label beyond names its split furthest past the bound."""
+    from benchmarks.accuracy import zero_shot
+
+    def row(model, field, test, splits):
+        return {"data": "one", "field": field, "model": model, "budget": "",
+                "test": None if test is None else {"mean": test},
+                "splits": {k: {"mean": v} for k, v in splits.items()}}
+
+    t, d = 0.02, 0.005
+    edge = zero_shot.ZERO_SHOT_FACTOR * t + d
+    rows = [row(None, "p", None, {"test_fine": d, "test_ring16": d}),
+            row("meshops", "p", t, {"test_fine": edge * (1 - 1e-9),
+                                    "test_ring16": edge * (1 - 1e-9)}),
+            row("transolver", "p", t, {"test_fine": edge * 1.01, "test_ring16": edge * 3}),
+            row(None, "u", None, {}),
+            row("meshops", "u", t, {"test_fine": zero_shot.ZERO_SHOT_FACTOR * t * 1.01}),
+            row("nearest", "u", t, {"test_fine": 9.0})]
+    v = zero_shot.zero_shot_verdicts(rows)
+    assert set(v) == {"meshops", "transolver"}  # the lookup is no trained model
+    assert v["meshops"]["within"] == ["one: p"]
+    (label, split, e, bound), = v["meshops"]["beyond"]  # no truths' difference: none allowed
+    assert (label, split) == ("one: u", "uniform, finer")
+    assert bound == pytest.approx(zero_shot.ZERO_SHOT_FACTOR * t)
+    assert v["transolver"] == {"within": [], "beyond": [("one: p", "band x16", edge * 3,
+                                                         pytest.approx(edge))]}
+
+
 # ------------------------------------------------------------------ a 3-D family
 def _tiny_family(tmp_path, name, module, make, coarse, fine, corners):
     """Six samples of a 3-D family (``make(num, **coarse)``) written as the suite writes
