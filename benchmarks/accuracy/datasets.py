@@ -186,12 +186,13 @@ _family_set("elasticity", "STAND-IN: plane-strain unit cell with a random star-s
             ["r0", *(f"a{k}" for k in range(1, 6)), *(f"b{k}" for k in range(1, 6))],
             version=2)
 _family_set("airfoil", "STAND-IN: potential flow past NACA 4-digit airfoils at -5 to 10 "
-            "degrees on their own C-grids (2,275 nodes), inputs the free-stream direction, "
-            "targets the velocity (u, v) and the pressure coefficient cp "
-            "(data_adapters.standins.airfoil); the test shapes meshed again: test_fine on "
-            "3.9x the nodes, test_wall with the grid's rows packed 4x closer to the wall.",
-            _airfoil, ["u_inf", "v_inf"], ["u", "v", "cp"], ["u+v", "cp"],
-            ["m", "p", "t", "alpha"], version=2)
+            "degrees on their own C-grids (2,275 nodes), inputs the free-stream direction "
+            "and the distance to the airfoil, targets the velocity (u, v) and the pressure "
+            "coefficient cp (data_adapters.standins.airfoil); the test shapes meshed again: "
+            "test_fine on 3.9x the nodes, test_wall with the grid's rows packed 4x closer "
+            "to the wall.",
+            _airfoil, ["u_inf", "v_inf", "wall_distance"], ["u", "v", "cp"], ["u+v", "cp"],
+            ["m", "p", "t", "alpha"], version=3)
 _family_set("obstacle", "STAND-IN: steady viscous flow (Re 20-40) past a star-shaped "
             "obstacle whose shape and place vary, in a 4 m x 1 m channel, one mesh per sample "
             "(1,600 nodes), input the distance to the obstacle, targets the velocity (u, v) "

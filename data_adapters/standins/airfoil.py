@@ -20,10 +20,12 @@ on the same kind of grid, so that examples and tests run without the
 * **Fields** (velocities in units of ``V_inf``): ``u``, ``v``, ``speed`` ``= |V|``,
   ``cp = 1 - |V|^2 / V_inf^2`` (incompressible), ``mach``: an *approximate* local
   Mach number at free-stream Mach ``mach_inf`` (0.5 by default; see
-  :func:`local_mach`), and the inputs ``u_inf``, ``v_inf`` (the free-stream direction
+  :func:`local_mach`), the inputs ``u_inf``, ``v_inf`` (the free-stream direction
   ``(cos alpha, sin alpha)``, constant over the grid, since the angle of attack
-  varies; ``x = [u_inf, v_inf]`` by default). Target ``y``: ``mach`` by default, to
-  mirror the benchmark.
+  varies; ``x = [u_inf, v_inf]`` by default) and ``wall_distance``, the distance to
+  the airfoil (its NACA curve sampled finely, :data:`WALL_POINTS` points a side, not
+  the grid's own wall nodes: the same function of space on every grid of a shape).
+  Target ``y``: ``mach`` by default, to mirror the benchmark.
 
 ``params [1, 4] = [m, p, t, alpha in degrees]``, ``cl`` (``[1]``, Kutta-Joukowski lift
 coefficient of the panel solution), ``standin=True`` and a ``source`` that says
@@ -50,6 +52,11 @@ GENERATOR = "airfoil"
 VERSION = 1
 FIELDS = ("u", "v", "speed", "cp", "mach")
 INPUT_FIELDS = ("u_inf", "v_inf")
+#: Fields of the shape alone, for use as inputs.
+GEOMETRY_FIELDS = ("wall_distance",)
+#: Points a side of the curve ``wall_distance`` measures to (its polyline's distance is
+#: within about 1e-7 chords of the NACA curve's).
+WALL_POINTS = 1001
 GAMMA = 1.4
 
 
@@ -120,6 +127,20 @@ def flow_on_grid(X: np.ndarray, Y: np.ndarray, contour: np.ndarray, n_wake: int,
     return fields, sol.cl
 
 
+def wall_distance(points: np.ndarray, m: float, p: float, t: float) -> np.ndarray:
+    """The distance of ``points`` to the NACA 4-digit airfoil ``(m, p, t)``: to its
+    contour of :data:`WALL_POINTS` cosine-spaced points a side.
+
+    Shapes:
+        points ``[N, 2]`` -> ``[N]``
+    """
+    from meshops.mesh.geometry import closest_on_segments
+
+    curve = naca4(m, p, t, WALL_POINTS)
+    closest = closest_on_segments(points, curve[:-1], curve[1:])
+    return np.sqrt(((closest - points) ** 2).sum(1))
+
+
 def _generate(num_samples: int, seed: int, cfg: dict, progress: bool) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     m = rng.uniform(*cfg["m_range"], num_samples)
@@ -166,6 +187,7 @@ def _build(arrays: dict, seed: int, inputs, targets, dtype, first: int = 0) -> l
         a = np.radians(alpha)
         fields["u_inf"] = np.full(n0 * n1, np.cos(a))
         fields["v_inf"] = np.full(n0 * n1, np.sin(a))
+        fields["wall_distance"] = wall_distance(points, m, p, t)
         source = (f"stand-in:airfoil v{VERSION} seed={seed} sample={k} ({naca4_name(m, p, t)}, "
                   f"alpha={alpha:.2f} deg; panel method, not Geo-FNO)")
         mesh = MeshData(pos=torch.from_numpy(points), weight=torch.from_numpy(arrays["weight"][j]),
@@ -202,7 +224,8 @@ def make_airfoil_standin(num_samples: int = 200, seed: int = 0, cache_dir=None,
         target: Field name(s) for ``y`` (``"mach"``; any of ``u, v, speed, cp, mach``).
         inputs: Field names for ``x`` (default the free-stream direction
             ``u_inf, v_inf``; ``()`` for geometry only, as in the benchmark, which is
-            then ill-posed unless ``aoa_range`` is a single angle).
+            then ill-posed unless ``aoa_range`` is a single angle; ``wall_distance``
+            gives the shape as a field).
         dtype: Floating dtype of the returned tensors.
         n_side, n_wake, n1: C-grid size ``(2 n_side - 1 + 2 n_wake) x n1``
             (``n_side=71, n_wake=40, n1=51`` is the benchmark's 221 x 51).
@@ -216,7 +239,7 @@ def make_airfoil_standin(num_samples: int = 200, seed: int = 0, cache_dir=None,
 
     Returns:
         ``list[MeshData]``: ``pos [n0 n1, 2]``, ``weight``, ``cells = [("quad", ...)]``,
-        ``fields`` (``u, v, speed, cp, mach, u_inf, v_inf``), ``x [n0 n1, 2]``,
+        ``fields`` (``u, v, speed, cp, mach, u_inf, v_inf, wall_distance``), ``x [n0 n1, 2]``,
         ``y [n0 n1, 1]``, ``params [1, 4]``, ``cl [1]``, ``grid_shape [1, 2]``,
         ``standin=True``, ``sample_id``, ``source``.
 
@@ -224,7 +247,7 @@ def make_airfoil_standin(num_samples: int = 200, seed: int = 0, cache_dir=None,
         item: pos ``[n0 n1, 2]``, weight ``[n0 n1]``, x ``[n0 n1, C_in]``, y ``[n0 n1, C_out]``
     """
     dtype = as_float_dtype(dtype)
-    names = FIELDS + INPUT_FIELDS
+    names = FIELDS + INPUT_FIELDS + GEOMETRY_FIELDS
     targets = [target] if isinstance(target, str) else list(target)
     for name in list(targets) + list(inputs):
         if name not in names:

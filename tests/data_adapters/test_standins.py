@@ -208,6 +208,36 @@ def test_airfoil_standin_samples(tmp_path):
     assert len(list(tmp_path.iterdir())) == 1
 
 
+def test_airfoil_wall_distance_is_the_distance_to_the_naca_curve(tmp_path):
+    """``wall_distance`` is the distance to the airfoil itself, not to the grid's wall
+    nodes: against a plain reference (the nearest of 40,001 points of the curve a side:
+    within their spacing's sag), zero on the airfoil's wall nodes (which lie on the
+    curve) to the polyline's sag, positive off it; on a finer grid of the same shapes
+    too."""
+    from scipy.spatial import cKDTree
+
+    from data_adapters.standins.naca4 import naca4
+
+    coarse = make_airfoil_standin(2, seed=0, cache_dir=tmp_path, progress=False,
+                                  dtype=torch.float64, inputs=("wall_distance",), **AF_FAST)
+    fine = make_airfoil_standin(2, seed=0, cache_dir=tmp_path, progress=False,
+                                dtype=torch.float64, inputs=("wall_distance",),
+                                n_side=41, n_wake=16, n1=23)
+    n0, n1 = 2 * 21 - 1 + 2 * 8, 12
+    for c, f in zip(coarse, fine):
+        m, p, t, _ = c.params[0].tolist()
+        dense = naca4(m, p, t, 40001)
+        for mesh in (c, f):
+            d = mesh.x[:, 0].numpy()
+            assert torch.equal(mesh.x[:, 0], mesh.fields["wall_distance"])
+            ref = cKDTree(dense).query(mesh.pos.numpy())[0]
+            # the reference's own error: at most half its spacing, about 4e-5 chord
+            np.testing.assert_allclose(d, ref, atol=5e-5)
+        wall = c.x[:, 0].numpy().reshape(n0, n1)[8:n0 - 8, 0]
+        assert np.abs(wall).max() < 1e-6
+        assert (c.x[:, 0].numpy().reshape(n0, n1)[:, 1:] > 1e-4).all()
+
+
 @pytest.mark.parametrize("make, fast, mod", [
     (make_elasticity_standin, EL_FAST, elasticity_mod),
     (make_airfoil_standin, AF_FAST, airfoil_mod),
