@@ -84,7 +84,7 @@ CONFIGS = {
         "latent_points": 1024, "modes_per_point": 0.5, "radius_spacings": 2.0,
         # inputs that are distance fields: interpolated onto the latent grid as its
         # latent features (the car example's SDF), not fed to the input GNO
-        "distance_inputs": ["sdf", "void_distance"],
+        "distance_inputs": ["sdf", "void_distance", "wall_distance"],
         # the schedule is the car example's; the rate, 3e-3 for its 1e-3, the one the
         # probes that chose Transolver's recipe chose (peer-probes-cpu-3min.jsonl, 8 GINO
         # recipes of 3 CPU minutes on obstacle's validation samples: 0.249; the car's own
