@@ -59,6 +59,10 @@ PARAMETRIC_TRAIN = {"batch_size": 4, "lr": 3e-3, "scheduler": "cosine"}
 # error 0.216 against 0.261 on the finer C-grids, seed 0) at a level validation error (3
 # seeds), but cost 7-8 % of validation error on every hole seed and up to 5.5 % on
 # elasticity, whose farthest-point meshes already hold across meshes (docs/accuracy.md).
+# What held the airfoil across grids was a field of its shape: with geo:distance as a
+# third input (the default then the slice transformer below) its re-meshed validation
+# shapes moved 1.00-1.13x, and the suite's airfoil family now carries the distance to the
+# airfoil as an input, as obstacle carries its sdf.
 GENERAL_PIT = {"width": 64, "heads": 4, "blocks": 4, "latent": "fps", "num_latent": 256}
 GENERAL_TRAIN = {"batch_size": 4, "lr": 3e-3, "scheduler": "cosine"}
 # Field inputs and several target channels (velocity and pressure): the slice
