@@ -57,6 +57,8 @@ GEOMETRY_FIELDS = ("wall_distance",)
 #: Points a side of the curve ``wall_distance`` measures to (its distances agree with
 #: those to 40,001 points a side within 5e-5 chords: the stand-ins' tests).
 WALL_POINTS = 1001
+#: Nearest vertices of that curve whose segments ``wall_distance`` searches.
+_CANDIDATES = 8
 GAMMA = 1.4
 
 
@@ -134,11 +136,17 @@ def wall_distance(points: np.ndarray, m: float, p: float, t: float) -> np.ndarra
     Shapes:
         points ``[N, 2]`` -> ``[N]``
     """
-    from meshops.mesh.geometry import closest_on_segments
+    from scipy.spatial import cKDTree
 
     curve = naca4(m, p, t, WALL_POINTS)
-    closest = closest_on_segments(points, curve[:-1], curve[1:])
-    return np.sqrt(((closest - points) ** 2).sum(1))
+    a, ab = curve[:-1], curve[1:] - curve[:-1]
+    # the closest point lies on a segment at one of the nearest vertices: searching
+    # those, not all 2,000 segments, takes 0.4 s a 2,275-node grid down to milliseconds
+    near = cKDTree(curve).query(points, k=min(_CANDIDATES, len(curve)))[1]
+    seg = np.clip(np.concatenate([near - 1, near], 1), 0, len(a) - 1)          # [N, 2k]
+    ap = points[:, None] - a[seg]
+    u = np.clip((ap * ab[seg]).sum(-1) / np.maximum((ab[seg] ** 2).sum(-1), 1e-300), 0, 1)
+    return np.sqrt(((ap - u[..., None] * ab[seg]) ** 2).sum(-1)).min(1)
 
 
 def _generate(num_samples: int, seed: int, cfg: dict, progress: bool) -> dict[str, np.ndarray]:

@@ -34,8 +34,7 @@ import torch
 
 from meshops.errors import MeshError
 
-__all__ = ["GEOMETRY_FIELDS", "GEOMETRY_PREFIX", "boundary_facets", "closest_on_segments",
-           "geometry_channels"]
+__all__ = ["GEOMETRY_FIELDS", "GEOMETRY_PREFIX", "boundary_facets", "geometry_channels"]
 
 #: The prefix of the geometry channels and their names, in order.
 GEOMETRY_PREFIX = "geo:"
@@ -119,13 +118,9 @@ def _coincident(pos: np.ndarray, cells: Sequence[np.ndarray]) -> np.ndarray:
     return connected_components(graph, directed=False)[1]
 
 
-def closest_on_segments(p: np.ndarray, a: np.ndarray, b: np.ndarray,
-                        chunk: int = 2048) -> np.ndarray:
-    """The closest point to each of ``p`` on the union of the segments ``a -> b``.
-
-    Shapes:
-        p ``[N, d]``, a ``[F, d]``, b ``[F, d]`` -> ``[N, d]``
-    """
+def _closest_on_segments(p: np.ndarray, a: np.ndarray, b: np.ndarray,
+                         chunk: int = 2048) -> np.ndarray:
+    """The closest point to each of ``p [N, 2]`` on the segments ``a -> b [F, 2]``."""
     ab = b - a
     ab2 = np.maximum((ab * ab).sum(1), np.finfo(np.float64).tiny)
     out = np.empty_like(p)
@@ -159,7 +154,7 @@ def geometry_channels(mesh) -> dict[str, torch.Tensor]:
         raise MeshError(f"geometry features need a 2-D or 3-D mesh, got {d}-D points")
     facets = boundary_facets(pos, _blocks(mesh))
     if d == 2:
-        closest = closest_on_segments(pos, pos[facets[:, 0]], pos[facets[:, 1]])
+        closest = _closest_on_segments(pos, pos[facets[:, 0]], pos[facets[:, 1]])
     else:
         import trimesh
 
