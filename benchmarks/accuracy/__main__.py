@@ -100,7 +100,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "kept runs under KEEP/seedS) and write their combination, the mean "
                         "of the seeds with its spread, to --out; instead of --seed")
     p.add_argument("--grace", type=float, default=1.2,
-                   help="a model is stopped at grace x budget + a minute (default 1.2)")
+                   help="a model is stopped at grace x budget + 3 minutes (default 1.2)")
     p.add_argument("--peers-python", default=None,
                    help="python of the peers' environment (default: "
                         f"{DEFAULT_PEERS_PYTHON} if it exists, else this one)")

@@ -26,6 +26,17 @@ import numpy as np
 
 from benchmarks.accuracy.folder import read_sample
 
+# What a run may take beyond grace x its budget before it is stopped, the same for every
+# model: reading the files and building the model on a loaded machine (and a peer's
+# predicting every split, in the same process) are not training, and they must not cut
+# short a smoke run whose budget is a fraction of a minute.
+ALLOWANCE_S = 180.0
+
+
+def stop_after_s(minutes: float, grace: float) -> float:
+    """Seconds after which a model's process is stopped: ``grace x budget + ALLOWANCE_S``."""
+    return 60 * minutes * grace + ALLOWANCE_S
+
 
 def run_subprocess(cmd: Sequence[str], env: dict, log: Callable[[str], None],
                    deadline_s: float | None = None) -> tuple[int, float, bool]:
@@ -97,6 +108,8 @@ def run_meshops(data: Path, inputs: Sequence[str], fields: Sequence[str], minute
     predict = py + ["predict", str(run), str(data / "test"), "-o", str(pred), *again]
     out: dict = {"commands": [" ".join(train[1:]), " ".join(predict[1:])]}
     log("  $ " + out["commands"][0])
+    # made here: a train that fails before writing its run must still leave its record
+    work.mkdir(parents=True, exist_ok=True)
     record = work / "train.json"
     if reuse and (run / "best.pt").is_file():
         done = json.loads(record.read_text()) if record.is_file() else {}
@@ -105,7 +118,7 @@ def run_meshops(data: Path, inputs: Sequence[str], fields: Sequence[str], minute
         out.update(train_wall_s=done.get("train_wall_s"), stopped=stopped, reused=True)
     else:
         rc, wall, stopped = run_subprocess(train, env, log, deadline_s=None if epochs else
-                                           60 * minutes * grace + 60)
+                                           stop_after_s(minutes, grace))
         out.update(train_wall_s=round(wall, 1), stopped=stopped)
         record.write_text(json.dumps({"rc": rc, "stopped": stopped,
                                       "train_wall_s": out["train_wall_s"]}))

@@ -14,7 +14,13 @@ import numpy as np
 
 from benchmarks.accuracy import classical, remesh
 from benchmarks.accuracy.folder import description, list_files, read_split, same_mesh
-from benchmarks.accuracy.meshops_cli import run_meshops, run_subprocess, split_of_run, thread_env
+from benchmarks.accuracy.meshops_cli import (
+    run_meshops,
+    run_subprocess,
+    split_of_run,
+    stop_after_s,
+    thread_env,
+)
 from benchmarks.accuracy.metric import field_columns, field_errors, summarize
 
 #: Every model, in the order they run and are shown.
@@ -112,7 +118,7 @@ def _peer(model: str, data: Path, desc: dict, train_names, val_names, test, reme
     else:
         rc, wall, stopped = run_subprocess(
             cmd, env, lambda line: None if "Warp CUDA warning" in line else log(line),
-            deadline_s=None if job["epochs"] else 60 * args.minutes * args.grace + 180)
+            deadline_s=None if job["epochs"] else stop_after_s(args.minutes, args.grace))
     if rc != 0 or not (work / f"{model}.npz").is_file():
         return {"note": f"{model} runner exited {rc}" + (" (stopped)" if stopped else ""),
                 "wall_s": round(wall, 1)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import types
 
 import numpy as np
@@ -219,6 +220,35 @@ def test_classical_predictors_are_computed_once_for_all_seeds(tmp_path, monkeypa
     assert calls == [4]
     assert res[1]["errors"] == res[0]["errors"] and res[1]["mean"] == res[0]["mean"]
     assert "computed once for every seed" in res[1]["note"] and "note" not in res[0]
+
+
+def test_meshops_and_the_peers_are_stopped_at_the_same_deadline(tmp_path, monkeypatch):
+    """One stopping rule: under ``--minutes`` every trained model's process is stopped at
+    grace x budget + the allowance for set-up, meshops' training and a peer's run alike;
+    under ``--epochs`` none is stopped."""
+    from benchmarks.accuracy import meshops_cli
+    from benchmarks.accuracy import run as run_mod
+    root, _ = _write_set(tmp_path / "tiny")
+    seen = []
+
+    def fake(cmd, env, log, deadline_s=None):
+        seen.append((cmd[2] if cmd[2] != "-m" else cmd[3], deadline_s))
+        return 1, 0.0, False
+
+    monkeypatch.setattr(meshops_cli, "run_subprocess", fake)
+    monkeypatch.setattr(run_mod, "run_subprocess", fake)
+    for epochs in (None, 5):
+        seen.clear()
+        args = types.SimpleNamespace(minutes=0.5, threads=1, seed=0, grace=2.0,
+                                     peers_python=sys.executable, epochs=epochs)
+        res = run_dataset("tiny", root, ["meshops", "transolver"], args, tmp_path / "w",
+                          lambda line: None)
+        assert "exited 1" in res["models"]["meshops"]["note"]
+        assert "exited 1" in res["models"]["transolver"]["note"]
+        stops = [d for _, d in seen]
+        assert len(stops) == 2
+        expect = None if epochs else 0.5 * 60 * 2.0 + meshops_cli.ALLOWANCE_S
+        assert stops == [expect, expect]
 
 
 def test_read_split_gives_the_written_arrays_in_natural_order(tmp_path):
