@@ -115,8 +115,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "folder, removed)")
     p.add_argument("--reuse", action="store_true",
                    help="with --keep: a meshops run already trained in the kept folder is "
-                        "predicted and scored again instead of trained again, and a peer's "
-                        "kept predictions are scored again")
+                        "predicted and scored again instead of trained again, a peer's "
+                        "kept predictions are scored again, and a classical predictor's "
+                        "kept result is taken back if the files it read are unchanged: "
+                        "how a stopped suite resumes")
     p.add_argument("--table", type=Path, metavar="FILE.json",
                    help="print the Markdown table of a stored result and exit")
     p.add_argument("--plot", type=Path, metavar="FILE.json",

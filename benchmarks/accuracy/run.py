@@ -3,6 +3,7 @@ score every prediction with :mod:`benchmarks.accuracy.metric`."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -22,6 +23,7 @@ from benchmarks.accuracy.meshops_cli import (
     thread_env,
 )
 from benchmarks.accuracy.metric import field_columns, field_errors, summarize
+from benchmarks.reporting import write_json
 
 #: Every model, in the order they run and are shown.
 MODELS = ("meshops", "mean", "nearest", "pod_rbf", "transolver", "gino")
@@ -164,18 +166,62 @@ def _one_model(model, name, data, desc, names, train, test, remeshed, columns, a
         out = _peer(model, data, desc, [names[i] for i in tr], [names[i] for i in va],
                     test, remeshed, args, work, log, columns)
     else:
-        # no seed enters them: with --seeds, computed for the first seed and reused
-        cache = getattr(args, "classical_cache", None)
-        key = (name, str(data), model)
-        if cache is not None and key in cache:
-            out = json.loads(cache[key])
-            out["note"] = "; ".join(filter(None, [out.get("note"), "seed-independent: "
-                                                  "computed once for every seed"]))
-        else:
-            out = _classical(model, train, test, columns, remeshed)
-            if cache is not None:
-                cache[key] = json.dumps(out)
+        out = _classical_once(model, name, data, train, test, columns, remeshed, args, work,
+                              log)
     return out, run_config
+
+
+def _classical_once(model, name, data, train, test, columns, remeshed, args, work,
+                    log) -> dict:
+    """A classical predictor's result, computed once: no seed enters it, so with --seeds
+    the first seed's is reused (``args.classical_cache``); and it is written to
+    ``work/MODEL-result.json`` with a digest of the arrays it read, so that --reuse of a
+    kept folder takes it back instead of recomputing it (the training mean's transfers
+    take about half an hour on each 3-D family) when the digest still matches."""
+    cache = getattr(args, "classical_cache", None)
+    key = (name, str(data), model)
+    kept = work / f"{model}-result.json"
+    digest = _digest(train, test, remeshed, columns)
+    note = ""
+    if cache is not None and key in cache:
+        out, note = json.loads(cache[key]), "seed-independent: computed once for every seed"
+    elif getattr(args, "reuse", False) and _kept_digest(kept) == digest:
+        out = json.loads(kept.read_text())["result"]
+        log(f"  (reused the {LABELS[model]}'s result kept in {kept})")
+        note = f"reused from {kept.name}"
+    else:
+        out = _classical(model, train, test, columns, remeshed)
+        work.mkdir(parents=True, exist_ok=True)
+        write_json(kept, {"digest": digest, "result": out})
+    if cache is not None:
+        cache.setdefault(key, json.dumps(out))
+    if note:
+        out["note"] = "; ".join(filter(None, [out.get("note"), note]))
+    return out
+
+
+def _digest(train, test, remeshed: dict, columns: dict) -> str:
+    """SHA-256 of every array a classical predictor reads (points, cells, inputs,
+    targets, parameters of each sample, in order) and of the field columns."""
+    h = hashlib.sha256(json.dumps(columns, sort_keys=True).encode())
+    for split in (train, test, *remeshed.values()):
+        for s in split:
+            h.update(s.name.encode())
+            for a in (s.points, s.cells, s.inputs, s.targets, s.given_params):
+                if a is not None:
+                    a = np.ascontiguousarray(a)
+                    h.update(f"{a.dtype}{a.shape}".encode())
+                    h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _kept_digest(path: Path) -> str | None:
+    """The digest a kept classical result was written with; None if there is none or the
+    file is not a whole one (a write is atomic, so that means an older format)."""
+    try:
+        return json.loads(path.read_text()).get("digest")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def run_dataset(name: str, data: Path, models: Sequence[str], args, work: Path,

@@ -222,6 +222,39 @@ def test_classical_predictors_are_computed_once_for_all_seeds(tmp_path, monkeypa
     assert "computed once for every seed" in res[1]["note"] and "note" not in res[0]
 
 
+def test_reuse_takes_back_a_kept_classical_result_only_for_the_same_arrays(tmp_path,
+                                                                          monkeypatch):
+    """With --keep, a classical predictor's result is written beside the runs; --reuse
+    takes it back instead of recomputing it, unless an array it read has changed."""
+    root, _ = _write_set(tmp_path / "tiny")
+    calls = []
+    mean = classical.training_mean
+    monkeypatch.setattr(classical, "training_mean",
+                        lambda train, test: calls.append(len(test)) or mean(train, test))
+
+    def run(reuse):
+        args = types.SimpleNamespace(minutes=0.1, threads=1, seed=0, grace=1.2,
+                                     peers_python="", reuse=reuse)
+        return run_dataset("tiny", root, ["mean"], args, tmp_path / "w",
+                           lambda line: None)["models"]["mean"]
+
+    first = run(False)
+    assert calls == [4] and (tmp_path / "w" / "mean-result.json").is_file()
+    again = run(True)
+    assert calls == [4], "the kept result was recomputed"
+    assert again["errors"] == first["errors"] and "reused from mean-result.json" in again["note"]
+    assert run(False)["errors"] == first["errors"] and calls == [4, 4]
+    # a changed truth on one test mesh: the kept result no longer applies
+    import meshio
+    f = root / "test" / "sample_0009.vtu"
+    m = meshio.read(f)
+    m.point_data["u"] = m.point_data["u"] + 1.0
+    meshio.write(f, m)
+    changed = run(True)
+    assert calls == [4, 4, 4] and "note" not in changed
+    assert changed["errors"] != first["errors"]
+
+
 def test_meshops_and_the_peers_are_stopped_at_the_same_deadline(tmp_path, monkeypatch):
     """One stopping rule: under ``--minutes`` every trained model's process is stopped at
     grace x budget + the allowance for set-up, meshops' training and a peer's run alike;
