@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -39,9 +40,12 @@ def stop_after_s(minutes: float, grace: float) -> float:
 
 
 def run_subprocess(cmd: Sequence[str], env: dict, log: Callable[[str], None],
-                   deadline_s: float | None = None) -> tuple[int, float, bool]:
+                   deadline_s: float | None = None,
+                   deadline_until: str | None = None) -> tuple[int, float, bool]:
     """Run ``cmd``, streaming its output lines to ``log``; stop it (SIGTERM, then
-    SIGKILL) after ``deadline_s`` seconds.
+    SIGKILL) after ``deadline_s`` seconds, unless it has printed a line containing
+    ``deadline_until`` by then (a peer's end of training: its predicting of the test and
+    re-meshed files, minutes on a 3-D family whatever the budget, is not held to it).
 
     Returns:
         ``(return code, wall seconds, stopped at the deadline)``.
@@ -50,13 +54,13 @@ def run_subprocess(cmd: Sequence[str], env: dict, log: Callable[[str], None],
     proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=env, bufsize=1)
     stopped = False
-    import threading
+    released = threading.Event()
 
     def watchdog():
         nonlocal stopped
         if deadline_s is None:
             return
-        while proc.poll() is None:
+        while proc.poll() is None and not released.is_set():
             if time.perf_counter() - t0 > deadline_s:
                 stopped = True
                 proc.terminate()
@@ -70,6 +74,8 @@ def run_subprocess(cmd: Sequence[str], env: dict, log: Callable[[str], None],
     guard = threading.Thread(target=watchdog, daemon=True)
     guard.start()
     for line in proc.stdout:
+        if deadline_until is not None and deadline_until in line:
+            released.set()
         log("    " + line.rstrip())
     rc = proc.wait()
     guard.join(timeout=1)

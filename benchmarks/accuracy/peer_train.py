@@ -49,6 +49,10 @@ import numpy as np
 
 from benchmarks.accuracy.folder import read_split, same_mesh
 
+#: Printed when training ends and predicting begins: the benchmark's deadline
+#: (``grace x budget + allowance``) holds until this line, not over the predicting.
+TRAINED = "trained, predicting"
+
 #: The peers' configurations: their own examples' architectures, scaled to a budget of
 #: minutes on 2 CPU cores (stated in every result).
 CONFIGS = {
@@ -506,11 +510,14 @@ def run(job: dict) -> dict:
             stopped = True
             break
     train_s_wall = clock() - t_start
+    extra = job.get("extra") or {}
+    print(f"{name}: {TRAINED}: {len(test)} test and "
+          f"{sum(len(v) for v in extra.values())} re-meshed files", flush=True)
     peer.net.load_state_dict(best_state)
     _, preds = evaluate(torch, peer, test, columns) if len(test) else (None, [])
     out = Path(job["out"])
     np.savez(out.with_suffix(".npz"), **dict(zip(test.names, preds)))
-    for split, names in (job.get("extra") or {}).items():
+    for split, names in extra.items():
         samples = Data(torch, read_split(job["data"], split, *args[1:], names=names), stats,
                        layout)
         _, preds = evaluate(torch, peer, samples, columns)

@@ -23,6 +23,7 @@ from benchmarks.accuracy.meshops_cli import (
     thread_env,
 )
 from benchmarks.accuracy.metric import field_columns, field_errors, summarize
+from benchmarks.accuracy.peer_train import TRAINED
 from benchmarks.reporting import write_json
 
 #: Every model, in the order they run and are shown.
@@ -120,7 +121,8 @@ def _peer(model: str, data: Path, desc: dict, train_names, val_names, test, reme
     else:
         rc, wall, stopped = run_subprocess(
             cmd, env, lambda line: None if "Warp CUDA warning" in line else log(line),
-            deadline_s=None if job["epochs"] else stop_after_s(args.minutes, args.grace))
+            deadline_s=None if job["epochs"] else stop_after_s(args.minutes, args.grace),
+            deadline_until=TRAINED)
     if rc != 0 or not (work / f"{model}.npz").is_file():
         return {"note": f"{model} runner exited {rc}" + (" (stopped)" if stopped else ""),
                 "wall_s": round(wall, 1)}

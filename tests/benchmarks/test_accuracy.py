@@ -255,6 +255,26 @@ def test_reuse_takes_back_a_kept_classical_result_only_for_the_same_arrays(tmp_p
     assert changed["errors"] != first["errors"]
 
 
+def test_the_deadline_holds_until_a_peer_says_it_has_trained():
+    """A peer's process trains, then predicts the test and re-meshed files (minutes on a
+    3-D family whatever the budget): the deadline stops it while it trains, never after
+    it printed the end of training."""
+    import os
+
+    from benchmarks.accuracy.meshops_cli import run_subprocess
+    from benchmarks.accuracy.peer_train import TRAINED
+
+    lines = []
+    after = f"import time; print('gino: {TRAINED}: 2 test', flush=True); time.sleep(2.5)"
+    rc, wall, stopped = run_subprocess([sys.executable, "-c", after], dict(os.environ),
+                                       lines.append, deadline_s=0.5, deadline_until=TRAINED)
+    assert (rc, stopped) == (0, False) and wall >= 2.5 and TRAINED in lines[0]
+    rc, wall, stopped = run_subprocess([sys.executable, "-c", "import time; time.sleep(20)"],
+                                       dict(os.environ), lines.append, deadline_s=0.5,
+                                       deadline_until=TRAINED)
+    assert stopped and rc != 0 and wall < 10
+
+
 def test_meshops_and_the_peers_are_stopped_at_the_same_deadline(tmp_path, monkeypatch):
     """One stopping rule: under ``--minutes`` every trained model's process is stopped at
     grace x budget + the allowance for set-up, meshops' training and a peer's run alike;
@@ -264,7 +284,7 @@ def test_meshops_and_the_peers_are_stopped_at_the_same_deadline(tmp_path, monkey
     root, _ = _write_set(tmp_path / "tiny")
     seen = []
 
-    def fake(cmd, env, log, deadline_s=None):
+    def fake(cmd, env, log, deadline_s=None, deadline_until=None):
         seen.append((cmd[2] if cmd[2] != "-m" else cmd[3], deadline_s))
         return 1, 0.0, False
 
