@@ -28,9 +28,8 @@ import numpy as np
 from benchmarks.accuracy.folder import read_sample
 
 # What a run may take beyond grace x its budget before it is stopped, the same for every
-# model: reading the files and building the model on a loaded machine (and a peer's
-# predicting every split, in the same process) are not training, and they must not cut
-# short a smoke run whose budget is a fraction of a minute.
+# model: reading the files and building the model on a loaded machine are not training,
+# and they must not cut short a smoke run whose budget is a fraction of a minute.
 ALLOWANCE_S = 180.0
 
 
