@@ -182,12 +182,16 @@ def _classical_once(model, name, data, train, test, columns, remeshed, args, wor
     take about half an hour on each 3-D family) when the digest still matches."""
     cache = getattr(args, "classical_cache", None)
     key = (name, str(data), model)
+    if cache is not None and key in cache:
+        out = json.loads(cache[key])
+        out["note"] = "; ".join(filter(None, [out.get("note"), "seed-independent: "
+                                              "computed once for every seed"]))
+        return out
+    # the arrays' digest only where the kept file is read or written
     kept = work / f"{model}-result.json"
     digest = _digest(train, test, remeshed, columns)
     note = ""
-    if cache is not None and key in cache:
-        out, note = json.loads(cache[key]), "seed-independent: computed once for every seed"
-    elif getattr(args, "reuse", False) and _kept_digest(kept) == digest:
+    if getattr(args, "reuse", False) and _kept_digest(kept) == digest:
         out = json.loads(kept.read_text())["result"]
         log(f"  (reused the {LABELS[model]}'s result kept in {kept})")
         note = f"reused from {kept.name}"
@@ -196,7 +200,7 @@ def _classical_once(model, name, data, train, test, columns, remeshed, args, wor
         work.mkdir(parents=True, exist_ok=True)
         write_json(kept, {"digest": digest, "result": out})
     if cache is not None:
-        cache.setdefault(key, json.dumps(out))
+        cache[key] = json.dumps(out)
     if note:
         out["note"] = "; ".join(filter(None, [out.get("note"), note]))
     return out
