@@ -191,7 +191,8 @@ def console_table(doc: dict) -> str:
                 r = models.get(m)
                 if r is None:
                     continue
-                wall = d["models"][m].get("wall_s", 0)
+                wall = d["models"][m].get("wall_s")
+                wall = f"{wall:>7.0f}" if wall is not None else f"{'-':>7}"  # - : reused
                 if r.get("mean") is None:
                     lines.append(f"  {LABELS[m]:<24} {r.get('note', 'no result')}")
                 else:
@@ -199,7 +200,7 @@ def console_table(doc: dict) -> str:
                     if did_not_learn(m, models):
                         note = "did not learn" + (f"; {note}" if note else "")
                     lines.append(f"  {LABELS[m]:<24} {r['mean']:>10.4g} {r['median']:>10.4g} "
-                                 f"{r['worst']:>10.4g} {wall:>7.0f}" + _seeds_words(r)
+                                 f"{r['worst']:>10.4g} {wall}" + _seeds_words(r)
                                  + (f"   {note}" if note else ""))
             lines.append(f"  -> {verdict({'models': models})}")
         lines += [] if doc.get("epochs") else [f"  {line}" for line in time_to_accuracy(d)]

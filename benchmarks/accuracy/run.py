@@ -117,7 +117,8 @@ def _peer(model: str, data: Path, desc: dict, train_names, val_names, test, reme
     done = all((work / f"{model}{end}").is_file() for end in (".npz", ".json"))
     if getattr(args, "reuse", False) and done:
         log(f"  (reused what {model} trained and predicted before in {work})")
-        rc, wall, stopped = 0, 0.0, False
+        # its time is that earlier run's, not kept: no wall time rather than 0 s
+        rc, wall, stopped = 0, None, False
     else:
         rc, wall, stopped = run_subprocess(
             cmd, env, lambda line: None if "Warp CUDA warning" in line else log(line),
@@ -136,7 +137,8 @@ def _peer(model: str, data: Path, desc: dict, train_names, val_names, test, reme
     out = score(own, test, columns)
     score_remeshed(out, preds, remeshed, columns, test, own)
     info = json.loads((work / f"{model}.json").read_text())
-    out.update(wall_s=round(wall, 1), train_wall_s=info["train_wall_s"],
+    out.update(wall_s=None if wall is None else round(wall, 1),
+               train_wall_s=info["train_wall_s"],
                parameters=info["parameters"], config=info["config"],
                run={k: info[k] for k in ("steps", "epochs", "batch", "accumulate",
                                          "validate_every", "best_step", "best_val",
@@ -272,7 +274,7 @@ def run_dataset(name: str, data: Path, models: Sequence[str], args, work: Path,
         log(f"[{name}] {LABELS[model]}: " + (
             f"mean {out['mean']:.4g}, median {out['median']:.4g}, worst {out['worst']:.4g}"
             f"{per_field}" if out.get("mean") is not None else out.get("note", "no result"))
-            + f" ({out['wall_s']:.0f} s)")
+            + (f" ({out['wall_s']:.0f} s)" if out["wall_s"] is not None else " (reused)"))
         sys.stdout.flush()
     if run_config is None and any(m in PEERS for m in models):
         res["validation"] = "meshops train's default val_fraction and seed"

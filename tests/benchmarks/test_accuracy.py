@@ -275,6 +275,37 @@ def test_the_deadline_holds_until_a_peer_says_it_has_trained():
     assert stopped and rc != 0 and wall < 10
 
 
+def test_a_reused_peer_has_no_wall_time_rather_than_zero_seconds(tmp_path, monkeypatch):
+    """--reuse takes back a peer's kept predictions without running it: its time was the
+    earlier run's, so the result carries none (the table prints "-"), not 0 s."""
+    from benchmarks.accuracy import run as run_mod
+    from benchmarks.accuracy.report import console_table
+
+    work = tmp_path / "w"
+    work.mkdir()
+    np.savez(work / "transolver.npz", a=np.zeros(3))
+    keys = ("steps", "epochs", "batch", "accumulate", "validate_every", "best_step",
+            "best_val", "stopped_at_budget", "threads", "torch")
+    (work / "transolver.json").write_text(json.dumps(
+        {"train_wall_s": 12.0, "parameters": 5, "config": {}, "history": [],
+         **{k: 1 for k in keys}}))
+    monkeypatch.setattr(run_mod, "run_subprocess",
+                        lambda *a, **k: pytest.fail("a kept peer was run again"))
+    monkeypatch.setattr(run_mod, "score", lambda own, test, columns: {
+        "mean": 0.5, "median": 0.5, "worst": 1.0})
+    monkeypatch.setattr(run_mod, "score_remeshed", lambda *a: None)
+    args = types.SimpleNamespace(epochs=5, threads=1, seed=0, minutes=None,
+                                 peers_python=sys.executable, reuse=True)
+    out = run_mod._peer("transolver", tmp_path, {"inputs": ["a"], "targets": ["u"]}, [], [],
+                        [], {}, args, work, lambda line: None, {})
+    assert out["wall_s"] is None and out["train_wall_s"] == 12.0
+    doc = _doc()
+    doc["datasets"]["one"]["models"]["transolver"] = out
+    line = next(x for x in console_table(doc).splitlines()
+                if x.strip().startswith("Transolver"))
+    assert line.split()[1:5] == ["0.5", "0.5", "1", "-"]
+
+
 def test_meshops_and_the_peers_are_stopped_at_the_same_deadline(tmp_path, monkeypatch):
     """One stopping rule: under ``--minutes`` every trained model's process is stopped at
     grace x budget + the allowance for set-up, meshops' training and a peer's run alike;
