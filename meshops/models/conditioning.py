@@ -90,7 +90,12 @@ class ParamConditioning(nn.Module):
         """``h * (1 + gamma) + beta`` with site ``site``'s scale and shift of each
         point's sample (``film`` from :meth:`embed`)."""
         gb = film[:, site]  # [B, 2, width]
-        gb = gb[batch] if batch is not None else gb[:1].expand(h.shape[0], -1, -1)
+        if batch is None or gb.shape[0] == 1:
+            # one sample: broadcast its row rather than copy it to every point (the
+            # gather and its backward's scatter took 3.5 % of a profiled batch-1 step
+            # of the airfoil default)
+            return h * (1 + gb[0, 0]) + gb[0, 1]
+        gb = gb[batch]                                                   # [N, 2, width]
         return h * (1 + gb[:, 0]) + gb[:, 1]
 
     def extra_repr(self) -> str:

@@ -499,6 +499,30 @@ def test_every_film_site_of_the_slice_transformer_acts(one_thread):
         assert (model(c) - model(a)).abs().max() > 1e-3, site
 
 
+def test_film_of_one_sample_is_the_gather_of_its_row():
+    # one sample (batch None or all zeros) broadcasts its scale and shift; the value and
+    # the gradients must be those of the per-point gather h * (1 + g[b(i)]) + s[b(i)]
+    from meshops.models.conditioning import ParamConditioning
+
+    torch.manual_seed(0)
+    cond = ParamConditioning(3, 8, sites=2).double()
+    torch.nn.init.normal_(cond.film.weight, std=0.5)
+    film = cond.embed(torch.rand(1, 3, dtype=torch.float64))            # [1, 2, 2, 8]
+    h = torch.randn(50, 8, dtype=torch.float64, requires_grad=True)
+    every = torch.zeros(50, dtype=torch.long)
+    for batch in (None, every):
+        out = cond(h, film, batch, 1)
+        gb = film[:, 1][every]                                           # [N, 2, 8]
+        ref = h * (1 + gb[:, 0]) + gb[:, 1]
+        assert torch.allclose(out, ref, rtol=0, atol=1e-14)
+        g_out = torch.autograd.grad(out.square().sum(), [h, cond.film.weight],
+                                    retain_graph=True)
+        g_ref = torch.autograd.grad(ref.square().sum(), [h, cond.film.weight],
+                                    retain_graph=True)
+        for a, b in zip(g_out, g_ref):
+            assert torch.allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
 def test_global_inputs_enter_the_slice_transformer_only_through_their_means(one_thread):
     # a channel named in global_inputs is not read at the points: moving its values at
     # the points with the same quadrature mean changes nothing; another mean does
