@@ -185,27 +185,29 @@ def _classical_once(model, name, data, train, test, columns, remeshed, args, wor
     cache = getattr(args, "classical_cache", None)
     key = (name, str(data), model)
     if cache is not None and key in cache:
-        out = json.loads(cache[key])
-        out["note"] = "; ".join(filter(None, [out.get("note"), "seed-independent: "
-                                              "computed once for every seed"]))
-        return out
-    # the arrays' digest only where the kept file is read or written
-    kept = work / f"{model}-result.json"
-    digest = _digest(train, test, remeshed, columns)
-    note = ""
-    if getattr(args, "reuse", False) and _kept_digest(kept) == digest:
-        out = json.loads(kept.read_text())["result"]
-        log(f"  (reused the {LABELS[model]}'s result kept in {kept})")
-        note = f"reused from {kept.name}"
+        out, note = json.loads(cache[key]), "seed-independent: computed once for every seed"
     else:
-        out = _classical(model, train, test, columns, remeshed)
-        work.mkdir(parents=True, exist_ok=True)
-        write_json(kept, {"digest": digest, "result": out})
-    if cache is not None:
-        cache[key] = json.dumps(out)
+        out, note = _classical_kept(model, train, test, columns, remeshed, args, work, log)
+        if cache is not None:
+            cache[key] = json.dumps(out)
     if note:
         out["note"] = "; ".join(filter(None, [out.get("note"), note]))
     return out
+
+
+def _classical_kept(model, train, test, columns, remeshed, args, work,
+                    log) -> tuple[dict, str]:
+    """``(result, note)``: the result kept in ``work/MODEL-result.json`` where --reuse
+    is given and its digest matches the arrays, else computed and kept there."""
+    kept = work / f"{model}-result.json"
+    digest = _digest(train, test, remeshed, columns)
+    if getattr(args, "reuse", False) and _kept_digest(kept) == digest:
+        log(f"  (reused the {LABELS[model]}'s result kept in {kept})")
+        return json.loads(kept.read_text())["result"], f"reused from {kept.name}"
+    out = _classical(model, train, test, columns, remeshed)
+    work.mkdir(parents=True, exist_ok=True)
+    write_json(kept, {"digest": digest, "result": out})
+    return out, ""
 
 
 def _digest(train, test, remeshed: dict, columns: dict) -> str:
